@@ -1,0 +1,1 @@
+"""The pure scheduling core: no kopf, no Kubernetes client, no I/O."""

@@ -1,0 +1,350 @@
+"""NodeTable: the columnar cluster snapshot the scheduling cycle reads.
+
+Rows are nodes (dense: rows ``0..n-1`` are live; removing a node moves the last row into its
+place). Resource state is numpy columns so fit checks and resource scores are vector operations.
+Everything is updated incrementally when a node or pod changes; nothing is rebuilt per pod.
+
+Resource columns: ``cpu`` (millicores), ``memory`` (bytes), ``ephemeral-storage`` (bytes),
+``pods`` (count), then every other (scalar/extended) resource seen on a node or pod, added as
+it first appears. ``requested`` sums the true requests of the pods on each node; its ``pods``
+column is the pod count. ``nonzero`` holds cpu/memory requested with the scoring defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .podinfo import PodInfo
+from .quantity import QuantityError, resource_value
+from .taints import Taint
+
+CPU, MEMORY, EPHEMERAL, PODS = 0, 1, 2, 3
+BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
+
+
+@dataclass(slots=True)
+class NodeSpec:
+    """The scheduler-relevant parts of a v1.Node."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    allocatable: dict[str, int] = field(default_factory=dict)
+    images: dict[str, int] = field(default_factory=dict)  # every image name -> size in bytes
+
+    @classmethod
+    def from_dict(cls, node: Mapping[str, Any]) -> "NodeSpec":
+        meta = node.get("metadata") or {}
+        spec = node.get("spec") or {}
+        status = node.get("status") or {}
+        alloc: dict[str, int] = {}
+        for k, v in (status.get("allocatable") or status.get("capacity") or {}).items():
+            try:
+                alloc[k] = resource_value(k, v)
+            except QuantityError:
+                alloc[k] = 0  # an unparseable allocatable counts as none of it
+        images: dict[str, int] = {}
+        for img in status.get("images") or []:
+            size = int(img.get("sizeBytes") or 0)
+            for n in img.get("names") or []:
+                images[n] = size
+        return cls(
+            name=str(meta.get("name", "")),
+            labels=dict(meta.get("labels") or {}),
+            taints=tuple(Taint.parse(t) for t in (spec.get("taints") or [])),
+            unschedulable=bool(spec.get("unschedulable", False)),
+            allocatable=alloc,
+            images=images,
+        )
+
+
+class NodeTable:
+    def __init__(self, capacity: int = 64) -> None:
+        self.resources: list[str] = list(BASE_RESOURCES)
+        self.res_index: dict[str, int] = {r: i for i, r in enumerate(self.resources)}
+        self.n = 0
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.specs: list[NodeSpec] = []
+        cap = max(capacity, 1)
+        self.allocatable = np.zeros((cap, len(self.resources)), dtype=np.int64)
+        self.requested = np.zeros((cap, len(self.resources)), dtype=np.int64)
+        self.nonzero = np.zeros((cap, 2), dtype=np.int64)
+        self.unschedulable = np.zeros(cap, dtype=bool)
+        # pods
+        self.pods: list[dict[str, PodInfo]] = []  # per row: pod key -> PodInfo
+        self.pod_node: dict[str, str] = {}  # pod key -> node name (bound or assumed)
+        self.assumed: set[str] = set()
+        self._orphans: dict[str, dict[str, PodInfo]] = {}  # node name not (yet) known -> pods
+        self.used_ports: list[dict[tuple[str, str, int], int]] = []
+        self.affinity_pods: list[int] = []  # per row: number of pods with any (anti)affinity
+        self.anti_affinity_pods: list[int] = []  # per row: pods with required anti-affinity
+        self.image_nodes: dict[str, int] = {}  # image name -> number of nodes having it
+        # label index and cached masks
+        self._label_index: dict[str, dict[str, set[str]]] = {}
+        self._mask_cache: dict[tuple, np.ndarray] = {}
+        self.version = 0  # bumps on every change
+        self.node_version = 0  # bumps when the node set, labels or taints change
+
+    # ------------------------------------------------------------------ columns
+    def _ensure_capacity(self, rows: int) -> None:
+        cap = self.allocatable.shape[0]
+        if rows <= cap:
+            return
+        new = max(rows, cap * 2)
+        for name in ("allocatable", "requested", "nonzero"):
+            old = getattr(self, name)
+            arr = np.zeros((new, old.shape[1]), dtype=old.dtype)
+            arr[: self.n] = old[: self.n]
+            setattr(self, name, arr)
+        u = np.zeros(new, dtype=bool)
+        u[: self.n] = self.unschedulable[: self.n]
+        self.unschedulable = u
+
+    def resource_column(self, name: str) -> int:
+        """Column index of resource ``name``, adding a zero column if it is new."""
+        i = self.res_index.get(name)
+        if i is not None:
+            return i
+        i = len(self.resources)
+        self.resources.append(name)
+        self.res_index[name] = i
+        cap = self.allocatable.shape[0]
+        self.allocatable = np.hstack([self.allocatable, np.zeros((cap, 1), dtype=np.int64)])
+        self.requested = np.hstack([self.requested, np.zeros((cap, 1), dtype=np.int64)])
+        return i
+
+    def request_vector(self, pod: PodInfo) -> np.ndarray:
+        """The pod's true requests as a vector aligned with the resource columns (pods column = 1)."""
+        for r in pod.requests:
+            if r not in self.res_index:
+                self.resource_column(r)
+        v = np.zeros(len(self.resources), dtype=np.int64)
+        for r, q in pod.requests.items():
+            v[self.res_index[r]] = q
+        v[PODS] = 1
+        return v
+
+    # ------------------------------------------------------------------ nodes
+    def upsert_node(self, node: NodeSpec | Mapping[str, Any]) -> int:
+        spec = node if isinstance(node, NodeSpec) else NodeSpec.from_dict(node)
+        row = self.index.get(spec.name)
+        if row is None:
+            row = self.n
+            self._ensure_capacity(row + 1)
+            self.n += 1
+            self.names.append(spec.name)
+            self.index[spec.name] = row
+            self.specs.append(spec)
+            self.pods.append({})
+            self.used_ports.append({})
+            self.affinity_pods.append(0)
+            self.anti_affinity_pods.append(0)
+            self.requested[row] = 0
+            self.nonzero[row] = 0
+            old = None
+        else:
+            old = self.specs[row]
+            self.specs[row] = spec
+        for r in spec.allocatable:
+            self.resource_column(r)
+        self.allocatable[row] = 0
+        for r, q in spec.allocatable.items():
+            self.allocatable[row, self.res_index[r]] = q
+        self.unschedulable[row] = spec.unschedulable
+        if old is None or old.labels != spec.labels:
+            if old is not None:
+                self._unindex_labels(old)
+            self._index_labels(spec)
+        if old is None or old.images.keys() != spec.images.keys():
+            if old is not None:
+                for img in old.images:
+                    self._dec_image(img)
+            for img in spec.images:
+                self.image_nodes[img] = self.image_nodes.get(img, 0) + 1
+        if old is None or old.labels != spec.labels or old.taints != spec.taints:
+            self.node_version += 1
+            self._mask_cache.clear()
+        if old is None:
+            for pod in self._orphans.pop(spec.name, {}).values():
+                self._add_to_row(pod, row)
+        self.version += 1
+        return row
+
+    def remove_node(self, name: str) -> None:
+        row = self.index.pop(name, None)
+        if row is None:
+            return
+        spec = self.specs[row]
+        pods = self.pods[row]
+        if pods:  # keep the pods: they still exist and count if the node comes back
+            self._orphans[name] = dict(pods)
+        self._unindex_labels(spec)
+        for img in spec.images:
+            self._dec_image(img)
+        last = self.n - 1
+        if row != last:
+            for arr in (self.allocatable, self.requested, self.nonzero):
+                arr[row] = arr[last]
+            self.unschedulable[row] = self.unschedulable[last]
+            for lst in (self.names, self.specs, self.pods, self.used_ports, self.affinity_pods,
+                        self.anti_affinity_pods):
+                lst[row] = lst[last]
+            self.index[self.names[row]] = row
+        for lst in (self.names, self.specs, self.pods, self.used_ports, self.affinity_pods,
+                    self.anti_affinity_pods):
+            lst.pop()
+        self.n -= 1
+        self.node_version += 1
+        self._mask_cache.clear()
+        self.version += 1
+
+    def _dec_image(self, img: str) -> None:
+        c = self.image_nodes.get(img, 0) - 1
+        if c <= 0:
+            self.image_nodes.pop(img, None)
+        else:
+            self.image_nodes[img] = c
+
+    def _index_labels(self, spec: NodeSpec) -> None:
+        for k, v in spec.labels.items():
+            self._label_index.setdefault(k, {}).setdefault(v, set()).add(spec.name)
+
+    def _unindex_labels(self, spec: NodeSpec) -> None:
+        for k, v in spec.labels.items():
+            vals = self._label_index.get(k)
+            if vals and v in vals:
+                vals[v].discard(spec.name)
+                if not vals[v]:
+                    del vals[v]
+                if not vals:
+                    del self._label_index[k]
+
+    # ------------------------------------------------------------------ label masks
+    def label_values(self, key: str) -> dict[str, set[str]]:
+        """value -> names of the nodes carrying label ``key`` with that value."""
+        return self._label_index.get(key, {})
+
+    def label_mask(self, key: str, value: str | None = None) -> np.ndarray:
+        """Boolean mask over rows ``0..n-1``: nodes having label ``key`` (with ``value`` if given).
+        Cached until the node set or any node's labels change; do not modify the result."""
+        ck = ("label", key, value)
+        m = self._mask_cache.get(ck)
+        if m is not None:
+            return m
+        m = np.zeros(self.n, dtype=bool)
+        vals = self._label_index.get(key, {})
+        groups = vals.values() if value is None else ([vals[value]] if value in vals else [])
+        for names in groups:
+            for nm in names:
+                m[self.index[nm]] = True
+        self._mask_cache[ck] = m
+        return m
+
+    def label_column(self, key: str) -> list[str | None]:
+        """Per row, the value of label ``key`` or None. Cached like ``label_mask``."""
+        ck = ("col", key)
+        c = self._mask_cache.get(ck)
+        if c is not None:
+            return c  # type: ignore[return-value]
+        col: list[str | None] = [None] * self.n
+        for v, names in self._label_index.get(key, {}).items():
+            for nm in names:
+                col[self.index[nm]] = v
+        self._mask_cache[ck] = col  # type: ignore[assignment]
+        return col
+
+    def cached(self, key: tuple, build) -> Any:
+        """Memoize ``build()`` until the node set, labels or taints change (for plugin masks)."""
+        v = self._mask_cache.get(key)
+        if v is None:
+            v = build()
+            self._mask_cache[key] = v
+        return v
+
+    # ------------------------------------------------------------------ pods
+    def add_pod(self, pod: PodInfo, node_name: str, assumed: bool = False) -> None:
+        """Account a pod bound (or assumed) to ``node_name``. Re-adding replaces the old copy."""
+        key = pod.key
+        if key in self.pod_node:
+            self.remove_pod(key)
+        self.pod_node[key] = node_name
+        if assumed:
+            self.assumed.add(key)
+        row = self.index.get(node_name)
+        if row is None:
+            self._orphans.setdefault(node_name, {})[key] = pod
+        else:
+            self._add_to_row(pod, row)
+        self.version += 1
+
+    def _add_to_row(self, pod: PodInfo, row: int, sign: int = 1) -> None:
+        if sign > 0:
+            self.pods[row][pod.key] = pod
+        else:
+            self.pods[row].pop(pod.key, None)
+        for r, q in pod.requests.items():
+            col = self.res_index.get(r)
+            if col is None:
+                col = self.resource_column(r)
+            self.requested[row, col] += sign * q
+        self.requested[row, PODS] += sign
+        self.nonzero[row, 0] += sign * pod.nonzero_cpu
+        self.nonzero[row, 1] += sign * pod.nonzero_memory
+        ports = self.used_ports[row]
+        for p in pod.host_ports:
+            c = ports.get(p, 0) + sign
+            if c > 0:
+                ports[p] = c
+            else:
+                ports.pop(p, None)
+        if pod.has_affinity:
+            self.affinity_pods[row] += sign
+        if pod.has_required_anti_affinity:
+            self.anti_affinity_pods[row] += sign
+
+    def remove_pod(self, key: str) -> PodInfo | None:
+        """Forget a pod (deleted, or an assumption undone). Returns the PodInfo it had."""
+        node_name = self.pod_node.pop(key, None)
+        self.assumed.discard(key)
+        if node_name is None:
+            return None
+        row = self.index.get(node_name)
+        pod: PodInfo | None
+        if row is None:
+            pod = self._orphans.get(node_name, {}).pop(key, None)
+        else:
+            pod = self.pods[row].get(key)
+            if pod is not None:
+                self._add_to_row(pod, row, sign=-1)
+        self.version += 1
+        return pod
+
+    def confirm(self, key: str) -> None:
+        """An assumed pod was seen bound by the API: it is no longer just assumed."""
+        self.assumed.discard(key)
+
+    def node_of(self, key: str) -> str | None:
+        return self.pod_node.get(key)
+
+    def pod(self, key: str) -> PodInfo | None:
+        node = self.pod_node.get(key)
+        if node is None:
+            return None
+        row = self.index.get(node)
+        if row is None:
+            return self._orphans.get(node, {}).get(key)
+        return self.pods[row].get(key)
+
+    def iter_pods(self, rows: Iterable[int] | None = None):
+        """(row, PodInfo) for pods on the given rows (default all rows)."""
+        for row in (range(self.n) if rows is None else rows):
+            for p in self.pods[row].values():
+                yield row, p
+
+    def __len__(self) -> int:
+        return self.n
