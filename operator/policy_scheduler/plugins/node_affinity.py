@@ -1,0 +1,269 @@
+"""NodeAffinity (upstream plugins/nodeaffinity/node_affinity.go, matching as in
+component-helpers scheduling/corev1/nodeaffinity).
+
+PreFilter: Skip when the pod has no nodeSelector, no required node affinity and the profile has
+no ``addedAffinity`` required selector. When every required term carries ``matchFields``
+``metadata.name In`` requirements, the union over terms of each term's intersection of names is
+returned as the node set; an empty union is ``pod affinity terms conflict``
+(UnschedulableAndUnresolvable).
+
+Filter (all UnschedulableAndUnresolvable): the profile's added required selector must match,
+else ``node(s) didn't match scheduler-enforced node affinity``; then every nodeSelector pair must
+equal a node label and at least one required term must match, else
+``node(s) didn't match Pod's node affinity/selector``. Terms are ORed; inside a term every
+expression and field must hold; a term with neither matches nothing. Gt/Lt parse the label
+value and the requirement value as base-10 int64 (Go ``strconv.ParseInt``); a label that is
+absent or not an integer does not match.
+
+Score: the sum of the weights of the preferred terms (the pod's and the profile's added ones)
+matching the node; terms with weight 0 or an empty preference are ignored. PreScore Skips when
+there are none. NormalizeScore is DefaultNormalizeScore (not reversed).
+
+Every term's mask over all rows is cached on the table (terms are hashable), so label matching
+is a handful of numpy operations per distinct term, not a per-node loop.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from ..framework.interface import (CycleState, FilterPlugin, FilterResult, PluginArgs, PreFilterPlugin,
+                                   PreScorePlugin, ScorePlugin, default_normalize_score)
+from ..framework.labels import NodeSelector, NodeSelectorTerm, Requirement, SelectorError
+from ..framework.nodetable import NodeTable
+from ..framework.podinfo import PodInfo
+from ..framework.status import Code, Status
+
+NAME = "NodeAffinity"
+ERR_REASON_POD = "node(s) didn't match Pod's node affinity/selector"
+ERR_REASON_ENFORCED = "node(s) didn't match scheduler-enforced node affinity"
+ERR_REASON_CONFLICT = "pod affinity terms conflict"
+_PREFILTER_KEY = "PreFilter" + NAME
+_PRESCORE_KEY = "PreScore" + NAME
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+_INT64 = re.compile(r"[+-]?[0-9]+")
+
+WeightedTerms = tuple[tuple[int, NodeSelectorTerm], ...]
+
+
+def parse_int64(s: str) -> int | None:
+    """Go strconv.ParseInt(s, 10, 64): optional sign, decimal digits, int64 range."""
+    if not _INT64.fullmatch(s):
+        return None
+    v = int(s)
+    return v if -(1 << 63) <= v < (1 << 63) else None
+
+
+def _requirement_mask(nodes: NodeTable, r: Requirement) -> np.ndarray:
+    op = r.operator
+    if op in ("In", "NotIn"):
+        m = np.zeros(nodes.n, dtype=bool)
+        for v in r.values:
+            m |= nodes.label_mask(r.key, v)
+        return m if op == "In" else ~m
+    if op == "Exists":
+        return nodes.label_mask(r.key)
+    if op == "DoesNotExist":
+        return ~nodes.label_mask(r.key)
+    m = np.zeros(nodes.n, dtype=bool)  # Gt / Lt (parsing guarantees exactly one value)
+    want = parse_int64(r.values[0])
+    if want is None:
+        return m
+    for value, names in nodes.label_values(r.key).items():
+        have = parse_int64(value)
+        if have is not None and (have > want if op == "Gt" else have < want):
+            for name in names:
+                m[nodes.index[name]] = True
+    return m
+
+
+def _field_mask(nodes: NodeTable, r: Requirement) -> np.ndarray:
+    """``metadata.name`` In / NotIn with exactly one value."""
+    m = np.zeros(nodes.n, dtype=bool)
+    row = nodes.index.get(r.values[0])
+    if row is not None:
+        m[row] = True
+    return m if r.operator == "In" else ~m
+
+
+def term_mask(nodes: NodeTable, term: NodeSelectorTerm) -> np.ndarray:
+    """Mask over all rows of the nodes matching ``term`` (cached; do not modify)."""
+
+    def build():
+        m = np.zeros(nodes.n, dtype=bool)
+        if term.empty:
+            return m
+        m[:] = True
+        for r in term.expressions:
+            m &= _requirement_mask(nodes, r)
+        for r in term.fields:
+            m &= _field_mask(nodes, r)
+        return m
+
+    return nodes.cached((NAME, "term", term), build)
+
+
+def selector_mask(nodes: NodeTable, selector: NodeSelector) -> np.ndarray:
+    """Mask of the nodes matching any term of ``selector`` (cached; do not modify)."""
+
+    def build():
+        m = np.zeros(nodes.n, dtype=bool)
+        for t in selector.terms:
+            m |= term_mask(nodes, t)
+        return m
+
+    return nodes.cached((NAME, "selector", selector), build)
+
+
+def required_mask(nodes: NodeTable, pod: PodInfo) -> np.ndarray:
+    """upstream RequiredNodeAffinity.Match over all rows: nodeSelector AND required affinity."""
+    node_selector = frozenset(pod.node_selector.items())
+    affinity = pod.required_node_affinity
+
+    def build():
+        m = np.ones(nodes.n, dtype=bool)
+        for k, v in node_selector:
+            m &= nodes.label_mask(k, v)
+        if affinity is not None:
+            m &= selector_mask(nodes, affinity)
+        return m
+
+    return nodes.cached((NAME, "required", node_selector, affinity), build)
+
+
+def preferred_score(nodes: NodeTable, terms: WeightedTerms, rows: np.ndarray) -> np.ndarray:
+    """Sum of the weights of ``terms`` matching each of ``rows``."""
+    out = np.zeros(len(rows), dtype=np.int64)
+    for weight, term in terms:
+        out += weight * term_mask(nodes, term)[rows]
+    return out
+
+
+def effective_preferred(terms: WeightedTerms) -> WeightedTerms:
+    """NewPreferredSchedulingTerms: terms with weight 0 or an empty preference are dropped."""
+    return tuple((w, t) for w, t in terms if w != 0 and not t.empty)
+
+
+def _parse_added_affinity(d: Mapping[str, Any]) -> tuple[NodeSelector | None, WeightedTerms]:
+    """Parse an ``addedAffinity`` (v1.NodeAffinity); raises SelectorError naming the field."""
+    where = "addedAffinity"
+    if not isinstance(d, Mapping):
+        raise SelectorError(f"{where}: must be an object")
+    for k in d:
+        if k not in (_REQUIRED, _PREFERRED):
+            raise SelectorError(f"{where}.{k}: unknown field")
+    required = None
+    if d.get(_REQUIRED) is not None:
+        ns = d[_REQUIRED]
+        w = f"{where}.{_REQUIRED}"
+        if not isinstance(ns, Mapping):
+            raise SelectorError(f"{w}: must be an object")
+        terms = ns.get("nodeSelectorTerms") or []
+        if not isinstance(terms, list):
+            raise SelectorError(f"{w}.nodeSelectorTerms: must be a list")
+        # An empty term list is accepted upstream and then matches no node.
+        required = NodeSelector(tuple(_checked_term(t, f"{w}.nodeSelectorTerms[{i}]") for i, t in enumerate(terms)))
+    preferred = []
+    prefs = d.get(_PREFERRED) or []
+    if not isinstance(prefs, list):
+        raise SelectorError(f"{where}.{_PREFERRED}: must be a list")
+    for i, p in enumerate(prefs):
+        w = f"{where}.{_PREFERRED}[{i}]"
+        if not isinstance(p, Mapping):
+            raise SelectorError(f"{w}: must be an object")
+        weight = p.get("weight", 0)
+        if not isinstance(weight, int) or isinstance(weight, bool):
+            raise SelectorError(f"{w}.weight: must be an integer")
+        preferred.append((weight, _checked_term(p.get("preference") or {}, f"{w}.preference")))
+    return required, effective_preferred(tuple(preferred))
+
+
+def _checked_term(d: Any, where: str) -> NodeSelectorTerm:
+    """NodeSelectorTerm.parse plus upstream's check that Gt/Lt values are integers."""
+    term = NodeSelectorTerm.parse(d, where)
+    for i, r in enumerate(term.expressions):
+        if r.operator in ("Gt", "Lt") and parse_int64(r.values[0]) is None:
+            raise SelectorError(f"{where}.matchExpressions[{i}].values[0]: "
+                                f"for 'Gt', 'Lt' operators, the value must be an integer")
+    return term
+
+
+class NodeAffinityArgs(PluginArgs):
+    added_affinity: dict[str, Any] | None = Field(default=None, alias="addedAffinity")
+
+    @field_validator("added_affinity")
+    @classmethod
+    def _valid_added_affinity(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            try:
+                _parse_added_affinity(v)
+            except SelectorError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+
+class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+    NAME = NAME
+    Args = NodeAffinityArgs
+
+    def __init__(self, args: NodeAffinityArgs, handle) -> None:
+        super().__init__(args, handle)
+        self.added_required: NodeSelector | None = None
+        self.added_preferred: WeightedTerms = ()
+        if args.added_affinity is not None:
+            self.added_required, self.added_preferred = _parse_added_affinity(args.added_affinity)
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
+        affinity = pod.required_node_affinity
+        if affinity is None and self.added_required is None and not pod.node_selector:
+            return Status.skip(), None
+        state.write(_PREFILTER_KEY, required_mask(nodes, pod))
+        if affinity is None or not affinity.terms:
+            return Status.success(), None
+        names: set[str] = set()
+        for term in affinity.terms:
+            term_names: set[str] | None = None
+            for r in term.fields:
+                if r.key == "metadata.name" and r.operator == "In":
+                    term_names = set(r.values) if term_names is None else term_names & set(r.values)
+            if term_names is None:  # this term does not pin names, and terms are ORed
+                return Status.success(), None
+            names |= term_names
+        if not names:
+            return Status.unschedulable(ERR_REASON_CONFLICT, unresolvable=True), None
+        return Status.success(), names
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> FilterResult:
+        mask = state.read(_PREFILTER_KEY)
+        if mask is None:  # PreFilter did not run for this cycle
+            mask = required_mask(nodes, pod)
+        pod_ok = mask[rows]
+        if self.added_required is None:
+            return FilterResult.from_mask(pod_ok, ERR_REASON_POD, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        added_ok = selector_mask(nodes, self.added_required)[rows]
+        return FilterResult(added_ok & pod_ok, Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                            [(ERR_REASON_ENFORCED, ~added_ok), (ERR_REASON_POD, added_ok & ~pod_ok)])
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> Status:
+        if not pod.preferred_node_affinity and not self.added_preferred:
+            return Status.skip()
+        state.write(_PRESCORE_KEY, self.added_preferred + effective_preferred(pod.preferred_node_affinity))
+        return Status.success()
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> np.ndarray:
+        terms = state.read(_PRESCORE_KEY)
+        if terms is None:  # PreScore did not run for this cycle
+            terms = self.added_preferred + effective_preferred(pod.preferred_node_affinity)
+        return preferred_score(nodes, terms, rows)
+
+    def normalize_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray,
+                        scores: np.ndarray) -> np.ndarray:
+        return default_normalize_score(scores, reverse=False)
+
+
+PLUGIN = NodeAffinity

@@ -1,0 +1,106 @@
+"""NodeLabelMatch: pin one workload's pods to nodes carrying a given label (this project's own
+plugin; no upstream counterpart).
+
+Args select the workload by ``podNamePattern`` (a regular expression that must match the whole
+pod name) and/or ``podSelector`` (a metav1.LabelSelector on the pod's labels; ``{}`` selects
+every pod); when both are given a pod must satisfy both. ``nodeLabel`` (``key`` and ``value``)
+names the label the nodes must carry.
+
+PreFilter Skips pods outside the workload, so they are not affected. For the workload's pods,
+Filter rejects every node whose label ``key`` is missing or has another value, as
+UnschedulableAndUnresolvable (preemption cannot add a label), with the reason
+``node(s) didn't have label KEY=VALUE required for workload``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from ..framework.interface import CycleState, FilterPlugin, FilterResult, PluginArgs, PreFilterPlugin
+from ..framework.labels import LabelSelector, SelectorError
+from ..framework.nodetable import NodeTable
+from ..framework.podinfo import PodInfo
+from ..framework.status import Code, Status
+
+NAME = "NodeLabelMatch"
+
+
+class NodeLabel(PluginArgs):
+    key: str
+    value: str
+
+    @field_validator("key")
+    @classmethod
+    def _key_not_empty(cls, v: str) -> str:
+        if not v:
+            raise ValueError("nodeLabel.key: must not be empty")
+        return v
+
+
+class NodeLabelMatchArgs(PluginArgs):
+    pod_name_pattern: str | None = Field(default=None, alias="podNamePattern")
+    pod_selector: dict[str, Any] | None = Field(default=None, alias="podSelector")
+    node_label: NodeLabel = Field(alias="nodeLabel")
+
+    @field_validator("pod_name_pattern")
+    @classmethod
+    def _valid_pattern(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"podNamePattern: invalid regular expression {v!r}: {e}") from None
+        return v
+
+    @field_validator("pod_selector")
+    @classmethod
+    def _valid_selector(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            try:
+                LabelSelector.parse(v, "podSelector")
+            except SelectorError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _selects_a_workload(self) -> "NodeLabelMatchArgs":
+        if self.pod_name_pattern is None and self.pod_selector is None:
+            raise ValueError("podNamePattern or podSelector: at least one is required")
+        return self
+
+
+class NodeLabelMatch(PreFilterPlugin, FilterPlugin):
+    NAME = NAME
+    Args = NodeLabelMatchArgs
+
+    def __init__(self, args: NodeLabelMatchArgs, handle) -> None:
+        super().__init__(args, handle)
+        self.pattern = re.compile(args.pod_name_pattern) if args.pod_name_pattern is not None else None
+        self.selector = LabelSelector.parse(args.pod_selector, "podSelector") if args.pod_selector is not None else None
+        self.key = args.node_label.key
+        self.value = args.node_label.value
+        self.reason = f"node(s) didn't have label {self.key}={self.value} required for workload"
+
+    def selects(self, pod: PodInfo) -> bool:
+        """Whether ``pod`` belongs to the configured workload."""
+        if self.pattern is not None and not self.pattern.fullmatch(pod.name):
+            return False
+        return self.selector is None or self.selector.matches(pod.labels)
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
+        if not self.selects(pod):
+            return Status.skip(), None
+        return Status.success(), None
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> FilterResult:
+        if not self.selects(pod):
+            return FilterResult.all_pass(len(rows))
+        passed = nodes.label_mask(self.key, self.value)[rows]
+        return FilterResult.from_mask(passed, self.reason, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+
+PLUGIN = NodeLabelMatch

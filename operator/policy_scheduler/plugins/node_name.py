@@ -1,0 +1,31 @@
+"""NodeName (upstream plugins/nodename/node_name.go).
+
+Filter: a pod whose ``spec.nodeName`` is set fits only the node of that name; a pod without one
+fits every node. Failing nodes are UnschedulableAndUnresolvable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..framework.interface import CycleState, FilterPlugin, FilterResult
+from ..framework.nodetable import NodeTable
+from ..framework.podinfo import PodInfo
+from ..framework.status import Code
+
+NAME = "NodeName"
+ERR_REASON = "node(s) didn't match the requested node name"
+
+
+class NodeName(FilterPlugin):
+    NAME = NAME
+    Args = None
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> FilterResult:
+        if not pod.node_name:
+            return FilterResult.all_pass(len(rows))
+        passed = rows == nodes.index.get(pod.node_name, -1)
+        return FilterResult.from_mask(passed, ERR_REASON, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+
+PLUGIN = NodeName

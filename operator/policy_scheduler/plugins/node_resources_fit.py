@@ -1,0 +1,352 @@
+"""NodeResourcesFit: does the node have room for the pod's requests, and how full would it be.
+
+upstream pkg/scheduler/framework/plugins/noderesources (fit.go, resource_allocation.go,
+least_allocated.go, most_allocated.go, requested_to_capacity_ratio.go, helper/shape_score.go)
+and the args validation of apis/config/validation/validation_pluginargs.go.
+
+Filter (true requests, never the scoring defaults), per node, every failing reason collected:
+  1. pods on the node + 1 > allocatable pods                  -> "Too many pods"
+  2. a pod requesting nothing stops here (only the pod count matters);
+  3. cpu, memory, ephemeral-storage, then every scalar resource (extended, hugepages-*,
+     *kubernetes.io/*, attachable-volumes-*) with request > 0: request > allocatable - requested
+     -> "Insufficient <name>". Extended resources listed in ignoredResources, or whose prefix
+     before "/" is in ignoredResourceGroups, are not checked.
+The status is Unschedulable, or UnschedulableAndUnresolvable when some failing resource is
+requested beyond the node's whole allocatable (preemption cannot help there).
+
+Score (no normalization, raw score already 0..100), per configured resource: the pod's request
+(cpu/memory with the 100m / 200Mi per-container defaults, true requests otherwise) plus the
+node's requested (NonZeroRequested for cpu/memory, Requested otherwise) against allocatable.
+A scalar resource the pod does not request, a resource the node does not advertise
+(allocatable 0) and a name that is neither cpu, memory, ephemeral-storage nor a scalar
+resource are left out, weight included.
+"""
+
+from __future__ import annotations
+
+import re
+import numpy as np
+from pydantic import Field, model_validator
+
+from ..framework.interface import (
+    MAX_NODE_SCORE,
+    CycleState,
+    FilterPlugin,
+    FilterResult,
+    PluginArgs,
+    PreFilterPlugin,
+    PreScorePlugin,
+    ScorePlugin,
+)
+from ..framework.nodetable import CPU, EPHEMERAL, MEMORY, PODS, NodeTable
+from ..framework.podinfo import PodInfo
+from ..framework.status import Code, Status
+
+LEAST_ALLOCATED = "LeastAllocated"
+MOST_ALLOCATED = "MostAllocated"
+REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
+SCORING_STRATEGY_TYPES = (LEAST_ALLOCATED, MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO)
+MAX_CUSTOM_PRIORITY_SCORE = 10  # shape point scores are 0..10, scaled by MaxNodeScore / 10
+MAX_UTILIZATION = 100
+
+# ---------------------------------------------------------------------------- resource names
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+def qualified_name_error(value: str) -> str | None:
+    """apimachinery IsQualifiedName (what ValidateLabelName checks): ``[prefix/]name`` with a
+    DNS-1123 subdomain prefix (at most 253 chars) and a name of at most 63 chars."""
+    parts = value.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            return "prefix part must be non-empty"
+        if len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix):
+            return "prefix part must be a lowercase RFC 1123 subdomain"
+    else:
+        return "a qualified name must consist of alphanumeric characters, '-', '_' or '.', with an optional DNS subdomain prefix and '/'"
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > 63:
+        return "name part must be no more than 63 characters"
+    if not _QUALIFIED_NAME.match(name):
+        return "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+    return None
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """v1helper.IsExtendedResourceName: outside the kubernetes.io namespace, has a "/" prefix,
+    not a quota "requests." name, and "requests.<name>" is a qualified name."""
+    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    return qualified_name_error("requests." + name) is None
+
+
+def is_scalar_resource_name(name: str) -> bool:
+    """schedutil.IsScalarResourceName: extended, hugepages-*, *kubernetes.io/* or attachable-volumes-*."""
+    return (is_extended_resource_name(name) or name.startswith("hugepages-")
+            or "kubernetes.io/" in name or name.startswith("attachable-volumes-"))
+
+
+def go_div(num: np.ndarray, den: np.ndarray | int) -> np.ndarray:
+    """int64 division truncating toward zero, as Go's ``/`` (numpy's ``//`` floors)."""
+    q = np.abs(num) // np.abs(den)
+    return np.where((num < 0) != (np.asarray(den) < 0), -q, q)
+
+
+# ---------------------------------------------------------------------------- args
+class ResourceSpec(PluginArgs):
+    """A resource to score and its weight; weight 0 (or unset) is defaulted to 1."""
+
+    name: str
+    weight: int = 0
+
+
+DEFAULT_RESOURCES = (("cpu", 1), ("memory", 1))
+
+
+def default_resources(resources: list[ResourceSpec]) -> list[ResourceSpec]:
+    """SetDefaults_*: an empty list means cpu and memory with weight 1; weight 0 becomes 1."""
+    if not resources:
+        return [ResourceSpec(name=n, weight=w) for n, w in DEFAULT_RESOURCES]
+    return [r if r.weight != 0 else ResourceSpec(name=r.name, weight=1) for r in resources]
+
+
+class UtilizationShapePoint(PluginArgs):
+    utilization: int
+    score: int
+
+
+class RequestedToCapacityRatioParam(PluginArgs):
+    shape: list[UtilizationShapePoint] = Field(default_factory=list)
+
+
+class ScoringStrategy(PluginArgs):
+    type: str = ""
+    resources: list[ResourceSpec] = Field(default_factory=list)
+    requested_to_capacity_ratio: RequestedToCapacityRatioParam | None = Field(
+        default=None, alias="requestedToCapacityRatio")
+
+
+def _shape_errors(shape: list[UtilizationShapePoint], path: str) -> list[str]:
+    """validateFunctionShape: at least one point, utilization strictly increasing,
+    utilization in [0, 100], score in [0, 10]."""
+    if not shape:
+        return [f"{path}: Required value: at least one point must be specified"]
+    errs = []
+    for i in range(1, len(shape)):
+        if shape[i - 1].utilization >= shape[i].utilization:
+            errs.append(f"{path}[{i}].utilization: Invalid value: {shape[i].utilization}: "
+                        "values must be sorted in increasing order")
+            break
+    for i, p in enumerate(shape):
+        if not 0 <= p.utilization <= MAX_UTILIZATION:
+            errs.append(f"{path}[{i}].utilization: Invalid value: {p.utilization}: "
+                        f"not in valid range [0, {MAX_UTILIZATION}]")
+        if not 0 <= p.score <= MAX_CUSTOM_PRIORITY_SCORE:
+            errs.append(f"{path}[{i}].score: Invalid value: {p.score}: "
+                        f"not in valid range [0, {MAX_CUSTOM_PRIORITY_SCORE}]")
+    return errs
+
+
+class NodeResourcesFitArgs(PluginArgs):
+    """KubeSchedulerConfiguration NodeResourcesFitArgs, defaulted then validated as upstream."""
+
+    ignored_resources: list[str] = Field(default_factory=list, alias="ignoredResources")
+    ignored_resource_groups: list[str] = Field(default_factory=list, alias="ignoredResourceGroups")
+    scoring_strategy: ScoringStrategy | None = Field(default=None, alias="scoringStrategy")
+
+    @model_validator(mode="after")
+    def _default_and_validate(self) -> "NodeResourcesFitArgs":
+        if self.scoring_strategy is None:
+            self.scoring_strategy = ScoringStrategy(type=LEAST_ALLOCATED)
+        s = self.scoring_strategy
+        s.resources = default_resources(s.resources)
+        errs = []
+        for i, res in enumerate(self.ignored_resources):
+            e = qualified_name_error(res)
+            if e:
+                errs.append(f"ignoredResources[{i}]: Invalid value: {res!r}: {e}")
+        for i, group in enumerate(self.ignored_resource_groups):
+            if "/" in group:
+                errs.append(f"ignoredResourceGroups[{i}]: Invalid value: {group!r}: "
+                            "resource group name can't contain '/'")
+            e = qualified_name_error(group)
+            if e:
+                errs.append(f"ignoredResourceGroups[{i}]: Invalid value: {group!r}: {e}")
+        if s.type not in SCORING_STRATEGY_TYPES:
+            errs.append(f"scoringStrategy.type: Unsupported value: {s.type!r}: supported values: "
+                        + ", ".join(f'"{t}"' for t in SCORING_STRATEGY_TYPES))
+        for i, r in enumerate(s.resources):
+            if not 0 < r.weight <= 100:
+                errs.append(f"scoringStrategy.resources[{i}].weight: Invalid value: {r.weight}: "
+                            f"resource weight of {r.name} not in valid range (0, 100]")
+        if s.type == REQUESTED_TO_CAPACITY_RATIO:
+            if s.requested_to_capacity_ratio is None:
+                errs.append("scoringStrategy.requestedToCapacityRatio: Required value: "
+                            "must be specified when type is RequestedToCapacityRatio")
+            else:
+                errs += _shape_errors(s.requested_to_capacity_ratio.shape,
+                                      "scoringStrategy.requestedToCapacityRatio.shape")
+        elif s.requested_to_capacity_ratio is not None:
+            errs.append("scoringStrategy.requestedToCapacityRatio: Forbidden: "
+                        "must be nil when type is not RequestedToCapacityRatio")
+        if errs:
+            raise ValueError("; ".join(errs))
+        return self
+
+
+# ---------------------------------------------------------------------------- scoring helpers
+def broken_linear(shape: list[tuple[int, int]], p: np.ndarray) -> np.ndarray:
+    """helper.BuildBrokenLinearFunction over an array: the first point's score at or below its
+    utilization, the last point's score above the last one, and in between the segment
+    interpolation s[i-1] + (s[i]-s[i-1]) * (p-u[i-1]) / (u[i]-u[i-1]) in Go integer math."""
+    us = np.array([u for u, _ in shape], dtype=np.int64)
+    ss = np.array([s for _, s in shape], dtype=np.int64)
+    i = np.searchsorted(us, p, side="left")  # first point with p <= utilization
+    out = np.full(p.shape, ss[-1], dtype=np.int64)
+    out[i == 0] = ss[0]
+    mid = (i > 0) & (i < len(us))
+    if mid.any():
+        j = i[mid]
+        num = (ss[j] - ss[j - 1]) * (p[mid] - us[j - 1])
+        out[mid] = ss[j - 1] + go_div(num, us[j] - us[j - 1])
+    return out
+
+
+def score_resources(kind: str, shape: list[tuple[int, int]] | None, requested: np.ndarray,
+                    allocatable: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per-node score from (resources x rows) requested/allocatable matrices. Entries with
+    allocatable 0 are skipped (no score, no weight), as every upstream scorer does."""
+    valid = allocatable > 0
+    alloc = np.where(valid, allocatable, 1)
+    w = weights[:, None]
+    if kind == LEAST_ALLOCATED:
+        s = np.where(requested > alloc, 0, (alloc - requested) * MAX_NODE_SCORE // alloc)
+    elif kind == MOST_ALLOCATED:
+        s = np.minimum(requested, alloc) * MAX_NODE_SCORE // alloc
+    else:
+        util = np.where(requested > alloc, MAX_UTILIZATION, requested * MAX_UTILIZATION // alloc)
+        s = broken_linear(shape, util)
+        valid &= s > 0  # RequestedToCapacityRatio counts only resources scoring above 0
+    num = (np.where(valid, s, 0) * w).sum(axis=0)
+    den = np.where(valid, w, 0).sum(axis=0)
+    if kind == REQUESTED_TO_CAPACITY_RATIO:
+        # int64(math.Round(num/den)): half away from zero; exact in integers since both are >= 0
+        return np.where(den > 0, (2 * num + den) // np.maximum(2 * den, 1), 0)
+    return np.where(den > 0, num // np.maximum(den, 1), 0)
+
+
+# ---------------------------------------------------------------------------- plugin
+class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+    NAME = "NodeResourcesFit"
+    Args = NodeResourcesFitArgs
+
+    _PRE_FILTER_KEY = NAME + "/preFilter"
+    _PRE_SCORE_KEY = NAME + "/preScore"
+
+    def __init__(self, args: NodeResourcesFitArgs, handle) -> None:
+        super().__init__(args, handle)
+        s = args.scoring_strategy
+        self._ignored = frozenset(args.ignored_resources)
+        self._ignored_groups = frozenset(args.ignored_resource_groups)
+        self._kind = s.type
+        self._resources = [r.name for r in s.resources]
+        self._weights = np.array([r.weight for r in s.resources], dtype=np.int64)
+        self._shape = None
+        if s.type == REQUESTED_TO_CAPACITY_RATIO:
+            scale = MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE
+            self._shape = [(p.utilization, p.score * scale) for p in s.requested_to_capacity_ratio.shape]
+
+    # ------------------------------------------------------------------ filter
+    def _checks(self, pod: PodInfo, nodes: NodeTable) -> list[tuple[int, int, str]]:
+        """(column, request, reason) for every resource the Filter compares, in upstream's order:
+        cpu, memory, ephemeral-storage, then scalar resources (sorted by name; upstream walks a
+        Go map, so its order among several failing scalar resources is unspecified)."""
+        req = pod.requests
+        checks = [(col, req.get(name, 0), f"Insufficient {name}")
+                  for col, name in ((CPU, "cpu"), (MEMORY, "memory"), (EPHEMERAL, "ephemeral-storage"))]
+        for name in sorted(req):
+            if req[name] <= 0 or not is_scalar_resource_name(name):
+                continue
+            if is_extended_resource_name(name) and (
+                    name in self._ignored or name.split("/")[0] in self._ignored_groups):
+                continue
+            checks.append((nodes.resource_column(name), req[name], f"Insufficient {name}"))
+        return [c for c in checks if c[1] > 0]
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
+        state.write(self._PRE_FILTER_KEY, self._checks(pod, nodes))
+        return Status.success(), None
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> FilterResult:
+        checks = state.read(self._PRE_FILTER_KEY)
+        if checks is None:
+            checks = self._checks(pod, nodes)
+        too_many = nodes.requested[rows, PODS] + 1 > nodes.allocatable[rows, PODS]
+        if not checks:
+            return FilterResult.from_mask(~too_many, "Too many pods")
+        cols = [c for c, _, _ in checks]
+        want = np.array([q for _, q, _ in checks], dtype=np.int64)[:, None]
+        alloc = nodes.allocatable[np.ix_(rows, cols)].T
+        used = nodes.requested[np.ix_(rows, cols)].T
+        short = want > alloc - used  # (resources x rows)
+        unresolvable = (short & (want > alloc)).any(axis=0)
+        reasons = [("Too many pods", too_many)] + [(r, short[i]) for i, (_, _, r) in enumerate(checks)]
+        failed = too_many | short.any(axis=0)
+        code = np.where(unresolvable, int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE),
+                        int(Code.UNSCHEDULABLE)).astype(np.int8)
+        return FilterResult(~failed, code, [(r, m) for r, m in reasons if m.any()])
+
+    # ------------------------------------------------------------------ score
+    def _score_requests(self, pod: PodInfo) -> list[tuple[str, int]]:
+        """The configured resources that take part in scoring, with the pod's request for each
+        (cpu/memory with the non-zero defaults). Names that can never be scored are dropped."""
+        out = []
+        for name in self._resources:
+            if name == "cpu":
+                q = pod.nonzero_cpu
+            elif name == "memory":
+                q = pod.nonzero_memory
+            else:
+                q = pod.requests.get(name, 0)
+                if name != "ephemeral-storage" and (not is_scalar_resource_name(name) or q == 0):
+                    q = None
+            out.append((name, q))
+        return out
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> Status:
+        state.write(self._PRE_SCORE_KEY, self._score_requests(pod))
+        return Status.success()
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> np.ndarray:
+        reqs = state.read(self._PRE_SCORE_KEY)
+        if reqs is None:
+            reqs = self._score_requests(pod)
+        keep = [i for i, (_, q) in enumerate(reqs) if q is not None]
+        if not keep or len(rows) == 0:
+            return np.zeros(len(rows), dtype=np.int64)
+        alloc = np.empty((len(keep), len(rows)), dtype=np.int64)
+        requested = np.empty_like(alloc)
+        for k, i in enumerate(keep):
+            name, q = reqs[i]
+            col = nodes.res_index.get(name)
+            if col is None:  # no node advertises it: allocatable 0 everywhere
+                alloc[k] = 0
+                requested[k] = q
+                continue
+            alloc[k] = nodes.allocatable[rows, col]
+            if name == "cpu":
+                requested[k] = nodes.nonzero[rows, 0] + q
+            elif name == "memory":
+                requested[k] = nodes.nonzero[rows, 1] + q
+            else:
+                requested[k] = nodes.requested[rows, col] + q
+        return score_resources(self._kind, self._shape, requested, alloc, self._weights[keep])
+
+
+PLUGIN = NodeResourcesFit

@@ -1,0 +1,43 @@
+"""Package layout promises: `operator/` is a folder, not a package; the pure core stays pure."""
+
+import ast
+import importlib
+from pathlib import Path
+
+import policy_scheduler
+
+PKG = Path(policy_scheduler.__file__).resolve().parent
+FORBIDDEN = ("kopf", "kubernetes", "aiohttp", "prometheus_api_client", "requests", "urllib", "socket", "http")
+
+
+def test_import_operator_is_the_standard_library():
+    op = importlib.import_module("operator")
+    assert hasattr(op, "itemgetter") and hasattr(op, "add")
+    assert "site-packages" not in (op.__file__ or "") and "/operator/" not in (op.__file__ or "")
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_framework_and_plugins_import_no_client_and_do_no_io():
+    files = sorted((PKG / "framework").glob("*.py")) + sorted((PKG / "plugins").glob("*.py"))
+    assert len(files) > 5
+    for f in files:
+        bad = _imports(f) & set(FORBIDDEN)
+        assert not bad, f"{f.relative_to(PKG)} imports {bad}"
+
+
+def test_plugins_do_not_reach_outside_the_core():
+    for f in sorted((PKG / "plugins").glob("*.py")):
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module:
+                assert node.module.split(".")[0] in ("framework",), f"{f.name} imports ..{node.module}"
