@@ -42,9 +42,8 @@ class AffinityTerm:
         """AffinityTerm.Matches: namespace in the set, or the namespace's labels match the selector;
         and the label selector matches the pod's labels."""
         if pod.namespace not in self.namespaces:
-            if self.namespace_selector is None or ns_labels is None:
-                return False
-            if not self.namespace_selector.matches(ns_labels):
+            # unknown namespace labels count as none (upstream matches labels.Set(nil))
+            if self.namespace_selector is None or not self.namespace_selector.matches(ns_labels or {}):
                 return False
         return self.selector.matches(pod.labels)
 

@@ -137,16 +137,12 @@ def required_mask(nodes: NodeTable, pod: PodInfo) -> np.ndarray:
 
 
 def preferred_score(nodes: NodeTable, terms: WeightedTerms, rows: np.ndarray) -> np.ndarray:
-    """Sum of the weights of ``terms`` matching each of ``rows``."""
+    """Sum of the weights of ``terms`` matching each of ``rows``. A weight-0 term adds nothing and
+    an empty term matches no node, which is upstream's dropping of such terms."""
     out = np.zeros(len(rows), dtype=np.int64)
     for weight, term in terms:
         out += weight * term_mask(nodes, term)[rows]
     return out
-
-
-def effective_preferred(terms: WeightedTerms) -> WeightedTerms:
-    """NewPreferredSchedulingTerms: terms with weight 0 or an empty preference are dropped."""
-    return tuple((w, t) for w, t in terms if w != 0 and not t.empty)
 
 
 def _parse_added_affinity(d: Mapping[str, Any]) -> tuple[NodeSelector | None, WeightedTerms]:
@@ -179,8 +175,13 @@ def _parse_added_affinity(d: Mapping[str, Any]) -> tuple[NodeSelector | None, We
         weight = p.get("weight", 0)
         if not isinstance(weight, int) or isinstance(weight, bool):
             raise SelectorError(f"{w}.weight: must be an integer")
-        preferred.append((weight, _checked_term(p.get("preference") or {}, f"{w}.preference")))
-    return required, effective_preferred(tuple(preferred))
+        pref = p.get("preference") or {}
+        if not isinstance(pref, Mapping):
+            raise SelectorError(f"{w}.preference: must be an object")
+        if weight == 0 or not (pref.get("matchExpressions") or pref.get("matchFields")):
+            continue  # NewPreferredSchedulingTerms skips these without parsing them
+        preferred.append((weight, _checked_term(pref, f"{w}.preference")))
+    return required, tuple(preferred)
 
 
 def _checked_term(d: Any, where: str) -> NodeSelectorTerm:
@@ -252,13 +253,13 @@ class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
     def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> Status:
         if not pod.preferred_node_affinity and not self.added_preferred:
             return Status.skip()
-        state.write(_PRESCORE_KEY, self.added_preferred + effective_preferred(pod.preferred_node_affinity))
+        state.write(_PRESCORE_KEY, self.added_preferred + pod.preferred_node_affinity)
         return Status.success()
 
     def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> np.ndarray:
         terms = state.read(_PRESCORE_KEY)
         if terms is None:  # PreScore did not run for this cycle
-            terms = self.added_preferred + effective_preferred(pod.preferred_node_affinity)
+            terms = self.added_preferred + pod.preferred_node_affinity
         return preferred_score(nodes, terms, rows)
 
     def normalize_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray,

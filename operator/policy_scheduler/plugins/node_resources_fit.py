@@ -68,13 +68,15 @@ def qualified_name_error(value: str) -> str | None:
         if len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix):
             return "prefix part must be a lowercase RFC 1123 subdomain"
     else:
-        return "a qualified name must consist of alphanumeric characters, '-', '_' or '.', with an optional DNS subdomain prefix and '/'"
+        return ("a qualified name must consist of alphanumeric characters, '-', '_' or '.', "
+                "with an optional DNS subdomain prefix and '/'")
     if not name:
         return "name part must be non-empty"
     if len(name) > 63:
         return "name part must be no more than 63 characters"
     if not _QUALIFIED_NAME.match(name):
-        return "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+        return ("name part must consist of alphanumeric characters, '-', '_' or '.', "
+                "and must start and end with an alphanumeric character")
     return None
 
 
@@ -263,10 +265,11 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             self._shape = [(p.utilization, p.score * scale) for p in s.requested_to_capacity_ratio.shape]
 
     # ------------------------------------------------------------------ filter
-    def _checks(self, pod: PodInfo, nodes: NodeTable) -> list[tuple[int, int, str]]:
+    def _checks(self, pod: PodInfo, nodes: NodeTable) -> list[tuple[int | None, int, str]]:
         """(column, request, reason) for every resource the Filter compares, in upstream's order:
         cpu, memory, ephemeral-storage, then scalar resources (sorted by name; upstream walks a
-        Go map, so its order among several failing scalar resources is unspecified)."""
+        Go map, so its order among several failing scalar resources is unspecified). Column
+        None: no node has the resource (allocatable 0 everywhere)."""
         req = pod.requests
         checks = [(col, req.get(name, 0), f"Insufficient {name}")
                   for col, name in ((CPU, "cpu"), (MEMORY, "memory"), (EPHEMERAL, "ephemeral-storage"))]
@@ -276,7 +279,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             if is_extended_resource_name(name) and (
                     name in self._ignored or name.split("/")[0] in self._ignored_groups):
                 continue
-            checks.append((nodes.resource_column(name), req[name], f"Insufficient {name}"))
+            checks.append((nodes.res_index.get(name), req[name], f"Insufficient {name}"))
         return [c for c in checks if c[1] > 0]
 
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
@@ -290,22 +293,27 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         too_many = nodes.requested[rows, PODS] + 1 > nodes.allocatable[rows, PODS]
         if not checks:
             return FilterResult.from_mask(~too_many, "Too many pods")
-        cols = [c for c, _, _ in checks]
-        want = np.array([q for _, q, _ in checks], dtype=np.int64)[:, None]
-        alloc = nodes.allocatable[np.ix_(rows, cols)].T
-        used = nodes.requested[np.ix_(rows, cols)].T
-        short = want > alloc - used  # (resources x rows)
-        unresolvable = (short & (want > alloc)).any(axis=0)
-        reasons = [("Too many pods", too_many)] + [(r, short[i]) for i, (_, _, r) in enumerate(checks)]
-        failed = too_many | short.any(axis=0)
+        reasons = [("Too many pods", too_many)]
+        failed = too_many.copy()
+        unresolvable = np.zeros(len(rows), dtype=bool)
+        for col, want, reason in checks:
+            if col is None:
+                alloc = used = np.zeros(len(rows), dtype=np.int64)
+            else:
+                alloc, used = nodes.allocatable[rows, col], nodes.requested[rows, col]
+            short = want > alloc - used
+            reasons.append((reason, short))
+            failed |= short
+            unresolvable |= short & (want > alloc)
         code = np.where(unresolvable, int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE),
                         int(Code.UNSCHEDULABLE)).astype(np.int8)
         return FilterResult(~failed, code, [(r, m) for r, m in reasons if m.any()])
 
     # ------------------------------------------------------------------ score
-    def _score_requests(self, pod: PodInfo) -> list[tuple[str, int]]:
-        """The configured resources that take part in scoring, with the pod's request for each
-        (cpu/memory with the non-zero defaults). Names that can never be scored are dropped."""
+    def _score_requests(self, pod: PodInfo) -> list[tuple[str, int | None]]:
+        """The pod's request for each configured resource (cpu/memory with the non-zero
+        defaults); None for a resource left out of the score (a scalar resource the pod does not
+        request, or a name that is neither cpu, memory, ephemeral-storage nor scalar)."""
         out = []
         for name in self._resources:
             if name == "cpu":

@@ -17,7 +17,7 @@ from ..framework.taints import NO_SCHEDULE, Taint, tolerated
 
 NAME = "NodeUnschedulable"
 ERR_REASON = "node(s) were unschedulable"
-UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "true", NO_SCHEDULE)
+UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", NO_SCHEDULE)
 
 
 class NodeUnschedulable(FilterPlugin):

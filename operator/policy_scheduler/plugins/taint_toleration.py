@@ -23,7 +23,8 @@ from ..framework.interface import (CycleState, FilterPlugin, FilterResult, PreSc
 from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.status import Code, Status
-from ..framework.taints import NO_EXECUTE, NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint, Toleration, first_untolerated, tolerated
+from ..framework.taints import (NO_EXECUTE, NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint, Toleration, first_untolerated,
+                                tolerated)
 
 NAME = "TaintToleration"
 ERR_REASON_UNTOLERATED = "node(s) had untolerated taint(s)"

@@ -97,7 +97,8 @@ CASES = [
     #   mean .494, std .299 -> 70; without (.857, .125, .375): std .304 -> 69 -> 50 + (50 + 70 - 69)/2 = 75
     #   node2: with (.857, .125, .125): std .345 -> 65; without (.857, .125, 0): std .378 -> 62
     #   -> 50 + 53/2 = 76
-    ("scalar resource included when the pod requests it", make_pod({"cpu": "0", "memory": "0", "nvidia.com/gpu": "1"}),
+    ("scalar resource included when the pod requests it",
+     make_pod({"cpu": "0", "memory": "0", "nvidia.com/gpu": "1"}),
      [make_node("node1", 3500, 40000, {"nvidia.com/gpu": "8"}), make_node("node2", 3500, 40000, {"nvidia.com/gpu": "8"})],
      [("node1", make_pod(cm("1000m", "2000"), {"cpu": "2000m", "memory": "3000", "nvidia.com/gpu": "3"})),
       ("node2", make_pod(cm("1000m", "2000"), cm("2000m", "3000")))],

@@ -297,6 +297,18 @@ def test_args_validation(args, fragment):
     assert fragment in str(e.value)
 
 
+def test_added_preferred_terms_with_weight_zero_or_no_requirements_are_not_parsed():
+    # upstream NewPreferredSchedulingTerms skips them before parsing, so a bad operator there is no error
+    args = {"addedAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 0, "preference": term(expr("zone", "Near", "a"))},
+        {"weight": 4, "preference": {}},
+        {"weight": 2, "preference": term(expr("zone", "In", "b"))}]}}
+    pl = plugin(args)
+    assert [w for w, _ in pl.added_preferred] == [2]
+    # only n2 (zone b) scores: raw 2 -> 100
+    assert run_score(pl, table(), make_pod()) == ([0, 2, 0, 0, 0], [0, 100, 0, 0, 0])
+
+
 def test_args_defaults_and_aliases():
     assert PLUGIN.Args.model_validate({}).added_affinity is None
     args = PLUGIN.Args.model_validate(ADDED_ZONES_AB)

@@ -256,8 +256,10 @@ FILTER_CASES = [
                          [c[1:] for c in FILTER_CASES], ids=[c[0] for c in FILTER_CASES])
 def test_filter(pod, alloc, existing, args, want):
     table = make_table([make_node("n1", alloc)], [("n1", make_pod(requests=r)) for r in existing])
+    columns = list(table.resources)
     res = run_filter(plugin(args), pod, table)
     assert verdicts(res, 1) == [want]
+    assert table.resources == columns  # the snapshot is read, never extended
 
 
 POD_LIMIT_CASES = [

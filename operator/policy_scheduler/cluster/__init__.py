@@ -1,0 +1,2 @@
+"""The only code that talks to the API server: client, caches fed by watch events, binder,
+event recorder, policy status writer."""
