@@ -84,13 +84,14 @@ def crd() -> dict[str, Any]:
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": [
                     {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
-                    {"name": "Plugins", "type": "string", "jsonPath": ".status.pluginSummary", "priority": 0},
+                    {"name": "Plugins", "type": "integer", "jsonPath": ".status.pluginCount"},
                     {"name": "Scheduled", "type": "integer", "jsonPath": ".status.scheduled"},
                     {"name": "Pending", "type": "integer", "jsonPath": ".status.pending"},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     {"name": "Reason", "type": "string", "priority": 1,
                      "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason"},
                     {"name": "Unschedulable", "type": "integer", "priority": 1, "jsonPath": ".status.unschedulable"},
+                    {"name": "Chain", "type": "string", "priority": 1, "jsonPath": ".status.pluginSummary"},
                 ],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",

@@ -75,8 +75,10 @@ class SchedulingPolicyStatus(_Model):
     observed_generation: int | None = Field(default=None, alias="observedGeneration")
     conditions: list[Condition] = Field(default_factory=list)
     plugins: list[PolicyPluginStatus] = Field(default_factory=list, description="The resolved chain.")
+    plugin_count: int | None = Field(default=None, alias="pluginCount",
+                                     description="Number of plugins in the resolved chain (PLUGINS column).")
     plugin_summary: str | None = Field(default=None, alias="pluginSummary",
-                                       description="Plugin names in chain order, for the PLUGINS column.")
+                                       description="Plugins in chain order with score weights (CHAIN column).")
     scheduled: int = Field(default=0, description="Pods bound under this policy since the operator started.")
     unschedulable: int = Field(default=0, description="Pods currently waiting because no node fits.")
     pending: int = Field(default=0, description="Pods of this policy waiting in the scheduling queue.")

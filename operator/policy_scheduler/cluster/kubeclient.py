@@ -62,16 +62,30 @@ def _data_or_file(entry: dict, key: str) -> bytes | None:
     return None
 
 
-def load_credentials(kubeconfig: str | os.PathLike | None = None, context: str | None = None) -> Credentials:
-    """Credentials from ``kubeconfig`` (else $KUBECONFIG, ~/.kube/config) or the in-cluster SA."""
+@dataclass
+class ConnectionParts:
+    """What a kubeconfig context (or the in-cluster service account) says about a connection."""
+
+    server: str
+    ca_data: bytes | None = None
+    insecure: bool = False
+    cert_data: bytes | None = None
+    key_data: bytes | None = None
+    token: str | None = None
+    token_file: Path | None = None
+    namespace: str | None = None
+
+
+def connection_parts(kubeconfig: str | os.PathLike | None = None, context: str | None = None) -> ConnectionParts:
+    """Read ``kubeconfig`` (else $KUBECONFIG, ~/.kube/config) or the in-cluster service account."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if not path and (SA_DIR / "token").exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
         host = os.environ["KUBERNETES_SERVICE_HOST"]
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         if ":" in host:
             host = f"[{host}]"
-        ctx = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-        return Credentials(f"https://{host}:{port}", ctx, token_file=SA_DIR / "token")
+        return ConnectionParts(f"https://{host}:{port}", ca_data=(SA_DIR / "ca.crt").read_bytes(),
+                               token_file=SA_DIR / "token")
     path = Path(path or "~/.kube/config").expanduser()
     try:
         cfg = yaml.safe_load(path.read_text())
@@ -84,27 +98,35 @@ def load_credentials(kubeconfig: str | os.PathLike | None = None, context: str |
     c = ctxs[ctx_name]
     cluster = {x["name"]: x["cluster"] for x in cfg.get("clusters") or []}[c["cluster"]]
     user = {x["name"]: x["user"] for x in cfg.get("users") or []}.get(c.get("user"), {}) or {}
-    server = cluster["server"].rstrip("/")
+    return ConnectionParts(
+        server=cluster["server"].rstrip("/"),
+        ca_data=_data_or_file(cluster, "certificate-authority"),
+        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+        cert_data=_data_or_file(user, "client-certificate"),
+        key_data=_data_or_file(user, "client-key"),
+        token=user.get("token"),
+        token_file=Path(user["tokenFile"]) if user.get("tokenFile") else None,
+        namespace=c.get("namespace"),
+    )
+
+
+def load_credentials(kubeconfig: str | os.PathLike | None = None, context: str | None = None) -> Credentials:
+    """Credentials (TLS context, token) for our aiohttp client."""
+    parts = connection_parts(kubeconfig, context)
     sslctx: ssl.SSLContext | bool = True
-    if server.startswith("https"):
-        if cluster.get("insecure-skip-tls-verify"):
-            sslctx = False
+    if parts.server.startswith("https"):
+        if parts.insecure:
+            sslctx = ssl.create_default_context()
+            sslctx.check_hostname = False
+            sslctx.verify_mode = ssl.CERT_NONE
         else:
-            ca = _data_or_file(cluster, "certificate-authority")
-            sslctx = ssl.create_default_context(cadata=ca.decode() if ca else None)
-        cert, key = _data_or_file(user, "client-certificate"), _data_or_file(user, "client-key")
-        if cert and key:
-            if sslctx is False:
-                sslctx = ssl.create_default_context()
-                sslctx.check_hostname = False
-                sslctx.verify_mode = ssl.CERT_NONE
+            sslctx = ssl.create_default_context(cadata=parts.ca_data.decode() if parts.ca_data else None)
+        if parts.cert_data and parts.key_data:
             with tempfile.TemporaryDirectory() as d:  # ssl wants files; they are read at once
-                (Path(d) / "c.pem").write_bytes(cert)
-                (Path(d) / "k.pem").write_bytes(key)
-                sslctx.load_cert_chain(str(Path(d) / "c.pem"), str(Path(d) / "k.pem"))  # type: ignore[union-attr]
-    token = user.get("token")
-    token_file = Path(user["tokenFile"]) if user.get("tokenFile") else None
-    return Credentials(server, sslctx, token=token, token_file=token_file)
+                (Path(d) / "c.pem").write_bytes(parts.cert_data)
+                (Path(d) / "k.pem").write_bytes(parts.key_data)
+                sslctx.load_cert_chain(str(Path(d) / "c.pem"), str(Path(d) / "k.pem"))
+    return Credentials(parts.server, sslctx, token=parts.token, token_file=parts.token_file)
 
 
 class TokenBucket:

@@ -36,8 +36,9 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -65,7 +66,8 @@ _PREFILTER_KEY = "PreFilter" + NAME
 _PRESCORE_KEY = "PreScore" + NAME
 _MAX_INT32 = 2**31 - 1
 _DO_NOT_SCHEDULE_TAINTS = (NO_SCHEDULE, NO_EXECUTE)
-_COUNT_CACHE_SIZE = 64
+_COUNT_CACHE_SIZE = 64  # (namespace, selector) count arrays kept
+_CHANGE_LOG_SIZE = 64  # generations of changed rows kept
 
 SYSTEM_DEFAULT_CONSTRAINTS = (
     SpreadConstraint(max_skew=3, topology_key=LABEL_HOSTNAME, when_unsatisfiable=SCHEDULE_ANYWAY, selector=NOTHING),
@@ -206,34 +208,73 @@ def _matcher(sel: LabelSelector):
 
 
 class _MatchCounter:
-    """Per-row counts of matching pods for a (namespace, selector), reused across cycles.
+    """Per-row counts of matching pods for a (namespace, selector), kept across cycles.
 
-    A snapshot of every row's pod objects (tuples) is taken once per table version; a cached count
-    array is brought up to date by recounting only the rows whose tuple differs from the snapshot
-    it was computed on (a row's count depends only on its pods, so moved rows are handled too).
+    A row's count depends only on the pod objects on it, so the counter keeps a snapshot (a tuple
+    of the row's PodInfo objects per row) and, whenever the table's version moves, finds the rows
+    whose pods changed and logs them as a new generation. A cached count array is brought up to
+    date by recounting only the rows logged since its generation (everything when the node set
+    changed or the log no longer reaches back).
+
+    Finding the changed rows: when every change since the last look was the binding of a new pod
+    (``NodeTable.add_pod`` of an unknown key bumps ``version`` by one and appends the key to
+    ``pod_node``; every other change bumps ``version`` without growing ``pod_node``), the rows are
+    those of the newest ``pod_node`` keys; otherwise each row's tuple is compared with the
+    snapshot (identity first, in C). The snapshot holds the objects, so a new pod can never pass
+    for an old one by reusing its memory. PodInfo objects are not modified once in the table.
     """
 
     def __init__(self) -> None:
-        self._snap_table: NodeTable | None = None
-        self._snap_version = -1
+        self._table: NodeTable | None = None
+        self._version = -1
+        self._npods = 0
         self._snap: list[tuple] = []
-        self._entries: OrderedDict[tuple[str, LabelSelector], tuple[list[tuple], np.ndarray]] = OrderedDict()
+        self._gen = 0
+        self._log: deque[tuple[int, np.ndarray | None]] = deque(maxlen=_CHANGE_LOG_SIZE)
+        self._entries: OrderedDict[tuple[str, LabelSelector], tuple[int, np.ndarray]] = OrderedDict()
 
-    def _snapshot(self, nodes: NodeTable) -> list[tuple]:
-        if self._snap_table is not nodes or self._snap_version != nodes.version:
-            self._snap = list(map(tuple, map(dict.values, nodes.pods[: nodes.n])))
-            self._snap_table, self._snap_version = nodes, nodes.version
-        return self._snap
+    def _sync(self, nodes: NodeTable) -> None:
+        if self._table is nodes and self._version == nodes.version:
+            return
+        pods, n = nodes.pods, nodes.n
+        changed: np.ndarray | None
+        if self._table is not nodes or len(self._snap) != n:
+            self._snap = list(map(tuple, map(dict.values, pods[:n])))
+            changed = None
+        else:
+            added = nodes.version - self._version
+            if 0 < added == len(nodes.pod_node) - self._npods and added <= _CHANGE_LOG_SIZE:
+                where = (nodes.index.get(nodes.pod_node[k]) for k in islice(reversed(nodes.pod_node), added))
+                changed = np.array(sorted({r for r in where if r is not None}), dtype=np.intp)
+            else:
+                changed = np.flatnonzero(np.fromiter(map(operator.ne, map(tuple, map(dict.values, pods[:n])),
+                                                         self._snap), dtype=bool, count=n))
+            for row in changed:
+                self._snap[row] = tuple(pods[row].values())
+        self._table, self._version, self._npods = nodes, nodes.version, len(nodes.pod_node)
+        self._gen += 1
+        self._log.append((self._gen, changed))
+
+    def _changed_since(self, gen: int) -> np.ndarray | None:
+        """Rows changed after generation ``gen``; None when unknown (recount everything)."""
+        if not self._log or self._log[0][0] > gen + 1:
+            return None
+        parts = []
+        for g, rows in self._log:
+            if g > gen:
+                if rows is None:
+                    return None
+                parts.append(rows)
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.intp)
 
     def counts(self, nodes: NodeTable, namespace: str, sel: LabelSelector) -> np.ndarray:
         """Per row (all rows), countPodsMatchSelector. Do not modify the result."""
-        n = nodes.n
         if sel.empty or sel.nothing:  # {} counts nothing (upstream), nil matches nothing
-            return np.zeros(n, dtype=np.int64)
-        snap = self._snapshot(nodes)
+            return np.zeros(nodes.n, dtype=np.int64)
+        self._sync(nodes)
         key = (namespace, sel)
         entry = self._entries.get(key)
-        if entry is not None and entry[0] is snap:
+        if entry is not None and entry[0] == self._gen:
             self._entries.move_to_end(key)
             return entry[1]
         match = _matcher(sel)
@@ -245,13 +286,14 @@ class _MatchCounter:
                     c += 1
             return c
 
-        if entry is not None and len(entry[0]) == n:
-            counts = entry[1].copy()
-            for row in np.flatnonzero(np.fromiter(map(operator.ne, snap, entry[0]), dtype=bool, count=n)):
-                counts[row] = count(snap[row])
+        rows = None if entry is None else self._changed_since(entry[0])
+        if rows is None:
+            counts = np.fromiter(map(count, self._snap), dtype=np.int64, count=len(self._snap))
         else:
-            counts = np.fromiter(map(count, snap), dtype=np.int64, count=n)
-        self._entries[key] = (snap, counts)
+            counts = entry[1].copy()
+            for row in rows:
+                counts[row] = count(self._snap[row])
+        self._entries[key] = (self._gen, counts)
         self._entries.move_to_end(key)
         while len(self._entries) > _COUNT_CACHE_SIZE:
             self._entries.popitem(last=False)

@@ -1,0 +1,181 @@
+"""policy-scheduler command line: run the operator, print the CRD, explain a decision."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+
+from . import SCHEDULER_NAME, __version__
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper()),
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    if level != "debug":
+        # kopf logs every handler run at INFO: one line per watch event is noise, and costs CPU
+        logging.getLogger("kopf").setLevel(logging.WARNING)
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from prometheus_client import start_http_server
+
+    from .cluster.engine import Engine
+    from .cluster.kubeclient import KubeClient, load_credentials
+    from .handlers import run_operator
+
+    _setup_logging(a.log_level)
+    try:
+        creds = load_credentials(a.kubeconfig)
+    except (RuntimeError, KeyError, ValueError) as e:
+        print(f"policy-scheduler: cannot load credentials: {e}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        client = KubeClient(creds, qps=a.qps, burst=a.burst)
+        engine = Engine(client, scheduler_name=a.scheduler_name,
+                        namespaces=set(a.namespace) if a.namespace else None,
+                        bind_concurrency=a.bind_concurrency)
+        if a.metrics_port:
+            start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.metrics.registry)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        liveness = f"http://{a.health_address}:{a.health_port}/healthz" if a.health_port else None
+        logging.getLogger("policy_scheduler").info(
+            "policy-scheduler %s starting: scheduler name %s, API %s, namespaces %s", __version__,
+            a.scheduler_name, creds.server, ",".join(a.namespace) if a.namespace else "all")
+        await run_operator(engine, kubeconfig=a.kubeconfig, liveness=liveness, stop_flag=stop)
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_crd(a: argparse.Namespace) -> int:
+    from .api.crd import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+    return 0
+
+
+def _print_decision(d: dict) -> None:
+    print(f"  policy:    {d.get('policy')}")
+    print(f"  node:      {d.get('node')}   (decided {d.get('at')})")
+    print(f"  nodes:     {d.get('nodes')} in cluster, {d.get('evaluated')} evaluated, {d.get('feasible')} feasible")
+    top = d.get("top") or []
+    if top:
+        plugins = sorted({p for t in top for p in t.get("scores", {})})
+        w = max([len("NODE")] + [len(t["node"]) for t in top])
+        print("  top nodes (weighted score per plugin):")
+        print("    " + "NODE".ljust(w) + "  TOTAL  " + "  ".join(plugins))
+        for t in top:
+            cells = "  ".join(str(t["scores"].get(p, "-")).rjust(len(p)) for p in plugins)
+            print("    " + t["node"].ljust(w) + f"  {t['total']:>5}  " + cells)
+    fails = d.get("failures") or {}
+    if fails:
+        print("  filtered out:")
+        for reason, n in fails.items():
+            print(f"    {n:>5}  {reason}")
+
+
+def cmd_explain(a: argparse.Namespace) -> int:
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+
+    from .cluster.engine import DECISION_ANNOTATION
+
+    if "/" in a.pod:
+        ns, name = a.pod.split("/", 1)
+    else:
+        ns, name = "default", a.pod
+    try:
+        api = config.new_client_from_config(a.kubeconfig) if a.kubeconfig or os.environ.get("KUBECONFIG") \
+            else (config.load_incluster_config() or client.ApiClient())
+        core = client.CoreV1Api(api)
+        pod = core.read_namespaced_pod(name, ns)
+    except ApiException as e:
+        print(f"policy-scheduler explain: cannot read pod {ns}/{name}: HTTP {e.status} {e.reason}", file=sys.stderr)
+        return 1
+    except Exception as e:  # config errors: no kubeconfig, unreachable server
+        print(f"policy-scheduler explain: {e}", file=sys.stderr)
+        return 1
+    print(f"pod {ns}/{name}: scheduler {pod.spec.scheduler_name}, node {pod.spec.node_name or '(none)'}")
+    ann = (pod.metadata.annotations or {}).get(DECISION_ANNOTATION)
+    if ann:
+        try:
+            d = json.loads(ann)
+        except ValueError:
+            print(f"  unreadable {DECISION_ANNOTATION} annotation")
+            return 1
+        if a.output == "json":
+            print(json.dumps(d, indent=2))
+        else:
+            _print_decision(d)
+        return 0
+    cond = next((c for c in (pod.status.conditions or []) if c.type == "PodScheduled"), None)
+    if cond is not None and cond.status == "False":
+        print(f"  not scheduled ({cond.reason}): {cond.message}")
+    else:
+        print("  no decision recorded by policy-scheduler for this pod")
+    evs = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    for e in sorted(evs, key=lambda e: str(e.last_timestamp or e.event_time or ""))[-5:]:
+        print(f"  event {e.type} {e.reason}: {e.message}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="policy-scheduler",
+        description="A Kubernetes scheduler whose policies are SchedulingPolicy custom resources. "
+                    "Pods with spec.schedulerName: policy-scheduler are placed by the policy named in their "
+                    "label policy-scheduler.io/policy (else the policy named 'default').")
+    p.add_argument("--version", action="version", version=f"policy-scheduler {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run the scheduler (the operator)",
+                       description="Watch nodes, pods, namespaces and SchedulingPolicies; schedule pending pods "
+                                   "of this scheduler and bind them. Install the CRD first (crds/).")
+    r.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
+                                                      "or the in-cluster service account)")
+    r.add_argument("--namespace", "-n", action="append", default=[],
+                   help="only schedule pods of this namespace (repeatable; default: all). Bound pods of every "
+                        "namespace still count against node capacity.")
+    r.add_argument("--scheduler-name", default=SCHEDULER_NAME, help="spec.schedulerName of the pods to schedule")
+    r.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    r.add_argument("--qps", type=float, default=500.0, help="client requests per second to the API server "
+                                                            "(bindings, events, status); 0 = unlimited")
+    r.add_argument("--burst", type=int, default=1000, help="client burst above --qps")
+    r.add_argument("--bind-concurrency", type=int, default=64, help="bindings in flight at once")
+    r.add_argument("--metrics-port", type=int, default=8081, help="Prometheus /metrics port (0 = off)")
+    r.add_argument("--metrics-address", default="0.0.0.0")
+    r.add_argument("--health-port", type=int, default=8080, help="liveness /healthz port (0 = off)")
+    r.add_argument("--health-address", default="0.0.0.0")
+    r.set_defaults(fn=cmd_run)
+
+    c = sub.add_parser("crd", help="print the SchedulingPolicy CRD (generated from the API models)")
+    c.set_defaults(fn=cmd_crd)
+
+    e = sub.add_parser("explain", help="why a pod went where it went (or why it did not)",
+                       description="Shows the latest decision for a pod: the chosen node, per-plugin weighted "
+                                   "scores of the top nodes, and how many nodes each filter reason removed.")
+    e.add_argument("pod", help="NAMESPACE/POD")
+    e.add_argument("--kubeconfig", default=None)
+    e.add_argument("--output", "-o", choices=("text", "json"), default="text")
+    e.set_defaults(fn=cmd_explain)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    return a.fn(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""LIST + WATCH informers for the resources the scheduler's cache is built from.
+
+A scheduler must not decide before its cache holds every bound pod and every node (upstream's
+WaitForCacheSync), or it overcommits nodes whose pods it has not seen yet. An informer LISTs
+(paginated), hands every object to the handler, sets ``synced``, then WATCHes from the list's
+resourceVersion. On 410 Gone or a broken stream it re-LISTs and reports objects that vanished
+meanwhile as DELETED, so the cache never keeps a ghost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Callable, Mapping
+
+import aiohttp
+
+from .kubeclient import ApiError, KubeClient
+
+log = logging.getLogger("policy_scheduler.informer")
+
+Handler = Callable[[str, Mapping[str, Any]], None]
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name', '')}" if ns else meta.get("name", "")
+
+
+class Gone(Exception):
+    pass
+
+
+class Informer:
+    def __init__(self, client: KubeClient, path: str, handler: Handler, name: str, *, page: int = 1000,
+                 watch_timeout: int = 300, retry: float = 1.0) -> None:
+        self.client = client
+        self.path = path
+        self.handler = handler
+        self.name = name
+        self.page = page
+        self.watch_timeout = watch_timeout
+        self.retry = retry
+        self.synced = asyncio.Event()
+        self.known: set[str] = set()
+        self.resource_version = ""
+        self.events = 0
+
+    def _deliver(self, kind: str, obj: Mapping[str, Any]) -> None:
+        try:
+            self.handler(kind, obj)
+        except Exception:  # a handler bug must not kill the watch
+            log.exception("%s informer: handler failed on %s %s", self.name, kind, object_key(obj))
+
+    async def list(self) -> None:
+        seen: set[str] = set()
+        cont = None
+        while True:
+            params: dict[str, Any] = {"limit": str(self.page)}
+            if cont:
+                params["continue"] = cont
+            body = await self.client.request("GET", self.path, params=params)
+            for item in body.get("items") or []:
+                key = object_key(item)
+                seen.add(key)
+                self._deliver("ADDED", item)
+            cont = (body.get("metadata") or {}).get("continue")
+            if not cont:
+                self.resource_version = (body.get("metadata") or {}).get("resourceVersion", "")
+                break
+        for key in self.known - seen:  # gone while we were not watching
+            ns, _, name = key.rpartition("/")
+            meta = {"name": name, **({"namespace": ns} if ns else {})}
+            self._deliver("DELETED", {"metadata": meta})
+        self.known = seen
+
+    async def watch(self) -> None:
+        params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": self.resource_version,
+                  "timeoutSeconds": str(self.watch_timeout)}
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=self.watch_timeout + 30)
+        async with self.client.session.get(self.client.creds.server + self.path, params=params, timeout=timeout,
+                                           headers=self.client.creds.auth_header()) as resp:
+            if resp.status == 410:
+                raise Gone()
+            if resp.status >= 400:
+                raise ApiError(resp.status, await resp.text(), "WATCH", self.path)
+            buf = b""
+            async for chunk in resp.content.iter_any():
+                buf += chunk
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        break
+                    line, buf = buf[:nl], buf[nl + 1:]
+                    if line.strip():
+                        self._event(json.loads(line))
+
+    def _event(self, ev: Mapping[str, Any]) -> None:
+        kind = ev.get("type")
+        obj = ev.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Gone()
+            raise ApiError(int(obj.get("code") or 500), obj, "WATCH", self.path)
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            self.resource_version = rv
+        if kind == "BOOKMARK":
+            return
+        self.events += 1
+        key = object_key(obj)
+        if kind == "DELETED":
+            self.known.discard(key)
+        else:
+            self.known.add(key)
+        self._deliver(kind, obj)
+
+    async def run(self) -> None:
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self.list()
+                    if not self.synced.is_set():
+                        log.info("%s informer synced: %d objects", self.name, len(self.known))
+                    self.synced.set()
+                    need_list = False
+                await self.watch()  # returns when the server ends the watch: resume from our version
+            except Gone:
+                log.info("%s informer: resourceVersion too old; listing again", self.name)
+                need_list = True
+            except asyncio.CancelledError:
+                raise
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+                log.warning("%s informer: %s; retrying in %.0fs", self.name, e, self.retry)
+                need_list = True
+                await asyncio.sleep(self.retry)

@@ -1,0 +1,30 @@
+"""The operator's own Prometheus metrics (names mirror kube-scheduler's, prefixed)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY = tuple(0.0005 * 2**i for i in range(16))  # 0.5 ms .. ~16 s
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.attempts = Counter("policy_scheduler_schedule_attempts", "Scheduling attempts by result.",
+                                ["result", "policy"], registry=r)
+        self.attempt_duration = Histogram("policy_scheduler_scheduling_attempt_duration_seconds",
+                                          "Time of one scheduling cycle (decision only).", ["result"],
+                                          buckets=_LATENCY, registry=r)
+        self.binding_duration = Histogram("policy_scheduler_binding_duration_seconds",
+                                          "Time of the pods/binding request.", buckets=_LATENCY, registry=r)
+        self.e2e_duration = Histogram("policy_scheduler_pod_scheduling_duration_seconds",
+                                      "From first seen pending to bound.", buckets=_LATENCY, registry=r)
+        self.bind_errors = Counter("policy_scheduler_binding_errors", "Failed bindings by HTTP status.",
+                                   ["code"], registry=r)
+        self.pending = Gauge("policy_scheduler_pending_pods", "Pods in the scheduling queue by sub-queue.",
+                             ["queue"], registry=r)
+        self.nodes = Gauge("policy_scheduler_nodes", "Nodes in the scheduler's cache.", registry=r)
+        self.policies = Gauge("policy_scheduler_policies", "SchedulingPolicies by readiness.", ["ready"], registry=r)
+        self.events_dropped = Counter("policy_scheduler_events_dropped",
+                                      "Kubernetes Events or status writes that failed.", ["kind"], registry=r)

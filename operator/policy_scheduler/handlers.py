@@ -1,0 +1,75 @@
+"""kopf wiring, and nothing else: SchedulingPolicy events in, chain rebuilds out; login; probes.
+
+Only ``on.event`` is used: it writes nothing to the watched objects (no annotations, no
+finalizers). Pods, nodes and namespaces reach the cache through the engine's own LIST+WATCH
+informers (cluster/informer.py), which give the sync point a scheduler needs before its first
+decision. The engine (informers and the scheduling loop) runs as a task started at startup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import kopf
+
+from .api.models import GROUP, PLURAL, VERSION
+from .cluster.engine import Engine
+from .cluster.kubeclient import connection_parts
+
+
+def _type(event) -> str:
+    # kopf reports the initial listing with type None: for a cache it is the same as ADDED
+    return event.get("type") or "ADDED"
+
+
+def build_registry(engine: Engine, kubeconfig: str | None = None) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    state: dict = {}
+
+    @kopf.on.login(registry=registry)
+    def login(**_):
+        # the same kubeconfig / service account as our own client (certificates or tokens)
+        p = connection_parts(kubeconfig)
+        token = p.token_file.read_text().strip() if p.token_file else p.token
+        return kopf.ConnectionInfo(server=p.server, ca_data=p.ca_data, insecure=p.insecure or None,
+                                   certificate_data=p.cert_data, private_key_data=p.key_data, token=token,
+                                   scheme="Bearer" if token else None, default_namespace=p.namespace)
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_):
+        settings.posting.enabled = False  # we post our own kube-style events
+        settings.scanning.disabled = True  # no CRD/namespace discovery: less RBAC, fixed resources
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.networking.error_backoffs = [1, 1, 2, 3, 5]
+        state["loop"] = asyncio.get_running_loop().create_task(engine.run())
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_):
+        await engine.stop()
+        task = state.get("loop")
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if engine.client is not None:
+            await engine.client.close()
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def policy_event(event, **_):
+        engine.on_policy(_type(event), event["object"])
+
+    @kopf.on.probe(id="scheduler", registry=registry)
+    async def probe(**_):
+        return {"synced": engine.synced, "nodes": engine.table.n, "queued": len(engine.queue), "bound": engine.bound_by_us,
+                "policies": sorted(engine.policies)}
+
+    return registry
+
+
+async def run_operator(engine: Engine, *, kubeconfig: str | None = None, liveness: str | None = None,
+                       stop_flag=None, ready_flag=None) -> None:
+    """Run kopf with our registry until ``stop_flag`` (or cancellation)."""
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    await kopf.operator(registry=build_registry(engine, kubeconfig), clusterwide=True, standalone=True,
+                        liveness_endpoint=liveness, stop_flag=stop_flag, ready_flag=ready_flag)
