@@ -51,3 +51,94 @@ def namespace(core, request):
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the operator under test, as a real process
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import yaml  # noqa: E402
+from kubernetes import utils  # noqa: E402
+
+from helpers import wait_for  # noqa: E402
+
+OPERATOR_LOGS = STATE / "operator-logs"
+
+
+class OperatorProcess:
+    """`policy-scheduler run` against the test cluster, with its own scheduler name and log file."""
+
+    def __init__(self, cluster, scheduler_name: str, extra: list[str] | None = None, kubeconfig: str | None = None):
+        self.cluster = cluster
+        self.scheduler_name = scheduler_name
+        self.extra = extra or []
+        self.kubeconfig = kubeconfig or str(cluster.kubeconfig_path)
+        OPERATOR_LOGS.mkdir(parents=True, exist_ok=True)
+        self.log_path = OPERATOR_LOGS / f"{scheduler_name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "OperatorProcess":
+        logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "policy_scheduler.cli", "run", "--kubeconfig", self.kubeconfig,
+             "--scheduler-name", self.scheduler_name, "--metrics-port", "0", "--health-port", "0", *self.extra],
+            stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        logf.close()
+        wait_for(lambda: "cache synced" in self.log() or self.proc.poll() is not None, 60,
+                 what=f"operator {self.scheduler_name} to sync")
+        assert self.proc.poll() is None, f"operator exited:\n{self.log()[-3000:]}"
+        return self
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, exactly like a crashed or evicted operator."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def crd(api):
+    ext = client.ApiextensionsV1Api(api)
+    manifest = yaml.safe_load((ROOT / "crds" / "schedulingpolicies.yaml").read_text())
+    try:
+        utils.create_from_dict(api, manifest)
+    except utils.FailToCreateError as e:
+        if not all(x.status == 409 for x in e.api_exceptions):
+            raise
+
+    def established():
+        c = ext.read_custom_resource_definition(manifest["metadata"]["name"])
+        return any(x.type == "Established" and x.status == "True" for x in (c.status.conditions or []))
+
+    wait_for(established, 30, what="CRD Established")
+    return manifest
+
+
+@pytest.fixture(scope="session")
+def operator(cluster, crd):
+    """The operator for scheduler name policy-scheduler, for the whole session."""
+    op = OperatorProcess(cluster, "policy-scheduler").start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture(scope="session")
+def policies(api):
+    return client.CustomObjectsApi(api)

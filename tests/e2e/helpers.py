@@ -44,3 +44,47 @@ def pod(name: str, namespace: str, cpu: str | None = "100m", memory: str | None 
                  "containers": [{"name": "c", "image": "registry.local/app:1", "resources": {"requests": req}}],
                  **spec},
     }
+
+
+GROUP, VERSION, PLURAL = "policy-scheduler.io", "v1alpha1", "schedulingpolicies"
+
+
+def apply_policy(objs, name: str, plugins: list, **spec) -> dict:
+    """Create or replace a SchedulingPolicy."""
+    from kubernetes.client.rest import ApiException
+
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SchedulingPolicy", "metadata": {"name": name},
+            "spec": {"plugins": plugins, **spec}}
+    try:
+        return objs.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        cur = objs.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        body["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+        return objs.replace_cluster_custom_object(GROUP, VERSION, PLURAL, name, body)
+
+
+def policy_status(objs, name: str) -> dict:
+    return objs.get_cluster_custom_object(GROUP, VERSION, PLURAL, name).get("status") or {}
+
+
+def ready_condition(objs, name: str) -> dict | None:
+    return next((c for c in policy_status(objs, name).get("conditions") or [] if c["type"] == "Ready"), None)
+
+
+def wait_bound(core, namespace: str, names, timeout: float = 60.0) -> dict[str, str]:
+    """Wait until every pod in ``names`` has a node; returns name -> node."""
+    names = set(names)
+
+    def check():
+        pods = core.list_namespaced_pod(namespace).items
+        got = {p.metadata.name: p.spec.node_name for p in pods if p.metadata.name in names and p.spec.node_name}
+        return got if len(got) == len(names) else None
+
+    return wait_for(check, timeout, 0.3, what=f"{len(names)} pods bound in {namespace}")
+
+
+def events_for(core, namespace: str, name: str, reason: str | None = None) -> list:
+    evs = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+    return [e for e in evs if reason is None or e.reason == reason]

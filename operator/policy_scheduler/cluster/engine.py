@@ -42,6 +42,7 @@ from ..plugins.priority_sort import PrioritySort
 from .informer import Informer
 from .kubeclient import ApiError, KubeClient
 from .metrics import Metrics
+from .workloads import WorkloadIndex
 
 log = logging.getLogger("policy_scheduler")
 
@@ -95,6 +96,9 @@ class OperatorHandle(Handle):
     def all_namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
         return self.engine.namespaces
 
+    def default_spread_selector(self, pod: PodInfo):
+        return self.engine.workloads.default_selector(pod)
+
 
 class Engine:
     def __init__(self, client: KubeClient | None, *, scheduler_name: str = SCHEDULER_NAME,
@@ -108,6 +112,7 @@ class Engine:
         self.queue = SchedulingQueue(less=PrioritySort(None, Handle()).less)
         self.policies: dict[str, PolicyState] = {}
         self.namespaces: dict[str, dict[str, str]] = {}
+        self.workloads = WorkloadIndex()
         self.handle = OperatorHandle(self)
         self.decisions: OrderedDict[str, Decision] = OrderedDict()
         self.decisions_kept = decisions_kept
@@ -274,6 +279,12 @@ class Engine:
             Informer(self.client, "/api/v1/nodes", self.on_node, "nodes"),
             Informer(self.client, "/api/v1/namespaces", self.on_namespace, "namespaces"),
             Informer(self.client, "/api/v1/pods", self.on_pod, "pods"),
+            # the Services and controllers selecting a pod drive PodTopologySpread's default constraints
+            Informer(self.client, "/api/v1/services", self.workloads.on_service, "services"),
+            Informer(self.client, "/api/v1/replicationcontrollers", self.workloads.on_replication_controller,
+                     "replicationcontrollers"),
+            Informer(self.client, "/apis/apps/v1/replicasets", self.workloads.on_replica_set, "replicasets"),
+            Informer(self.client, "/apis/apps/v1/statefulsets", self.workloads.on_stateful_set, "statefulsets"),
         ]
         for inf in self.informers:
             self._spawn(inf.run())

@@ -7,6 +7,7 @@ everything; NotIn/DoesNotExist match when the key is absent. Node selector requi
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -17,6 +18,18 @@ class SelectorError(ValueError):
 
 _SET_OPS = {"In", "NotIn", "Exists", "DoesNotExist"}
 _NODE_OPS = _SET_OPS | {"Gt", "Lt"}
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+
+
+def _parse_int64(s: str) -> int:
+    """Go's strconv.ParseInt(s, 10, 64): ASCII digits with an optional sign, within int64
+    (Python's int() would also take spaces, underscores and unbounded values)."""
+    if not _INT_RE.fullmatch(s):
+        raise ValueError(f"invalid integer {s!r}")
+    v = int(s)
+    if not -(2**63) <= v < 2**63:
+        raise ValueError(f"integer out of range {s!r}")
+    return v
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +52,8 @@ class Requirement:
             if self.key not in labels:
                 return False
             try:
-                have = int(labels[self.key])
-                want = int(self.values[0])
+                have = _parse_int64(labels[self.key])
+                want = _parse_int64(self.values[0])
             except (ValueError, IndexError):
                 return False
             return have > want if op == "Gt" else have < want

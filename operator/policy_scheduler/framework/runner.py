@@ -115,6 +115,13 @@ def _error(pod: PodInfo, nodes: NodeTable, status: Status, start: float) -> Deci
                     unschedulable_plugins=set(), duration=time.perf_counter() - start)
 
 
+def _prefilter_rejection(pod: PodInfo, st: Status, plugins: set[str], n_all: int, start: float) -> Decision:
+    """A PreFilter rejection rejects every node; its message replaces the per-node histogram."""
+    return Decision(pod.key, None, st, n_all, evaluated=0, failures={r: n_all for r in st.reasons},
+                    message=fit_error_message(n_all, {}, st.message()), unschedulable_plugins=plugins,
+                    duration=time.perf_counter() - start)
+
+
 def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Random | None = None,
                  state: CycleState | None = None) -> Decision:
     start = time.perf_counter()
@@ -139,29 +146,30 @@ def _schedule(chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleSta
     # ---------------------------------------------------------------- PreFilter
     allowed: set[str] | None = None
     narrowing: list[str] = []
+    rejected: Status | None = None  # an Unschedulable PreFilter status; later PreFilters still run
     for p in chain.pre_filter:
         st, result = p.pre_filter(state, pod, nodes)
         if st.is_skip:
             state.skip_filter.add(p.NAME)
             continue
-        if st.code == Code.ERROR:
+        if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            return _prefilter_rejection(pod, st.with_plugin(p.NAME), {p.NAME}, n_all, start)
+        if st.code == Code.UNSCHEDULABLE:
+            rejected = st.with_plugin(p.NAME)
+            continue
+        if not st.is_success:
             return _error(pod, nodes, st.with_plugin(p.NAME), start)
-        if st.is_rejected:
-            st = st.with_plugin(p.NAME)
-            return Decision(pod.key, None, st, n_all, evaluated=0,
-                            failures={r: n_all for r in st.reasons},
-                            message=fit_error_message(n_all, {}, st.message()),
-                            unschedulable_plugins={p.NAME}, duration=time.perf_counter() - start)
         if result is not None:
             narrowing.append(p.NAME)
             allowed = set(result) if allowed is None else allowed & set(result)
             if not allowed:
-                msg = (f"node(s) didn't satisfy plugin {narrowing[0]}" if len(narrowing) == 1 else
-                       f"node(s) didn't satisfy plugin(s) [{' '.join(narrowing)}] simultaneously")
+                names = sorted(narrowing)
+                msg = (f"node(s) didn't satisfy plugin {names[0]}" if len(names) == 1 else
+                       f"node(s) didn't satisfy plugin(s) [{' '.join(names)}] simultaneously")
                 st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,), p.NAME)
-                return Decision(pod.key, None, st, n_all, failures={msg: n_all},
-                                message=fit_error_message(n_all, {}, msg),
-                                unschedulable_plugins=set(narrowing), duration=time.perf_counter() - start)
+                return _prefilter_rejection(pod, st, set(narrowing), n_all, start)
+    if rejected is not None:
+        return _prefilter_rejection(pod, rejected, set(narrowing) | {rejected.plugin}, n_all, start)
 
     if allowed is None:
         candidates = np.arange(n_all, dtype=np.int64)
@@ -172,10 +180,10 @@ def _schedule(chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleSta
 
     # ---------------------------------------------------------------- Filter (sampled scan)
     filters = [p for p in chain.filter if p.NAME not in state.skip_filter]
-    need = num_feasible_nodes_to_find(chain.percentage_of_nodes_to_score, n_all)
+    m = len(candidates)
+    need = num_feasible_nodes_to_find(chain.percentage_of_nodes_to_score, m)  # upstream: len(nodes) scanned
     if not chain.score:
         need = 1
-    m = len(candidates)
     startidx = chain.next_start_node_index % m if m else 0
     order = np.roll(candidates, -startidx) if m else candidates
     failures = _Failures()
@@ -213,9 +221,9 @@ def _schedule(chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleSta
     n_failed, hist, codes, rejecting = failures.summarize(cutoff)
     processed = len(feasible) + n_failed
     chain.next_start_node_index = (chain.next_start_node_index + processed) % n_all
+    rejecting.update(narrowing)  # upstream's UnschedulablePlugins starts as the narrowing plugins
     if absent:
         hist[absent_reason] = hist.get(absent_reason, 0) + absent
-        rejecting.update(narrowing)
         codes.add(int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
 
     # ---------------------------------------------------------------- no fit: PostFilter
@@ -257,7 +265,7 @@ def _schedule(chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleSta
         if len(norm) and (norm.min() < MIN_NODE_SCORE or norm.max() > MAX_NODE_SCORE):
             bad = int(norm[(norm < MIN_NODE_SCORE) | (norm > MAX_NODE_SCORE)][0])
             return _error(pod, nodes, Status.error(
-                f"plugin {p.NAME} returns an invalid score {bad}, it should in the range of "
+                f"plugin \"{p.NAME}\" returns an invalid score {bad}, it should in the range of "
                 f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing", p.NAME), start)
         total += norm * weight
         per_plugin.append((p.NAME, norm, weight))

@@ -42,7 +42,7 @@ from itertools import islice
 from typing import Any
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..framework.interface import (CycleState, FilterPlugin, FilterResult, Handle, MAX_NODE_SCORE, PluginArgs,
                                    PreFilterPlugin, PreScorePlugin, ScorePlugin)
@@ -61,7 +61,7 @@ LABEL_ZONE = "topology.kubernetes.io/zone"
 SYSTEM_DEFAULTING = "System"
 LIST_DEFAULTING = "List"
 
-_CONSTRAINTS_KEY = NAME + "/constraints"
+_DEFAULT_SELECTOR_KEY = NAME + "/defaultSelector"
 _PREFILTER_KEY = "PreFilter" + NAME
 _PRESCORE_KEY = "PreScore" + NAME
 _MAX_INT32 = 2**31 - 1
@@ -130,6 +130,11 @@ class PodTopologySpreadArgs(PluginArgs):
     default_constraints: list[DefaultConstraint] = Field(default_factory=list, alias="defaultConstraints")
     defaulting_type: str = Field(SYSTEM_DEFAULTING, alias="defaultingType")
 
+    @field_validator("defaulting_type")
+    @classmethod
+    def _default_type(cls, v: str) -> str:
+        return v or SYSTEM_DEFAULTING  # v1 SetDefaults_PodTopologySpreadArgs: "" -> System
+
     @model_validator(mode="after")
     def _validate(self) -> "PodTopologySpreadArgs":
         errs: list[str] = []
@@ -167,8 +172,9 @@ class PodTopologySpreadArgs(PluginArgs):
 # ---------------------------------------------------------------------------------------- helpers
 
 _LN2_HI, _LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
-_L1, _L2, _L3, _L4 = 6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01, 2.222219843214978396e-01
-_L5, _L6, _L7 = 1.818357216161805012e-01, 1.531383769920937332e-01, 1.479819860511658591e-01
+_L1, _L2, _L3 = 6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01
+_L4, _L5 = 2.222219843214978396e-01, 1.818357216161805012e-01
+_L6, _L7 = 1.531383769920937332e-01, 1.479819860511658591e-01
 _HALF_SQRT2 = 7.07106781186547524401e-01
 
 
@@ -424,9 +430,9 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         defaults = self._default_hard if action == DO_NOT_SCHEDULE else self._default_soft
         if not defaults:
             return ()
-        if _CONSTRAINTS_KEY not in state:
-            state.write(_CONSTRAINTS_KEY, self.handle.default_spread_selector(pod))
-        sel = state.read(_CONSTRAINTS_KEY)
+        if _DEFAULT_SELECTOR_KEY not in state:
+            state.write(_DEFAULT_SELECTOR_KEY, self.handle.default_spread_selector(pod))
+        sel = state.read(_DEFAULT_SELECTOR_KEY)
         if sel is None or sel.empty:
             return ()
         return tuple(replace(c, selector=sel) for c in defaults)
