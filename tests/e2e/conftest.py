@@ -12,7 +12,21 @@ from kubernetes import client, config
 import localcluster
 
 ROOT = Path(__file__).resolve().parents[2]
-STATE = ROOT / ".local" / "test-cluster"
+# one control plane per test session; concurrent sessions (e.g. -n or two terminals) do not collide
+STATE = ROOT / ".local" / f"test-cluster-{os.getpid()}"
+
+
+def _reap_stale_clusters() -> None:
+    """Stop clusters left by test sessions that were killed (their pid is gone)."""
+    for d in (ROOT / ".local").glob("test-cluster-*"):
+        try:
+            owner = int(d.name.rsplit("-", 1)[1])
+        except ValueError:
+            continue
+        if owner != os.getpid() and not localcluster.pid_alive(owner):
+            localcluster.LocalCluster(d, kubeconfig_path=d / "kubeconfig").down(quiet=True)
+            import shutil
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):
@@ -24,14 +38,15 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def cluster():
     """etcd + kube-apiserver + kwok, built from pinned sources by hack/ (built here if missing)."""
+    _reap_stale_clusters()
     c = localcluster.LocalCluster(STATE, kubeconfig_path=STATE / "kubeconfig")
-    if c.state.get("procs"):
-        c.down(quiet=True)  # a previous run that was killed
     t0 = time.monotonic()
     c.up(kwok=True, quiet=True)
     print(f"\nlocal control plane up in {time.monotonic() - t0:.1f}s at {c.server}")
     yield c
     c.down(quiet=True)
+    import shutil
+    shutil.rmtree(STATE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ list order; ``disabled`` opts a plugin out of single points. Errors name the fie
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -89,11 +90,26 @@ class Chain:
         return None
 
 
+_FIELD_MSG = re.compile(r"^([A-Za-z_][\w.\[\]]*): (.*)$", re.S)
+
+
 def _pydantic_errors(prefix: str, e: ValidationError) -> list[str]:
+    """One "path: message" line per error. A validator that names a field itself ("field.sub: msg")
+    gets that field joined onto the path, so every message names the full field."""
     out = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err.get("loc", ()))
-        out.append(f"{prefix}.{loc}: {err.get('msg')}" if loc else f"{prefix}: {err.get('msg')}")
+        msg = str(err.get("msg", ""))
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        m = _FIELD_MSG.match(msg)
+        if m and err.get("type") == "value_error":
+            fld, msg = m.group(1), m.group(2)
+            if not loc or fld.startswith(loc + "."):
+                loc = fld
+            elif not (loc == fld or loc.endswith("." + fld)):
+                loc = f"{loc}.{fld}"
+        out.append(f"{prefix}.{loc}: {msg}" if loc else f"{prefix}: {msg}")
     return out
 
 
