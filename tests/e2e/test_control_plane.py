@@ -69,7 +69,7 @@ def test_crd_from_crds_dir_becomes_established(api):
 
 def test_kubectl_against_the_kubeconfig(cluster):
     kubectl = localcluster.bin_dir(build=False) / "kubectl"
-    env = {"KUBECONFIG": str(cluster.kubeconfig_path), "PATH": "/usr/bin:/bin"}
+    env = {"KUBECONFIG": str(cluster.kubeconfig_path), "PATH": "/usr/bin:/bin", "HOME": str(cluster.state_dir)}
     out = subprocess.run([str(kubectl), "get", "--raw", "/readyz"], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr

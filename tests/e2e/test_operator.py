@@ -136,7 +136,7 @@ def test_taints_and_node_affinity_under_default(core, namespace, nodes, example_
 def test_kubectl_shows_policy_columns(cluster, example_policies):
     kubectl = localcluster.bin_dir(build=False) / "kubectl"
     out = subprocess.run([str(kubectl), "get", "schedulingpolicies"], capture_output=True, text=True,
-                         env={"KUBECONFIG": str(cluster.kubeconfig_path)}, timeout=60)
+                         env={"KUBECONFIG": str(cluster.kubeconfig_path), "HOME": str(cluster.state_dir)}, timeout=60)
     assert out.returncode == 0, out.stderr
     header = out.stdout.splitlines()[0].split()
     assert header == ["NAME", "READY", "PLUGINS", "SCHEDULED", "PENDING", "AGE"]
