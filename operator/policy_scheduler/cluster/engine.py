@@ -38,6 +38,7 @@ from ..framework.podinfo import PodInfo, parse_pod
 from ..framework.queue import UNSCHEDULABLE, QueuedPodInfo, SchedulingQueue
 from ..framework.runner import Decision, schedule_one
 from ..framework.status import Code
+from ..metrics.manager import SourceManager
 from ..plugins.priority_sort import PrioritySort
 from .informer import Informer
 from .kubeclient import ApiError, KubeClient
@@ -99,12 +100,16 @@ class OperatorHandle(Handle):
     def default_spread_selector(self, pod: PodInfo):
         return self.engine.workloads.default_selector(pod)
 
+    def source(self, name: str):
+        return self.engine.sources.view(name)
+
 
 class Engine:
     def __init__(self, client: KubeClient | None, *, scheduler_name: str = SCHEDULER_NAME,
                  namespaces: set[str] | None = None, bind_concurrency: int = 64,
                  status_interval: float = 2.0, metrics: Metrics | None = None,
-                 rng: random.Random | None = None, decisions_kept: int = 20000) -> None:
+                 rng: random.Random | None = None, decisions_kept: int = 20000,
+                 sources: SourceManager | None = None) -> None:
         self.client = client
         self.scheduler_name = scheduler_name
         self.scope = namespaces  # None: every namespace
@@ -113,6 +118,7 @@ class Engine:
         self.policies: dict[str, PolicyState] = {}
         self.namespaces: dict[str, dict[str, str]] = {}
         self.workloads = WorkloadIndex()
+        self.sources = sources or SourceManager()
         self.handle = OperatorHandle(self)
         self.decisions: OrderedDict[str, Decision] = OrderedDict()
         self.decisions_kept = decisions_kept
@@ -175,10 +181,14 @@ class Engine:
 
     def on_namespace(self, event: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
+        name = meta.get("name", "")
         if event == "DELETED":
-            self.namespaces.pop(meta.get("name", ""), None)
-        else:
-            self.namespaces[meta.get("name", "")] = dict(meta.get("labels") or {})
+            self.namespaces.pop(name, None)
+            return
+        labels = dict(meta.get("labels") or {})
+        if self.namespaces.get(name) != labels:
+            self.namespaces[name] = labels
+            self._move("NamespaceChange")  # a policy's namespaceSelector may admit waiting pods now
 
     def on_pod(self, event: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
@@ -227,6 +237,7 @@ class Engine:
         name = meta.get("name", "")
         if event == "DELETED":
             st = self.policies.pop(name, None)
+            self.sources.policy_deleted(name)
             if st is not None:
                 log.info("SchedulingPolicy %s deleted; its pods wait until a policy selects them", name)
                 self._update_policy_gauge()
@@ -244,6 +255,9 @@ class Engine:
             st.namespace_selector = (None if parsed.namespace_selector is None else LabelSelector.parse(
                 parsed.namespace_selector.model_dump(by_alias=True, exclude_none=True), "spec.namespaceSelector"))
             chain = build_chain(parsed.chain_spec(), handle=self.handle)
+            problems = self.sources.policy_updated(name, parsed)
+            if problems:
+                raise ChainError(problems)
         except ValidationError as e:
             st.chain, st.errors = None, [
                 f"spec.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
@@ -305,6 +319,7 @@ class Engine:
         """Sync, then pop, decide, assume, bind asynchronously; until ``stop``."""
         if self.client is not None:
             await self.sync()
+        await self.sources.start()
         self.synced = True
         last_flush = time.monotonic()
         status_task = self._spawn(self._status_loop())
@@ -334,6 +349,7 @@ class Engine:
     async def stop(self) -> None:
         self._stopping = True
         self.wake()
+        await self.sources.stop()
         tasks = list(self._tasks)
         for t in tasks:
             if not t.done():
@@ -376,6 +392,7 @@ class Engine:
         self.metrics.attempt_duration.labels(result).observe(decision.duration)
         if decision.scheduled:
             self.table.add_pod(pod, decision.node, assumed=True)
+            self.sources.on_assumed(pod, decision.node)
             self._spawn(self._bind(qpi, st, decision))
         else:
             error = decision.status.code == Code.ERROR
@@ -410,6 +427,7 @@ class Engine:
                 self.metrics.bind_errors.labels(str(e.status)).inc()
                 if key in self.table.assumed:
                     self.table.remove_pod(key)
+                    self.sources.on_forgotten(key)
                 if e.status in (404, 409):
                     # deleted, already bound, or replaced by a new pod of that name: the watch has the truth
                     log.info("binding %s to %s not needed: %s", key, node, e)
@@ -424,6 +442,7 @@ class Engine:
                 self.metrics.bind_errors.labels("transport").inc()
                 if key in self.table.assumed:
                     self.table.remove_pod(key)
+                    self.sources.on_forgotten(key)
                 log.warning("binding %s to %s failed: %s; requeued with backoff", key, node, e)
                 self.queue.add_unschedulable(qpi, error=True)
                 self.wake()
@@ -495,9 +514,10 @@ class Engine:
                     f"{p.name}{'' if p.weight is None else f'(w={p.weight})'}" for p in st.chain.resolved))
                 if st.ready else "; ".join(st.errors),
                 "observedGeneration": st.generation}
-        return {
+        extra = self.sources.status(st.name) or {}
+        status = {
             "observedGeneration": st.generation,
-            "conditions": [cond],
+            "conditions": [cond, *extra.get("conditions", [])],
             "plugins": [{"name": p.name, "points": p.points, "weight": p.weight} for p in st.chain.resolved]
             if st.ready else [],
             "pluginCount": len(st.chain.resolved) if st.ready else 0,
@@ -508,17 +528,20 @@ class Engine:
             "pending": sum(counts.values()),
             "lastScheduledTime": st.last_scheduled_time,
         }
+        if "metrics" in extra:
+            status["metrics"] = extra["metrics"]
+        return status
 
     async def _write_policy_status(self, st: PolicyState) -> None:
         if self.client is None:
             return
         status = self.policy_status(st)
         last = st.last_written or {}
-        cond = status["conditions"][0]
-        old = next(iter(last.get("conditions") or []), None)
-        # keep lastTransitionTime unless the Ready status flips
-        cond["lastTransitionTime"] = (old.get("lastTransitionTime") if old and old.get("status") == cond["status"]
-                                      else now_rfc3339())
+        before = {c["type"]: c for c in last.get("conditions") or []}
+        for cond in status["conditions"]:  # lastTransitionTime moves only when a condition flips
+            old = before.get(cond["type"])
+            cond["lastTransitionTime"] = (old.get("lastTransitionTime") if old and old.get("status") == cond["status"]
+                                          else now_rfc3339())
         if status == last:
             st.dirty = False
             return
@@ -544,5 +567,4 @@ class Engine:
             for q, v in c.items():
                 self.metrics.pending.labels(q).set(v)
             for st in list(self.policies.values()):
-                if st.dirty or self.policy_status(st)["pending"] != (st.last_written or {}).get("pending"):
-                    await self._write_policy_status(st)
+                await self._write_policy_status(st)  # writes only what changed

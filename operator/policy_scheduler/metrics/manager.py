@@ -1,0 +1,39 @@
+"""The engine's entry point to metric sources.
+
+The engine calls these hooks; plugins never see this object, only the read-only views that
+``view`` returns through ``Handle.source`` (prepared outside the scheduling cycle).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SourceManager:
+    """Keeps one metric source per policy that needs one. This base does nothing."""
+
+    def policy_updated(self, name: str, spec: Any) -> list[str]:
+        """A policy was created or changed; returns problems to report on its status (empty: fine)."""
+        return []
+
+    def policy_deleted(self, name: str) -> None:
+        pass
+
+    def on_assumed(self, pod: Any, node: str) -> None:
+        """A pod was just placed on ``node`` (counted at an estimate until metrics cover it)."""
+
+    def on_forgotten(self, pod_key: str) -> None:
+        """An assumption was undone (bind failed)."""
+
+    def view(self, name: str) -> Any:
+        return None
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        """Freshness figures for the policy's status, or None."""
+        return None
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
