@@ -1,0 +1,358 @@
+"""The install manifests: the API server accepts them as written, and their ClusterRole is all the
+operator needs. The operator runs in this process under the manifests' ServiceAccount, with RBAC
+enforced, and must schedule, bind, record events, conditions and policy status without a 403."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import gc
+import json
+import logging
+import re
+import subprocess
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, utils
+from kubernetes.client.rest import ApiException
+
+import localcluster
+from helpers import apply_policy, events_for, node, pod, policy_status, ready_condition, wait_bound, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+SCHEDULER = "policy-scheduler-rbac"
+POLICY = "rbac-check"
+POOL_LABEL = "e2e.policy-scheduler.io/rbac-pool"
+
+
+def manifest_docs() -> list[dict]:
+    """Every object of manifests/, in the order `kubectl apply -f manifests/` creates them."""
+    return [d for f in sorted(MANIFESTS.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def the(kind: str) -> dict:
+    docs = [d for d in manifest_docs() if d["kind"] == kind]
+    assert len(docs) == 1, f"expected one {kind} in manifests/, found {len(docs)}"
+    return docs[0]
+
+
+# The API calls of `policy-scheduler run` (cluster/engine.py, cluster/informer.py, kopf on.event
+# for SchedulingPolicies): (API group, resource, verb).
+OPERATOR_CALLS = {
+    *((g, r, v) for g, r in (("", "nodes"), ("", "pods"), ("", "namespaces"), ("", "services"),
+                              ("", "replicationcontrollers"), ("apps", "replicasets"), ("apps", "statefulsets"),
+                              ("policy-scheduler.io", "schedulingpolicies"))
+      for v in ("list", "watch")),
+    ("", "pods/binding", "create"),
+    ("", "pods/status", "patch"),
+    ("events.k8s.io", "events", "create"),
+    ("policy-scheduler.io", "schedulingpolicies/status", "patch"),
+}
+
+
+@pytest.fixture(scope="module")
+def installed(api, crd):
+    """Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding and Service created for real, in
+    file order; the Deployment is left to the tests (server-side dry run only)."""
+    docs = [d for d in manifest_docs() if d["kind"] != "Deployment"]
+    for d in docs:
+        utils.create_from_dict(api, d)
+    yield docs
+    for d in reversed(docs):  # the Namespace last; without a namespace controller it stays Terminating
+        meta = d["metadata"]
+        kind = d["kind"]
+        try:
+            if kind == "Namespace":
+                client.CoreV1Api(api).delete_namespace(meta["name"])
+            elif kind == "ServiceAccount":
+                client.CoreV1Api(api).delete_namespaced_service_account(meta["name"], meta["namespace"])
+            elif kind == "Service":
+                client.CoreV1Api(api).delete_namespaced_service(meta["name"], meta["namespace"])
+            elif kind == "ClusterRole":
+                client.RbacAuthorizationV1Api(api).delete_cluster_role(meta["name"])
+            elif kind == "ClusterRoleBinding":
+                client.RbacAuthorizationV1Api(api).delete_cluster_role_binding(meta["name"])
+            else:
+                raise AssertionError(f"no cleanup for {kind}")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def test_layout_installs_in_one_go():
+    """`kubectl apply -f crds/ -f manifests/` walks the directory in name order: the Namespace
+    must come first and everything namespaced must live in it."""
+    docs = manifest_docs()
+    assert docs[0]["kind"] == "Namespace"
+    ns = docs[0]["metadata"]["name"]
+    assert ns == "policy-scheduler-system"
+    assert sorted(d["kind"] for d in docs) == sorted(
+        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"])
+    for d in docs:
+        if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+            assert d["metadata"]["namespace"] == ns, d["kind"]
+    sa, binding, dep = the("ServiceAccount"), the("ClusterRoleBinding"), the("Deployment")
+    assert binding["roleRef"]["name"] == the("ClusterRole")["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": ns}]
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_cluster_role_is_exactly_the_operators_calls():
+    granted = {(g, r, v) for rule in the("ClusterRole")["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == OPERATOR_CALLS
+    assert all("resourceNames" not in r and "nonResourceURLs" not in r for r in the("ClusterRole")["rules"])
+
+
+def test_objects_are_accepted(cluster, api, core, installed, tmp_path):
+    sa = the("ServiceAccount")
+    ns = sa["metadata"]["namespace"]
+    assert core.read_namespace(ns).metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert core.read_namespaced_service_account(sa["metadata"]["name"], ns)
+    rbac = client.RbacAuthorizationV1Api(api)
+    assert rbac.read_cluster_role(the("ClusterRole")["metadata"]["name"]).rules
+    assert rbac.read_cluster_role_binding(the("ClusterRoleBinding")["metadata"]["name"]).subjects
+
+    # the Deployment: validated and admitted by the API server, but not stored
+    dep = the("Deployment")
+    apps = client.AppsV1Api(api)
+    got = apps.create_namespaced_deployment(ns, dep, dry_run="All")
+    assert got.spec.replicas == 1 and got.spec.strategy.type == "Recreate"
+    c = got.spec.template.spec.containers[0]
+    assert c.image == "policy-scheduler:0.1.0" and c.args[:3] == ["run", "--log-level", "info"]
+    assert {p.name: p.container_port for p in c.ports} == {"health": 8080, "metrics": 8081}
+    assert c.liveness_probe.http_get.path == c.readiness_probe.http_get.path == "/healthz"
+    with pytest.raises(ApiException) as e:
+        apps.read_namespaced_deployment(dep["metadata"]["name"], ns)
+    assert e.value.status == 404
+
+    # the pod it would create passes the namespace's Pod Security "restricted" admission
+    template = dep["spec"]["template"]
+    pod_body = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
+                "metadata": {"generateName": "policy-scheduler-", "labels": template["metadata"]["labels"]}}
+    core.create_namespaced_pod(ns, pod_body, dry_run="All")
+    lax = copy.deepcopy(pod_body)  # proof that the admission check is on: a weaker pod is refused
+    del lax["spec"]["containers"][0]["securityContext"]["capabilities"]
+    with pytest.raises(ApiException) as e:
+        core.create_namespaced_pod(ns, lax, dry_run="All")
+    assert e.value.status == 403 and "PodSecurity" in e.value.body
+
+    # and the documented install command accepts the whole set as it lies in the tree
+    kubectl = localcluster.bin_dir(build=False) / "kubectl"
+    out = subprocess.run([str(kubectl), "apply", "--dry-run=server", "-f", str(ROOT / "crds"), "-f", str(MANIFESTS)],
+                         env={"KUBECONFIG": str(cluster.kubeconfig_path), "PATH": "/usr/bin:/bin",
+                              "HOME": str(tmp_path)},  # kubectl's discovery cache goes there
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1 + len(manifest_docs()) and all(ln.endswith("(server dry run)") for ln in lines), lines
+    assert f"deployment.apps/{dep['metadata']['name']} created (server dry run)" in lines
+
+
+def test_service_account_is_granted_exactly_that(api, installed):
+    """RBAC as the API server evaluates it for the ServiceAccount's identity."""
+    sa = the("ServiceAccount")["metadata"]
+    user = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
+    authz = client.AuthorizationV1Api(api)
+
+    def allowed(group: str, resource: str, verb: str) -> bool:
+        res, _, sub = resource.partition("/")
+        review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+            user=user, groups=["system:serviceaccounts", f"system:serviceaccounts:{sa['namespace']}",
+                               "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(group=group, resource=res, subresource=sub or None,
+                                                            verb=verb, namespace="default")))
+        return authz.create_subject_access_review(review).status.allowed
+
+    for call in sorted(OPERATOR_CALLS):
+        assert allowed(*call), call
+    for call in [("", "pods", "get"), ("", "pods", "delete"), ("", "pods", "patch"), ("", "nodes", "patch"),
+                 ("", "secrets", "list"), ("", "events", "create"), ("events.k8s.io", "events", "patch"),
+                 ("policy-scheduler.io", "schedulingpolicies", "patch"), ("coordination.k8s.io", "leases", "create")]:
+        assert not allowed(*call), call
+
+
+# ---------------------------------------------------------------------------------------------
+# the operator in this process, as the ServiceAccount
+
+
+class LogRecorder(logging.Handler):
+    """The operator's log lines (attached to its loggers, so it sees them before the root's handlers)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+        # kopf's records carry the operator's settings, and with them the executor of its sync
+        # handlers: pytest keeps the records it captures until the end of the test, and would keep
+        # that executor's idle thread alive after the operator stopped.
+        record.__dict__.pop("settings", None)
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+class InProcessOperator:
+    """`policy-scheduler run` on its own thread and event loop, stopped through kopf's stop flag
+    (kopf installs no signal handlers off the main thread)."""
+
+    def __init__(self, kubeconfig: Path, health_port: int) -> None:
+        from policy_scheduler.cli import build_parser
+
+        self.args = build_parser().parse_args([
+            "run", "--kubeconfig", str(kubeconfig), "--scheduler-name", SCHEDULER,
+            "--health-port", str(health_port), "--health-address", "127.0.0.1", "--metrics-port", "0"])
+        self.engine = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop_flag: asyncio.Event | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, name="policy-scheduler-rbac", daemon=True)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._run())
+        except BaseException as e:  # reported by the test, not lost in the thread
+            self.error = e
+
+    async def _run(self) -> None:
+        from policy_scheduler.cluster.engine import Engine
+        from policy_scheduler.cluster.kubeclient import KubeClient, load_credentials
+        from policy_scheduler.handlers import run_operator
+
+        a = self.args  # built exactly as cli.cmd_run builds it
+        client_ = KubeClient(load_credentials(a.kubeconfig), qps=a.qps, burst=a.burst)
+        self.engine = Engine(client_, scheduler_name=a.scheduler_name,
+                             namespaces=set(a.namespace) if a.namespace else None,
+                             bind_concurrency=a.bind_concurrency)
+        self.stop_flag = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        await run_operator(self.engine, kubeconfig=a.kubeconfig, stop_flag=self.stop_flag,
+                           liveness=f"http://{a.health_address}:{a.health_port}/healthz")
+
+    def start(self, log: LogRecorder) -> None:
+        self.thread.start()
+        try:
+            wait_for(lambda: (self.engine is not None and self.engine.synced) or not self.thread.is_alive(), 60,
+                     what="in-process operator to sync")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{log.text()[-3000:]}") from None
+        assert self.thread.is_alive(), f"operator stopped: {self.error!r}\n{log.text()[-3000:]}"
+
+    def stop(self) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.stop_flag.set)
+        self.thread.join(30)
+
+
+@pytest.fixture
+def log_recorder():
+    rec = LogRecorder()
+    loggers = [logging.getLogger(n) for n in ("policy_scheduler", "kopf")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.INFO)
+        lg.addHandler(rec)
+    yield rec
+    for lg, level in zip(loggers, levels):
+        lg.removeHandler(rec)
+        lg.setLevel(level)
+
+
+@pytest.fixture
+def sa_kubeconfig(cluster, core, installed, tmp_path) -> Path:
+    """A kubeconfig holding a TokenRequest token of the manifests' ServiceAccount."""
+    sa = the("ServiceAccount")["metadata"]
+    req = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
+    token = core.create_namespaced_service_account_token(sa["name"], sa["namespace"], req).status.token
+    path = tmp_path / "sa.kubeconfig"
+    ca = (cluster.state_dir / "pki" / "ca.crt").read_bytes()
+    path.write_text(localcluster.kubeconfig_text(cluster.server, ca, {"token": token}, name=SCHEDULER))
+    return path
+
+
+@pytest.fixture
+def rbac_nodes(core):
+    names = [f"rbac-node-{i}" for i in range(3)]
+    for n in names:
+        core.create_node(node(n, cpu="4", memory="8Gi", labels={POOL_LABEL: "yes"}))
+    yield names
+    for n in names:
+        core.delete_node(n)
+
+
+def test_operator_needs_nothing_more(core, policies, namespace, sa_kubeconfig, rbac_nodes, log_recorder):
+    apply_policy(policies, POLICY, [{"name": "NodeUnschedulable"}, {"name": "NodeAffinity", "weight": 1},
+                                    {"name": "NodeResourcesFit", "weight": 1}])
+    threads_before = set(threading.enumerate())
+    op = InProcessOperator(sa_kubeconfig, localcluster.free_port())
+    try:
+        op.start(log_recorder)
+        labels = {"policy-scheduler.io/policy": POLICY}
+        placed = [f"rbac-{i}" for i in range(3)]
+        for name in placed:
+            core.create_namespaced_pod(namespace, pod(name, namespace, scheduler=SCHEDULER, labels=labels,
+                                                      nodeSelector={POOL_LABEL: "yes"}))
+        core.create_namespaced_pod(namespace, pod("rbac-nowhere", namespace, scheduler=SCHEDULER, labels=labels,
+                                                  nodeSelector={POOL_LABEL: "no"}))
+
+        # pods/binding create (with the decision annotation the binding carries)
+        bound = wait_bound(core, namespace, placed)
+        assert set(bound.values()) <= set(rbac_nodes)
+        decision = json.loads(core.read_namespaced_pod(placed[0], namespace).metadata.annotations[
+            "policy-scheduler.io/decision"])
+        assert decision["policy"] == POLICY
+
+        # events.k8s.io events create
+        failed = wait_for(lambda: events_for(core, namespace, "rbac-nowhere", "FailedScheduling"), 30,
+                          what="FailedScheduling event")
+        assert failed[0].type == "Warning" and failed[0].reporting_component == SCHEDULER
+        assert "didn't match Pod's node affinity/selector" in failed[0].message
+        assert wait_for(lambda: events_for(core, namespace, placed[0], "Scheduled"), 30, what="Scheduled event")
+
+        # pods/status patch
+        def unschedulable_condition():
+            conds = core.read_namespaced_pod_status("rbac-nowhere", namespace).status.conditions or []
+            return next((c for c in conds if c.type == "PodScheduled"), None)
+
+        cond = wait_for(unschedulable_condition, 30, what="PodScheduled condition")
+        assert (cond.status, cond.reason) == ("False", "Unschedulable")
+
+        # schedulingpolicies list/watch (the policy was loaded) and schedulingpolicies/status patch
+        def counted():
+            st = policy_status(policies, POLICY)
+            return st.get("scheduled") == 3 and st.get("pending") == 1
+
+        wait_for(counted, 30, what="policy status: 3 scheduled, 1 pending")
+        assert ready_condition(policies, POLICY)["status"] == "True"
+
+        # the Deployment's probe path answers from the operator's event loop
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.args.health_port}/healthz", timeout=5) as r:
+            assert json.loads(r.read())["scheduler"]["synced"] is True
+    finally:
+        op.stop()
+        policies.delete_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", POLICY)
+
+    assert not op.thread.is_alive(), "operator thread did not stop"
+    assert op.error is None, repr(op.error)
+    assert op.loop.is_closed()
+    gc.collect()  # kopf's handler executor lets its worker threads go when it is collected
+    try:
+        wait_for(lambda: not (set(threading.enumerate()) - threads_before), 10, what="operator threads to end")
+    except AssertionError:
+        raise AssertionError(f"threads left behind: {set(threading.enumerate()) - threads_before}") from None
+
+    m = op.engine.metrics.registry
+    for kind in ("event", "condition", "status"):
+        assert m.get_sample_value("policy_scheduler_events_dropped_total", {"kind": kind}) in (None, 0.0), kind
+    assert not [s for s in m.collect() if s.name == "policy_scheduler_binding_errors" and s.samples]
+    denied = [ln for ln in log_recorder.lines if re.search(r"\b403\b|forbidden", ln, re.I)]
+    assert not denied, "\n".join(denied)
+    assert "cache synced" in log_recorder.text()
