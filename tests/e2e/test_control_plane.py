@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from kubernetes import client, utils
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 import localcluster
@@ -38,20 +37,11 @@ def test_nodes_with_status_and_a_pod_binding(cluster, core, namespace):
     core.delete_node("cp-node-a")
 
 
-def test_crd_from_crds_dir_becomes_established(api):
+def test_crd_from_crds_dir_becomes_established(api, crd):
+    """The `crd` fixture applies crds/schedulingpolicies.yaml and waits for Established."""
     ext = client.ApiextensionsV1Api(api)
-    manifest = yaml.safe_load((ROOT / "crds" / "schedulingpolicies.yaml").read_text())
-    try:
-        utils.create_from_dict(api, manifest)
-    except utils.FailToCreateError as e:
-        if not all(x.status == 409 for x in e.api_exceptions):
-            raise
-
-    def established():
-        crd = ext.read_custom_resource_definition(manifest["metadata"]["name"])
-        return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
-
-    wait_for(established, 30, what="CRD Established")
+    got = ext.read_custom_resource_definition(crd["metadata"]["name"])
+    assert any(c.type == "Established" and c.status == "True" for c in got.status.conditions)
     objs = client.CustomObjectsApi(api)
     objs.create_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", {
         "apiVersion": "policy-scheduler.io/v1alpha1", "kind": "SchedulingPolicy",
