@@ -33,6 +33,7 @@ from ..api.models import SchedulingPolicySpec
 from ..framework.chain import Chain, ChainError, build_chain
 from ..framework.interface import Handle
 from ..framework.labels import LabelSelector, SelectorError
+from ..framework.metricview import SOURCE as METRICS_SOURCE
 from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podinfo import PodInfo, parse_pod
 from ..framework.queue import UNSCHEDULABLE, QueuedPodInfo, SchedulingQueue
@@ -104,6 +105,17 @@ class OperatorHandle(Handle):
         return self.engine.sources.view(name)
 
 
+class PolicyHandle(OperatorHandle):
+    """The handle of one policy's plugins: ``source(metricview.SOURCE)`` is that policy's metrics."""
+
+    def __init__(self, engine: "Engine", policy: str) -> None:
+        super().__init__(engine)
+        self.policy = policy
+
+    def source(self, name: str):
+        return self.engine.sources.view(self.policy) if name == METRICS_SOURCE else None
+
+
 class Engine:
     def __init__(self, client: KubeClient | None, *, scheduler_name: str = SCHEDULER_NAME,
                  namespaces: set[str] | None = None, bind_concurrency: int = 64,
@@ -119,6 +131,7 @@ class Engine:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.workloads = WorkloadIndex()
         self.sources = sources or SourceManager()
+        self.sources.attach(lambda: self.table.names, self._move)
         self.handle = OperatorHandle(self)
         self.decisions: OrderedDict[str, Decision] = OrderedDict()
         self.decisions_kept = decisions_kept
@@ -157,8 +170,8 @@ class Engine:
             return False
         return self.scope is None or (body.get("metadata") or {}).get("namespace") in self.scope
 
-    def _move(self, event: str) -> None:
-        if self.queue.move_all_to_active_or_backoff(event):
+    def _move(self, event: str, pre_check=None) -> None:
+        if self.queue.move_all_to_active_or_backoff(event, pre_check):
             self.wake()
 
     # ------------------------------------------------------------------ watch events
@@ -208,7 +221,9 @@ class Engine:
                 old = self.table.pod(key)
                 if old is not None and old.labels == (meta.get("labels") or {}):
                     return  # a status update of a pod we already count
-            self.table.add_pod(parse_pod(body), node)  # replaces an assumption: now confirmed
+            info = parse_pod(body)
+            info.raw = None  # nothing reads a bound pod's object: do not keep managedFields & co.
+            self.table.add_pod(info, node)  # replaces an assumption: now confirmed
             return
         if not self._ours(body) or meta.get("deletionTimestamp"):
             return
@@ -254,7 +269,7 @@ class Engine:
             parsed = SchedulingPolicySpec.model_validate(spec or {})
             st.namespace_selector = (None if parsed.namespace_selector is None else LabelSelector.parse(
                 parsed.namespace_selector.model_dump(by_alias=True, exclude_none=True), "spec.namespaceSelector"))
-            chain = build_chain(parsed.chain_spec(), handle=self.handle)
+            chain = build_chain(parsed.chain_spec(), handle=PolicyHandle(self, name))
             problems = self.sources.policy_updated(name, parsed)
             if problems:
                 raise ChainError(problems)
@@ -269,6 +284,8 @@ class Engine:
             if st.chain is not None:
                 chain.next_start_node_index = st.chain.next_start_node_index
             st.chain, st.errors = chain, []
+        if not st.ready:
+            self.sources.policy_deleted(name)  # an invalid policy reads no metrics
         if st.ready:
             log.info("SchedulingPolicy %s (generation %d) is ready: %s", name, gen,
                      ", ".join(p.name for p in st.chain.resolved))
@@ -408,7 +425,8 @@ class Engine:
         return json.dumps({
             "policy": policy, "node": d.node, "nodes": d.num_all_nodes, "evaluated": d.evaluated,
             "feasible": d.feasible, "at": now_rfc3339(),
-            "top": [{"node": s.node, "total": s.total, "scores": {k: v[1] for k, v in s.plugins.items()}}
+            "top": [{"node": s.node, "total": s.total, "scores": {k: v[1] for k, v in s.plugins.items()},
+                     **({"details": s.details} if s.details else {})}
                     for s in d.top[:3]],
             "failures": dict(sorted(d.failures.items(), key=lambda kv: -kv[1])[:8]),
         }, separators=(",", ":"))

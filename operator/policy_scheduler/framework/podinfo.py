@@ -89,11 +89,12 @@ class PodInfo:
     preferred_affinity: tuple[WeightedAffinityTerm, ...] = ()
     preferred_anti_affinity: tuple[WeightedAffinityTerm, ...] = ()
     spread_constraints: tuple[SpreadConstraint, ...] = ()
-    host_ports: tuple[tuple[str, str, int], ...] = ()  # (hostIP, protocol, hostPort)
+    host_ports: tuple[tuple[str, str, int], ...] = ()  # (hostIP, protocol, hostPort), sidecars included
     images: tuple[str, ...] = ()  # normalized names of init + regular container images
     preemption_policy: str = "PreemptLowerPriority"
     nominated_node_name: str = ""
     parse_error: str | None = None
+    # the API object; kept for pods waiting to be scheduled, dropped for pods counted on a node
     raw: Mapping[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -275,7 +276,9 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
             aff.get("podAntiAffinity"), ns, "spec.affinity.podAntiAffinity")
         info.spread_constraints = _spread_constraints(spec, labels)
         ports = []
-        for c in spec.get("containers") or []:
+        # upstream GetHostPorts: restartable init containers (sidecars) first, then containers
+        sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        for c in sidecars + list(spec.get("containers") or []):
             for p in c.get("ports") or []:
                 hp = int(p.get("hostPort") or 0)
                 if hp > 0:

@@ -295,6 +295,15 @@ def test_host_ports_only_positive_with_defaults_from_regular_containers():
     assert p.host_ports == (("0.0.0.0", "TCP", 8080), ("10.0.0.1", "UDP", 53), ("0.0.0.0", "TCP", 8081))
 
 
+def test_host_ports_of_sidecars_come_first_as_upstream_get_host_ports():
+    # a restartable init container keeps running next to the app, so its host port stays taken;
+    # a plain init container's port is released before the app starts
+    p = pod({"initContainers": [c(ports=[{"containerPort": 1, "hostPort": 9999}], name="init"),
+                                c(ports=[{"containerPort": 2, "hostPort": 7000}], name="side", sidecar=True)],
+             "containers": [c(ports=[{"containerPort": 80, "hostPort": 8080}])]})
+    assert p.host_ports == (("0.0.0.0", "TCP", 7000), ("0.0.0.0", "TCP", 8080))
+
+
 @pytest.mark.parametrize("image, normalized", [
     ("nginx", "nginx:latest"),
     ("nginx:1.27", "nginx:1.27"),
