@@ -83,12 +83,14 @@ class NodeTable:
         self.used_ports: list[dict[tuple[str, str, int], int]] = []
         self.affinity_pods: list[int] = []  # per row: number of pods with any (anti)affinity
         self.anti_affinity_pods: list[int] = []  # per row: pods with required anti-affinity
+        self.pods_with_affinity: list[dict[str, PodInfo]] = []  # per row: those pods (upstream PodsWithAffinity)
         self.image_nodes: dict[str, int] = {}  # image name -> number of nodes having it
         # label index and cached masks
         self._label_index: dict[str, dict[str, set[str]]] = {}
         self._mask_cache: dict[tuple, np.ndarray] = {}
         self.version = 0  # bumps on every change
         self.node_version = 0  # bumps when the node set, labels or taints change
+        self.affinity_version = 0  # bumps when a pod with (anti)affinity is added to or removed from a node
 
     # ------------------------------------------------------------------ columns
     def _ensure_capacity(self, rows: int) -> None:
@@ -144,6 +146,7 @@ class NodeTable:
             self.used_ports.append({})
             self.affinity_pods.append(0)
             self.anti_affinity_pods.append(0)
+            self.pods_with_affinity.append({})
             self.requested[row] = 0
             self.nonzero[row] = 0
             old = None
@@ -191,17 +194,19 @@ class NodeTable:
             for arr in (self.allocatable, self.requested, self.nonzero):
                 arr[row] = arr[last]
             self.unschedulable[row] = self.unschedulable[last]
-            for lst in (self.names, self.specs, self.pods, self.used_ports, self.affinity_pods,
-                        self.anti_affinity_pods):
+            for lst in self._row_lists():
                 lst[row] = lst[last]
             self.index[self.names[row]] = row
-        for lst in (self.names, self.specs, self.pods, self.used_ports, self.affinity_pods,
-                    self.anti_affinity_pods):
+        for lst in self._row_lists():
             lst.pop()
         self.n -= 1
         self.node_version += 1
         self._mask_cache.clear()
         self.version += 1
+
+    def _row_lists(self) -> tuple[list, ...]:
+        return (self.names, self.specs, self.pods, self.used_ports, self.affinity_pods, self.anti_affinity_pods,
+                self.pods_with_affinity)
 
     def _dec_image(self, img: str) -> None:
         c = self.image_nodes.get(img, 0) - 1
@@ -304,6 +309,11 @@ class NodeTable:
                 ports.pop(p, None)
         if pod.has_affinity:
             self.affinity_pods[row] += sign
+            if sign > 0:
+                self.pods_with_affinity[row][pod.key] = pod
+            else:
+                self.pods_with_affinity[row].pop(pod.key, None)
+            self.affinity_version += 1
         if pod.has_required_anti_affinity:
             self.anti_affinity_pods[row] += sign
 

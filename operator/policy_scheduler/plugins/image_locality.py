@@ -62,12 +62,11 @@ class ImageLocality(ScorePlugin):
         total = float(nodes.n)
         sums = np.zeros(len(rows), dtype=np.int64)
         specs = nodes.specs
+        row_list = rows.tolist()
         for name, having in present:
             spread = having / total
-            sums += np.fromiter(
-                (int(float(size) * spread) if (size := specs[r].images.get(name)) is not None else 0
-                 for r in rows.tolist()),
-                dtype=np.int64, count=len(rows))
+            sizes = np.array([specs[r].images.get(name, 0) for r in row_list], dtype=np.int64)
+            sums += (sizes.astype(np.float64) * spread).astype(np.int64)  # truncates toward zero, as Go's int64()
         return calculate_priority(sums, count)
 
 

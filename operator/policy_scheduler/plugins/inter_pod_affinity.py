@@ -20,6 +20,7 @@ value; a node without the label is in no domain.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import compress
 from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping
 
@@ -75,6 +76,17 @@ class _FilterState:
     self_affine: bool  # the pod matches all of its own affinity terms
 
 
+@dataclass(slots=True)
+class _ExistingTerms:
+    """The terms of the pods already on nodes, grouped by term value: term -> {topology pair:
+    total}. Whether a term matches the incoming pod depends only on the term, so each distinct
+    term is matched once per cycle and its totals added at once, which sums exactly what upstream
+    adds pod by pod."""
+
+    anti: dict[AffinityTerm, dict[Pair, int]]  # required anti-affinity terms, +1 per pod
+    scoring: dict[AffinityTerm, dict[Pair, int]]  # the terms of _existing_scoring_terms, signed weights
+
+
 def _add(counts: dict[Pair, int], pair: Pair, value: int) -> None:
     counts[pair] = counts.get(pair, 0) + value
 
@@ -115,6 +127,34 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
     _FILTER_KEY = NAME + "/filter"
     _SCORE_KEY = NAME + "/score"
 
+    def __init__(self, args: InterPodAffinityArgs, handle) -> None:
+        super().__init__(args, handle)
+        self._terms: tuple[NodeTable, tuple[int, int], _ExistingTerms] | None = None
+
+    def _existing_terms(self, nodes: NodeTable) -> _ExistingTerms:
+        """The existing pods' terms, rebuilt only when a pod with (anti)affinity came or went or
+        node labels changed."""
+        version = (nodes.node_version, nodes.affinity_version)
+        if self._terms is not None and self._terms[0] is nodes and self._terms[1] == version:
+            return self._terms[2]
+        anti: dict[AffinityTerm, dict[Pair, int]] = {}
+        scoring: dict[AffinityTerm, dict[Pair, int]] = {}
+        hard_weight = self.args.hard_pod_affinity_weight
+        for row in compress(range(nodes.n), nodes.affinity_pods):
+            labels = nodes.specs[row].labels
+            for existing in nodes.pods_with_affinity[row].values():
+                for term in existing.required_anti_affinity:
+                    value = labels.get(term.topology_key)
+                    if value is not None:
+                        _add(anti.setdefault(term, {}), (term.topology_key, value), 1)
+                for weight, term in _existing_scoring_terms(existing, hard_weight):
+                    value = labels.get(term.topology_key)
+                    if value is not None:
+                        _add(scoring.setdefault(term, {}), (term.topology_key, value), weight)
+        terms = _ExistingTerms(anti, scoring)
+        self._terms = (nodes, version, terms)
+        return terms
+
     # ------------------------------------------------------------------ namespaces
     def _resolve(self, term: AffinityTerm) -> AffinityTerm:
         """mergeAffinityTermNamespacesIfNotEmpty: fold a non-empty namespaceSelector of the incoming
@@ -150,20 +190,13 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
     def _existing_anti_counts(self, pod: PodInfo, nodes: NodeTable) -> dict[Pair, int]:
         """getExistingAntiAffinityCounts: only nodes hosting pods with required anti-affinity."""
         counts: dict[Pair, int] = {}
-        ns_labels: Mapping[str, str] | None = None
-        for row, n_anti in enumerate(nodes.anti_affinity_pods):
-            if not n_anti:
-                continue
-            labels = nodes.specs[row].labels
-            for existing in nodes.pods[row].values():
-                for term in existing.required_anti_affinity:
-                    value = labels.get(term.topology_key)
-                    if value is None:
-                        continue
-                    if ns_labels is None:
-                        ns_labels = self._namespace_labels(pod)
-                    if term.matches(pod, ns_labels):
-                        _add(counts, (term.topology_key, value), 1)
+        anti = self._existing_terms(nodes).anti
+        if anti:
+            ns_labels = self._namespace_labels(pod)
+            for term, pairs in anti.items():
+                if term.matches(pod, ns_labels):
+                    for pair, count in pairs.items():
+                        _add(counts, pair, count)
         return counts
 
     @staticmethod
@@ -234,7 +267,8 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         +/-w for each of the pod's preferred (anti-)affinity terms E matches; +hardPodAffinityWeight
         for each of E's required affinity terms the pod matches; +/-w for each of E's preferred
         (anti-)affinity terms the pod matches. All pods are scanned when the pod has preferred
-        terms, else only pods with (anti-)affinity. Skip when nothing accumulates."""
+        terms; existing pods' terms come grouped by value (_existing_terms). Skip when nothing
+        accumulates."""
         if len(rows) == 0:
             return Status.skip()
         has_preferred = bool(pod.preferred_affinity or pod.preferred_anti_affinity)
@@ -245,26 +279,21 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         preferred = ([(wt.weight, self._resolve(wt.term)) for wt in pod.preferred_affinity]
                      + [(-wt.weight, self._resolve(wt.term)) for wt in pod.preferred_anti_affinity])
         ns_labels = self._namespace_labels(pod)
-        hard_weight = self.args.hard_pod_affinity_weight
         topology_score: dict[Pair, int] = {}
-
-        for row, n_affinity in enumerate(nodes.affinity_pods):
-            if not (has_preferred or n_affinity):
-                continue
-            labels = nodes.specs[row].labels
-            if not labels:
-                continue
-            incoming = [(w, t, labels[t.topology_key]) for w, t in preferred if t.topology_key in labels]
-            for existing in nodes.pods[row].values():
-                for weight, term, value in incoming:
-                    if term.matches(existing, _NO_LABELS):
-                        _add(topology_score, (term.topology_key, value), weight)
-                if not existing.has_affinity:
+        if has_preferred:
+            for row in range(nodes.n):
+                labels = nodes.specs[row].labels
+                incoming = [(w, t, labels[t.topology_key]) for w, t in preferred if t.topology_key in labels]
+                if not incoming:
                     continue
-                for weight, term in _existing_scoring_terms(existing, hard_weight):
-                    value = labels.get(term.topology_key)
-                    if value is not None and term.matches(pod, ns_labels):
-                        _add(topology_score, (term.topology_key, value), weight)
+                for existing in nodes.pods[row].values():
+                    for weight, term, value in incoming:
+                        if term.matches(existing, _NO_LABELS):
+                            _add(topology_score, (term.topology_key, value), weight)
+        for term, pairs in self._existing_terms(nodes).scoring.items():
+            if term.matches(pod, ns_labels):
+                for pair, weight in pairs.items():
+                    _add(topology_score, pair, weight)
         if not topology_score:
             return Status.skip()
         state.write(self._SCORE_KEY, topology_score)

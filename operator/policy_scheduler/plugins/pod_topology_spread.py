@@ -67,7 +67,7 @@ _PRESCORE_KEY = "PreScore" + NAME
 _MAX_INT32 = 2**31 - 1
 _DO_NOT_SCHEDULE_TAINTS = (NO_SCHEDULE, NO_EXECUTE)
 _COUNT_CACHE_SIZE = 64  # (namespace, selector) count arrays kept
-_CHANGE_LOG_SIZE = 64  # generations of changed rows kept
+_CHANGE_LOG_SIZE = 1024  # generations of changed rows kept (a cached count older than this is recounted)
 
 SYSTEM_DEFAULT_CONSTRAINTS = (
     SpreadConstraint(max_skew=3, topology_key=LABEL_HOSTNAME, when_unsatisfiable=SCHEDULE_ANYWAY, selector=NOTHING),
@@ -266,7 +266,7 @@ class _MatchCounter:
         if not self._log or self._log[0][0] > gen + 1:
             return None
         parts = []
-        for g, rows in self._log:
+        for g, rows in islice(self._log, gen + 1 - self._log[0][0], None):  # generations are consecutive
             if g > gen:
                 if rows is None:
                     return None
