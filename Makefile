@@ -15,6 +15,7 @@ help:
 	@echo "make cluster-down  stop it"
 	@echo "make build         build the pinned control-plane binaries (cached; see hack/versions.env)"
 	@echo "make bench-decide  decision time per pod at 1,000 and 5,000 nodes"
+	@echo "make bench         pods/s against kube-scheduler and a bare binder (BENCH_ARGS=--quick)"
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "python3 (>= 3.11) is required"; exit 1; }
@@ -54,6 +55,9 @@ crd: venv
 
 bench-decide: venv
 	$(PY) bench/decide.py
+
+bench: venv build
+	$(PY) bench/throughput.py $(BENCH_ARGS)
 
 clean: cluster-down
 	rm -rf .local $(VENV)

@@ -1,0 +1,895 @@
+#!/usr/bin/env python3
+"""Scheduling throughput and latency on the real local control plane: policy-scheduler (the
+``default`` policy) against the real kube-scheduler (its default profile) and against a bare
+binder that binds pods round-robin with no decision, the ceiling the API server allows here.
+
+Workloads, shaped like upstream's scheduler_perf (its node-default and pod-default templates:
+nodes of 4 cpu / 32Gi / 110 pods, pods requesting and limited to 100m / 500Mi; nodes spread
+over 3 zones):
+
+  SchedulingBasic     plain pods with requests                        default 1000 nodes x 5000 pods
+  NodeAffinity        pods require zone In [zone-0, zone-1]            default 1000 nodes x 5000 pods
+  TopologySpreading   zone spread, maxSkew 1, DoNotSchedule            default 1000 nodes x 5000 pods
+  PodAntiAffinity     required hostname anti-affinity within an app    default  500 nodes x 1000 pods
+                      (apps of nodes/2 pods: at most one per node)
+
+Every run (one scheduler on one workload) gets a fresh control plane (etcd + kube-apiserver in
+its own state dir under .local/bench-<time>/), plain Node objects (no kwok, so nothing else loads
+the API server; --kwok adds it), and these phases:
+
+1. Throughput. All measured pods are created first, while no scheduler runs, then the scheduler
+   process starts: this measures pure scheduling throughput, without pod creation taking CPU
+   and API server time from the scheduler (upstream's scheduler_perf also measures pods created
+   up front). The benchmark watches pods (LIST+WATCH) and notes when each one's
+   spec.nodeName appears; pods/s is the rate between the 10% and the 90% bound pod, which
+   skips the start-up (process start, cache sync) and the tail. Also reported: the start-up
+   (process start to first bind), CPU seconds of the scheduler process from its start to the
+   last bind, its CPU per pod and cores used in the measured window, and API server + etcd CPU
+   in that window, and the cores the rest of the machine used then (anything else running
+   makes every figure noisier: compare runs made on a quiet machine, or use --repeat).
+2. Latency. With the scheduler running, more pods (other apps of the same shape) are created at
+   a steady open-loop rate below saturation, and the latency of each is the time from its
+   creation to its binding, both as the benchmark's watch sees them (the ADDED event, then the
+   event that carries spec.nodeName). The rate is the same for every scheduler of a workload:
+   --latency-rate, or by default --latency-load (0.25) x the throughput of the first run, which
+   is policy-scheduler's. That is why runs go policy-scheduler, kube-scheduler, bare binder.
+   A run whose achieved rate falls below 90% of the offered one is marked saturated.
+
+Peak RSS is the scheduler process's VmHWM at the end of the run. Client limits are the same for
+all three: --qps / --burst (kube-scheduler's clientConnection, policy-scheduler's --qps/--burst,
+the binder's client); policy-scheduler and the binder bind with --bind-concurrency requests in
+flight.
+
+Checks (any failure ends the benchmark with an error and ``"ok": false``): every created pod
+ends bound; no pod's node ever changes (the API forbids rebinding); for the two schedulers no
+node holds more than its allocatable cpu, memory and pods, and the workload's constraint holds
+(zone affinity, skew <= 1 per app, at most one pod of an app per node); no pod has more than one
+Scheduled event. Also reported: Scheduled events and 'scheduled' attempts from each scheduler's
+own metrics (each should equal the pods), binding conflicts (409), and warnings or errors in
+the scheduler's log (logs are kept in the run directory).
+
+    .venv/bin/python bench/throughput.py [--quick] [--workload NAME ... | --workload all]
+        [--nodes N] [--pods M] [--schedulers policy-scheduler kube-scheduler ceiling]
+        [--qps 5000] [--burst 10000] [--bind-concurrency 64] [--latency-pods L]
+        [--latency-rate R | --latency-load F] [--repeat N] [--kwok] [--operator-arg=--flag=value]
+
+--quick runs 200 nodes x 2000 pods (PodAntiAffinity 100 x 500) and 300 latency pods: under
+a minute per workload. --repeat N runs every scheduler N times, interleaved, and reports the
+run with the median pods/s. Tables go to stdout, progress to stderr; the last line of stdout
+is one JSON object with every figure and the ratios of pods/s policy-scheduler /
+kube-scheduler and policy-scheduler / ceiling, also saved as result.json in the run directory
+next to each run's logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import logging
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+from bisect import bisect_left
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import aiohttp
+import yaml
+
+from policy_scheduler.cluster.informer import Informer
+from policy_scheduler.cluster.kubeclient import ApiError, KubeClient, load_credentials
+from policy_scheduler.framework.quantity import to_int
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "hack"))
+import localcluster  # noqa: E402
+
+OURS, KUBE, CEILING = "policy-scheduler", "kube-scheduler", "ceiling"
+SCHEDULERS = (OURS, KUBE, CEILING)  # run order: the first run sets the latency phase's rate
+SCHEDULER_NAME = {OURS: "policy-scheduler", KUBE: "default-scheduler", CEILING: "bench-binder"}
+LABEL = {OURS: "policy-scheduler", KUBE: "kube-scheduler", CEILING: "bare binder (ceiling)"}
+NAMESPACE = "bench"
+ZONE, HOSTNAME = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
+NODE_CPU, NODE_MEM, NODE_PODS = "4", "32Gi", "110"  # scheduler_perf's node-default.yaml
+POD_CPU, POD_MEM = "100m", "500Mi"  # scheduler_perf's pod-default.yaml
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def progress(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------ workloads
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    nodes: int
+    pods: int
+    quick_nodes: int
+    quick_pods: int
+    zones: int = 3
+
+    def node(self, i: int, kwok: bool) -> dict:
+        name = f"node-{i:05d}"
+        alloc = {"cpu": NODE_CPU, "memory": NODE_MEM, "pods": NODE_PODS}
+        status: dict[str, Any] = {"capacity": alloc, "allocatable": alloc}
+        if not kwok:  # kwok's node-initialize stage fills in the conditions of the nodes it manages
+            status["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                     "message": "plain Node object"}]
+        return {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {HOSTNAME: name, ZONE: f"zone-{i % self.zones}"},
+                             "annotations": {localcluster.KWOK_NODE_ANNOTATION: "fake"} if kwok else {}},
+                "status": status}
+
+    def app(self, phase: str, i: int, nodes: int) -> str:
+        if self.name == "PodAntiAffinity":
+            return f"{phase}-anti-{i // max(1, nodes // 2)}"
+        return f"{phase}-app"
+
+    def pod(self, phase: str, i: int, scheduler_name: str, nodes: int) -> dict:
+        app = self.app(phase, i, nodes)
+        spec: dict[str, Any] = {
+            "schedulerName": scheduler_name,
+            "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10", "ports": [{"containerPort": 80}],
+                            "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEM},
+                                          "limits": {"cpu": POD_CPU, "memory": POD_MEM}}}],
+        }
+        if self.name == "NodeAffinity":
+            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": ZONE, "operator": "In", "values": self.affinity_zones()}]}]}}}
+        elif self.name == "TopologySpreading":
+            spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": ZONE,
+                                                  "whenUnsatisfiable": "DoNotSchedule",
+                                                  "labelSelector": {"matchLabels": {"app": app}}}]
+        elif self.name == "PodAntiAffinity":
+            spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": HOSTNAME}]}}
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"{phase}-{i:06d}", "namespace": NAMESPACE, "labels": {"app": app}},
+                "spec": spec}
+
+    def affinity_zones(self) -> list[str]:
+        return [f"zone-{z}" for z in range(max(1, self.zones - 1))]
+
+    def violations(self, pods: list[dict], nodes: dict[str, dict]) -> list[str]:
+        """Capacity on every node, and the workload's own constraint."""
+        out: list[str] = []
+        used: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for p in pods:
+            node = p["spec"].get("nodeName")
+            if not node:
+                continue
+            req = p["spec"]["containers"][0]["resources"]["requests"]
+            u = used[node]
+            u[0] += to_int(req["cpu"], milli=True)
+            u[1] += to_int(req["memory"])
+            u[2] += 1
+        for node, (cpu, mem, count) in used.items():
+            alloc = nodes[node]["status"]["allocatable"]
+            cap = (to_int(alloc["cpu"], milli=True), to_int(alloc["memory"]), to_int(alloc["pods"]))
+            if cpu > cap[0] or mem > cap[1] or count > cap[2]:
+                out.append(f"node {node} over allocatable: {cpu}m cpu, {mem} memory, {count} pods > {cap}")
+        zone = {n: b["metadata"]["labels"][ZONE] for n, b in nodes.items()}
+        by_app: dict[str, list[str]] = defaultdict(list)
+        for p in pods:
+            if p["spec"].get("nodeName"):
+                by_app[p["metadata"]["labels"]["app"]].append(p["spec"]["nodeName"])
+        if self.name == "NodeAffinity":
+            allowed = set(self.affinity_zones())
+            out += [f"pod {p['metadata']['name']} on {p['spec']['nodeName']} in {zone[p['spec']['nodeName']]}, "
+                    f"outside its required zones" for p in pods
+                    if p["spec"].get("nodeName") and zone[p["spec"]["nodeName"]] not in allowed]
+        elif self.name == "TopologySpreading":
+            for app, placed in by_app.items():
+                counts = Counter(zone[n] for n in placed)
+                per_zone = [counts.get(f"zone-{z}", 0) for z in range(self.zones)]
+                if max(per_zone) - min(per_zone) > 1:
+                    out.append(f"app {app}: zone skew {max(per_zone) - min(per_zone)} > 1 ({per_zone})")
+        elif self.name == "PodAntiAffinity":
+            for app, placed in by_app.items():
+                out += [f"app {app}: {c} pods on node {n}" for n, c in Counter(placed).items() if c > 1]
+        return out
+
+
+WORKLOADS = {w.name: w for w in (
+    Workload("SchedulingBasic", 1000, 5000, 200, 2000),
+    Workload("NodeAffinity", 1000, 5000, 200, 2000),
+    Workload("TopologySpreading", 1000, 5000, 200, 2000),
+    Workload("PodAntiAffinity", 500, 1000, 100, 500),
+)}
+
+
+# ------------------------------------------------------------------------------------ processes
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine spent busy (all processes), from /proc/stat."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / TICK
+
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Sampler:
+    """CPU seconds of some processes every ``interval``, to read any window afterwards."""
+
+    def __init__(self, pids: dict[str, int], interval: float = 0.1) -> None:
+        self.pids = pids
+        self.interval = interval
+        self.times: list[float] = []
+        self.values: list[dict[str, float]] = []
+
+    def sample(self) -> None:
+        row = {}
+        for name, pid in self.pids.items():
+            try:
+                row[name] = cpu_seconds(pid)
+            except (OSError, IndexError, ValueError):
+                row[name] = self.values[-1].get(name, 0.0) if self.values else 0.0
+        row["machine"] = machine_busy_seconds()
+        self.times.append(time.monotonic())
+        self.values.append(row)
+
+    async def run(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(self.interval)
+
+    def at(self, t: float) -> dict[str, float]:
+        """Linear interpolation between the samples around ``t``."""
+        i = bisect_left(self.times, t)
+        if i <= 0:
+            return self.values[0]
+        if i >= len(self.times):
+            return self.values[-1]
+        t0, t1 = self.times[i - 1], self.times[i]
+        w = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
+        a, b = self.values[i - 1], self.values[i]
+        return {k: a.get(k, 0.0) + w * (b[k] - a.get(k, 0.0)) for k in b}
+
+    def between(self, t0: float, t1: float) -> dict[str, float]:
+        a, b = self.at(t0), self.at(t1)
+        return {k: b[k] - a.get(k, 0.0) for k in b}
+
+
+# ------------------------------------------------------------------------------------ pod watch
+class PodWatch:
+    """LIST+WATCH of the benchmark namespace's pods: when each was first seen and first bound."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.added: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.node: dict[str, str] = {}
+        self.rebound: list[str] = []
+        self.informer = Informer(client, f"/api/v1/namespaces/{NAMESPACE}/pods", self.on_pod, "bench-pods")
+
+    def on_pod(self, kind: str, obj: dict) -> None:
+        if kind == "DELETED":
+            return
+        t = time.monotonic()
+        name = obj["metadata"]["name"]
+        self.added.setdefault(name, t)
+        node = (obj.get("spec") or {}).get("nodeName")
+        if node:
+            prev = self.node.get(name)
+            if prev is None:
+                self.node[name] = node
+                self.bound[name] = t
+            elif prev != node:
+                self.rebound.append(f"{name}: {prev} -> {node}")
+
+    def count(self, names: list[str], table: dict[str, Any]) -> int:
+        return sum(1 for n in names if n in table)
+
+
+async def wait_until(cond: Callable[[], bool], what: str, stall: float, progress_of: Callable[[], int],
+                     alive: Callable[[], str | None] = lambda: None) -> None:
+    """Poll ``cond``; fail when ``progress_of`` stops moving for ``stall`` seconds or ``alive`` says why."""
+    last, last_t = progress_of(), time.monotonic()
+    while not cond():
+        await asyncio.sleep(0.05)
+        why = alive()
+        if why:
+            raise BenchError(f"{what}: {why}")
+        cur = progress_of()
+        if cur != last:
+            last, last_t = cur, time.monotonic()
+        elif time.monotonic() - last_t > stall:
+            raise BenchError(f"{what}: no progress for {stall:.0f}s ({cur} pods)")
+
+
+# ------------------------------------------------------------------------------------ API helpers
+async def create_all(client: KubeClient, path: str, bodies: list[dict], concurrency: int) -> None:
+    it = iter(bodies)
+
+    async def worker() -> None:
+        for body in it:
+            await client.post(path, body)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def create_paced(client: KubeClient, path: str, bodies: list[dict], rate: float) -> None:
+    """Open loop: body i is sent at start + i / rate, whatever the answers take."""
+    start = time.monotonic()
+    tasks = []
+    for i, body in enumerate(bodies):
+        delay = start + i / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(client.post(path, body)))
+    await asyncio.gather(*tasks)
+
+
+async def list_all(client: KubeClient, path: str) -> list[dict]:
+    items, cont = [], None
+    while True:
+        params = {"limit": "1000", **({"continue": cont} if cont else {})}
+        body = await client.request("GET", path, params=params)
+        items += body.get("items") or []
+        cont = (body.get("metadata") or {}).get("continue")
+        if not cont:
+            return items
+
+
+async def scheduled_events(client: KubeClient, expected: int, quiet: float = 3.0) -> list[dict]:
+    """The namespace's Scheduled events, once there are ``expected`` or no more arrive for ``quiet`` s."""
+    last, since = -1, time.monotonic()
+    while True:
+        events = [e for e in await list_all(client, f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")
+                  if e.get("reason") == "Scheduled"]
+        if len(events) != last:
+            last, since = len(events), time.monotonic()
+        if len(events) >= expected or time.monotonic() - since >= quiet:
+            return events
+        await asyncio.sleep(0.5)
+
+
+async def install_policy(client: KubeClient) -> None:
+    crd = yaml.safe_load((ROOT / "crds" / "schedulingpolicies.yaml").read_text())
+    await client.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+    policy = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
+    deadline = time.monotonic() + 30
+    while True:
+        conds = ((await client.get(path)).get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
+            try:
+                await client.post("/apis/policy-scheduler.io/v1alpha1/schedulingpolicies", policy)
+                return
+            except ApiError as e:  # the new resource's endpoint can lag Established briefly
+                if e.status != 404 or time.monotonic() > deadline:
+                    raise
+        if time.monotonic() > deadline:
+            raise BenchError("the SchedulingPolicy CRD was not Established after 30s")
+        await asyncio.sleep(0.2)
+
+
+async def scrape(url: str, ssl_ctx: ssl.SSLContext | bool) -> str:
+    try:
+        async with aiohttp.ClientSession() as s, s.get(url, ssl=ssl_ctx, timeout=aiohttp.ClientTimeout(10)) as r:
+            return await r.text() if r.status == 200 else ""
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        return ""
+
+
+def metric_sum(text: str, name: str, **labels: str) -> int | None:
+    """Sum of a Prometheus metric's samples whose labels include ``labels`` (None if absent)."""
+    total, found = 0.0, False
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if all(w in line for w in want):
+                total += float(line.rsplit(" ", 1)[1])
+                found = True
+    return int(total) if found else None
+
+
+# ------------------------------------------------------------------------------------ schedulers
+@dataclass
+class Proc:
+    """A running scheduler process: its pid, log, how to read its metrics and how to stop it."""
+
+    pid: int
+    log: Path
+    stop: Callable[[], None]
+    metrics_url: str = ""
+    metric: str = ""
+
+    def exited(self) -> str | None:
+        if localcluster.pid_alive(self.pid):
+            return None
+        return f"the scheduler process exited. Last lines of {self.log}:\n{localcluster.tail(self.log, 30)}"
+
+
+def start_popen(args: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "ab") as f:
+        return subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+def terminate(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+
+async def start_scheduler(which: str, cluster: localcluster.LocalCluster, run_dir: Path,
+                          a: argparse.Namespace) -> Proc:
+    kc = str(cluster.admin_kubeconfig)
+    if which == KUBE:
+        await asyncio.to_thread(cluster.start_scheduler, a.qps, a.burst)
+        info = cluster.state["procs"]["kube-scheduler"]
+        cmdline = Path(f"/proc/{info['pid']}/cmdline").read_bytes().decode().split("\0")
+        port = next(x.split("=", 1)[1] for x in cmdline if x.startswith("--secure-port="))
+        return Proc(info["pid"], Path(info["log"]), lambda: cluster.stop("kube-scheduler"),
+                    f"https://127.0.0.1:{port}/metrics", "scheduler_schedule_attempts_total")
+    if which == OURS:
+        port = localcluster.free_port()
+        args = [sys.executable, "-m", "policy_scheduler.cli", "run", "--kubeconfig", kc, "--qps", str(a.qps),
+                "--burst", str(a.burst), "--bind-concurrency", str(a.bind_concurrency),
+                "--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--health-port", "0",
+                *a.operator_arg]
+        p = start_popen(args, run_dir / "policy-scheduler.log")
+        return Proc(p.pid, run_dir / "policy-scheduler.log", lambda: terminate(p),
+                    f"http://127.0.0.1:{port}/metrics", "policy_scheduler_schedule_attempts_total")
+    args = [sys.executable, str(Path(__file__).resolve()), "binder", "--kubeconfig", kc, "--qps", str(a.qps),
+            "--burst", str(a.burst), "--concurrency", str(a.bind_concurrency)]
+    p = start_popen(args, run_dir / "binder.log")
+    return Proc(p.pid, run_dir / "binder.log", lambda: terminate(p))
+
+
+def log_findings(which: str, log: Path) -> dict[str, Any]:
+    """Warnings, errors and binding conflicts in a scheduler's log."""
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    if which == OURS:
+        bad = [x for x in lines if " WARNING " in x or " ERROR " in x or "Traceback" in x]
+        conflicts = sum(1 for x in lines if "not needed" in x and "HTTP 409" in x)
+    elif which == KUBE:
+        bad = [x for x in lines if x[:1] in ("E", "W") and x[1:5].isdigit()]  # klog severity prefix
+        conflicts = sum(1 for x in lines if "already assigned" in x)
+    else:
+        summary = next((json.loads(x) for x in reversed(lines) if x.startswith("{")), {})
+        bad = [x for x in lines if x.startswith("bind error")]
+        conflicts = summary.get("conflicts", 0)
+    return {"warnings_or_errors": len(bad), "first": bad[:5], "bind_conflicts": conflicts}
+
+
+# ------------------------------------------------------------------------------------ one run
+def percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))] if s else float("nan")
+
+
+def throughput_figures(bound_t: list[float], t_start: float, sampler: Sampler) -> dict[str, Any]:
+    """pods/s between the 10% and the 90% bound pod, and CPU of the processes in that window."""
+    n = len(bound_t)
+    lo, hi = int(0.1 * (n - 1)), max(1, int(0.9 * (n - 1)))
+    t10, t90, t_last = bound_t[lo], bound_t[hi], bound_t[-1]
+    window = max(t90 - t10, 1e-6)
+    cpu = sampler.between(t10, t90)
+    cores = {k: round(v / window, 2) for k, v in cpu.items()}
+    per_second = [0] * (int(t_last - t_start) + 1)
+    for t in bound_t:
+        per_second[int(t - t_start)] += 1
+    return {
+        "pods_per_s": round((hi - lo) / window, 1), "pods_per_s_overall": round(n / (t_last - t_start), 1),
+        "startup_s": round(bound_t[0] - t_start, 2), "makespan_s": round(t_last - t_start, 2),
+        "cpu_s": round(sampler.between(t_start, t_last)["scheduler"], 2),
+        "cpu_ms_per_pod": round(1000 * cpu["scheduler"] / (hi - lo), 3),
+        "cpu_cores_in_window": cores["scheduler"], "apiserver_cores_in_window": cores["apiserver"],
+        "etcd_cores_in_window": cores["etcd"], "bench_cores_in_window": cores["bench"],
+        # everything else on the machine: other users of the cores make every figure noisier
+        "other_cores_in_window": round(max(0.0, cpu["machine"] - sum(
+            cpu[k] for k in ("scheduler", "apiserver", "etcd", "bench"))) / window, 2),
+        "bound_per_second": per_second,
+    }
+
+
+def latency_figures(added: list[float], bound: list[float], rate: float) -> dict[str, Any]:
+    """Creation-to-bound latency at a steady offered ``rate``; the worst per second of creation
+    shows stalls and when they happen."""
+    lats = [1000 * (b - a) for a, b in zip(added, bound)]
+    span = max(bound) - min(added)
+    achieved = len(lats) / span if span > 0 else float("inf")
+    worst = [0.0] * (int(max(added) - min(added)) + 1)
+    for a, ms in zip(added, lats):
+        i = int(a - min(added))
+        worst[i] = max(worst[i], round(ms, 1))
+    return {"rate": rate, "pods": len(lats), "p50_ms": round(percentile(lats, 50), 1),
+            "p99_ms": round(percentile(lats, 99), 1), "max_ms": round(max(lats), 1),
+            "achieved_rate": round(achieved, 1), "saturated": achieved < 0.9 * rate, "max_ms_per_second": worst}
+
+
+@dataclass
+class RunPlan:
+    workload: Workload
+    nodes: int
+    pods: int
+    latency_pods: int
+    latency_rate: float | None  # None: set from this run's throughput
+    run_dir: Path
+
+
+async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster, a: argparse.Namespace) -> dict:
+    wl = plan.workload
+    creds = load_credentials(cluster.admin_kubeconfig)
+    client = KubeClient(creds, qps=0, burst=1, timeout=120, user_agent="bench")
+    tasks: list[asyncio.Task] = []
+    proc: Proc | None = None
+    try:
+        await client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": NAMESPACE}})
+        nodes = {b["metadata"]["name"]: b for b in (wl.node(i, a.kwok) for i in range(plan.nodes))}
+        await create_all(client, "/api/v1/nodes", list(nodes.values()), 32)
+        if which == OURS:
+            await install_policy(client)
+        watch = PodWatch(client)
+        tasks.append(asyncio.create_task(watch.informer.run()))
+        await asyncio.wait_for(watch.informer.synced.wait(), 30)
+
+        sched_name = SCHEDULER_NAME[which]
+        pod_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        names = [f"t-{i:06d}" for i in range(plan.pods)]
+        t0 = time.monotonic()
+        await create_all(client, pod_path, [wl.pod("t", i, sched_name, plan.nodes) for i in range(plan.pods)],
+                         a.create_concurrency)
+        await wait_until(lambda: len(watch.added) >= plan.pods, "pods to appear in the watch", 30,
+                         lambda: len(watch.added))
+        created_rate = plan.pods / (time.monotonic() - t0)
+        pids = {"apiserver": cluster.state["procs"]["kube-apiserver"]["pid"],
+                "etcd": cluster.state["procs"]["etcd"]["pid"], "bench": os.getpid()}
+        await settle(pids)
+
+        # ---- throughput: the scheduler starts with every measured pod pending
+        load = os.getloadavg()[0]
+        sampler = Sampler(pids)
+        t_start = time.monotonic()
+        sampler.sample()  # the scheduler has used no CPU yet: its column reads 0 here
+        proc = await start_scheduler(which, cluster, plan.run_dir, a)
+        sampler.pids["scheduler"] = proc.pid
+        tasks.append(asyncio.create_task(sampler.run()))
+        progress(f"  {plan.pods} pods pending ({created_rate:.0f} created/s); {LABEL[which]} started")
+        await wait_until(lambda: watch.count(names, watch.bound) >= plan.pods, f"{LABEL[which]}: bound",
+                         a.stall_timeout, lambda: len(watch.bound), proc.exited)
+        sampler.sample()  # at least one sample after the last bind, however short the run
+        res = {"scheduler": which, **throughput_figures(sorted(watch.bound[n] for n in names), t_start, sampler),
+               "loadavg_at_start": round(load, 2)}
+        progress(f"  throughput {res['pods_per_s']} pods/s (10-90%), start-up {res['startup_s']}s, "
+                 f"CPU {res['cpu_ms_per_pod']} ms/pod")
+
+        # ---- latency: a steady stream of new pods below saturation
+        lat_names: list[str] = []
+        if plan.latency_pods > 0:
+            await settle(pids)  # the last Scheduled events and the watch fan-out of the burst
+            r = plan.latency_rate or round(a.latency_load * res["pods_per_s"], 1)
+            plan.latency_rate = r
+            lat_names = [f"l-{i:06d}" for i in range(plan.latency_pods)]
+            progress(f"  latency phase: {plan.latency_pods} pods at {r} pods/s")
+            creating = asyncio.create_task(create_paced(
+                client, pod_path, [wl.pod("l", i, sched_name, plan.nodes) for i in range(plan.latency_pods)], r))
+            await wait_until(lambda: creating.done() and watch.count(lat_names, watch.bound) >= len(lat_names),
+                             f"{LABEL[which]}, latency phase: bound", a.stall_timeout,
+                             lambda: len(watch.bound), proc.exited)
+            await creating
+            res["latency"] = latency_figures([watch.added[n] for n in lat_names],
+                                             [watch.bound[n] for n in lat_names], r)
+            progress(f"  latency p50 {res['latency']['p50_ms']} ms, p99 {res['latency']['p99_ms']} ms")
+        res["peak_rss_mb"] = round(peak_rss_mb(proc.pid), 1)
+        res["cpu_s_total"] = round(cpu_seconds(proc.pid), 2)
+        # Scheduled events are posted after the binding: give the last ones a moment
+        events = await scheduled_events(client, 0 if which == CEILING else len(names) + len(lat_names))
+        metrics = await scrape(proc.metrics_url, metrics_ssl(cluster)) if proc.metrics_url else ""
+        t_stop = time.monotonic()
+        await asyncio.to_thread(proc.stop)
+        res["stop_s"] = round(time.monotonic() - t_stop, 2)
+        stopped, proc = proc, None
+
+        # ---- checks, on the final state
+        pods = await list_all(client, pod_path)
+        res["checks"] = check_run(which, plan, watch, names + lat_names, pods, nodes, events, metrics, stopped)
+        return res
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if proc is not None:
+            await asyncio.to_thread(proc.stop)
+        await client.close()
+
+
+def metrics_ssl(cluster: localcluster.LocalCluster) -> ssl.SSLContext:
+    """The admin client certificate, without verifying kube-scheduler's self-signed serving cert."""
+    pki = cluster.state_dir / "pki"
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    return ctx
+
+
+async def settle(pids: dict[str, int], limit: float = 10.0) -> None:
+    """Wait (up to ``limit``) until the API server and etcd are idle after the pod burst."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        before = {k: cpu_seconds(pids[k]) for k in ("apiserver", "etcd")}
+        await asyncio.sleep(0.5)
+        busy = sum(cpu_seconds(pids[k]) - before[k] for k in before) / 0.5
+        if busy < 0.15:
+            return
+
+
+def check_run(which: str, plan: RunPlan, watch: PodWatch, names: list[str], pods: list[dict],
+              nodes: dict[str, dict], events: list[dict], metrics: str, proc: Proc) -> dict:
+    errors: list[str] = []
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    unbound = [n for n in names if not (by_name.get(n) or {}).get("spec", {}).get("nodeName")]
+    if unbound:
+        errors.append(f"{len(unbound)} pods not bound, e.g. {unbound[:5]}")
+    if len(by_name) != len(names):
+        errors.append(f"{len(by_name)} pods in the namespace, {len(names)} created")
+    moved = [n for n in names if n in by_name and watch.node.get(n) != by_name[n]["spec"].get("nodeName")]
+    if watch.rebound or moved:
+        errors.append(f"pods whose node changed: {(watch.rebound + moved)[:5]}")
+    if which != CEILING:
+        errors += plan.workload.violations(pods, nodes)[:20]
+    scheduled = Counter((e.get("regarding") or {}).get("name") for e in events)
+    twice = [n for n, c in scheduled.items() if c > 1]
+    if twice:
+        errors.append(f"{len(twice)} pods with more than one Scheduled event, e.g. {twice[:5]}")
+    found = log_findings(which, proc.log)
+    if found["bind_conflicts"]:
+        errors.append(f"{found['bind_conflicts']} bindings refused with 409 (a pod was bound twice)")
+    if errors:
+        raise BenchError(f"{LABEL[which]} on {plan.workload.name}: " + "; ".join(errors))
+    attempts = {r: metric_sum(metrics, proc.metric, result=r) if proc.metric else None
+                for r in ("scheduled", "unschedulable")}
+    return {"bound": len(names) - len(unbound), "created": len(names), "scheduled_events": sum(scheduled.values()),
+            "scheduled_attempts": attempts["scheduled"], "unschedulable_attempts": attempts["unschedulable"],
+            "log_warnings_or_errors": found["warnings_or_errors"], "log_first": found["first"],
+            "bind_conflicts": found["bind_conflicts"]}
+
+
+def run_one(which: str, plan: RunPlan, a: argparse.Namespace) -> dict:
+    run_dir = plan.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cluster = localcluster.LocalCluster(run_dir / "cluster", kubeconfig_path=run_dir / "kubeconfig")
+    progress(f"{plan.workload.name} / {LABEL[which]}: fresh control plane, {plan.nodes} nodes")
+    cluster.up(kwok=a.kwok, quiet=True)
+    try:
+        return asyncio.run(measure(which, plan, cluster, a))
+    except BenchError as e:
+        raise BenchError(f"{e}\n(logs in {run_dir})") from None
+    finally:
+        cluster.down(quiet=True)
+        shutil.rmtree(cluster.state_dir / "etcd", ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------ the binder
+async def binder_main(a: argparse.Namespace) -> None:
+    """The ceiling: bind every pending pod of our scheduler name round-robin over the nodes, with
+    no decision, ``concurrency`` bindings in flight, through the same client as the operator."""
+    client = KubeClient(load_credentials(a.kubeconfig), qps=a.qps, burst=a.burst, user_agent="bench-binder")
+    nodes = sorted(n["metadata"]["name"] for n in await list_all(client, "/api/v1/nodes"))
+    queue: asyncio.Queue = asyncio.Queue()
+    seen: set[tuple[str, str]] = set()
+    counts = Counter()
+    rr = itertools.count()
+
+    def on_pod(kind: str, obj: dict) -> None:
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if kind == "DELETED" or spec.get("schedulerName") != SCHEDULER_NAME[CEILING] or spec.get("nodeName") \
+                or key in seen:
+            return
+        seen.add(key)
+        queue.put_nowait((key, meta.get("uid")))
+
+    async def worker() -> None:
+        while True:
+            (ns, name), uid = await queue.get()
+            try:
+                await client.bind(ns, name, nodes[next(rr) % len(nodes)], uid=uid)
+                counts["bound"] += 1
+            except ApiError as e:
+                counts["conflicts" if e.status == 409 else "errors"] += 1
+                print(f"bind error {ns}/{name}: {e}", flush=True)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                counts["errors"] += 1
+                print(f"bind error {ns}/{name}: {e}; retrying", flush=True)
+                await asyncio.sleep(0.5)
+                queue.put_nowait(((ns, name), uid))
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(Informer(client, "/api/v1/pods", on_pod, "pods").run()),
+             *(asyncio.create_task(worker()) for _ in range(a.concurrency))]
+    await stop.wait()
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await client.close()
+    print(json.dumps({"bound": counts["bound"], "conflicts": counts["conflicts"], "errors": counts["errors"]}),
+          flush=True)
+
+
+# ------------------------------------------------------------------------------------ report
+def ratio(x: float | None, y: float | None) -> float | None:
+    return round(x / y, 3) if x and y else None
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median pods/s (the lower one of an even count), with every run's pods/s."""
+    ordered = sorted(runs, key=lambda r: r["pods_per_s"])
+    return {**ordered[(len(ordered) - 1) // 2], "pods_per_s_repeats": [r["pods_per_s"] for r in runs]}
+
+
+def print_table(name: str, wl_result: dict, cores: int) -> None:
+    runs = wl_result["runs"]
+    lat = next((r["latency"] for r in runs.values() if "latency" in r), None)
+    print(f"\n{name}: {wl_result['nodes']} nodes, {wl_result['pods']} pods measured"
+          + (f", then {lat['pods']} pods at {lat['rate']} pods/s for latency" if lat else "")
+          + f"; {cores} cores" + (f"; median of {wl_result['repeat']} runs" if wl_result["repeat"] > 1 else ""))
+    head = (f"{'scheduler':<22} {'pods/s':>7} {'start s':>7} {'p50 ms':>7} {'p99 ms':>8} {'CPU s':>6} "
+            f"{'ms/pod':>6} {'cores':>5} {'api+etcd':>8} {'other':>5} {'RSS MB':>6}")
+    print(head)
+    print("-" * len(head))
+    for which in (CEILING, KUBE, OURS):
+        r = runs.get(which)
+        if r is None:
+            continue
+        la = r.get("latency") or {}
+        p50 = f"{la['p50_ms']:.1f}" if la else "-"
+        p99 = f"{la['p99_ms']:.1f}" + ("*" if la.get("saturated") else "") if la else "-"
+        print(f"{LABEL[which]:<22} {r['pods_per_s']:>7.1f} {r['startup_s']:>7.2f} {p50:>7} {p99:>8} "
+              f"{r['cpu_s']:>6.1f} {r['cpu_ms_per_pod']:>6.2f} {r['cpu_cores_in_window']:>5.2f} "
+              f"{r['apiserver_cores_in_window'] + r['etcd_cores_in_window']:>8.2f} "
+              f"{r['other_cores_in_window']:>5.2f} {r['peak_rss_mb']:>6.0f}")
+    rat = {k: "-" if v is None else v for k, v in wl_result["ratios"].items()}
+    print(f"ratios of pods/s: policy-scheduler / kube-scheduler = {rat['ours_vs_kube']}, "
+          f"policy-scheduler / ceiling = {rat['ours_vs_ceiling']}")
+    print("pods/s: 10%..90% bound; start s: process start to first bind; p50/p99: creation to bound at the "
+          "steady rate; CPU s: scheduler process, start to last bind; ms/pod, cores: its CPU in the 10..90% window; "
+          "api+etcd, other: cores used by the API server + etcd and by the rest of the machine in that window; "
+          "RSS: the scheduler's peak")
+    if any((r.get("latency") or {}).get("saturated") for r in runs.values()):
+        print("* saturated: bound less than 90% of the offered rate")
+    busy = [f"{LABEL[w]} {r['other_cores_in_window']:.2f}" for w, r in runs.items()
+            if r["other_cores_in_window"] > 0.2]
+    if busy:
+        print(f"note: other processes used cores during the measured window ({', '.join(busy)}); "
+              "these figures are noisier than on a quiet machine")
+    if wl_result["repeat"] > 1:
+        print("pods/s of every run: " + "; ".join(f"{LABEL[w]} {r['pods_per_s_repeats']}" for w, r in runs.items()))
+    for which, r in runs.items():
+        c = r["checks"]
+        print(f"  {LABEL[which]}: {c['bound']}/{c['created']} pods bound, none twice; Scheduled events "
+              f"{c['scheduled_events']}; 'scheduled' attempts {c['scheduled_attempts']}; "
+              f"log warnings/errors {c['log_warnings_or_errors']}")
+        for line in c["log_first"][:3] if which != KUBE else ():  # kube-scheduler's are start-up noise here
+            print(f"      {line[:200]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["binder"]:
+        b = argparse.ArgumentParser(prog="throughput.py binder")
+        b.add_argument("--kubeconfig", required=True)
+        b.add_argument("--qps", type=float, default=5000)
+        b.add_argument("--burst", type=int, default=10000)
+        b.add_argument("--concurrency", type=int, default=64)
+        logging.basicConfig(level=logging.WARNING)
+        asyncio.run(binder_main(b.parse_args(argv[1:])))
+        return 0
+
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", action="append", default=[],
+                    choices=[*WORKLOADS, "all"], help="repeatable; default SchedulingBasic")
+    ap.add_argument("--quick", action="store_true", help="small sizes: under a minute per workload")
+    ap.add_argument("--nodes", type=int, help="nodes (default: the workload's size)")
+    ap.add_argument("--pods", type=int, help="pods measured for throughput (default: the workload's size)")
+    ap.add_argument("--schedulers", nargs="+", choices=SCHEDULERS, default=list(SCHEDULERS))
+    ap.add_argument("--qps", type=float, default=5000, help="client QPS of every scheduler")
+    ap.add_argument("--burst", type=int, default=10000, help="client burst of every scheduler")
+    ap.add_argument("--bind-concurrency", type=int, default=64,
+                    help="bindings in flight (policy-scheduler and the binder)")
+    ap.add_argument("--latency-pods", type=int,
+                    help="pods of the latency phase (default 1000, quick 300, at most --pods; 0: none)")
+    ap.add_argument("--latency-rate", type=float, help="pods/s of the latency phase (default: see --latency-load)")
+    ap.add_argument("--latency-load", type=float, default=0.25,
+                    help="latency phase rate as a share of the first run's throughput (default 0.25)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per scheduler, interleaved; the run with the median pods/s is reported")
+    ap.add_argument("--create-concurrency", type=int, default=64, help="pod creations in flight")
+    ap.add_argument("--stall-timeout", type=float, default=60, help="fail when no pod is bound for this long")
+    ap.add_argument("--kwok", action="store_true", help="kwok-managed nodes (kwok also updates pod status)")
+    ap.add_argument("--operator-arg", action="append", default=[],
+                    help="extra argument for `policy-scheduler run` (repeatable), "
+                         "e.g. --operator-arg=--log-level=warning")
+    ap.add_argument("--out", type=Path, help="run directory (default .local/bench-<time>)")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    names = list(WORKLOADS) if "all" in a.workload else (list(dict.fromkeys(a.workload)) or ["SchedulingBasic"])
+    order = [s for s in SCHEDULERS if s in a.schedulers]
+    out = a.out or ROOT / ".local" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    cores = os.cpu_count() or 1
+    latency_pods = a.latency_pods if a.latency_pods is not None else (300 if a.quick else 1000)
+    result: dict[str, Any] = {
+        "ok": False, "machine": {"cores": cores, "loadavg_at_start": round(os.getloadavg()[0], 2)},
+        "config": {"qps": a.qps, "burst": a.burst, "bind_concurrency": a.bind_concurrency, "kwok": a.kwok,
+                   "quick": a.quick, "schedulers": order, "run_dir": str(out),
+                   "method": "throughput: pods created first, scheduler started, pods/s between the 10% and 90% "
+                             "bound pod; latency: more pods created at a steady rate, creation to bound as watched"},
+        "workloads": {},
+    }
+    progress(f"run directory {out}; {cores} cores, load average {result['machine']['loadavg_at_start']}")
+    code = 0
+    try:
+        for name in names:
+            wl = WORKLOADS[name]
+            n = a.nodes or (wl.quick_nodes if a.quick else wl.nodes)
+            m = a.pods or (wl.quick_pods if a.quick else wl.pods)
+            plan = RunPlan(wl, n, m, min(latency_pods, m), a.latency_rate, out)
+            reps: dict[str, list[dict]] = defaultdict(list)
+            for rep in range(a.repeat):  # interleaved, so slow drifts of the machine hit all alike
+                for which in order:
+                    plan.run_dir = out / (f"{name}-{which}" + (f"-{rep + 1}" if a.repeat > 1 else ""))
+                    reps[which].append(run_one(which, plan, a))
+            runs = {which: median_run(rs) for which, rs in reps.items()}
+            wr = {"nodes": n, "pods": m, "latency_rate": plan.latency_rate, "repeat": a.repeat, "runs": runs}
+            pps = {k: v["pods_per_s"] for k, v in runs.items()}
+            wr["ratios"] = {"ours_vs_kube": ratio(pps.get(OURS), pps.get(KUBE)),
+                            "ours_vs_ceiling": ratio(pps.get(OURS), pps.get(CEILING)),
+                            "kube_vs_ceiling": ratio(pps.get(KUBE), pps.get(CEILING))}
+            result["workloads"][name] = wr
+            print_table(name, wr, cores)
+        result["ok"] = True
+    except (BenchError, localcluster.ClusterError, ApiError) as e:
+        print(f"\nFAILED: {e}", file=sys.stderr, flush=True)
+        result["error"] = str(e)
+        code = 1
+    except KeyboardInterrupt:
+        result["error"] = "interrupted"
+        code = 130
+    line = json.dumps(result, separators=(",", ":"))
+    if out.is_dir():
+        (out / "result.json").write_text(line + "\n")
+    print(line, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
