@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER_FLAGS := $(if $(KWOK),--kwok,) $(if $(CONTROLLER_MANAGER),--controller-manager,)
 
-.PHONY: help venv build cluster-up cluster-down cluster-status test unit e2e demo crd bench-decide bench clean
+.PHONY: help venv build prometheus cluster-up cluster-down cluster-status test unit e2e demo crd bench-decide bench-load-aware bench clean
 
 help:
 	@echo "make demo          run the scheduler on a local control plane with simulated nodes and print placements"
@@ -15,6 +15,7 @@ help:
 	@echo "make cluster-down  stop it"
 	@echo "make build         build the pinned control-plane binaries (cached; see hack/versions.env)"
 	@echo "make bench-decide  decision time per pod at 1,000 and 5,000 nodes"
+	@echo "make bench-load-aware  extra decision time per pod that LoadAware adds at 1,000 nodes"
 	@echo "make bench         pods/s against kube-scheduler and a bare binder (BENCH_ARGS=--quick)"
 
 $(STAMP): pyproject.toml
@@ -29,6 +30,9 @@ venv: $(STAMP)
 build:
 	bash hack/build.sh >/dev/null
 
+prometheus:  # the e2e tests start their own server; this only makes sure the binary is there
+	bash hack/ensure-prometheus.sh
+
 cluster-up: build
 	$(PYTHON) hack/localcluster.py up $(CLUSTER_FLAGS)
 
@@ -38,13 +42,13 @@ cluster-down:
 cluster-status:
 	$(PYTHON) hack/localcluster.py status
 
-test: venv build
+test: venv build prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-e2e: venv build
+e2e: venv build prometheus
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 demo: venv build
@@ -55,6 +59,9 @@ crd: venv
 
 bench-decide: venv
 	$(PY) bench/decide.py
+
+bench-load-aware: venv
+	$(PY) bench/load_aware.py
 
 bench: venv build
 	$(PY) bench/throughput.py $(BENCH_ARGS)

@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import sys
 
 from . import SCHEDULER_NAME, __version__
@@ -29,6 +28,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     from .cluster.engine import Engine
     from .cluster.kubeclient import KubeClient, load_credentials
     from .handlers import run_operator
+    from .metrics.prometheus import PrometheusSourceManager
 
     _setup_logging(a.log_level)
     try:
@@ -39,20 +39,20 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     async def main() -> None:
         client = KubeClient(creds, qps=a.qps, burst=a.burst)
+        sources = PrometheusSourceManager(a.prometheus_url, refresh=a.prometheus_refresh_interval,
+                                          timeout=a.prometheus_query_timeout, ttl=a.prometheus_ttl,
+                                          usage_lag=a.prometheus_usage_lag)
         engine = Engine(client, scheduler_name=a.scheduler_name,
                         namespaces=set(a.namespace) if a.namespace else None,
-                        bind_concurrency=a.bind_concurrency)
+                        bind_concurrency=a.bind_concurrency, sources=sources)
         if a.metrics_port:
             start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.metrics.registry)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         liveness = f"http://{a.health_address}:{a.health_port}/healthz" if a.health_port else None
         logging.getLogger("policy_scheduler").info(
             "policy-scheduler %s starting: scheduler name %s, API %s, namespaces %s", __version__,
             a.scheduler_name, creds.server, ",".join(a.namespace) if a.namespace else "all")
-        await run_operator(engine, kubeconfig=a.kubeconfig, liveness=liveness, stop_flag=stop)
+        # kopf handles SIGTERM/SIGINT itself in the main thread: cleanup stops the engine
+        await run_operator(engine, kubeconfig=a.kubeconfig, liveness=liveness)
 
     asyncio.run(main())
     return 0
@@ -63,6 +63,23 @@ def cmd_crd(a: argparse.Namespace) -> int:
 
     sys.stdout.write(crd_yaml())
     return 0
+
+
+def _format_details(v: dict) -> str:
+    """LoadAware / MetricThreshold / MetricScore details: per metric its value, in-flight share,
+    sample age and freshness, e.g. "cpu 0.42 (+0.05 in flight, fresh, 3.1s old)"."""
+    parts = []
+    for name, m in v.items():
+        if not isinstance(m, dict):
+            parts.append(f"{name} {m}")
+            continue
+        head = f"{name} {m['value']:g}" if m.get("value") is not None else name
+        extra = [f"+{m['inFlight']:g} in flight"] if m.get("inFlight") else []
+        extra.append(m.get("state", "?"))
+        if m.get("age") is not None:
+            extra.append(f"{m['age']:g}s old")
+        parts.append(f"{head} ({', '.join(extra)})")
+    return "; ".join(parts)
 
 
 def _print_decision(d: dict) -> None:
@@ -78,6 +95,11 @@ def _print_decision(d: dict) -> None:
         for t in top:
             cells = "  ".join(str(t["scores"].get(p, "-")).rjust(len(p)) for p in plugins)
             print("    " + t["node"].ljust(w) + f"  {t['total']:>5}  " + cells)
+        details = [(t["node"], p, v) for t in top for p, v in (t.get("details") or {}).items()]
+        if details:
+            print("  what plugins saw of the top nodes:")
+            for node, plugin, v in details:
+                print(f"    {node}  {plugin}: {_format_details(v)}")
     fails = d.get("failures") or {}
     if fails:
         print("  filtered out:")
@@ -130,6 +152,21 @@ def cmd_explain(a: argparse.Namespace) -> int:
     return 0
 
 
+def _duration(v: str) -> float:
+    from .api.models import duration_seconds
+
+    try:
+        return duration_seconds(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _url(v: str) -> str:
+    if not v.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{v!r} is not an http(s) URL")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="policy-scheduler",
@@ -157,6 +194,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-address", default="0.0.0.0")
     r.add_argument("--health-port", type=int, default=8080, help="liveness /healthz port (0 = off)")
     r.add_argument("--health-address", default="0.0.0.0")
+    r.add_argument("--prometheus-url", default=None, type=_url,
+                   help="Prometheus of the metric plugins (LoadAware, MetricThreshold, MetricScore) for policies "
+                        "without spec.prometheus.address, e.g. http://prometheus.monitoring:9090")
+    r.add_argument("--prometheus-refresh-interval", type=_duration, default=15.0, metavar="DURATION",
+                   help="default time between metric refreshes (default 15s)")
+    r.add_argument("--prometheus-query-timeout", type=_duration, default=5.0, metavar="DURATION",
+                   help="default time limit of one metric query (default 5s)")
+    r.add_argument("--prometheus-ttl", type=_duration, default=120.0, metavar="DURATION",
+                   help="default age after which a node's metric value is stale (default 2m)")
+    r.add_argument("--prometheus-usage-lag", type=_duration, default=60.0, metavar="DURATION",
+                   help="default time a placed pod counts at an estimate before samples show its usage "
+                        "(default 1m)")
     r.set_defaults(fn=cmd_run)
 
     c = sub.add_parser("crd", help="print the SchedulingPolicy CRD (generated from the API models)")

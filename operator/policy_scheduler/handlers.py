@@ -28,7 +28,7 @@ def build_registry(engine: Engine, kubeconfig: str | None = None) -> kopf.Operat
     state: dict = {}
 
     @kopf.on.login(registry=registry)
-    def login(**_):
+    async def login(**_):
         # the same kubeconfig / service account as our own client (certificates or tokens)
         p = connection_parts(kubeconfig)
         token = p.token_file.read_text().strip() if p.token_file else p.token

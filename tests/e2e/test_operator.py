@@ -295,3 +295,45 @@ def test_sigkill_mid_burst_binds_every_pod_exactly_once(cluster, core, namespace
     assert len(pods) == n_pods and all(p.spec.node_name for p in pods.values())
     print(f"\nSIGKILL after {killed_at}/{n_pods} bound; after restart all {n_pods} bound once, "
           f"max node use {max(used.values())}m of 4000m")
+
+
+def test_a_rejected_binding_is_requeued_not_lost(cluster, api, core, namespace, nodes, crd, example_policies):
+    """A bind the API refuses (403: the operator's role lacks pods/binding) is reported and retried
+    with backoff; once the permission is granted the same pod binds. Nothing is dropped."""
+    from conftest import OperatorProcess
+
+    rbac = client.RbacAuthorizationV1Api(api)
+    role = yaml.safe_load((ROOT / "manifests" / "02-clusterrole.yaml").read_text())
+    rules = [r for r in role["rules"] if "pods/binding" not in r.get("resources", [])]
+    assert len(rules) == len(role["rules"]) - 1
+    name = f"nobind-{namespace}"
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="op")))
+    rbac.create_cluster_role({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                              "metadata": {"name": name}, "rules": rules})
+    rbac.create_cluster_role_binding({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": namespace}]})
+    token = core.create_namespaced_service_account_token("op", namespace, client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))).status.token
+    kc = cluster.state_dir / f"{name}.kubeconfig"
+    kc.write_text(localcluster.kubeconfig_text(cluster.server, (cluster.state_dir / "pki" / "ca.crt").read_bytes(),
+                                               {"token": token}))
+    nodes("nb-0", labels={"e2e": "nb"})
+    op = OperatorProcess(cluster, "policy-scheduler-nobind", kubeconfig=str(kc)).start()
+    try:
+        core.create_namespaced_pod(namespace, pod("refused", namespace, scheduler="policy-scheduler-nobind",
+                                                  **sel("nb")))
+        ev = wait_for(lambda: [e for e in events_for(core, namespace, "refused", "FailedScheduling")
+                               if "Binding rejected" in e.message], 30, what="a rejected binding reported")
+        assert "403" in ev[0].message and "forbidden" in ev[0].message.lower()
+        assert not core.read_namespaced_pod("refused", namespace).spec.node_name
+        rules.append({"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]})
+        rbac.patch_cluster_role(name, {"rules": rules})
+        placed = wait_bound(core, namespace, ["refused"], 45)  # the next retry (backoff <= 10 s) binds it
+        assert placed["refused"] == "nb-0"
+        assert op.proc.poll() is None
+    finally:
+        op.stop()
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)

@@ -7,9 +7,10 @@ plugin's own pydantic model), so the CRD keeps ``args`` schemaless.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..framework.chain import ChainSpec, DisabledRef, PluginRef
 
@@ -36,6 +37,53 @@ class LabelSelector(_Model):
     match_expressions: list[LabelSelectorRequirement] | None = Field(default=None, alias="matchExpressions")
 
 
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(value: str) -> float:
+    """A Kubernetes-style duration ("15s", "1m30s", "500ms") in seconds."""
+    if not re.match(DURATION_PATTERN, value):
+        raise ValueError(f"{value!r} is not a duration (e.g. 15s, 1m30s, 500ms)")
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value))
+
+
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
+
+
+class PrometheusSpec(_Model):
+    """Where the policy's metric plugins (LoadAware, MetricThreshold, MetricScore) read metrics.
+
+    Every refresh sends one instant query per distinct metric, for all nodes at once, off the
+    scheduling loop. Unset fields take the operator's defaults (``policy-scheduler run
+    --prometheus-url`` and the other ``--prometheus-*`` flags)."""
+
+    address: str | None = Field(
+        default=None, pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="Prometheus base URL, e.g. http://prometheus.monitoring:9090; unset: --prometheus-url.")
+    refresh_interval: Duration | None = Field(
+        default=None, alias="refreshInterval", description="Time between refreshes (default 15s).")
+    query_timeout: Duration | None = Field(
+        default=None, alias="queryTimeout", description="Time limit of one query (default 5s).")
+    ttl: Duration | None = Field(
+        default=None, description="A node's value older than this is stale (default 2m).")
+    usage_lag: Duration | None = Field(
+        default=None, alias="usageLag",
+        description="How long after its placement a pod's usage is taken to show in the metrics (scrape "
+                    "interval plus rate window); until a sample that much newer arrives, the pod counts on "
+                    "its node at an estimate (default 1m).")
+
+    @model_validator(mode="after")
+    def _positive(self) -> "PrometheusSpec":
+        for name, alias in (("refresh_interval", "refreshInterval"), ("query_timeout", "queryTimeout"),
+                            ("ttl", "ttl")):
+            v = getattr(self, name)
+            if v is not None and duration_seconds(v) <= 0:
+                raise ValueError(f"{alias}: Invalid value: {v!r}: must be positive")
+        return self
+
+
 class SchedulingPolicySpec(_Model):
     """What a policy does: an ordered chain of plugins (each runs at every extension point it
     implements, as upstream's multiPoint), score weights, plugin args, and who may use it."""
@@ -50,6 +98,9 @@ class SchedulingPolicySpec(_Model):
     namespace_selector: LabelSelector | None = Field(
         default=None, alias="namespaceSelector",
         description="Namespaces whose pods may use this policy (by namespace labels); unset: all.")
+    prometheus: PrometheusSpec | None = Field(
+        default=None, description="Metric source of the usage-aware plugins (LoadAware, MetricThreshold, "
+                                  "MetricScore); unset: the operator's --prometheus-* defaults.")
 
     def chain_spec(self) -> ChainSpec:
         return ChainSpec(plugins=self.plugins, disabled=self.disabled,
@@ -71,6 +122,31 @@ class PolicyPluginStatus(_Model):
     weight: int | None = None
 
 
+class MetricQueryStatus(_Model):
+    query: str
+    node_label: str = Field(alias="nodeLabel")
+    fresh: int = Field(default=0, description="Nodes with a value no older than the ttl.")
+    stale: int = Field(default=0, description="Nodes whose latest value is older than the ttl.")
+    missing: int = Field(default=0, description="Nodes of the cluster without any value.")
+    newest_sample_time: str | None = Field(default=None, alias="newestSampleTime")
+    oldest_sample_time: str | None = Field(default=None, alias="oldestSampleTime")
+    error: str | None = Field(default=None, description="Why the latest query failed.")
+
+
+class MetricsStatus(_Model):
+    """Freshness of the policy's metrics (plugins LoadAware, MetricThreshold, MetricScore)."""
+
+    address: str
+    available: bool = Field(description="The latest refresh reached Prometheus.")
+    refresh_interval_seconds: float = Field(alias="refreshIntervalSeconds")
+    ttl_seconds: float = Field(alias="ttlSeconds")
+    last_refresh_time: str | None = Field(default=None, alias="lastRefreshTime")
+    last_success_time: str | None = Field(default=None, alias="lastSuccessTime")
+    in_flight_pods: int = Field(default=0, alias="inFlightPods",
+                                description="Placed pods counted at an estimate until a sample covers them.")
+    queries: list[MetricQueryStatus] = Field(default_factory=list)
+
+
 class SchedulingPolicyStatus(_Model):
     observed_generation: int | None = Field(default=None, alias="observedGeneration")
     conditions: list[Condition] = Field(default_factory=list)
@@ -83,6 +159,7 @@ class SchedulingPolicyStatus(_Model):
     unschedulable: int = Field(default=0, description="Pods currently waiting because no node fits.")
     pending: int = Field(default=0, description="Pods of this policy waiting in the scheduling queue.")
     last_scheduled_time: str | None = Field(default=None, alias="lastScheduledTime")
+    metrics: MetricsStatus | None = None
 
 
 class SchedulingPolicy(_Model):

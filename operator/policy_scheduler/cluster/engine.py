@@ -15,7 +15,7 @@ are queued again, and the API refuses a second binding of a pod.
 from __future__ import annotations
 
 import asyncio
-import json
+import gc
 import logging
 import random
 import socket
@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 import aiohttp
+import orjson
 from pydantic import ValidationError
 
 from .. import POLICY_LABEL, SCHEDULER_NAME
@@ -52,6 +53,9 @@ DEFAULT_POLICY = "default"
 DECISION_ANNOTATION = "policy-scheduler.io/decision"
 POLICY_SELECTION = "PolicySelection"  # pseudo plugin name for pods no usable policy selects
 EVENT_NOTE_LIMIT = 1024
+EVENT_QUEUE_SIZE = 10000  # like upstream's recorder: a bounded queue; when full, events are dropped
+EVENT_WORKERS = 4  # few on purpose: bindings come first, events trail behind in a burst
+EVENT_MAX_DELAY = 2.0  # seconds an event may be held back while pods are waiting to be scheduled
 PLURAL_PATH = "/apis/policy-scheduler.io/v1alpha1/schedulingpolicies"
 
 
@@ -61,6 +65,17 @@ def now_rfc3339() -> str:
 
 def now_micro() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _rounded(v: Any) -> Any:
+    """Plugin details for the decision annotation, floats (numpy's too) to 3 decimals."""
+    if isinstance(v, float):
+        return round(float(v), 3)
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_rounded(x) for x in v]
+    return v
 
 
 def truncate_note(msg: str) -> str:
@@ -140,7 +155,8 @@ class Engine:
         self.status_interval = status_interval
         self.instance = f"{scheduler_name}-{socket.gethostname()}"
         self._bind_sem = asyncio.Semaphore(bind_concurrency)
-        self._side_sem = asyncio.Semaphore(32)  # events and status patches
+        self._side_sem = asyncio.Semaphore(32)  # condition and status patches
+        self._events: asyncio.Queue = asyncio.Queue(EVENT_QUEUE_SIZE)
         self._tasks: set[asyncio.Task] = set()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -216,11 +232,15 @@ class Engine:
             return
         if node:
             self._forget_pending(key)
-            cur = self.table.node_of(key)
-            if cur == node and key not in self.table.assumed:
+            if self.table.node_of(key) == node:
                 old = self.table.pod(key)
-                if old is not None and old.labels == (meta.get("labels") or {}):
-                    return  # a status update of a pod we already count
+                if old is not None and old.uid == meta.get("uid") and old.labels == (meta.get("labels") or {}):
+                    # our own binding coming back (confirm the assumption), or a status update of a
+                    # pod we already count: nothing the cache holds changed, no need to parse it again
+                    if key in self.table.assumed:
+                        self.table.confirm(key)
+                        old.raw = None
+                    return
             info = parse_pod(body)
             info.raw = None  # nothing reads a bound pod's object: do not keep managedFields & co.
             self.table.add_pod(info, node)  # replaces an assumption: now confirmed
@@ -233,10 +253,9 @@ class Engine:
         policy = self._policy_name(pod)
         self._first_seen.setdefault(key, time.monotonic())
         self._pod_policy[key] = policy
-        if key in self.queue or self.queue.is_in_flight(key):
-            self.queue.add(pod, policy)  # an update
-        else:
-            self.queue.add(pod, policy)
+        known = key in self.queue or self.queue.is_in_flight(key)
+        self.queue.add(pod, policy)  # for a known pod: an update
+        if not known:
             self.wake()
 
     def _forget_pending(self, key: str) -> None:
@@ -337,6 +356,13 @@ class Engine:
         if self.client is not None:
             await self.sync()
         await self.sources.start()
+        # the cache is built: keep the collector from re-scanning it (full collections over tens of
+        # thousands of pod objects otherwise pause the loop for 100+ ms in the middle of bursts)
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(20000, 50, 100)
+        for _ in range(EVENT_WORKERS):
+            self._spawn(self._event_worker())
         self.synced = True
         last_flush = time.monotonic()
         status_task = self._spawn(self._status_loop())
@@ -422,14 +448,26 @@ class Engine:
 
     # ------------------------------------------------------------------ binding
     def decision_annotation(self, policy: str, d: Decision) -> str:
-        return json.dumps({
+        return orjson.dumps({
             "policy": policy, "node": d.node, "nodes": d.num_all_nodes, "evaluated": d.evaluated,
             "feasible": d.feasible, "at": now_rfc3339(),
             "top": [{"node": s.node, "total": s.total, "scores": {k: v[1] for k, v in s.plugins.items()},
-                     **({"details": s.details} if s.details else {})}
+                     **({"details": _rounded(s.details)} if s.details else {})}
                     for s in d.top[:3]],
             "failures": dict(sorted(d.failures.items(), key=lambda kv: -kv[1])[:8]),
-        }, separators=(",", ":"))
+        }).decode()
+
+    def _forget_assumed(self, key: str) -> None:
+        if key in self.table.assumed:
+            self.table.remove_pod(key)
+            self.sources.on_forgotten(key)
+
+    def _bind_failed(self, qpi: QueuedPodInfo, node: str, why: str) -> None:
+        log.warning("binding %s to %s failed: %s; requeued with backoff", qpi.key, node, why)
+        self._forget_assumed(qpi.key)
+        self.queue.add_unschedulable(qpi, error=True)
+        self._report_failure(qpi.pod, "FailedScheduling", f"Binding rejected: {why}", code=Code.ERROR)
+        self.wake()
 
     async def _bind(self, qpi: QueuedPodInfo, st: PolicyState, d: Decision) -> None:
         pod, node = qpi.pod, d.node
@@ -443,27 +481,22 @@ class Engine:
                                        annotations={DECISION_ANNOTATION: self.decision_annotation(st.name, d)})
             except ApiError as e:
                 self.metrics.bind_errors.labels(str(e.status)).inc()
-                if key in self.table.assumed:
-                    self.table.remove_pod(key)
-                    self.sources.on_forgotten(key)
                 if e.status in (404, 409):
                     # deleted, already bound, or replaced by a new pod of that name: the watch has the truth
                     log.info("binding %s to %s not needed: %s", key, node, e)
+                    self._forget_assumed(key)
                     self.queue.done(key)
                     return
-                log.warning("binding %s to %s failed: %s; requeued with backoff", key, node, e)
-                self.queue.add_unschedulable(qpi, error=True)
-                self._report_failure(pod, "FailedScheduling", f"Binding rejected: {e}", code=Code.ERROR)
-                self.wake()
+                self._bind_failed(qpi, node, str(e))
                 return
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError) as e:
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 self.metrics.bind_errors.labels("transport").inc()
-                if key in self.table.assumed:
-                    self.table.remove_pod(key)
-                    self.sources.on_forgotten(key)
-                log.warning("binding %s to %s failed: %s; requeued with backoff", key, node, e)
-                self.queue.add_unschedulable(qpi, error=True)
-                self.wake()
+                self._bind_failed(qpi, node, f"{type(e).__name__}: {e}")
+                return
+            except Exception as e:  # a bug must not strand the pod: requeue it like any failure
+                log.exception("binding %s to %s: unexpected error", key, node)
+                self.metrics.bind_errors.labels("internal").inc()
+                self._bind_failed(qpi, node, f"{type(e).__name__}: {e}")
                 return
             self.metrics.binding_duration.observe(time.perf_counter() - t0)
         self.queue.done(key)
@@ -476,8 +509,7 @@ class Engine:
             self.metrics.e2e_duration.observe(time.monotonic() - seen)
         self._last_failure.pop(key, None)
         self._pod_policy.pop(key, None)
-        self._spawn(self._post_event(pod, "Normal", "Scheduled", "Binding",
-                                     f"Successfully assigned {key} to {node}"))
+        self._record_event(pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {key} to {node}")
 
     # ------------------------------------------------------------------ events, conditions, status
     def _report_failure(self, pod: PodInfo, reason: str, msg: str, code: Code | None) -> None:
@@ -486,29 +518,46 @@ class Engine:
         if last is not None and last[0] == msg and now - last[1] < 60:
             return  # same message recently: no new event, no new condition write
         self._last_failure[pod.key] = (msg, now)
-        self._spawn(self._post_event(pod, "Warning", reason, "Scheduling", msg))
+        self._record_event(pod, "Warning", reason, "Scheduling", msg)
         cond_reason = "SchedulerError" if code == Code.ERROR else "Unschedulable"
         self._spawn(self._patch_condition(pod, cond_reason, msg))
 
-    async def _post_event(self, pod: PodInfo, type_: str, reason: str, action: str, note: str) -> None:
+    def _record_event(self, pod: PodInfo, type_: str, reason: str, action: str, note: str) -> None:
+        """Queue a Kubernetes Event; workers post them (asynchronous, as upstream's recorder)."""
         if self.client is None:
             return
+        try:
+            self._events.put_nowait((pod, type_, reason, action, note, now_micro()))
+        except asyncio.QueueFull:
+            self.metrics.events_dropped.labels("event-queue-full").inc()
+
+    async def _event_worker(self) -> None:
+        """Post queued events. While pods wait to be scheduled, bindings have the API server first:
+        an event waits until the burst is over, or at most EVENT_MAX_DELAY seconds."""
+        while True:
+            item = await self._events.get()
+            queued = time.monotonic()
+            while self.queue.counts()["active"] and time.monotonic() - queued < EVENT_MAX_DELAY:
+                await asyncio.sleep(0.05)
+            await self._post_event(*item)
+
+    async def _post_event(self, pod: PodInfo, type_: str, reason: str, action: str, note: str,
+                          event_time: str) -> None:
         body = {
             "apiVersion": "events.k8s.io/v1", "kind": "Event",
             # named as upstream's recorder does: <object>.<hex timestamp>
             "metadata": {"name": f"{pod.name}.{time.time_ns():x}", "namespace": pod.namespace},
-            "eventTime": now_micro(), "reportingController": self.scheduler_name,
+            "eventTime": event_time, "reportingController": self.scheduler_name,
             "reportingInstance": self.instance, "action": action, "reason": reason, "type": type_,
             "note": truncate_note(note),
             "regarding": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace,
                           "uid": pod.uid},
         }
-        async with self._side_sem:
-            try:
-                await self.client.post(f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events", body)
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-                self.metrics.events_dropped.labels("event").inc()
-                log.warning("event %s for %s not recorded: %s", reason, pod.key, e)
+        try:
+            await self.client.post(f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events", body)
+        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            self.metrics.events_dropped.labels("event").inc()
+            log.warning("event %s for %s not recorded: %s", reason, pod.key, e)
 
     async def _patch_condition(self, pod: PodInfo, reason: str, msg: str) -> None:
         if self.client is None:

@@ -10,11 +10,11 @@ meanwhile as DELETED, so the cache never keeps a ghost.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any, Callable, Mapping
 
 import aiohttp
+import orjson
 
 from .kubeclient import ApiError, KubeClient
 
@@ -95,7 +95,7 @@ class Informer:
                         break
                     line, buf = buf[:nl], buf[nl + 1:]
                     if line.strip():
-                        self._event(json.loads(line))
+                        self._event(orjson.loads(line))
 
     def _event(self, ev: Mapping[str, Any]) -> None:
         kind = ev.get("type")

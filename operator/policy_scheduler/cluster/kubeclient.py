@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import os
 import ssl
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import yaml
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -164,7 +164,7 @@ class KubeClient:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=256, ssl=self.creds.ssl_context),
                 timeout=self.timeout, headers={"User-Agent": self.user_agent},
-                json_serialize=json.dumps)
+                json_serialize=lambda o: orjson.dumps(o).decode())
         return self._session
 
     async def close(self) -> None:
@@ -180,14 +180,14 @@ class KubeClient:
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = json.dumps(body)
+            data = orjson.dumps(body)
         async with self.session.request(method, self.creds.server + path, data=data, params=params,
                                         headers=headers) as resp:
-            text = await resp.text()
+            raw = await resp.read()
             try:
-                payload = json.loads(text) if text else None
-            except ValueError:
-                payload = text
+                payload = orjson.loads(raw) if raw else None
+            except orjson.JSONDecodeError:
+                payload = raw.decode(errors="replace")
             if resp.status >= 400:
                 raise ApiError(resp.status, payload, method, path)
             return payload

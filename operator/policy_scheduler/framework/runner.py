@@ -22,6 +22,7 @@ from .status import Code, Status
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 TOP_NODES = 5  # how many nodes a Decision keeps per-plugin scores for
+DESCRIBED_NODES = 3  # how many of them get plugin details (see describe_top)
 NO_NODES = "no nodes available to schedule pods"
 
 
@@ -43,6 +44,7 @@ class NodeScore:
     node: str
     total: int
     plugins: dict[str, tuple[int, int]] = field(default_factory=dict)  # plugin -> (normalized, weighted)
+    details: dict[str, dict] = field(default_factory=dict)  # plugin -> what its describe() says of the node
 
 
 @dataclass
@@ -97,17 +99,33 @@ class _Failures:
         plugins: set[str] = set()
         for plugin, pos, cds, reasons in self.records:
             keep = None if cutoff is None else pos <= cutoff
-            k = len(pos) if keep is None else int(keep.sum())
+            k = len(pos) if keep is None else int(np.count_nonzero(keep))
             if k == 0:
                 continue
             n += k
             plugins.add(plugin)
-            codes.update(int(c) for c in np.unique(cds if keep is None else cds[keep]))
+            codes.update((cds if keep is None else cds[keep]).tolist())
             for reason, rpos in reasons:
-                c = len(rpos) if cutoff is None else int((rpos <= cutoff).sum())
+                c = len(rpos) if cutoff is None else int(np.count_nonzero(rpos <= cutoff))
                 if c:
                     hist[reason] = hist.get(reason, 0) + c
         return n, hist, codes, plugins
+
+
+def describe_top(chain: Chain, state: CycleState, pod: PodInfo, nodes: NodeTable, top: list[NodeScore],
+                 rows: np.ndarray) -> None:
+    """Optional plugin method ``describe(state, pod, nodes, rows) -> list[dict | None] | None``:
+    what the plugin saw of each of the best nodes (e.g. metric values and their freshness),
+    kept in ``NodeScore.details`` for explain. Called once per cycle for the first
+    DESCRIBED_NODES nodes (``rows``: theirs, in ``top``'s order); a plugin returns None (or None
+    per node) when it has nothing to say."""
+    for p in chain.plugins:
+        if getattr(p, "describe", None) is None:
+            continue
+        out = p.describe(state, pod, nodes, rows[:DESCRIBED_NODES])
+        for s, d in zip(top, out or ()):
+            if d:
+                s.details[p.NAME] = d
 
 
 def _error(pod: PodInfo, nodes: NodeTable, status: Status, start: float) -> Decision:
@@ -245,8 +263,10 @@ def _schedule(chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleSta
     # ---------------------------------------------------------------- one fit: no scoring
     if len(feasible) == 1:
         name = nodes.names[int(feasible[0])]
+        top = [NodeScore(name, 0)]
+        describe_top(chain, state, pod, nodes, top, feasible)
         return Decision(pod.key, name, Status.success(), n_all, evaluated=processed, feasible=1,
-                        top=[NodeScore(name, 0)], failures=hist, duration=time.perf_counter() - start)
+                        top=top, failures=hist, duration=time.perf_counter() - start)
 
     # ---------------------------------------------------------------- PreScore / Score
     for p in chain.pre_score:
@@ -286,5 +306,6 @@ def _schedule(chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleSta
         i = int(i)
         top.append(NodeScore(nodes.names[int(feasible[i])], int(total[i]),
                              {name: (int(norm[i]), int(norm[i]) * w) for name, norm, w in per_plugin}))
+    describe_top(chain, state, pod, nodes, top, feasible[top_idx])
     return Decision(pod.key, nodes.names[int(feasible[pick])], Status.success(), n_all, evaluated=processed,
                     feasible=len(feasible), top=top, failures=hist, duration=time.perf_counter() - start)

@@ -6,11 +6,21 @@ The engine calls these hooks; plugins never see this object, only the read-only 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Sequence
 
 
 class SourceManager:
     """Keeps one metric source per policy that needs one. This base does nothing."""
+
+    _node_names: Callable[[], Sequence[str]] | None = None
+    _requeue: Callable[[str, Callable[[Any], bool]], None] | None = None
+
+    def attach(self, node_names: Callable[[], Sequence[str]],
+               requeue: Callable[[str, Callable[[Any], bool]], None]) -> None:
+        """The engine's node names (for freshness counts), and a way to move waiting pods back to
+        the active queue: ``requeue(event label, pre_check on QueuedPodInfo)``."""
+        self._node_names = node_names
+        self._requeue = requeue
 
     def policy_updated(self, name: str, spec: Any) -> list[str]:
         """A policy was created or changed; returns problems to report on its status (empty: fine)."""

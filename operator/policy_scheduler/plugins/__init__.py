@@ -17,4 +17,7 @@ PLUGIN_MODULES = (
     "balanced_allocation",
     "image_locality",
     "node_label_match",
+    "load_aware",
+    "metric_threshold",
+    "metric_score",
 )

@@ -105,8 +105,9 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
         cols = [nodes.res_index.get(name) for name, _ in used]
         used = [(c, q) for c, (_, q) in zip(cols, used) if c is not None]  # no column: allocatable 0
         want = np.array([q for _, q in used], dtype=np.int64).reshape(-1, 1)
-        alloc = np.array([nodes.allocatable[rows, c] for c, _ in used], dtype=np.int64).reshape(-1, len(rows))
-        node_req = np.array([nodes.requested[rows, c] for c, _ in used], dtype=np.int64).reshape(-1, len(rows))
+        idx = np.ix_(rows, [c for c, _ in used])  # one gather per array, resources x rows after .T
+        alloc = nodes.allocatable[idx].T
+        node_req = nodes.requested[idx].T
         valid = alloc > 0
         safe = np.where(valid, alloc, 1).astype(np.float64)
         with_pod = balance_score(np.minimum((node_req + want) / safe, 1.0), valid)

@@ -1,0 +1,124 @@
+"""MetricScore: score nodes by any PromQL the policy gives.
+
+Each entry of ``metrics`` names a query returning an instant vector keyed by node (see
+MetricThreshold) and whether ``Higher`` or ``Lower`` values are better. Among the nodes being
+scored, an entry's fresh values are scaled to 0..100: ``floor((v - min) * 100 / (max - min))``
+for Higher, ``floor((max - v) * 100 / (max - min))`` for Lower, 100 for all when max == min.
+Entries combine as ``sum(weight * score) // sum(weight)`` over the entries that apply to the
+pod (``podsRequesting``).
+
+A node without a fresh value follows the entry's ``onMissingMetrics``: ``Neutral`` scores 50;
+``Exclude`` rejects the node at Filter; ``FallbackToRequests`` scores it by allocation, as
+NodeResourcesFit's LeastAllocated over cpu and memory.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from ..framework.interface import (MAX_NODE_SCORE, CycleState, FilterPlugin, FilterResult, PluginArgs,
+                                   PreFilterPlugin, PreScorePlugin, ScorePlugin)
+from ..framework.metricview import SOURCE, SeriesKey
+from ..framework.nodetable import NodeTable
+from ..framework.podinfo import PodInfo
+from ..framework.status import Status
+from .load_aware import NEUTRAL_SCORE, requests_scores
+from .metric_threshold import MetricRule, describe_rules, rule_values, unique_names
+
+_EQUAL_WEIGHTS = np.array([1, 1], dtype=np.int64)
+
+
+class ScoreRule(MetricRule):
+    prefer: Literal["Higher", "Lower"]
+    weight: int = Field(default=1, ge=1, le=100)
+
+
+class MetricScoreArgs(PluginArgs):
+    metrics: list[ScoreRule] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> "MetricScoreArgs":
+        unique_names(self.metrics)
+        return self
+
+
+def scale(v: np.ndarray, fresh: np.ndarray, prefer: str) -> np.ndarray:
+    """The fresh values scaled to 0..100 among themselves (other entries: 0)."""
+    out = np.zeros(len(v), dtype=np.int64)
+    if not fresh.any():
+        return out
+    lo, hi = float(v[fresh].min()), float(v[fresh].max())
+    if hi == lo:
+        out[fresh] = MAX_NODE_SCORE
+        return out
+    num = (v[fresh] - lo) if prefer == "Higher" else (hi - v[fresh])
+    out[fresh] = np.floor(num * MAX_NODE_SCORE / (hi - lo)).astype(np.int64)
+    return out
+
+
+class MetricScore(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+    NAME = "MetricScore"
+    Args = MetricScoreArgs
+
+    _KEY = NAME + "/rules"
+
+    @classmethod
+    def metric_queries(cls, args: MetricScoreArgs) -> list[SeriesKey]:
+        return [r.key for r in args.metrics]
+
+    def _rules(self, state: CycleState, pod: PodInfo) -> list[ScoreRule]:
+        rules = state.read(self._KEY)
+        if rules is None:
+            rules = [r for r in self.args.metrics if r.applies_to(pod)]
+            state.write(self._KEY, rules)
+        return rules
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
+        excluding = any(r.on_missing_metrics == "Exclude" for r in self._rules(state, pod))
+        return (Status.success() if excluding else Status.skip()), None
+
+    def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> FilterResult:
+        view = self.handle.source(SOURCE)
+        failed = np.zeros(len(rows), dtype=bool)
+        reasons = []
+        for rule in self._rules(state, pod):
+            if rule.on_missing_metrics != "Exclude":
+                continue
+            _, fresh = rule_values(view, rule, nodes, rows)
+            if not fresh.all():
+                reasons.append((f"node(s) had no fresh {rule.name} metric", ~fresh))
+                failed |= ~fresh
+        return FilterResult(~failed, reasons=reasons)
+
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> Status:
+        return Status.success() if self._rules(state, pod) else Status.skip()
+
+    def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> np.ndarray:
+        view = self.handle.source(SOURCE)
+        rules = self._rules(state, pod)
+        total = np.zeros(len(rows), dtype=np.int64)
+        if not rules:
+            return total
+        for rule in rules:
+            v, fresh = rule_values(view, rule, nodes, rows)
+            s = scale(v, fresh, rule.prefer)
+            miss = ~fresh
+            if miss.any():
+                if rule.on_missing_metrics == "Neutral":
+                    s[miss] = NEUTRAL_SCORE
+                elif rule.on_missing_metrics == "FallbackToRequests":
+                    s[miss] = requests_scores(pod, nodes, rows[miss], _EQUAL_WEIGHTS)
+            total += rule.weight * s
+        return total // sum(r.weight for r in rules)
+
+    def describe(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> list[dict] | None:
+        rules = self._rules(state, pod)
+        if not rules:
+            return None
+        return describe_rules(self.handle.source(SOURCE), rules, nodes, rows)
+
+
+PLUGIN = MetricScore

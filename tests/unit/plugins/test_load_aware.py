@@ -1,0 +1,304 @@
+"""LoadAware: thresholds and reasons, headroom score, in-flight estimates (herd protection),
+onMissingMetrics modes, explain details, args validation. Arithmetic in the comments."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from policy_scheduler.framework.chain import ChainError, build_chain
+from policy_scheduler.framework.interface import CycleState, Handle
+from policy_scheduler.framework.metricview import SOURCE, MetricsView, estimate_parts
+from policy_scheduler.framework.nodetable import NodeTable
+from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.runner import schedule_one
+from policy_scheduler.plugins.load_aware import PLUGIN, LoadAware
+
+GI = 1024 ** 3
+NOW = 1000.0
+TTL = 60.0
+
+
+class ViewHandle(Handle):
+    def __init__(self, view):
+        self.view = view
+
+    def source(self, name):
+        return self.view if name == SOURCE else None
+
+
+def make_table(names, cpu="4", memory="8Gi"):
+    t = NodeTable()
+    for n in names:
+        t.upsert_node({"metadata": {"name": n}, "status": {"allocatable": {"cpu": cpu, "memory": memory,
+                                                                           "pods": "110"}}})
+    return t
+
+
+def make_pod(name="p", requests=None, limits=None):
+    res = {}
+    if requests:
+        res["requests"] = requests
+    if limits:
+        res["limits"] = limits
+    return parse_pod({"metadata": {"name": name, "namespace": "ns"},
+                      "spec": {"containers": [{"name": "c", "image": "x", "resources": res}]}})
+
+
+def make_view(usage, *, age=0.0, clock=None):
+    """usage: node -> (cpu share, memory share); samples ``age`` seconds old at NOW."""
+    view = MetricsView(clock or (lambda: NOW))
+    cpu_key, mem_key = LoadAware.Args.model_validate({}).queries()
+    view.publish({cpu_key: {n: (c, NOW - age) for n, (c, _) in usage.items()},
+                  mem_key: {n: (m, NOW - age) for n, (_, m) in usage.items()}},
+                 now=NOW, ttl=TTL, available=True)
+    return view
+
+
+def plugin(view, **args):
+    return PLUGIN(PLUGIN.Args.model_validate(args), ViewHandle(view))
+
+
+def filter_all(pl, table, pod=None):
+    rows = np.arange(table.n)
+    res = pl.filter(CycleState(), pod or make_pod(), table, rows)
+    reasons = {}
+    for i, name in enumerate(table.names):
+        reasons[name] = sorted(r for r, m in res.reasons if m[i]) if not res.passed[i] else None
+    return reasons
+
+
+def scores(pl, table, pod=None):
+    rows = np.arange(table.n)
+    return dict(zip(table.names, pl.score(CycleState(), pod or make_pod(), table, rows).tolist()))
+
+
+# ------------------------------------------------------------------ filter
+def test_filter_rejects_nodes_above_the_thresholds_naming_metric_and_threshold():
+    t = make_table(["ok", "hot-cpu", "hot-mem", "hot-both", "edge", "full"])
+    view = make_view({"ok": (0.5, 0.5), "hot-cpu": (0.85, 0.5), "hot-mem": (0.5, 0.95),
+                      "hot-both": (0.93, 0.99), "edge": (0.8, 0.9), "full": (1.2, 0.1)})
+    got = filter_all(plugin(view), t)  # defaults: cpu 80%, memory 90%
+    assert got == {
+        "ok": None,
+        "hot-cpu": ["node(s) had cpu usage above the 80% threshold"],
+        "hot-mem": ["node(s) had memory usage above the 90% threshold"],
+        "hot-both": ["node(s) had cpu usage above the 80% threshold",
+                     "node(s) had memory usage above the 90% threshold"],
+        "edge": None,  # exactly at the threshold: not above
+        "full": ["node(s) had cpu usage above the 80% threshold"],
+    }
+
+
+def test_nodes_share_reasons_so_the_histogram_aggregates():
+    t = make_table(["a", "b", "c", "d"])
+    pl = plugin(make_view({"a": (0.91, 0.1), "b": (0.97, 0.1), "c": (0.83, 0.95), "d": (0.1, 0.1)}))
+    res = pl.filter(CycleState(), make_pod(), t, np.arange(4))
+    assert res.passed.tolist() == [False, False, False, True]
+    hist = {}
+    for r, m in res.reasons:
+        hist[r] = hist.get(r, 0) + int(m.sum())
+    assert hist == {"node(s) had cpu usage above the 80% threshold": 3,
+                    "node(s) had memory usage above the 90% threshold": 1}
+
+
+def test_zero_threshold_turns_a_check_off():
+    t = make_table(["a"])
+    got = filter_all(plugin(make_view({"a": (0.99, 0.99)}), usageThresholds={"cpu": 0, "memory": 0}), t)
+    assert got == {"a": None}
+    got = filter_all(plugin(make_view({"a": (0.99, 0.5)}), usageThresholds={"cpu": 95}), t)
+    assert got == {"a": ["node(s) had cpu usage above the 95% threshold"]}
+
+
+def test_filter_counts_inflight_pods():
+    t = make_table(["a"])  # 4 cores
+    view = make_view({"a": (0.7, 0.5)})
+    pl = plugin(view)
+    assert filter_all(pl, t) == {"a": None}
+    # a pod with a 1-core limit placed since the sample: 0.7 + 1000/4000 = 0.95 > 0.8
+    view.add_inflight("ns/x", "a", estimate_parts(make_pod(limits={"cpu": "1"})), NOW)
+    assert filter_all(pl, t) == {"a": ["node(s) had cpu usage above the 80% threshold"]}
+    view.remove_inflight("ns/x")
+    assert filter_all(pl, t) == {"a": None}
+
+
+# ------------------------------------------------------------------ score
+@pytest.mark.parametrize("usage,weights,expected", [
+    ((0.25, 0.5), {}, (75 + 50) // 2),  # 62
+    ((0.25, 0.5), {"cpu": 2, "memory": 1}, (2 * 75 + 50) // 3),  # 66
+    ((0.25, 0.5), {"cpu": 1, "memory": 0}, 75),
+    ((0.123, 0.456), {}, (87 + 54) // 2),  # floor(87.7) = 87, floor(54.4) = 54 -> 70
+    ((1.2, 0.0), {}, (0 + 100) // 2),  # over 100% clips to 0
+])
+def test_score_is_weighted_headroom(usage, weights, expected):
+    t = make_table(["a"])
+    pl = plugin(make_view({"a": usage}), resourceWeights=weights, usageThresholds={"cpu": 0, "memory": 0})
+    assert scores(pl, t) == {"a": expected}
+
+
+@pytest.mark.parametrize("resources,cpu_share", [
+    ({"limits": {"cpu": "1"}}, 1000 / 4000),  # the limit
+    ({"requests": {"cpu": "400m"}}, 0.85 * 400 / 4000),  # request x 85%: 340m
+    ({}, 250 / 4000),  # neither: the 250m default
+])
+def test_inflight_estimate_lowers_the_score(resources, cpu_share):
+    t = make_table(["a"])
+    view = make_view({"a": (0.2, 0.0)})
+    pl = plugin(view, resourceWeights={"cpu": 1, "memory": 0})
+    assert scores(pl, t) == {"a": 80}
+    view.add_inflight("ns/x", "a", estimate_parts(make_pod(**resources)), NOW)
+    want = int(np.floor((1 - (0.2 + cpu_share)) * 100))  # 55, 71, 73
+    assert scores(pl, t) == {"a": want}
+    # the update made when the pod was placed and a fresh build from the view agree
+    assert scores(plugin(view, resourceWeights={"cpu": 1, "memory": 0}), t) == {"a": want}
+
+
+def test_estimator_args():
+    t = make_table(["a"])
+    view = make_view({"a": (0.0, 0.0)})
+    pl = plugin(view, resourceWeights={"cpu": 1, "memory": 0}, estimatedScalingFactors={"cpu": 50},
+                estimatedDefaults={"cpu": "1"})
+    view.add_inflight("ns/x", "a", estimate_parts(make_pod(requests={"cpu": "2"})), NOW)  # 2000m x 50% = 1000m
+    view.add_inflight("ns/y", "a", estimate_parts(make_pod()), NOW)  # default 1 core
+    assert scores(pl, t) == {"a": 50}  # (1 - 2000/4000) * 100
+
+
+def test_herd_protection_spreads_a_burst():
+    """Two nodes, a at 10% cpu and b at 40%; cpu weight only. Each pod has a 500m limit: +0.125 of
+    a 4-core node. Score = floor((1 - cpu) * 100):
+      p1: a 0.100 -> 90, b 0.400 -> 60: a      p2: a 0.225 -> 77: a      p3: a 0.350 -> 64/65: a
+      p4: a 0.475 -> 52 < 60: b                p5: a 52, b 0.525 -> 47: a
+      p6: a 0.600 -> 39/40 < 47: b
+    Without the in-flight estimates every pod would go to a."""
+    t = make_table(["a", "b"])
+    view = make_view({"a": (0.1, 0.5), "b": (0.4, 0.5)})
+    args = {"usageThresholds": {"cpu": 0, "memory": 0}, "resourceWeights": {"cpu": 1, "memory": 0}}
+    chain = build_chain({"plugins": [{"name": "LoadAware", "args": args}]}, handle=ViewHandle(view))
+    placed = []
+    for i in range(6):
+        pod = make_pod(f"p{i}", limits={"cpu": "500m"})
+        d = schedule_one(chain, pod, t, random.Random(0))
+        placed.append(d.node)
+        t.add_pod(pod, d.node, assumed=True)
+        view.add_inflight(pod.key, d.node, estimate_parts(pod), NOW)
+    assert placed == ["a", "a", "a", "b", "a", "b"]
+
+
+# ------------------------------------------------------------------ missing / stale metrics
+def _mixed_view():
+    # "fresh" has samples; "stale" only a sample 120 s old (ttl 60); "missing" none
+    view = MetricsView(lambda: NOW)
+    cpu_key, mem_key = LoadAware.Args.model_validate({}).queries()
+    view.publish({cpu_key: {"fresh": (0.5, NOW), "stale": (0.1, NOW - 120)},
+                  mem_key: {"fresh": (0.5, NOW), "stale": (0.1, NOW - 120)}}, now=NOW, ttl=TTL, available=True)
+    return view
+
+
+@pytest.mark.parametrize("mode,filtered,score_other", [
+    ("Neutral", None, 50),
+    ("Exclude", ["node(s) had no fresh cpu and memory usage metrics"], 0),
+    # LeastAllocated: pod 1 cpu / 2Gi on 4 cores / 8Gi: cpu (4000-1000)*100//4000 = 75,
+    # memory (8Gi-2Gi)*100//8Gi = 75 -> 75
+    ("FallbackToRequests", None, 75),
+])
+def test_on_missing_metrics(mode, filtered, score_other):
+    t = make_table(["fresh", "stale", "missing"])
+    pl = plugin(_mixed_view(), onMissingMetrics=mode)
+    pod = make_pod(requests={"cpu": "1", "memory": "2Gi"})
+    got = filter_all(pl, t, pod)
+    assert got == {"fresh": None, "stale": filtered, "missing": filtered}
+    assert scores(pl, t, pod) == {"fresh": 50, "stale": score_other, "missing": score_other}
+
+
+def test_no_source_at_all_is_missing_everywhere():
+    t = make_table(["a", "b"])
+    t.add_pod(make_pod("big", requests={"cpu": "2", "memory": "4Gi"}), "b")
+    pl = plugin(None, onMissingMetrics="FallbackToRequests")
+    assert filter_all(pl, t) == {"a": None, "b": None}
+    # pod without requests: non-zero defaults 100m / 200Mi
+    # a: cpu (4000-100)*100//4000 = 97, mem (8192-200)*100//8192 = 97 -> 97
+    # b: cpu (4000-2100)*100//4000 = 47, mem (8192-4296)*100//8192 = 47 -> 47
+    assert scores(pl, t) == {"a": 97, "b": 47}
+
+
+def test_metrics_resume_after_a_new_publication():
+    t = make_table(["a"])
+    view = make_view({"a": (0.5, 0.5)}, age=120)  # stale
+    pl = plugin(view, onMissingMetrics="Neutral")
+    assert scores(pl, t) == {"a": 50}
+    cpu_key, mem_key = pl.cpu_key, pl.mem_key
+    view.publish({cpu_key: {"a": (0.1, NOW)}, mem_key: {"a": (0.3, NOW)}}, now=NOW, ttl=TTL, available=True)
+    assert scores(pl, t) == {"a": (90 + 70) // 2}
+
+
+# ------------------------------------------------------------------ explain
+def test_describe_reports_value_inflight_age_and_state():
+    t = make_table(["a", "m"])
+    view = make_view({"a": (0.25, 0.5)}, age=3.0, clock=lambda: NOW)
+    view.add_inflight("ns/x", "a", estimate_parts(make_pod(limits={"cpu": "1", "memory": "1Gi"})), NOW)
+    pl = plugin(view, onMissingMetrics="Neutral")
+    d = pl.describe(CycleState(), make_pod(), t, np.array([0, 1]))
+    assert d[0] == {"cpu": {"state": "fresh", "age": 3.0, "value": 0.25, "inFlight": 0.25},
+                    "memory": {"state": "fresh", "age": 3.0, "value": 0.5, "inFlight": 0.125},
+                    "scoredBy": "usage"}
+    assert d[1] == {"cpu": {"state": "missing", "age": None}, "memory": {"state": "missing", "age": None},
+                    "scoredBy": "Neutral"}
+
+
+def plain(v) -> bool:
+    """Only JSON's own types (the decision annotation's serializer rejects numpy scalars)."""
+    if isinstance(v, dict):
+        return all(type(k) is str and plain(x) for k, x in v.items())
+    if isinstance(v, list):
+        return all(plain(x) for x in v)
+    return v is None or type(v) in (str, int, float, bool)
+
+
+def test_details_are_plain_json_values():
+    t = make_table(["a", "m"])
+    view = make_view({"a": (0.25, 0.5)}, age=3.0)
+    view.add_inflight("ns/x", "a", estimate_parts(make_pod(limits={"cpu": "1"})), NOW)
+    d = plugin(view, onMissingMetrics="Neutral").describe(CycleState(), make_pod(), t, np.array([0, 1]))
+    assert plain(d) and not plain({"x": np.float64(1.0)})
+
+
+def test_decision_carries_details_for_the_top_nodes():
+    t = make_table(["a", "b"])
+    view = make_view({"a": (0.1, 0.1), "b": (0.5, 0.5)})
+    chain = build_chain({"plugins": [{"name": "LoadAware"}]}, handle=ViewHandle(view))
+    d = schedule_one(chain, make_pod(), t, random.Random(0))
+    assert d.node == "a"
+    assert [s.node for s in d.top] == ["a", "b"]
+    assert d.top[0].details["LoadAware"]["cpu"]["value"] == 0.1
+    assert d.top[1].details["LoadAware"]["memory"]["value"] == 0.5
+
+
+# ------------------------------------------------------------------ args
+def test_default_queries_read_node_exporter_series():
+    cpu, mem = PLUGIN.Args.model_validate({"nodeLabel": "node", "rateWindow": "30s"}).queries()
+    assert cpu == ('1 - avg by (node) (rate(node_cpu_seconds_total{mode="idle"}[30s]))', "node")
+    assert mem == ("1 - max by (node) (node_memory_MemAvailable_bytes) / max by (node) "
+                   "(node_memory_MemTotal_bytes)", "node")
+    own = PLUGIN.Args.model_validate({"cpuQuery": "my_cpu", "memoryQuery": "my_mem"}).queries()
+    assert own == (("my_cpu", "instance"), ("my_mem", "instance"))
+    assert LoadAware.metric_queries(PLUGIN.Args.model_validate({})) == list(PLUGIN.Args.model_validate({}).queries())
+
+
+@pytest.mark.parametrize("args,error", [
+    ({"usageThresholds": {"cpu": 120}},
+     "plugins[0].args.usageThresholds.cpu: Invalid value: 120: must be a percentage in [0, 100]"),
+    ({"nodeLabel": "node-name"}, "plugins[0].args.nodeLabel: 'node-name' is not a Prometheus label name"),
+    ({"rateWindow": "1 minute"}, "plugins[0].args.rateWindow: '1 minute' is not a PromQL duration"),
+    ({"resourceWeights": {"cpu": 0, "memory": 0}},
+     "plugins[0].args.resourceWeights: Invalid value: at least one weight must be positive"),
+    ({"onMissingMetrics": "Ignore"}, "plugins[0].args.onMissingMetrics: Input should be 'Neutral', 'Exclude' or "
+                                     "'FallbackToRequests'"),
+    ({"estimatedDefaults": {"cpu": "lots"}}, "plugins[0].args.estimatedDefaults.cpu: Invalid value: 'lots'"),
+    ({"threshold": 3}, "plugins[0].args.threshold: Extra inputs are not permitted"),
+])
+def test_args_validation_names_the_field(args, error):
+    with pytest.raises(ChainError) as e:
+        build_chain({"plugins": [{"name": "LoadAware", "args": args}]})
+    assert any(x.startswith(error) for x in e.value.errors), e.value.errors

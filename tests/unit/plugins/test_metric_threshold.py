@@ -1,0 +1,157 @@
+"""MetricThreshold: any PromQL as a filter; pod applicability; onMissingMetrics; args validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policy_scheduler.framework.chain import ChainError, build_chain
+from policy_scheduler.framework.interface import CycleState, Handle
+from policy_scheduler.framework.metricview import SOURCE, MetricsView
+from policy_scheduler.framework.nodetable import NodeTable
+from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.plugins.metric_threshold import PLUGIN, MetricThreshold
+
+NOW = 1000.0
+GPU_QUERY = "max by (Hostname) (DCGM_FI_DEV_GPU_UTIL) / 100"
+
+
+class ViewHandle(Handle):
+    def __init__(self, view):
+        self.view = view
+
+    def source(self, name):
+        return self.view if name == SOURCE else None
+
+
+def make_table(names):
+    t = NodeTable()
+    for n in names:
+        t.upsert_node({"metadata": {"name": n}, "status": {"allocatable": {"cpu": "8", "memory": "32Gi",
+                                                                           "nvidia.com/gpu": "4"}}})
+    return t
+
+
+def make_pod(gpus=0):
+    req = {"cpu": "1"}
+    if gpus:
+        req["nvidia.com/gpu"] = str(gpus)
+    return parse_pod({"metadata": {"name": "p", "namespace": "ns"},
+                      "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": req}}]}})
+
+
+def view_of(key, values, age=0.0):
+    v = MetricsView(lambda: NOW)
+    v.publish({key: {n: (x, NOW - age) for n, x in values.items()}}, now=NOW, ttl=60, available=True)
+    return v
+
+
+def gpu_rule(**kw):
+    return {"name": "gpu-util", "query": GPU_QUERY, "nodeLabel": "Hostname", "rejectAbove": 0.9,
+            "podsRequesting": ["nvidia.com/gpu"], **kw}
+
+
+def run(pl, table, pod):
+    """(pre-filter skipped?, node -> reasons or None when passed)."""
+    state = CycleState()
+    st, _ = pl.pre_filter(state, pod, table)
+    if st.is_skip:
+        return True, None
+    res = pl.filter(state, pod, table, np.arange(table.n))
+    return False, {n: (None if res.passed[i] else sorted(r for r, m in res.reasons if m[i]))
+                   for i, n in enumerate(table.names)}
+
+
+def plugin(view, *rules):
+    return PLUGIN(PLUGIN.Args.model_validate({"metrics": list(rules)}), ViewHandle(view))
+
+
+def test_gpu_utilisation_above_threshold_rejects_nodes_for_gpu_pods_only():
+    t = make_table(["g1", "g2", "g3"])
+    view = view_of((GPU_QUERY, "Hostname"), {"g1": 0.95, "g2": 0.5, "g3": 0.9})
+    pl = plugin(view, gpu_rule())
+    skipped, got = run(pl, t, make_pod(gpus=1))
+    assert not skipped
+    assert got == {"g1": ["node(s) had gpu-util 0.95 above the 0.9 threshold"], "g2": None,
+                   "g3": None}  # 0.9 is not above 0.9
+    skipped, _ = run(pl, t, make_pod(gpus=0))
+    assert skipped  # the rule is for pods requesting nvidia.com/gpu
+
+
+def test_reject_below_and_a_band():
+    key = ("node_disk_free_ratio", "instance")
+    t = make_table(["a", "b", "c"])
+    view = view_of(key, {"a": 0.05, "b": 0.5, "c": 0.97})
+    pl = plugin(view, {"name": "disk-free", "query": key[0], "rejectBelow": 0.1, "rejectAbove": 0.95})
+    _, got = run(pl, t, make_pod())
+    assert got == {"a": ["node(s) had disk-free 0.05 below the 0.1 threshold"], "b": None,
+                   "c": ["node(s) had disk-free 0.97 above the 0.95 threshold"]}
+
+
+def test_nodes_with_equal_shown_values_share_a_reason():
+    key = ("q", "instance")
+    t = make_table(["a", "b", "c"])
+    pl = plugin(view_of(key, {"a": 0.951, "b": 0.9512, "c": 0.99}), {"name": "m", "query": "q", "rejectAbove": 0.9})
+    res = pl.filter(CycleState(), make_pod(), t, np.arange(3))
+    assert sorted((r, int(m.sum())) for r, m in res.reasons) == [
+        ("node(s) had m 0.951 above the 0.9 threshold", 2), ("node(s) had m 0.99 above the 0.9 threshold", 1)]
+
+
+@pytest.mark.parametrize("mode,expected", [
+    ("Neutral", None),
+    ("FallbackToRequests", None),
+    ("Exclude", ["node(s) had no fresh gpu-util metric"]),
+])
+def test_missing_and_stale_values(mode, expected):
+    t = make_table(["fresh", "stale", "missing"])
+    view = MetricsView(lambda: NOW)
+    view.publish({(GPU_QUERY, "Hostname"): {"fresh": (0.1, NOW), "stale": (0.99, NOW - 300)}},
+                 now=NOW, ttl=60, available=True)
+    _, got = run(plugin(view, gpu_rule(onMissingMetrics=mode)), t, make_pod(gpus=1))
+    # the stale 0.99 is not trusted either way: it is never compared to the threshold
+    assert got == {"fresh": None, "stale": expected, "missing": expected}
+
+
+def test_several_rules_each_reject_with_their_own_reason():
+    t = make_table(["a", "b"])
+    view = MetricsView(lambda: NOW)
+    view.publish({(GPU_QUERY, "Hostname"): {"a": (0.95, NOW), "b": (0.1, NOW)},
+                  ("temp", "instance"): {"a": (90.0, NOW), "b": (95.0, NOW)}}, now=NOW, ttl=60, available=True)
+    pl = plugin(view, gpu_rule(), {"name": "temperature", "query": "temp", "rejectAbove": 85})
+    _, got = run(pl, t, make_pod(gpus=1))
+    assert got == {"a": ["node(s) had gpu-util 0.95 above the 0.9 threshold",
+                         "node(s) had temperature 90 above the 85 threshold"],
+                   "b": ["node(s) had temperature 95 above the 85 threshold"]}
+
+
+def test_describe_and_metric_queries():
+    t = make_table(["g1", "g2"])
+    view = view_of((GPU_QUERY, "Hostname"), {"g1": 0.5}, age=2.0)
+    pl = plugin(view, gpu_rule())
+    state = CycleState()
+    pl.pre_filter(state, make_pod(gpus=1), t)
+    assert pl.describe(state, make_pod(gpus=1), t, np.array([0, 1])) == [
+        {"gpu-util": {"state": "fresh", "age": 2.0, "value": 0.5}},
+        {"gpu-util": {"state": "missing", "age": None}}]
+    assert all(type(d["gpu-util"]["value"]) is float for d in pl.describe(state, make_pod(gpus=1), t, np.array([0])))
+    state = CycleState()
+    assert pl.describe(state, make_pod(), t, np.array([0])) is None  # not a GPU pod
+    assert MetricThreshold.metric_queries(pl.args) == [(GPU_QUERY, "Hostname")]
+
+
+@pytest.mark.parametrize("args,error", [
+    ({"metrics": []}, "plugins[0].args.metrics: List should have at least 1 item"),
+    ({"metrics": [{"name": "m", "query": "q"}]}, "plugins[0].args.metrics.0.rejectAbove: Required value"),
+    ({"metrics": [{"name": "m", "query": "q", "rejectAbove": 1, "rejectBelow": 2}]},
+     "plugins[0].args.metrics.0.rejectBelow: Invalid value: 2: above rejectAbove"),
+    ({"metrics": [{"name": "m", "query": "q", "rejectAbove": 1}, {"name": "m", "query": "r", "rejectAbove": 1}]},
+     "plugins[0].args.metrics[1].name: Duplicate value: 'm'"),
+    ({"metrics": [{"name": "m", "query": "", "rejectAbove": 1}]},
+     "plugins[0].args.metrics.0.query: String should have at least 1 character"),
+    ({"metrics": [{"name": "bad name", "query": "q", "rejectAbove": 1}]},
+     "plugins[0].args.metrics.0.name: String should match pattern"),
+])
+def test_args_validation(args, error):
+    with pytest.raises(ChainError) as e:
+        build_chain({"plugins": [{"name": "MetricThreshold", "args": args}]})
+    assert any(x.startswith(error) for x in e.value.errors), e.value.errors
