@@ -171,6 +171,15 @@ def test_invalid_policies_are_not_ready_with_the_field_named(core, namespace, no
     apply_policy(policies, "bad-weight", [{"name": "NodeResourcesFit", "weight": 3}])
     wait_for(lambda: (ready_condition(policies, "bad-weight") or {}).get("status") == "True", 20, what="fixed")
     wait_bound(core, namespace, ["waits"], 30)
+    # a bad edit of a working policy: Ready=False, but its pods keep the last valid chain
+    good_gen = policy_status(policies, "bad-weight")["observedGeneration"]
+    apply_policy(policies, "bad-weight", [{"name": "NodeResourcesFit", "weight": -1}])
+    cond = wait_for(lambda: (lambda c: c if c and c["status"] == "False" else None)(
+        ready_condition(policies, "bad-weight")), 20, what="bad edit reported")
+    assert f"still scheduled with generation {good_gen}" in cond["message"], cond["message"]
+    core.create_namespaced_pod(namespace, pod("after-bad-edit", namespace, labels={POLICY: "bad-weight"},
+                                              **sel("inv")))
+    wait_bound(core, namespace, ["after-bad-edit"], 20)
     for name in bad:
         policies.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
 

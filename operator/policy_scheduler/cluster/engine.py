@@ -21,7 +21,7 @@ import random
 import socket
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
@@ -88,8 +88,12 @@ class PolicyState:
     name: str
     generation: int = 0
     spec_raw: Any = None
+    # the chain pods are scheduled with: that of the last valid generation. An invalid edit of a
+    # working policy keeps it (and says so in the status) instead of stranding the policy's pods.
     chain: Chain | None = None
-    errors: list[str] = field(default_factory=list)
+    chain_generation: int = 0
+    good_spec: Any = None
+    errors: list[str] = field(default_factory=list)  # problems of the current generation
     namespace_selector: LabelSelector | None = None
     scheduled: int = 0
     last_scheduled_time: str | None = None
@@ -98,7 +102,7 @@ class PolicyState:
 
     @property
     def ready(self) -> bool:
-        return self.chain is not None
+        return self.chain is not None and not self.errors
 
 
 class OperatorHandle(Handle):
@@ -234,12 +238,20 @@ class Engine:
             self._forget_pending(key)
             if self.table.node_of(key) == node:
                 old = self.table.pod(key)
-                if old is not None and old.uid == meta.get("uid") and old.labels == (meta.get("labels") or {}):
+                labels = meta.get("labels") or {}
+                if old is not None and old.uid == meta.get("uid") and old.labels == labels:
                     # our own binding coming back (confirm the assumption), or a status update of a
                     # pod we already count: nothing the cache holds changed, no need to parse it again
                     if key in self.table.assumed:
                         self.table.confirm(key)
                         old.raw = None
+                    return
+                if (old is not None and old.uid == meta.get("uid") and not old.spread_constraints
+                        and not meta.get("deletionTimestamp")):
+                    # only the labels changed (the API server copies the node's topology labels onto
+                    # a pod it binds): nothing else derives from them unless spread constraints merge
+                    # matchLabelKeys, so the parsed pod is kept with the new labels
+                    self.table.add_pod(replace(old, labels=dict(labels), node_name=node, raw=None), node)
                     return
             info = parse_pod(body)
             info.raw = None  # nothing reads a bound pod's object: do not keep managedFields & co.
@@ -286,29 +298,32 @@ class Engine:
         st.generation, st.spec_raw, st.dirty = gen, spec, True
         try:
             parsed = SchedulingPolicySpec.model_validate(spec or {})
-            st.namespace_selector = (None if parsed.namespace_selector is None else LabelSelector.parse(
+            ns_selector = (None if parsed.namespace_selector is None else LabelSelector.parse(
                 parsed.namespace_selector.model_dump(by_alias=True, exclude_none=True), "spec.namespaceSelector"))
             chain = build_chain(parsed.chain_spec(), handle=PolicyHandle(self, name))
             problems = self.sources.policy_updated(name, parsed)
             if problems:
                 raise ChainError(problems)
         except ValidationError as e:
-            st.chain, st.errors = None, [
-                f"spec.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
+            st.errors = [f"spec.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
         except ChainError as e:
-            st.chain, st.errors = None, [f"spec.{x}" for x in e.errors]
+            st.errors = [f"spec.{x}" for x in e.errors]
         except SelectorError as e:
-            st.chain, st.errors = None, [str(e)]
+            st.errors = [str(e)]
         else:
             if st.chain is not None:
                 chain.next_start_node_index = st.chain.next_start_node_index
-            st.chain, st.errors = chain, []
-        if not st.ready:
-            self.sources.policy_deleted(name)  # an invalid policy reads no metrics
+            st.chain, st.chain_generation, st.good_spec, st.errors = chain, gen, parsed, []
+            st.namespace_selector = ns_selector
         if st.ready:
             log.info("SchedulingPolicy %s (generation %d) is ready: %s", name, gen,
                      ", ".join(p.name for p in st.chain.resolved))
+        elif st.chain is not None:
+            self.sources.policy_updated(name, st.good_spec)  # the last valid generation keeps its metrics
+            log.warning("SchedulingPolicy %s generation %d is invalid: %s; still scheduling with generation %d",
+                        name, gen, "; ".join(st.errors), st.chain_generation)
         else:
+            self.sources.policy_deleted(name)  # an invalid policy reads no metrics
             log.warning("SchedulingPolicy %s (generation %d) is invalid: %s", name, gen, "; ".join(st.errors))
         self._update_policy_gauge()
         self._spawn(self._write_policy_status(st))
@@ -408,7 +423,7 @@ class Engine:
                 return None, f"SchedulingPolicy {name!r} (label {POLICY_LABEL}) does not exist"
             return None, (f"no SchedulingPolicy selects this pod: it has no {POLICY_LABEL} label "
                           f"and there is no policy named {DEFAULT_POLICY!r}")
-        if not st.ready:
+        if st.chain is None:
             return None, f"SchedulingPolicy {name!r} is not Ready: {'; '.join(st.errors)}"
         if st.namespace_selector is not None and not st.namespace_selector.matches(
                 self.namespaces.get(pod.namespace, {})):
@@ -421,7 +436,7 @@ class Engine:
         if st is None:
             self.queue.add_unschedulable(qpi, {POLICY_SELECTION})
             self._report_failure(pod, "NoPolicy", why, code=None)
-            self.metrics.attempts.labels("unschedulable", qpi.policy).inc()
+            self.metrics.attempt("unschedulable", qpi.policy)
             return None
         qpi.policy = st.name
         decision = schedule_one(st.chain, pod, self.table, self.rng)
@@ -431,8 +446,7 @@ class Engine:
             self.decisions.popitem(last=False)
         result = "scheduled" if decision.scheduled else (
             "error" if decision.status.code == Code.ERROR else "unschedulable")
-        self.metrics.attempts.labels(result, st.name).inc()
-        self.metrics.attempt_duration.labels(result).observe(decision.duration)
+        self.metrics.attempt(result, st.name, decision.duration)
         if decision.scheduled:
             self.table.add_pod(pod, decision.node, assumed=True)
             self.sources.on_assumed(pod, decision.node)
@@ -579,17 +593,18 @@ class Engine:
                 "reason": "Valid" if st.ready else "InvalidSpec",
                 "message": ("chain built: " + ", ".join(
                     f"{p.name}{'' if p.weight is None else f'(w={p.weight})'}" for p in st.chain.resolved))
-                if st.ready else "; ".join(st.errors),
+                if st.ready else "; ".join(st.errors) + (
+                    f" (pods are still scheduled with generation {st.chain_generation})" if st.chain else ""),
                 "observedGeneration": st.generation}
         extra = self.sources.status(st.name) or {}
         status = {
             "observedGeneration": st.generation,
             "conditions": [cond, *extra.get("conditions", [])],
             "plugins": [{"name": p.name, "points": p.points, "weight": p.weight} for p in st.chain.resolved]
-            if st.ready else [],
-            "pluginCount": len(st.chain.resolved) if st.ready else 0,
+            if st.chain else [],
+            "pluginCount": len(st.chain.resolved) if st.chain else 0,
             "pluginSummary": ",".join(p.name if p.weight is None else f"{p.name}:{p.weight}"
-                                      for p in st.chain.resolved) if st.ready else "",
+                                      for p in st.chain.resolved) if st.chain else "",
             "scheduled": st.scheduled,
             "unschedulable": counts[UNSCHEDULABLE],
             "pending": sum(counts.values()),

@@ -88,12 +88,11 @@ class Informer:
                 raise ApiError(resp.status, await resp.text(), "WATCH", self.path)
             buf = b""
             async for chunk in resp.content.iter_any():
-                buf += chunk
-                while True:
-                    nl = buf.find(b"\n")
-                    if nl < 0:
-                        break
-                    line, buf = buf[:nl], buf[nl + 1:]
+                if b"\n" not in chunk:
+                    buf += chunk
+                    continue
+                *lines, buf = (buf + chunk).split(b"\n")  # one event per line; the last may be partial
+                for line in lines:
                     if line.strip():
                         self._event(orjson.loads(line))
 

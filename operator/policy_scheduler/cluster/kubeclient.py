@@ -37,21 +37,27 @@ class ApiError(Exception):
         return self.body.get("reason", "") if isinstance(self.body, dict) else ""
 
 
+TOKEN_FILE_PERIOD = 60.0  # seconds a token read from a file is used before it is read again
+
+
 @dataclass
 class Credentials:
     server: str
     ssl_context: ssl.SSLContext | bool
     token: str | None = None
     token_file: Path | None = None
+    _token_read_at: float | None = None
 
     def auth_header(self) -> dict[str, str]:
-        tok = self.token
-        if self.token_file is not None:
+        if self.token_file is not None and (
+                self._token_read_at is None or time.monotonic() - self._token_read_at >= TOKEN_FILE_PERIOD):
+            # bound tokens rotate: re-read the file, as client-go does, at most once a minute
             try:
-                tok = self.token_file.read_text().strip()  # bound tokens rotate: re-read
+                self.token = self.token_file.read_text().strip()
             except OSError:
                 pass
-        return {"Authorization": f"Bearer {tok}"} if tok else {}
+            self._token_read_at = time.monotonic()
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
 
 def _data_or_file(entry: dict, key: str) -> bytes | None:
@@ -164,6 +170,7 @@ class KubeClient:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=256, ssl=self.creds.ssl_context),
                 timeout=self.timeout, headers={"User-Agent": self.user_agent},
+                cookie_jar=aiohttp.DummyCookieJar(),  # the API server sets none: skip the per-request jar lookup
                 json_serialize=lambda o: orjson.dumps(o).decode())
         return self._session
 

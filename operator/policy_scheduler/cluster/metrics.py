@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY = tuple(0.0005 * 2**i for i in range(16))  # 0.5 ms .. ~16 s
@@ -28,3 +30,15 @@ class Metrics:
         self.policies = Gauge("policy_scheduler_policies", "SchedulingPolicies by readiness.", ["ready"], registry=r)
         self.events_dropped = Counter("policy_scheduler_events_dropped",
                                       "Kubernetes Events or status writes that failed.", ["kind"], registry=r)
+        self._attempt_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+    def attempt(self, result: str, policy: str, seconds: float | None = None) -> None:
+        """Count one scheduling attempt (and its duration, when given); the labelled children are
+        looked up once per (result, policy), not per pod."""
+        children = self._attempt_children.get((result, policy))
+        if children is None:
+            children = self._attempt_children[(result, policy)] = (
+                self.attempts.labels(result, policy), self.attempt_duration.labels(result))
+        children[0].inc()
+        if seconds is not None:
+            children[1].observe(seconds)

@@ -17,12 +17,14 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .podinfo import PodInfo
+from .podinfo import AffinityTerm, PodInfo, WeightedAffinityTerm
 from .quantity import QuantityError, resource_value
 from .taints import Taint
 
 CPU, MEMORY, EPHEMERAL, PODS = 0, 1, 2, 3
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
+
+TopologyPair = tuple[str, str]  # (topology key, the node's value of that label)
 
 
 @dataclass(slots=True)
@@ -81,16 +83,21 @@ class NodeTable:
         self.assumed: set[str] = set()
         self._orphans: dict[str, dict[str, PodInfo]] = {}  # node name not (yet) known -> pods
         self.used_ports: list[dict[tuple[str, str, int], int]] = []
-        self.affinity_pods: list[int] = []  # per row: number of pods with any (anti)affinity
-        self.anti_affinity_pods: list[int] = []  # per row: pods with required anti-affinity
         self.pods_with_affinity: list[dict[str, PodInfo]] = []  # per row: those pods (upstream PodsWithAffinity)
+        # The (anti-)affinity terms of the pods on rows, by kind: term -> {(topologyKey, value of that
+        # label on the pod's node): occurrences}, one occurrence per (pod, term) on a node having
+        # the key (a node without it puts the term in no domain). Preferred terms are keyed with
+        # their weight. Kept in step with pods and node labels.
+        self.required_affinity_terms: dict[AffinityTerm, dict[TopologyPair, int]] = {}
+        self.required_anti_affinity_terms: dict[AffinityTerm, dict[TopologyPair, int]] = {}
+        self.preferred_affinity_terms: dict[WeightedAffinityTerm, dict[TopologyPair, int]] = {}
+        self.preferred_anti_affinity_terms: dict[WeightedAffinityTerm, dict[TopologyPair, int]] = {}
         self.image_nodes: dict[str, int] = {}  # image name -> number of nodes having it
         # label index and cached masks
         self._label_index: dict[str, dict[str, set[str]]] = {}
         self._mask_cache: dict[tuple, np.ndarray] = {}
         self.version = 0  # bumps on every change
         self.node_version = 0  # bumps when the node set, labels or taints change
-        self.affinity_version = 0  # bumps when a pod with (anti)affinity is added to or removed from a node
 
     # ------------------------------------------------------------------ columns
     def _ensure_capacity(self, rows: int) -> None:
@@ -144,8 +151,6 @@ class NodeTable:
             self.specs.append(spec)
             self.pods.append({})
             self.used_ports.append({})
-            self.affinity_pods.append(0)
-            self.anti_affinity_pods.append(0)
             self.pods_with_affinity.append({})
             self.requested[row] = 0
             self.nonzero[row] = 0
@@ -162,6 +167,9 @@ class NodeTable:
         if old is None or old.labels != spec.labels:
             if old is not None:
                 self._unindex_labels(old)
+                for pod in self.pods_with_affinity[row].values():
+                    self._index_terms(pod, old.labels, -1)
+                    self._index_terms(pod, spec.labels, 1)
             self._index_labels(spec)
         if old is None or old.images.keys() != spec.images.keys():
             if old is not None:
@@ -186,6 +194,8 @@ class NodeTable:
         pods = self.pods[row]
         if pods:  # keep the pods: they still exist and count if the node comes back
             self._orphans[name] = dict(pods)
+        for pod in self.pods_with_affinity[row].values():
+            self._index_terms(pod, spec.labels, -1)
         self._unindex_labels(spec)
         for img in spec.images:
             self._dec_image(img)
@@ -205,8 +215,7 @@ class NodeTable:
         self.version += 1
 
     def _row_lists(self) -> tuple[list, ...]:
-        return (self.names, self.specs, self.pods, self.used_ports, self.affinity_pods, self.anti_affinity_pods,
-                self.pods_with_affinity)
+        return (self.names, self.specs, self.pods, self.used_ports, self.pods_with_affinity)
 
     def _dec_image(self, img: str) -> None:
         c = self.image_nodes.get(img, 0) - 1
@@ -308,14 +317,32 @@ class NodeTable:
             else:
                 ports.pop(p, None)
         if pod.has_affinity:
-            self.affinity_pods[row] += sign
             if sign > 0:
                 self.pods_with_affinity[row][pod.key] = pod
             else:
                 self.pods_with_affinity[row].pop(pod.key, None)
-            self.affinity_version += 1
-        if pod.has_required_anti_affinity:
-            self.anti_affinity_pods[row] += sign
+            self._index_terms(pod, self.specs[row].labels, sign)
+
+    def _index_terms(self, pod: PodInfo, labels: Mapping[str, str], sign: int) -> None:
+        """Add (sign 1) or take back (sign -1) the pod's terms on a node with ``labels``."""
+        for index, terms in ((self.required_affinity_terms, pod.required_affinity),
+                             (self.required_anti_affinity_terms, pod.required_anti_affinity),
+                             (self.preferred_affinity_terms, pod.preferred_affinity),
+                             (self.preferred_anti_affinity_terms, pod.preferred_anti_affinity)):
+            for t in terms:
+                key = t.term.topology_key if isinstance(t, WeightedAffinityTerm) else t.topology_key
+                value = labels.get(key)
+                if value is None:
+                    continue
+                pairs = index.setdefault(t, {})
+                pair = (key, value)
+                c = pairs.get(pair, 0) + sign
+                if c:
+                    pairs[pair] = c
+                else:
+                    del pairs[pair]
+                    if not pairs:
+                        del index[t]
 
     def remove_pod(self, key: str) -> PodInfo | None:
         """Forget a pod (deleted, or an assumption undone). Returns the PodInfo it had."""

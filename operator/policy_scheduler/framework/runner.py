@@ -203,7 +203,7 @@ def _schedule(chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleSta
     if not chain.score:
         need = 1
     startidx = chain.next_start_node_index % m if m else 0
-    order = np.roll(candidates, -startidx) if m else candidates
+    order = np.concatenate((candidates[startidx:], candidates[:startidx]))  # scan from startidx, wrapping
     failures = _Failures()
     feasible_parts: list[np.ndarray] = []
     found = 0
@@ -275,22 +275,29 @@ def _schedule(chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleSta
             state.skip_score.add(p.NAME)
         elif not st.is_success:
             return _error(pod, nodes, st.with_plugin(p.NAME), start)
-    total = np.zeros(len(feasible), dtype=np.int64)
-    per_plugin: list[tuple[str, np.ndarray, int]] = []
+    # as upstream, every Score plugin runs before the normalized scores are range-checked
+    scored: list[tuple[str, int]] = []
+    norms: list[np.ndarray] = []
     for p, weight in chain.score:
         if p.NAME in state.skip_score:
             continue
         raw = np.asarray(p.score(state, pod, nodes, feasible), dtype=np.int64)
-        norm = np.asarray(p.normalize_score(state, pod, nodes, feasible, raw), dtype=np.int64)
-        if len(norm) and (norm.min() < MIN_NODE_SCORE or norm.max() > MAX_NODE_SCORE):
-            bad = int(norm[(norm < MIN_NODE_SCORE) | (norm > MAX_NODE_SCORE)][0])
+        norms.append(np.asarray(p.normalize_score(state, pod, nodes, feasible, raw), dtype=np.int64))
+        scored.append((p.NAME, weight))
+    if scored:
+        mat = np.vstack(norms)  # plugins x feasible
+        if mat.min() < MIN_NODE_SCORE or mat.max() > MAX_NODE_SCORE:  # the first plugin out of range fails
+            out_of_range = (mat < MIN_NODE_SCORE) | (mat > MAX_NODE_SCORE)
+            i = int(np.flatnonzero(out_of_range.any(axis=1))[0])
+            bad, name = int(mat[i][out_of_range[i]][0]), scored[i][0]
             return _error(pod, nodes, Status.error(
-                f"plugin \"{p.NAME}\" returns an invalid score {bad}, it should in the range of "
-                f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing", p.NAME), start)
-        total += norm * weight
-        per_plugin.append((p.NAME, norm, weight))
-    if not per_plugin:
-        total[:] = 1
+                f"plugin \"{name}\" returns an invalid score {bad}, it should in the range of "
+                f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing", name), start)
+        weights = np.array([w for _, w in scored], dtype=np.int64)
+        total = weights @ mat
+    else:
+        mat = np.zeros((0, len(feasible)), dtype=np.int64)
+        total = np.ones(len(feasible), dtype=np.int64)
 
     # ---------------------------------------------------------------- select (random among the best)
     best = np.flatnonzero(total == total.max())
@@ -301,11 +308,11 @@ def _schedule(chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleSta
         top_idx = np.concatenate([[pick], top_idx[: k - 1]])
     else:
         top_idx = np.concatenate([[pick], top_idx[top_idx != pick]])
-    top = []
-    for i in top_idx:
-        i = int(i)
-        top.append(NodeScore(nodes.names[int(feasible[i])], int(total[i]),
-                             {name: (int(norm[i]), int(norm[i]) * w) for name, norm, w in per_plugin}))
-    describe_top(chain, state, pod, nodes, top, feasible[top_idx])
+    top_rows = feasible[top_idx]
+    top_norms = mat[:, top_idx].T.tolist()  # top nodes x plugins
+    names = nodes.names
+    top = [NodeScore(names[r], t, {name: (v, v * w) for (name, w), v in zip(scored, vs)})
+           for r, t, vs in zip(top_rows.tolist(), total[top_idx].tolist(), top_norms)]
+    describe_top(chain, state, pod, nodes, top, top_rows)
     return Decision(pod.key, nodes.names[int(feasible[pick])], Status.success(), n_all, evaluated=processed,
                     feasible=len(feasible), top=top, failures=hist, duration=time.perf_counter() - start)

@@ -56,6 +56,9 @@ class NodeResourcesBalancedAllocationArgs(PluginArgs):
 def balance_score(fractions: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """balancedResourceScore over (resources x rows) fractions (already capped at 1); only the
     ``valid`` entries of each column count. Float operations follow upstream's order."""
+    if len(fractions) == 2:  # the usual cpu + memory: std is |f1 - f2| / 2, 0 unless both count
+        std = np.where(valid[0] & valid[1], np.abs(fractions[0] - fractions[1]) / 2, 0.0)
+        return ((1 - std) * MAX_NODE_SCORE).astype(np.int64)
     count = valid.sum(axis=0)
     f = np.where(valid, fractions, 0.0)
     total = np.zeros(fractions.shape[1])
@@ -105,7 +108,7 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
         cols = [nodes.res_index.get(name) for name, _ in used]
         used = [(c, q) for c, (_, q) in zip(cols, used) if c is not None]  # no column: allocatable 0
         want = np.array([q for _, q in used], dtype=np.int64).reshape(-1, 1)
-        idx = np.ix_(rows, [c for c, _ in used])  # one gather per array, resources x rows after .T
+        idx = (rows[:, None], [c for c, _ in used])  # one gather per array, resources x rows after .T
         alloc = nodes.allocatable[idx].T
         node_req = nodes.requested[idx].T
         valid = alloc > 0

@@ -15,14 +15,18 @@ labels (upstream's nil ``labels.Set``), so e.g. a ``DoesNotExist`` selector stil
 
 Topology domains: two nodes share a domain of key ``k`` iff both carry label ``k`` with the same
 value; a node without the label is in no domain.
+
+Cost per pod: existing pods' terms come from the NodeTable's term index (each distinct term is
+matched once against the pod, its per-domain occurrences added at once); the pod's own terms are
+counted per node by a PodMatchCounter (kept across cycles, recounting only nodes whose pods
+changed) and summed per domain with numpy. Both sum exactly what upstream adds pod by pod.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from itertools import compress
 from types import MappingProxyType
-from typing import Iterable, Iterator, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -38,6 +42,7 @@ from ..framework.interface import (
     ScorePlugin,
 )
 from ..framework.nodetable import NodeTable
+from ..framework.podcount import PodMatchCounter, selector_matcher
 from ..framework.podinfo import AffinityTerm, PodInfo
 from ..framework.status import Code, Status
 
@@ -76,45 +81,79 @@ class _FilterState:
     self_affine: bool  # the pod matches all of its own affinity terms
 
 
-@dataclass(slots=True)
-class _ExistingTerms:
-    """The terms of the pods already on nodes, grouped by term value: term -> {topology pair:
-    total}. Whether a term matches the incoming pod depends only on the term, so each distinct
-    term is matched once per cycle and its totals added at once, which sums exactly what upstream
-    adds pod by pod."""
-
-    anti: dict[AffinityTerm, dict[Pair, int]]  # required anti-affinity terms, +1 per pod
-    scoring: dict[AffinityTerm, dict[Pair, int]]  # the terms of _existing_scoring_terms, signed weights
-
-
 def _add(counts: dict[Pair, int], pair: Pair, value: int) -> None:
     counts[pair] = counts.get(pair, 0) + value
+
+
+def _domains(nodes: NodeTable, key: str) -> tuple[np.ndarray, dict[str, int], list[str]]:
+    """(code per row, value -> code, values by code) for label ``key``; code -1 where the node
+    lacks the key. Cached until node labels change."""
+
+    def build():
+        vals = nodes.label_values(key)
+        codes = np.full(nodes.n, -1, dtype=np.int64)
+        for i, names in enumerate(vals.values()):
+            codes[[nodes.index[nm] for nm in names]] = i
+        return codes, {v: i for i, v in enumerate(vals)}, list(vals)
+
+    return nodes.cached(("InterPodAffinity", "domains", key), build)
+
+
+def _add_domain_sums(counts: dict[Pair, int], nodes: NodeTable, key: str, per_row: np.ndarray,
+                     weight: int = 1) -> None:
+    """Add ``weight`` x the per-row counts summed per domain of ``key``, for the domains whose
+    sum is positive (as upstream adds per matching pod, creating only those pairs)."""
+    codes, _, values = _domains(nodes, key)
+    has = codes >= 0
+    sums = np.bincount(codes[has], weights=per_row[has], minlength=len(values))
+    for i in np.flatnonzero(sums > 0).tolist():
+        _add(counts, (key, values[i]), weight * int(sums[i]))
+
+
+def _by_code(nodes: NodeTable, counts: Mapping[Pair, int], positive_only: bool,
+             keys: Iterable[str] | None = None) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """Per topology key (only ``keys``, if given): (code per row, value per code with one
+    trailing 0 for the rows lacking the key) from the counts."""
+    wanted = None if keys is None else set(keys)
+    grouped: dict[str, list[tuple[str, int]]] = {}
+    for (key, value), count in counts.items():
+        if (count > 0 or not positive_only) and (wanted is None or key in wanted):
+            grouped.setdefault(key, []).append((value, count))
+    for key, items in grouped.items():
+        codes, index, values = _domains(nodes, key)
+        per_code = np.zeros(len(values) + 1, dtype=np.int64)
+        for value, count in items:
+            code = index.get(value)
+            if code is not None:
+                per_code[code] = count
+        yield codes, per_code
 
 
 def _domain_rows(nodes: NodeTable, counts: Mapping[Pair, int], keys: Iterable[str] | None = None) -> np.ndarray:
     """Mask over all rows: nodes lying in a domain whose count is > 0 (only ``keys``, if given)."""
     mask = np.zeros(nodes.n, dtype=bool)
-    wanted = None if keys is None else set(keys)
-    rows: list[int] = []
-    for (key, value), count in counts.items():
-        if count > 0 and (wanted is None or key in wanted):
-            rows.extend(nodes.index[name] for name in nodes.label_values(key).get(value, ()))
-    if rows:
-        mask[rows] = True
+    for codes, per_code in _by_code(nodes, counts, True, keys):
+        mask |= per_code[codes] > 0
     return mask
 
 
-def _existing_scoring_terms(existing: PodInfo, hard_weight: int) -> Iterator[tuple[int, AffinityTerm]]:
-    """(weight, term) for an existing pod's terms that score: its required affinity terms at
-    hardPodAffinityWeight (none when 0), its preferred affinity (+w) and anti-affinity (-w) terms.
-    Its required anti-affinity only filters."""
-    if hard_weight > 0:
-        for term in existing.required_affinity:
-            yield hard_weight, term
-    for wt in existing.preferred_affinity:
-        yield wt.weight, wt.term
-    for wt in existing.preferred_anti_affinity:
-        yield -wt.weight, wt.term
+def _term_counter(terms: tuple[AffinityTerm, ...]) -> Callable[[tuple[PodInfo, ...]], int]:
+    """Pods -> how many match every term (AffinityTerm.matches; the incoming pod's resolved
+    terms, whose namespaceSelector is gone or empty, need no namespace labels)."""
+    if len(terms) == 1 and terms[0].namespace_selector is None:
+        namespaces, match = terms[0].namespaces, selector_matcher(terms[0].selector)
+
+        def count(pods: tuple) -> int:
+            c = 0
+            for p in pods:
+                if p.namespace in namespaces and match(p.labels):
+                    c += 1
+            return c
+    else:
+        def count(pods: tuple) -> int:
+            return sum(1 for p in pods if all(t.matches(p, _NO_LABELS) for t in terms))
+
+    return count
 
 
 class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
@@ -129,31 +168,11 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
 
     def __init__(self, args: InterPodAffinityArgs, handle) -> None:
         super().__init__(args, handle)
-        self._terms: tuple[NodeTable, tuple[int, int], _ExistingTerms] | None = None
+        self._counter = PodMatchCounter()
 
-    def _existing_terms(self, nodes: NodeTable) -> _ExistingTerms:
-        """The existing pods' terms, rebuilt only when a pod with (anti)affinity came or went or
-        node labels changed."""
-        version = (nodes.node_version, nodes.affinity_version)
-        if self._terms is not None and self._terms[0] is nodes and self._terms[1] == version:
-            return self._terms[2]
-        anti: dict[AffinityTerm, dict[Pair, int]] = {}
-        scoring: dict[AffinityTerm, dict[Pair, int]] = {}
-        hard_weight = self.args.hard_pod_affinity_weight
-        for row in compress(range(nodes.n), nodes.affinity_pods):
-            labels = nodes.specs[row].labels
-            for existing in nodes.pods_with_affinity[row].values():
-                for term in existing.required_anti_affinity:
-                    value = labels.get(term.topology_key)
-                    if value is not None:
-                        _add(anti.setdefault(term, {}), (term.topology_key, value), 1)
-                for weight, term in _existing_scoring_terms(existing, hard_weight):
-                    value = labels.get(term.topology_key)
-                    if value is not None:
-                        _add(scoring.setdefault(term, {}), (term.topology_key, value), weight)
-        terms = _ExistingTerms(anti, scoring)
-        self._terms = (nodes, version, terms)
-        return terms
+    def _matching(self, nodes: NodeTable, terms: tuple[AffinityTerm, ...]) -> np.ndarray:
+        """Per row, the existing pods matching all of ``terms`` (resolved terms of the pod)."""
+        return self._counter.counts(nodes, terms, _term_counter(terms))
 
     # ------------------------------------------------------------------ namespaces
     def _resolve(self, term: AffinityTerm) -> AffinityTerm:
@@ -174,7 +193,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         and the existing pods matching ``pod``'s required (anti-)affinity terms. Skip when the pod
         has no required terms and no existing pod's required anti-affinity matches it."""
         has_terms = bool(pod.required_affinity or pod.required_anti_affinity)
-        if not has_terms and not any(nodes.anti_affinity_pods):
+        if not has_terms and not nodes.required_anti_affinity_terms:  # the table's index: O(1)
             return Status.skip(), None
         existing = self._existing_anti_counts(pod, nodes)
         if not has_terms and not existing:
@@ -190,45 +209,31 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
     def _existing_anti_counts(self, pod: PodInfo, nodes: NodeTable) -> dict[Pair, int]:
         """getExistingAntiAffinityCounts: only nodes hosting pods with required anti-affinity."""
         counts: dict[Pair, int] = {}
-        anti = self._existing_terms(nodes).anti
+        anti = nodes.required_anti_affinity_terms
         if anti:
             ns_labels = self._namespace_labels(pod)
             for term, pairs in anti.items():
                 if term.matches(pod, ns_labels):
-                    for pair, count in pairs.items():
-                        _add(counts, pair, count)
+                    if counts:
+                        for pair, count in pairs.items():
+                            _add(counts, pair, count)
+                    else:
+                        counts = dict(pairs)
         return counts
 
-    @staticmethod
-    def _incoming_counts(affinity: tuple[AffinityTerm, ...], anti: tuple[AffinityTerm, ...],
+    def _incoming_counts(self, affinity: tuple[AffinityTerm, ...], anti: tuple[AffinityTerm, ...],
                          nodes: NodeTable) -> tuple[dict[Pair, int], dict[Pair, int]]:
         """getIncomingAffinityAntiAffinityCounts: an existing pod counts for affinity only if it
         matches ALL affinity terms (+1 per term whose key its node has); for anti-affinity +1 per
         term it matches."""
         affinity_counts: dict[Pair, int] = {}
         anti_counts: dict[Pair, int] = {}
-        if not affinity and not anti:
-            return affinity_counts, anti_counts
-        for row in range(nodes.n):
-            pods = nodes.pods[row]
-            if not pods:
-                continue
-            labels = nodes.specs[row].labels
-            aff_pairs = [(t.topology_key, labels[t.topology_key]) for t in affinity if t.topology_key in labels]
-            anti_pairs = [(t, (t.topology_key, labels[t.topology_key])) for t in anti if t.topology_key in labels]
-            if not aff_pairs and not anti_pairs:
-                continue
-            for existing in pods.values():
-                if aff_pairs:
-                    for t in affinity:
-                        if not t.matches(existing, _NO_LABELS):
-                            break
-                    else:
-                        for pair in aff_pairs:
-                            _add(affinity_counts, pair, 1)
-                for term, pair in anti_pairs:
-                    if term.matches(existing, _NO_LABELS):
-                        _add(anti_counts, pair, 1)
+        if affinity:
+            matching = self._matching(nodes, affinity)
+            for term in affinity:
+                _add_domain_sums(affinity_counts, nodes, term.topology_key, matching)
+        for term in anti:
+            _add_domain_sums(anti_counts, nodes, term.topology_key, self._matching(nodes, (term,)))
         return affinity_counts, anti_counts
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> FilterResult:
@@ -266,34 +271,32 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         """Build topologyScore[(key, value)] from every existing pod E on a labelled node N:
         +/-w for each of the pod's preferred (anti-)affinity terms E matches; +hardPodAffinityWeight
         for each of E's required affinity terms the pod matches; +/-w for each of E's preferred
-        (anti-)affinity terms the pod matches. All pods are scanned when the pod has preferred
-        terms; existing pods' terms come grouped by value (_existing_terms). Skip when nothing
-        accumulates."""
+        (anti-)affinity terms the pod matches. The pod's terms are counted per node
+        (PodMatchCounter), existing pods' terms come from the table's term index. Skip when
+        nothing accumulates."""
         if len(rows) == 0:
             return Status.skip()
         has_preferred = bool(pod.preferred_affinity or pod.preferred_anti_affinity)
         if not has_preferred and (self.args.ignore_preferred_terms_of_existing_pods
-                                  or not any(nodes.affinity_pods)):
-            return Status.skip()
+                                  or not (nodes.required_affinity_terms or nodes.preferred_affinity_terms
+                                          or nodes.preferred_anti_affinity_terms)):
+            return Status.skip()  # no existing pod has a term that scores (their required anti-affinity does not)
         # the pod's preferred terms, anti-affinity ones with negated weights
         preferred = ([(wt.weight, self._resolve(wt.term)) for wt in pod.preferred_affinity]
                      + [(-wt.weight, self._resolve(wt.term)) for wt in pod.preferred_anti_affinity])
         ns_labels = self._namespace_labels(pod)
         topology_score: dict[Pair, int] = {}
-        if has_preferred:
-            for row in range(nodes.n):
-                labels = nodes.specs[row].labels
-                incoming = [(w, t, labels[t.topology_key]) for w, t in preferred if t.topology_key in labels]
-                if not incoming:
-                    continue
-                for existing in nodes.pods[row].values():
-                    for weight, term, value in incoming:
-                        if term.matches(existing, _NO_LABELS):
-                            _add(topology_score, (term.topology_key, value), weight)
-        for term, pairs in self._existing_terms(nodes).scoring.items():
+        for weight, term in preferred:
+            _add_domain_sums(topology_score, nodes, term.topology_key, self._matching(nodes, (term,)), weight)
+        hard_weight = self.args.hard_pod_affinity_weight
+        existing = [(wt.weight, wt.term, pairs) for wt, pairs in nodes.preferred_affinity_terms.items()]
+        existing += [(-wt.weight, wt.term, pairs) for wt, pairs in nodes.preferred_anti_affinity_terms.items()]
+        if hard_weight > 0:
+            existing += [(hard_weight, term, pairs) for term, pairs in nodes.required_affinity_terms.items()]
+        for weight, term, pairs in existing:
             if term.matches(pod, ns_labels):
-                for pair, weight in pairs.items():
-                    _add(topology_score, pair, weight)
+                for pair, count in pairs.items():
+                    _add(topology_score, pair, weight * count)
         if not topology_score:
             return Status.skip()
         state.write(self._SCORE_KEY, topology_score)
@@ -303,10 +306,8 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         """Raw score: the sum of topologyScore over the node's (key, value) labels; may be negative."""
         topology_score: dict[Pair, int] = state.read(self._SCORE_KEY)
         totals = np.zeros(nodes.n, dtype=np.int64)
-        for (key, value), weight in topology_score.items():
-            members = [nodes.index[name] for name in nodes.label_values(key).get(value, ())]
-            if members:
-                totals[members] += weight
+        for codes, per_code in _by_code(nodes, topology_score, False):
+            totals += per_code[codes]
         return totals[rows]
 
     def normalize_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray,

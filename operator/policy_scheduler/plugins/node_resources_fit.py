@@ -305,6 +305,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             reasons.append((reason, short))
             failed |= short
             unresolvable |= short & (want > alloc)
+        if not failed.any():
+            return FilterResult.all_pass(len(rows))
         code = np.where(unresolvable, int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE),
                         int(Code.UNSCHEDULABLE)).astype(np.int8)
         return FilterResult(~failed, code, [(r, m) for r, m in reasons if m.any()])

@@ -27,18 +27,15 @@ system ones, feasible nodes missing any key are ignored (score 0). NormalizeScor
 ``100 * (max + min - s) / max`` over the non-ignored nodes, max starting at 0; all 100 when max is 0.
 
 Matching-pod counts per node are kept per (namespace, selector) across cycles and recounted only
-for nodes whose pod set changed since (detected by comparing per-node snapshots of the pod
-objects), so a cycle's cost is mostly numpy work over the node rows.
+for nodes whose pod set changed since (framework.podcount.PodMatchCounter), so a cycle's cost is
+mostly numpy work over the node rows.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 import re
-from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
-from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -48,6 +45,7 @@ from ..framework.interface import (CycleState, FilterPlugin, FilterResult, Handl
                                    PreFilterPlugin, PreScorePlugin, ScorePlugin)
 from ..framework.labels import LabelSelector, NOTHING
 from ..framework.nodetable import NodeTable
+from ..framework.podcount import PodMatchCounter, selector_matcher
 from ..framework.podinfo import DO_NOT_SCHEDULE, HONOR, IGNORE, SCHEDULE_ANYWAY, PodInfo, SpreadConstraint
 from ..framework.status import Code, Status
 from ..framework.taints import NO_EXECUTE, NO_SCHEDULE, first_untolerated
@@ -66,8 +64,6 @@ _PREFILTER_KEY = "PreFilter" + NAME
 _PRESCORE_KEY = "PreScore" + NAME
 _MAX_INT32 = 2**31 - 1
 _DO_NOT_SCHEDULE_TAINTS = (NO_SCHEDULE, NO_EXECUTE)
-_COUNT_CACHE_SIZE = 64  # (namespace, selector) count arrays kept
-_CHANGE_LOG_SIZE = 1024  # generations of changed rows kept (a cached count older than this is recounted)
 
 SYSTEM_DEFAULT_CONSTRAINTS = (
     SpreadConstraint(max_skew=3, topology_key=LABEL_HOSTNAME, when_unsatisfiable=SCHEDULE_ANYWAY, selector=NOTHING),
@@ -203,107 +199,20 @@ def go_round(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t).astype(np.int64)
 
 
-def _matcher(sel: LabelSelector):
-    """A fast labels -> bool test: a superset check of the items for plain matchLabels selectors."""
-    reqs = sel.requirements
-    if all(r.operator == "In" and len(r.values) == 1 for r in reqs):
-        want = {r.key: r.values[0] for r in reqs}.items()
-        if len(want) == len(reqs):
-            return lambda labels: want <= labels.items()
-    return sel.matches
+def _count_matching(counter: PodMatchCounter, nodes: NodeTable, namespace: str, sel: LabelSelector) -> np.ndarray:
+    """Per row (all rows), countPodsMatchSelector. Do not modify the result."""
+    if sel.empty or sel.nothing:  # {} counts nothing (upstream), nil matches nothing
+        return np.zeros(nodes.n, dtype=np.int64)
+    match = selector_matcher(sel)
 
+    def count(pods: tuple) -> int:
+        c = 0
+        for p in pods:
+            if p.namespace == namespace and not p.terminating and match(p.labels):
+                c += 1
+        return c
 
-class _MatchCounter:
-    """Per-row counts of matching pods for a (namespace, selector), kept across cycles.
-
-    A row's count depends only on the pod objects on it, so the counter keeps a snapshot (a tuple
-    of the row's PodInfo objects per row) and, whenever the table's version moves, finds the rows
-    whose pods changed and logs them as a new generation. A cached count array is brought up to
-    date by recounting only the rows logged since its generation (everything when the node set
-    changed or the log no longer reaches back).
-
-    Finding the changed rows: when every change since the last look was the binding of a new pod
-    (``NodeTable.add_pod`` of an unknown key bumps ``version`` by one and appends the key to
-    ``pod_node``; every other change bumps ``version`` without growing ``pod_node``), the rows are
-    those of the newest ``pod_node`` keys; otherwise each row's tuple is compared with the
-    snapshot (identity first, in C). The snapshot holds the objects, so a new pod can never pass
-    for an old one by reusing its memory. PodInfo objects are not modified once in the table.
-    """
-
-    def __init__(self) -> None:
-        self._table: NodeTable | None = None
-        self._version = -1
-        self._npods = 0
-        self._snap: list[tuple] = []
-        self._gen = 0
-        self._log: deque[tuple[int, np.ndarray | None]] = deque(maxlen=_CHANGE_LOG_SIZE)
-        self._entries: OrderedDict[tuple[str, LabelSelector], tuple[int, np.ndarray]] = OrderedDict()
-
-    def _sync(self, nodes: NodeTable) -> None:
-        if self._table is nodes and self._version == nodes.version:
-            return
-        pods, n = nodes.pods, nodes.n
-        changed: np.ndarray | None
-        if self._table is not nodes or len(self._snap) != n:
-            self._snap = list(map(tuple, map(dict.values, pods[:n])))
-            changed = None
-        else:
-            added = nodes.version - self._version
-            if 0 < added == len(nodes.pod_node) - self._npods and added <= _CHANGE_LOG_SIZE:
-                where = (nodes.index.get(nodes.pod_node[k]) for k in islice(reversed(nodes.pod_node), added))
-                changed = np.array(sorted({r for r in where if r is not None}), dtype=np.intp)
-            else:
-                changed = np.flatnonzero(np.fromiter(map(operator.ne, map(tuple, map(dict.values, pods[:n])),
-                                                         self._snap), dtype=bool, count=n))
-            for row in changed:
-                self._snap[row] = tuple(pods[row].values())
-        self._table, self._version, self._npods = nodes, nodes.version, len(nodes.pod_node)
-        self._gen += 1
-        self._log.append((self._gen, changed))
-
-    def _changed_since(self, gen: int) -> np.ndarray | None:
-        """Rows changed after generation ``gen``; None when unknown (recount everything)."""
-        if not self._log or self._log[0][0] > gen + 1:
-            return None
-        parts = []
-        for g, rows in islice(self._log, gen + 1 - self._log[0][0], None):  # generations are consecutive
-            if g > gen:
-                if rows is None:
-                    return None
-                parts.append(rows)
-        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.intp)
-
-    def counts(self, nodes: NodeTable, namespace: str, sel: LabelSelector) -> np.ndarray:
-        """Per row (all rows), countPodsMatchSelector. Do not modify the result."""
-        if sel.empty or sel.nothing:  # {} counts nothing (upstream), nil matches nothing
-            return np.zeros(nodes.n, dtype=np.int64)
-        self._sync(nodes)
-        key = (namespace, sel)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] == self._gen:
-            self._entries.move_to_end(key)
-            return entry[1]
-        match = _matcher(sel)
-
-        def count(pods: tuple) -> int:
-            c = 0
-            for p in pods:
-                if p.namespace == namespace and not p.terminating and match(p.labels):
-                    c += 1
-            return c
-
-        rows = None if entry is None else self._changed_since(entry[0])
-        if rows is None:
-            counts = np.fromiter(map(count, self._snap), dtype=np.int64, count=len(self._snap))
-        else:
-            counts = entry[1].copy()
-            for row in rows:
-                counts[row] = count(self._snap[row])
-        self._entries[key] = (self._gen, counts)
-        self._entries.move_to_end(key)
-        while len(self._entries) > _COUNT_CACHE_SIZE:
-            self._entries.popitem(last=False)
-        return counts
+    return counter.counts(nodes, (namespace, sel), count)
 
 
 def _domain_codes(nodes: NodeTable, key: str) -> tuple[np.ndarray, int, int]:
@@ -419,7 +328,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
                     else tuple(c.to_constraint() for c in args.default_constraints))
         self._default_hard = tuple(c for c in defaults if c.when_unsatisfiable == DO_NOT_SCHEDULE)
         self._default_soft = tuple(c for c in defaults if c.when_unsatisfiable == SCHEDULE_ANYWAY)
-        self._counter = _MatchCounter()
+        self._counter = PodMatchCounter()
 
     # ------------------------------------------------------------------ constraints
     def _constraints(self, state: CycleState, pod: PodInfo, action: str) -> tuple[SpreadConstraint, ...]:
@@ -447,7 +356,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         for c in constraints:
             codes, nvals, _ = _domain_codes(nodes, c.topology_key)
             eligible = _eligible(nodes, pod, c, base)
-            counts = self._counter.counts(nodes, pod.namespace, c.selector)
+            counts = _count_matching(self._counter, nodes, pod.namespace, c.selector)
             domains = codes[eligible]
             present = np.bincount(domains, minlength=nvals) > 0
             match_num = np.zeros(nvals + 1, dtype=np.int64)
@@ -500,7 +409,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         kept = rows[~ignored[rows]]
         soft = []
         for c in constraints:
-            counts = self._counter.counts(nodes, pod.namespace, c.selector)
+            counts = _count_matching(self._counter, nodes, pod.namespace, c.selector)
             has_key = nodes.label_mask(c.topology_key)
             if c.topology_key == LABEL_HOSTNAME:
                 size, count = len(kept), counts

@@ -188,18 +188,20 @@ def test_used_ports_are_reference_counted():
     assert t.used_ports[0] == {}
 
 
-def test_affinity_pod_counters():
+def test_pods_with_affinity_and_their_term_index():
     t = NodeTable()
-    t.upsert_node(node("n"))
+    t.upsert_node(node("n", labels={"zone": "a"}))  # a node without the term's key would index nothing
     term = {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "x"}}}
     anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
     t.add_pod(pod("anti", affinity=anti), "n")
     t.add_pod(pod("pref", affinity={"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 1, "podAffinityTerm": term}]}}), "n")
     t.add_pod(pod("plain"), "n")
-    assert (t.affinity_pods[0], t.anti_affinity_pods[0]) == (2, 1)
+    assert set(t.pods_with_affinity[0]) == {"default/anti", "default/pref"}
+    assert len(t.required_anti_affinity_terms) == 1 and len(t.preferred_affinity_terms) == 1
     t.remove_pod("default/anti")
-    assert (t.affinity_pods[0], t.anti_affinity_pods[0]) == (1, 0)
+    assert set(t.pods_with_affinity[0]) == {"default/pref"}
+    assert not t.required_anti_affinity_terms
 
 
 def test_pods_on_unknown_node_are_kept_and_applied_when_the_node_arrives():
@@ -339,3 +341,118 @@ def test_label_mask_follows_swap_remove():
     assert t.names == ["c", "b"]
     assert t.label_mask("zone", "z3").tolist() == [True, False]
     assert t.label_column("zone") == ["z3", "z2"]
+
+
+# ---------------------------------------------------------------------- (anti-)affinity term index
+def anti_term(key, app):
+    return {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
+
+
+def anti_pod(name, app, key="zone", ns="default"):
+    return pod(name, ns=ns, affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        anti_term(key, app)]}})
+
+
+def term_index(t: NodeTable):
+    """Every kind of the term index as plain dicts, for comparison."""
+    return [{k: dict(v) for k, v in index.items()}
+            for index in (t.required_affinity_terms, t.required_anti_affinity_terms,
+                          t.preferred_affinity_terms, t.preferred_anti_affinity_terms)]
+
+
+def brute_term_index(t: NodeTable):
+    """The term index recounted from the rows' pods: one occurrence per (pod, term) on a node
+    having the term's topology key."""
+    out = [{}, {}, {}, {}]
+    for row in range(t.n):
+        labels = t.specs[row].labels
+        for p in t.pods[row].values():
+            for index, terms in zip(out, (p.required_affinity, p.required_anti_affinity,
+                                          p.preferred_affinity, p.preferred_anti_affinity)):
+                for x in terms:
+                    key = getattr(x, "term", x).topology_key
+                    if key in labels:
+                        pairs = index.setdefault(x, {})
+                        pairs[(key, labels[key])] = pairs.get((key, labels[key]), 0) + 1
+    return out
+
+
+def test_term_index_counts_each_pod_term_on_nodes_with_the_key():
+    t = NodeTable()
+    t.upsert_node(node("a", {"zone": "z1"}))
+    t.upsert_node(node("b", {"zone": "z1"}))
+    t.upsert_node(node("c"))  # no zone label: its pods' zone terms are in no domain
+    for name, node_name in (("p1", "a"), ("p2", "b"), ("p3", "c")):
+        t.add_pod(anti_pod(name, "web"), node_name)
+    term = t.pods[row_of(t, "a")]["default/p1"].required_anti_affinity[0]
+    assert t.required_anti_affinity_terms == {term: {("zone", "z1"): 2}}
+    t.remove_pod("default/p1")
+    assert t.required_anti_affinity_terms == {term: {("zone", "z1"): 1}}
+    t.remove_pod("default/p2")
+    t.remove_pod("default/p3")
+    assert t.required_anti_affinity_terms == {}
+
+
+def test_term_index_follows_node_label_changes_and_node_removal():
+    t = NodeTable()
+    t.upsert_node(node("a", {"zone": "z1"}))
+    t.add_pod(anti_pod("p1", "web"), "a")
+    term = t.pod("default/p1").required_anti_affinity[0]
+    t.upsert_node(node("a", {"zone": "z2"}))
+    assert t.required_anti_affinity_terms == {term: {("zone", "z2"): 1}}
+    t.upsert_node(node("a", {}))
+    assert t.required_anti_affinity_terms == {}
+    t.upsert_node(node("a", {"zone": "z3"}))
+    assert t.required_anti_affinity_terms == {term: {("zone", "z3"): 1}}
+    t.remove_node("a")  # the pod waits as an orphan, in no domain
+    assert t.required_anti_affinity_terms == {}
+    t.upsert_node(node("a", {"zone": "z4"}))
+    assert t.required_anti_affinity_terms == {term: {("zone", "z4"): 1}}
+
+
+def test_term_index_keeps_preferred_terms_by_weight():
+    t = NodeTable()
+    t.upsert_node(node("a", {"zone": "z1"}))
+    pref = {"podAffinityTerm": anti_term("zone", "web")}
+    p = pod("p", affinity={"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        dict(pref, weight=5)]}, "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        dict(pref, weight=5), dict(pref, weight=7)]}})
+    t.add_pod(p, "a")
+    assert t.preferred_affinity_terms == {p.preferred_affinity[0]: {("zone", "z1"): 1}}
+    assert t.preferred_anti_affinity_terms == {w: {("zone", "z1"): 1} for w in p.preferred_anti_affinity}
+    assert t.required_anti_affinity_terms == {}
+
+
+def test_term_index_equals_a_recount_after_random_changes():
+    import random
+
+    rng = random.Random(3)
+    t = NodeTable()
+    kinds = [
+        lambda: {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            anti_term(rng.choice(["zone", "rack"]), rng.choice(["web", "db"]))]}},
+        lambda: {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            anti_term("zone", "web"), anti_term("rack", rng.choice(["web", "db"]))]}},
+        lambda: {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": rng.choice([1, 2]), "podAffinityTerm": anti_term("zone", "db")}]},
+                 "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                     {"weight": 3, "podAffinityTerm": anti_term("rack", "web")}]}},
+        lambda: None,
+    ]
+
+    def labels():
+        return {k: rng.choice(["1", "2"]) for k in ("zone", "rack") if rng.random() < 0.8}
+
+    for step in range(800):
+        op = rng.random()
+        names = [f"n{i}" for i in range(6)]
+        if op < 0.45:
+            t.add_pod(pod(f"p{rng.randrange(60)}", ns=rng.choice(["default", "other"]),
+                          affinity=rng.choice(kinds)()), rng.choice(names))
+        elif op < 0.65:
+            t.remove_pod(f"{rng.choice(['default', 'other'])}/p{rng.randrange(60)}")
+        elif op < 0.9:
+            t.upsert_node(node(rng.choice(names), labels()))
+        else:
+            t.remove_node(rng.choice(names))
+        assert term_index(t) == brute_term_index(t), step

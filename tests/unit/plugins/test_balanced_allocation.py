@@ -182,3 +182,10 @@ def test_args_invalid(args, message):
     with pytest.raises(ValidationError) as e:
         PLUGIN.Args.model_validate(args)
     assert message in str(e.value)
+
+
+def test_balance_score_two_resources():
+    f = np.array([[0.75, 0.25, 0.9, 0.0], [0.5, 0.75, 0.2, 0.6]])
+    valid = np.array([[True, True, False, False], [True, True, True, False]])
+    # col0: |.75 - .5| / 2 = .125 -> 87; col1: .25 -> 75; col2: one fraction -> std 0 -> 100; col3: none -> 100
+    assert balance_score(f, valid).tolist() == [87, 75, 100, 100]

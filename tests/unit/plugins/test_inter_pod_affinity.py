@@ -455,3 +455,107 @@ def test_args_rejected(bad):
 
 def test_plugin_identity():
     assert PLUGIN.NAME == "InterPodAffinity" and PLUGIN.Args is InterPodAffinityArgs
+
+
+# ---------------------------------------------------------------------- counting equals a pod-by-pod walk
+def brute_counts(plugin, pod, table):
+    """The PreFilter counts and PreScore topology scores as upstream adds them, pod by pod."""
+    ns_labels = plugin.handle.namespace_labels(pod.namespace) or {}
+    affinity = [plugin._resolve(t) for t in pod.required_affinity]
+    anti = [plugin._resolve(t) for t in pod.required_anti_affinity]
+    preferred = ([(w.weight, plugin._resolve(w.term)) for w in pod.preferred_affinity]
+                 + [(-w.weight, plugin._resolve(w.term)) for w in pod.preferred_anti_affinity])
+    hard = plugin.args.hard_pod_affinity_weight
+    existing_anti, affinity_counts, anti_counts, score = {}, {}, {}, {}
+
+    def add(counts, key, labels, value):
+        if key in labels:
+            counts[(key, labels[key])] = counts.get((key, labels[key]), 0) + value
+
+    for row in range(table.n):
+        labels = table.specs[row].labels
+        for e in table.pods[row].values():
+            for t in e.required_anti_affinity:
+                if t.matches(pod, ns_labels):
+                    add(existing_anti, t.topology_key, labels, 1)
+            if affinity and all(t.matches(e, {}) for t in affinity):
+                for t in affinity:
+                    add(affinity_counts, t.topology_key, labels, 1)
+            for t in anti:
+                if t.matches(e, {}):
+                    add(anti_counts, t.topology_key, labels, 1)
+            for w, t in preferred:
+                if t.matches(e, {}):
+                    add(score, t.topology_key, labels, w)
+            existing_terms = ([(hard, t) for t in e.required_affinity if hard > 0]
+                              + [(w.weight, w.term) for w in e.preferred_affinity]
+                              + [(-w.weight, w.term) for w in e.preferred_anti_affinity])
+            for w, t in existing_terms:
+                if t.matches(pod, ns_labels):
+                    add(score, t.topology_key, labels, w)
+    return existing_anti, affinity_counts, anti_counts, score
+
+
+def test_counts_equal_a_pod_by_pod_walk_under_random_table_changes():
+    """PreFilter/PreScore state (from the term index and the per-node match counts kept across
+    cycles) equals a fresh pod-by-pod count after any mix of pod, node and label changes."""
+    import random
+
+    rng = random.Random(11)
+    namespaces = {"default": {"team": "a"}, "other": {"team": "b"}}
+    plugin = make_plugin(namespaces, hardPodAffinityWeight=2)
+    table = make_table([])
+    terms = [term(ZONE, {"app": "web"}), term(HOST, {"app": "web"}), term(ZONE, {"app": "db"}),
+             term(HOST, {"app": "db"}, namespaces=["other"]), term(ZONE, {"app": "web"}, ns_selector={}),
+             term(ZONE, {"app": "db"}, ns_selector={"matchLabels": {"team": "b"}}), term("rack")]
+
+    def random_pod(name):
+        pick = lambda: rng.sample(terms, rng.choice([0, 0, 1, 2]))  # noqa: E731
+        return make_pod(name, ns=rng.choice(["default", "other"]),
+                        labels={"app": rng.choice(["web", "db", "cache"])},
+                        affinity=pick(), anti=pick(),
+                        pref_affinity=[weighted(rng.randint(1, 5), t) for t in pick()],
+                        pref_anti=[weighted(rng.randint(1, 5), t) for t in pick()])
+
+    def random_node(name):
+        labels = {HOST: name}
+        if rng.random() < 0.8:
+            labels[ZONE] = rng.choice(["z1", "z2", "z3"])
+        if rng.random() < 0.3:
+            labels["rack"] = rng.choice(["r1", "r2"])
+        return make_node(name, **labels)
+
+    for i in range(8):
+        table.upsert_node(random_node(f"n{i}"))
+    checked = 0
+    for step in range(500):
+        op = rng.random()
+        if op < 0.5:
+            table.add_pod(random_pod(f"p{rng.randrange(80)}"), rng.choice(table.names + ["ghost"]))
+        elif op < 0.65:
+            table.remove_pod(f"{rng.choice(['default', 'other'])}/p{rng.randrange(80)}")
+        elif op < 0.8:
+            table.upsert_node(random_node(rng.choice(table.names + ["ghost"])))
+        elif op < 0.85 and table.n > 3:
+            table.remove_node(rng.choice(table.names))
+        incoming = random_pod("incoming")
+        existing_anti, affinity_counts, anti_counts, score = brute_counts(plugin, incoming, table)
+        state = CycleState()
+        if plugin.pre_filter(state, incoming, table)[0].is_skip:
+            assert not existing_anti and not incoming.required_affinity and not incoming.required_anti_affinity
+        else:
+            s = state.read(plugin._FILTER_KEY)
+            assert s.existing_anti_counts == existing_anti, step
+            assert s.affinity_counts == affinity_counts, step
+            assert s.anti_affinity_counts == anti_counts, step
+            checked += bool(existing_anti or affinity_counts or anti_counts)
+        state = CycleState()
+        if plugin.pre_score(state, incoming, table, np.arange(table.n)).is_skip:
+            assert not score, step
+        else:
+            assert state.read(plugin._SCORE_KEY) == score, step
+            raw = plugin.score(state, incoming, table, np.arange(table.n))
+            expected = [sum(w for (k, v), w in score.items() if table.specs[r].labels.get(k) == v)
+                        for r in range(table.n)]
+            assert raw.tolist() == expected, step
+    assert checked > 100  # most steps had something to count

@@ -504,11 +504,12 @@ def test_match_counter_stays_exact_under_random_table_changes():
     """Counts kept across cycles equal a fresh count after any mix of table changes."""
     import random
 
-    from policy_scheduler.plugins.pod_topology_spread import _MatchCounter
+    from policy_scheduler.framework.podcount import PodMatchCounter
+    from policy_scheduler.plugins.pod_topology_spread import _count_matching
 
     rng = random.Random(7)
     nodes = table([make_node(f"n{i}", "a") for i in range(6)])
-    counter = _MatchCounter()
+    counter = PodMatchCounter()
     selectors = [LabelSelector.parse({"matchLabels": WEB}),
                  LabelSelector.parse({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]})]
     rare = LabelSelector.parse({"matchLabels": {"app": "db"}})
@@ -540,23 +541,24 @@ def test_match_counter_stays_exact_under_random_table_changes():
             nodes.add_pod(make_pod(**kw), target)
             nodes.remove_pod(f"{kw['ns']}/{name}")
         if step % 100 == 99:  # a selector looked at rarely: its generation falls out of the change log
-            assert counter.counts(nodes, "default", rare).tolist() == fresh("default", rare), step
+            assert _count_matching(counter, nodes, "default", rare).tolist() == fresh("default", rare), step
         if rng.random() < 0.1:
             continue  # let changes pile up between looks
         for sel in rng.sample(selectors, rng.randrange(1, 3)):
             ns = rng.choice(["default", "other"])
-            assert counter.counts(nodes, ns, sel).tolist() == fresh(ns, sel), step
+            assert _count_matching(counter, nodes, ns, sel).tolist() == fresh(ns, sel), step
 
 
 def test_match_counter_recounts_everything_once_its_generation_left_the_change_log():
-    from policy_scheduler.plugins.pod_topology_spread import _CHANGE_LOG_SIZE, _MatchCounter
+    from policy_scheduler.framework.podcount import CHANGE_LOG_SIZE, PodMatchCounter
+    from policy_scheduler.plugins.pod_topology_spread import _count_matching
 
     nodes = table([make_node("n0", "a"), make_node("n1", "a")])
-    counter = _MatchCounter()
+    counter = PodMatchCounter()
     web, db = LabelSelector.parse({"matchLabels": WEB}), LabelSelector.parse({"matchLabels": {"app": "db"}})
-    assert counter.counts(nodes, "default", web).tolist() == [0, 0]
+    assert _count_matching(counter, nodes, "default", web).tolist() == [0, 0]
     nodes.add_pod(make_pod(name="w"), "n0")
-    for i in range(_CHANGE_LOG_SIZE + 1):  # later generations only touch n1
+    for i in range(CHANGE_LOG_SIZE + 1):  # later generations only touch n1
         nodes.add_pod(make_pod(name=f"d{i}", labels={"app": "db"}), "n1")
-        assert counter.counts(nodes, "default", db).tolist() == [0, i + 1]
-    assert counter.counts(nodes, "default", web).tolist() == [1, 0]
+        assert _count_matching(counter, nodes, "default", db).tolist() == [0, i + 1]
+    assert _count_matching(counter, nodes, "default", web).tolist() == [1, 0]
