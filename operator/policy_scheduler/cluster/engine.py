@@ -1,8 +1,9 @@
 """The scheduling engine: cache and queue fed by watch events, one scheduling loop, asynchronous
 binding, FailedScheduling events and pod conditions, and batched policy status.
 
-Watch handlers (handlers.py) call ``on_pod`` / ``on_node`` / ``on_policy`` / ``on_namespace``
-with the raw object dicts; these only update the cache and the queue. ``run`` is the loop.
+The engine's informers (informer.py) call ``on_node`` / ``on_pod`` / ``on_namespace`` and the
+kopf handlers (handlers.py) call ``on_policy``, with the raw object dicts; these only update the
+cache and the queue. ``run`` syncs the informers, then is the loop.
 Everything runs on one asyncio loop: a cycle is synchronous (pure core) and the loop yields
 between pods; bindings, events and status writes are tasks.
 
