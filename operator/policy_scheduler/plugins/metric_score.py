@@ -21,12 +21,12 @@ from pydantic import Field, model_validator
 
 from ..framework.interface import (MAX_NODE_SCORE, CycleState, FilterPlugin, FilterResult, PluginArgs,
                                    PreFilterPlugin, PreScorePlugin, ScorePlugin)
-from ..framework.metricview import SOURCE, SeriesKey
+from ..framework.metricview import SOURCE
 from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.status import Status
 from .load_aware import NEUTRAL_SCORE, requests_scores
-from .metric_threshold import MetricRule, describe_rules, rule_values, unique_names
+from .metric_threshold import MetricRule, RuleSelection, describe_rules, rule_values, unique_names
 
 _EQUAL_WEIGHTS = np.array([1, 1], dtype=np.int64)
 
@@ -59,22 +59,9 @@ def scale(v: np.ndarray, fresh: np.ndarray, prefer: str) -> np.ndarray:
     return out
 
 
-class MetricScore(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+class MetricScore(RuleSelection, PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
     NAME = "MetricScore"
     Args = MetricScoreArgs
-
-    _KEY = NAME + "/rules"
-
-    @classmethod
-    def metric_queries(cls, args: MetricScoreArgs) -> list[SeriesKey]:
-        return [r.key for r in args.metrics]
-
-    def _rules(self, state: CycleState, pod: PodInfo) -> list[ScoreRule]:
-        rules = state.read(self._KEY)
-        if rules is None:
-            rules = [r for r in self.args.metrics if r.applies_to(pod)]
-            state.write(self._KEY, rules)
-        return rules
 
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         excluding = any(r.on_missing_metrics == "Exclude" for r in self._rules(state, pod))

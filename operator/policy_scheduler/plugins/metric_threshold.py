@@ -111,22 +111,28 @@ class MetricThresholdArgs(PluginArgs):
         return self
 
 
-class MetricThreshold(PreFilterPlugin, FilterPlugin):
-    NAME = "MetricThreshold"
-    Args = MetricThresholdArgs
+class RuleSelection:
+    """For plugins configured by ``args.metrics`` (a list of rules): the queries their source
+    must run, and per cycle the rules that apply to the pod (kept in CycleState)."""
 
-    _KEY = NAME + "/rules"
+    NAME = ""
 
     @classmethod
-    def metric_queries(cls, args: MetricThresholdArgs) -> list[SeriesKey]:
+    def metric_queries(cls, args) -> list[SeriesKey]:
         return [r.key for r in args.metrics]
 
-    def _rules(self, state: CycleState, pod: PodInfo) -> list[ThresholdRule]:
-        rules = state.read(self._KEY)
+    def _rules(self, state: CycleState, pod: PodInfo) -> list:
+        key = self.NAME + "/rules"
+        rules = state.read(key)
         if rules is None:
-            rules = [r for r in self.args.metrics if r.applies_to(pod)]
-            state.write(self._KEY, rules)
+            rules = [r for r in self.args.metrics if r.applies_to(pod)]  # type: ignore[attr-defined]
+            state.write(key, rules)
         return rules
+
+
+class MetricThreshold(RuleSelection, PreFilterPlugin, FilterPlugin):
+    NAME = "MetricThreshold"
+    Args = MetricThresholdArgs
 
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         return (Status.success() if self._rules(state, pod) else Status.skip()), None
