@@ -23,6 +23,13 @@ def _type(event) -> str:
     return event.get("type") or "ADDED"
 
 
+def _report_engine_exit(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger("policy_scheduler").critical(
+            "the scheduling loop died; /healthz now fails so the operator is restarted",
+            exc_info=task.exception())
+
+
 def build_registry(engine: Engine, kubeconfig: str | None = None) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     state: dict = {}
@@ -43,7 +50,8 @@ def build_registry(engine: Engine, kubeconfig: str | None = None) -> kopf.Operat
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.error_backoffs = [1, 1, 2, 3, 5]
-        state["loop"] = asyncio.get_running_loop().create_task(engine.run())
+        task = state["loop"] = asyncio.get_running_loop().create_task(engine.run())
+        task.add_done_callback(_report_engine_exit)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):
@@ -61,8 +69,11 @@ def build_registry(engine: Engine, kubeconfig: str | None = None) -> kopf.Operat
 
     @kopf.on.probe(id="scheduler", registry=registry)
     async def probe(**_):
-        return {"synced": engine.synced, "nodes": engine.table.n, "queued": len(engine.queue), "bound": engine.bound_by_us,
-                "policies": sorted(engine.policies)}
+        task = state.get("loop")
+        if task is not None and task.done():  # liveness fails, so the kubelet restarts the operator
+            raise RuntimeError("the scheduling loop has stopped")
+        return {"synced": engine.synced, "nodes": engine.table.n, "queued": len(engine.queue),
+                "bound": engine.bound_by_us, "policies": sorted(engine.policies)}
 
     return registry
 
