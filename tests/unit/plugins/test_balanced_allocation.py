@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from policy_scheduler.framework.interface import CycleState, Handle
-from policy_scheduler.framework.nodetable import NodeTable
+from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.plugins.balanced_allocation import PLUGIN, balance_score
+
+import kit
 
 
 def make_node(name, cpu_milli, memory, extra=None):
@@ -33,18 +34,11 @@ def cm(cpu, mem):
     return {"cpu": cpu, "memory": mem}
 
 
-def make_table(nodes, existing=()):
-    t = NodeTable()
-    for n in nodes:
-        t.upsert_node(n)
-    for i, (node, pod) in enumerate(existing):
-        pod.name = f"existing-{i}"
-        t.add_pod(pod, node)
-    return t
+make_table = kit.table
 
 
 def plugin(args=None):
-    return PLUGIN(PLUGIN.Args.model_validate(args or {}), Handle())
+    return kit.instance(PLUGIN, args)
 
 
 def scores(pl, pod, table, rows=None):

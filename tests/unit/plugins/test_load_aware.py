@@ -9,24 +9,18 @@ import numpy as np
 import pytest
 
 from policy_scheduler.framework.chain import ChainError, build_chain
-from policy_scheduler.framework.interface import CycleState, Handle
-from policy_scheduler.framework.metricview import SOURCE, MetricsView, estimate_parts
+from policy_scheduler.framework.interface import CycleState
+from policy_scheduler.framework.metricview import MetricsView, estimate_parts
 from policy_scheduler.framework.nodetable import NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.runner import schedule_one
 from policy_scheduler.plugins.load_aware import PLUGIN, LoadAware
 
+from kit import ViewHandle
+
 GI = 1024 ** 3
 NOW = 1000.0
 TTL = 60.0
-
-
-class ViewHandle(Handle):
-    def __init__(self, view):
-        self.view = view
-
-    def source(self, name):
-        return self.view if name == SOURCE else None
 
 
 def make_table(names, cpu="4", memory="8Gi"):

@@ -8,22 +8,16 @@ import numpy as np
 import pytest
 
 from policy_scheduler.framework.chain import ChainError, build_chain
-from policy_scheduler.framework.interface import CycleState, Handle
-from policy_scheduler.framework.metricview import SOURCE, MetricsView
+from policy_scheduler.framework.interface import CycleState
+from policy_scheduler.framework.metricview import MetricsView
 from policy_scheduler.framework.nodetable import NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.runner import schedule_one
 from policy_scheduler.plugins.metric_score import PLUGIN, MetricScore
 
+from kit import ViewHandle
+
 NOW = 1000.0
-
-
-class ViewHandle(Handle):
-    def __init__(self, view):
-        self.view = view
-
-    def source(self, name):
-        return self.view if name == SOURCE else None
 
 
 def make_table(names):

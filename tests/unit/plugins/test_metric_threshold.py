@@ -6,22 +6,16 @@ import numpy as np
 import pytest
 
 from policy_scheduler.framework.chain import ChainError, build_chain
-from policy_scheduler.framework.interface import CycleState, Handle
-from policy_scheduler.framework.metricview import SOURCE, MetricsView
+from policy_scheduler.framework.interface import CycleState
+from policy_scheduler.framework.metricview import MetricsView
 from policy_scheduler.framework.nodetable import NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.plugins.metric_threshold import PLUGIN, MetricThreshold
 
+from kit import ViewHandle
+
 NOW = 1000.0
 GPU_QUERY = "max by (Hostname) (DCGM_FI_DEV_GPU_UTIL) / 100"
-
-
-class ViewHandle(Handle):
-    def __init__(self, view):
-        self.view = view
-
-    def source(self, name):
-        return self.view if name == SOURCE else None
 
 
 def make_table(names):

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from policy_scheduler.framework.interface import CycleState, Handle
-from policy_scheduler.framework.nodetable import NodeTable
+from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins import node_resources_fit as fit
 from policy_scheduler.plugins.node_resources_fit import PLUGIN, broken_linear, is_scalar_resource_name
+
+import kit
 
 MI = 1024 * 1024
 
@@ -41,19 +42,11 @@ def make_pod(name="p", requests=None, *, containers=None, init=None, overhead=No
     return parse_pod({"metadata": {"name": name, "namespace": "default"}, "spec": spec})
 
 
-def make_table(nodes, existing=()):
-    """``nodes``: node dicts; ``existing``: (node name, pod) pairs."""
-    t = NodeTable()
-    for n in nodes:
-        t.upsert_node(n)
-    for i, (node, pod) in enumerate(existing):
-        pod.name = f"existing-{i}"
-        t.add_pod(pod, node)
-    return t
+make_table = kit.table
 
 
 def plugin(args=None):
-    return PLUGIN(PLUGIN.Args.model_validate(args or {}), Handle())
+    return kit.instance(PLUGIN, args)
 
 
 def run_filter(pl, pod, table, rows=None):
