@@ -21,7 +21,6 @@ import logging
 import random
 import socket
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
@@ -140,8 +139,7 @@ class Engine:
     def __init__(self, client: KubeClient | None, *, scheduler_name: str = SCHEDULER_NAME,
                  namespaces: set[str] | None = None, bind_concurrency: int = 64,
                  status_interval: float = 2.0, metrics: Metrics | None = None,
-                 rng: random.Random | None = None, decisions_kept: int = 20000,
-                 sources: SourceManager | None = None) -> None:
+                 rng: random.Random | None = None, sources: SourceManager | None = None) -> None:
         self.client = client
         self.scheduler_name = scheduler_name
         self.scope = namespaces  # None: every namespace
@@ -152,9 +150,6 @@ class Engine:
         self.workloads = WorkloadIndex()
         self.sources = sources or SourceManager()
         self.sources.attach(lambda: self.table.names, self._move)
-        self.handle = OperatorHandle(self)
-        self.decisions: OrderedDict[str, Decision] = OrderedDict()
-        self.decisions_kept = decisions_kept
         self.metrics = metrics or Metrics()
         self.rng = rng or random.Random()
         self.status_interval = status_interval
@@ -441,10 +436,6 @@ class Engine:
             return None
         qpi.policy = st.name
         decision = schedule_one(st.chain, pod, self.table, self.rng)
-        self.decisions[pod.key] = decision
-        self.decisions.move_to_end(pod.key)
-        if len(self.decisions) > self.decisions_kept:
-            self.decisions.popitem(last=False)
         result = "scheduled" if decision.scheduled else (
             "error" if decision.status.code == Code.ERROR else "unschedulable")
         self.metrics.attempt(result, st.name, decision.duration)

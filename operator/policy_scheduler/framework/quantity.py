@@ -67,7 +67,3 @@ def to_int(value: str | int | float, milli: bool = False) -> int:
 def resource_value(name: str, value: str | int | float) -> int:
     """The scheduler's integer value of resource ``name``: cpu in millicores, others in units."""
     return to_int(value, milli=(name == "cpu"))
-
-
-def format_milli_cpu(m: int) -> str:
-    return f"{m}m" if m % 1000 else str(m // 1000)

@@ -9,7 +9,6 @@ import pytest
 from policy_scheduler.framework.quantity import (
     MAX_INT64,
     QuantityError,
-    format_milli_cpu,
     parse_quantity,
     resource_value,
     to_int,
@@ -114,8 +113,3 @@ def test_malformed_quantities_raise_quantity_error(bad):
 def test_quantity_error_is_a_value_error_with_the_input():
     with pytest.raises(ValueError, match="'1Kb'"):
         parse_quantity("1Kb")
-
-
-@pytest.mark.parametrize("m, text", [(250, "250m"), (1000, "1"), (2500, "2500m"), (0, "0")])
-def test_format_milli_cpu(m, text):
-    assert format_milli_cpu(m) == text
