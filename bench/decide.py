@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from policy_scheduler.framework.chain import build_chain, default_chain_spec
+from policy_scheduler.plugins import default_registry
 from policy_scheduler.framework.interface import Handle
 from policy_scheduler.framework.labels import LabelSelector, Requirement
 from policy_scheduler.framework.nodetable import NodeTable
@@ -414,7 +415,7 @@ def worker(args: argparse.Namespace) -> None:
     build_s = time.perf_counter() - t0
     gc.collect()
     rss1 = rss_bytes()
-    chain = build_chain(default_chain_spec(), handle=BenchHandle())
+    chain = build_chain(default_chain_spec(), default_registry(), handle=BenchHandle())
     stream = PodStream(random.Random(args.seed + 1), workloads, weights)
     rng = random.Random(args.seed + 2)
     bound = len(table.pod_node)

@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import decide  # noqa: E402  (the shared synthetic cluster)
 
 from policy_scheduler.framework.chain import ChainSpec, PluginRef, build_chain, default_chain_spec  # noqa: E402
+from policy_scheduler.plugins import default_registry  # noqa: E402
 from policy_scheduler.framework.metricview import SOURCE, MetricsView, estimate_parts  # noqa: E402
 from policy_scheduler.framework.runner import schedule_one  # noqa: E402
 from policy_scheduler.plugins.load_aware import LoadAware, LoadAwareArgs  # noqa: E402
@@ -99,8 +100,8 @@ def run(a: argparse.Namespace, max_cpu: float, control: bool, clock: PluginClock
     publish(view, table.names, metric_rnd, now[0], max_cpu)
     spec = default_chain_spec()
     extra = [] if control else [PluginRef(name="LoadAware", weight=1)]
-    base = build_chain(spec, handle=decide.BenchHandle())
-    other = build_chain(ChainSpec(plugins=[*spec.plugins, *extra]), handle=MetricsHandle(view))
+    base = build_chain(spec, default_registry(), handle=decide.BenchHandle())
+    other = build_chain(ChainSpec(plugins=[*spec.plugins, *extra]), default_registry(), handle=MetricsHandle(view))
     stream = decide.PodStream(rnd, workloads, weights)
     diffs: tuple[list[float], list[float]] = ([], [])  # base first, other first
     t_base, t_other, t_plugin, t_book = [], [], [], []

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from .. import POLICY_LABEL, SCHEDULER_NAME
 from ..api.models import SchedulingPolicySpec
 from ..framework.chain import Chain, ChainError, build_chain
+from ..plugins import default_registry
 from ..framework.interface import Handle
 from ..framework.labels import LabelSelector, SelectorError
 from ..framework.metricview import SOURCE as METRICS_SOURCE
@@ -296,7 +297,7 @@ class Engine:
             parsed = SchedulingPolicySpec.model_validate(spec or {})
             ns_selector = (None if parsed.namespace_selector is None else LabelSelector.parse(
                 parsed.namespace_selector.model_dump(by_alias=True, exclude_none=True), "spec.namespaceSelector"))
-            chain = build_chain(parsed.chain_spec(), handle=PolicyHandle(self, name))
+            chain = build_chain(parsed.chain_spec(), default_registry(), handle=PolicyHandle(self, name))
             problems = self.sources.policy_updated(name, parsed)
             if problems:
                 raise ChainError(problems)

@@ -14,15 +14,25 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .interface import (EXTENSION_POINTS, MAX_NODE_SCORE, FilterPlugin, Handle, Plugin, PostFilterPlugin,
-                        PreFilterPlugin, PreScorePlugin, QueueSortPlugin, ScorePlugin)
-from .registry import Registry, default_registry
+from .events import DEFAULT_REGISTRATION, ClusterEventWithHint
+from .interface import (EXTENSION_POINTS, MAX_NODE_SCORE, REJECTING_POINTS, BindPlugin, EnqueueExtensions,
+                        FilterPlugin, Handle, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin,
+                        PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin,
+                        ReservePlugin, ScorePlugin)
+from .registry import Registry
 
 MAX_TOTAL_SCORE = 2**63 - 1
 MAX_WEIGHT = 2**31 - 1  # upstream's weight is an int32
 
-PointName = Literal["queueSort", "preFilter", "filter", "postFilter", "preScore", "score", "reserve",
-                    "permit", "preBind", "bind", "postBind", "*"]
+PointName = Literal["preEnqueue", "queueSort", "preFilter", "filter", "postFilter", "preScore", "score",
+                    "reserve", "permit", "preBind", "bind", "postBind", "*"]
+
+# Plugins every policy gets without listing them (upstream's default profile has both), when the
+# registry knows them: SchedulingGates holds gated pods, DefaultBinder posts the Binding. A policy
+# opts out with ``disabled: [{name: SchedulingGates}]``; listing another Bind plugin first puts it
+# before DefaultBinder.
+IMPLICIT_FIRST = ("SchedulingGates",)
+IMPLICIT_LAST = ("DefaultBinder",)
 
 
 class PluginRef(BaseModel):
@@ -69,7 +79,8 @@ class ResolvedPlugin:
 
 @dataclass
 class Chain:
-    """A built chain: plugin instances per extension point, score weights, sampling setting."""
+    """A built chain: plugin instances per extension point, score weights, sampling setting, and
+    the cluster events each rejecting plugin registered."""
 
     plugins: list[Plugin]
     queue_sort: QueueSortPlugin | None
@@ -82,12 +93,45 @@ class Chain:
     percentage_of_nodes_to_score: int | None = None
     next_start_node_index: int = 0  # round-robin start for partial node scans (per chain)
     resolved: list[ResolvedPlugin] = field(default_factory=list)
+    # plugin name -> its registrations, for the plugins that can reject (upstream's hint map)
+    events: dict[str, tuple[ClusterEventWithHint, ...]] = field(default_factory=dict)
 
     def plugin(self, name: str) -> Plugin | None:
         for p in self.plugins:
             if p.NAME == name:
                 return p
         return None
+
+    @property
+    def pre_enqueue(self) -> list[PreEnqueuePlugin]:
+        return self.points["preEnqueue"]  # type: ignore[return-value]
+
+    @property
+    def reserve(self) -> list[ReservePlugin]:
+        return self.points["reserve"]  # type: ignore[return-value]
+
+    @property
+    def permit(self) -> list[PermitPlugin]:
+        return self.points["permit"]  # type: ignore[return-value]
+
+    @property
+    def pre_bind(self) -> list[PreBindPlugin]:
+        return self.points["preBind"]  # type: ignore[return-value]
+
+    @property
+    def bind(self) -> list[BindPlugin]:
+        return self.points["bind"]  # type: ignore[return-value]
+
+    @property
+    def post_bind(self) -> list[PostBindPlugin]:
+        return self.points["postBind"]  # type: ignore[return-value]
+
+
+def plugin_events(plugin: Plugin) -> tuple[ClusterEventWithHint, ...]:
+    """The plugin's registrations: its own list, or every event when it declares none."""
+    if isinstance(plugin, EnqueueExtensions):
+        return tuple(plugin.events_to_register())
+    return DEFAULT_REGISTRATION
 
 
 _FIELD_MSG = re.compile(r"^([A-Za-z_][\w.\[\]]*): (.*)$", re.S)
@@ -113,10 +157,11 @@ def _pydantic_errors(prefix: str, e: ValidationError) -> list[str]:
     return out
 
 
-def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry | None = None,
+def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
                 handle: Handle | None = None) -> Chain:
-    """Validate ``spec`` completely and build the chain; raise ChainError listing every problem."""
-    registry = registry or default_registry()
+    """Validate ``spec`` completely and build the chain; raise ChainError listing every problem.
+    ``registry``: the plugins by name (``policy_scheduler.plugins.default_registry()`` for the
+    built-in ones)."""
     handle = handle or Handle()
     errors: list[str] = []
     if not isinstance(spec, ChainSpec):
@@ -138,9 +183,13 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry | None = No
             errors.append(f"{where}.name: unknown plugin {ref.name!r}; known plugins: {', '.join(registry.names())}")
             continue
         classes.append((i, ref, cls))
+    implicit = [n for n in IMPLICIT_FIRST + IMPLICIT_LAST if n not in seen and n in registry]
     for j, d in enumerate(spec.disabled):
-        if d.name not in seen:
+        if d.name not in seen and d.name not in implicit:
             errors.append(f"disabled[{j}].name: {d.name!r} is not in plugins")
+    first = [(-1, PluginRef(name=n), registry.get(n)) for n in IMPLICIT_FIRST if n in implicit]
+    last = [(-1, PluginRef(name=n), registry.get(n)) for n in IMPLICIT_LAST if n in implicit]
+    classes = first + classes + last  # type: ignore[operator]
 
     instances: list[tuple[int, PluginRef, Plugin]] = []
     total = 0
@@ -189,7 +238,15 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry | None = No
                 errors.append(f"plugins[{i}].weight: total score of Score plugins could overflow")
             total += weight * MAX_NODE_SCORE
             score.append((plugin, weight))  # type: ignore[arg-type]
-        resolved.append(ResolvedPlugin(ref.name, mine, weight))
+        if mine or i >= 0:  # an implicit plugin disabled everywhere is not listed
+            resolved.append(ResolvedPlugin(ref.name, mine, weight))
+    events = {}
+    for plugin in [p for _, _, p in instances]:
+        if any(plugin in points[pt] for pt in REJECTING_POINTS):
+            try:
+                events[plugin.NAME] = plugin_events(plugin)
+            except Exception as e:  # upstream: the scheduler does not start; here the policy is invalid
+                errors.append(f"plugins: {plugin.NAME}: cannot list the events it registers: {e}")
     if len(points["queueSort"]) > 1:
         errors.append("plugins: only one queue sort plugin can be enabled, found "
                       + ", ".join(p.NAME for p in points["queueSort"]))
@@ -206,6 +263,7 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry | None = No
         points=points,
         percentage_of_nodes_to_score=spec.percentage_of_nodes_to_score,
         resolved=resolved,
+        events=events,
     )
 
 

@@ -13,14 +13,16 @@ the rows that every earlier plugin accepted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from .events import ClusterEventWithHint
 from .status import Code, Status
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .binding import WaitingPods
     from .nodetable import NodeTable
     from .podinfo import PodInfo
 
@@ -35,7 +37,8 @@ class PluginArgs(BaseModel):
 
 
 class CycleState:
-    """Per-cycle scratch space shared by the plugins of one scheduling attempt."""
+    """Per-cycle scratch space shared by the plugins of one scheduling attempt and, after it, by
+    the same pod's binding cycle (Reserve, Permit, PreBind, Bind, PostBind)."""
 
     __slots__ = ("_data", "skip_filter", "skip_score")
 
@@ -108,6 +111,29 @@ class Handle:
         """A named outside-data source prepared out of the cycle (e.g. Prometheus metrics)."""
         return None
 
+    def waiting_pods(self) -> "WaitingPods":
+        """upstream Handle.IterateOverWaitingPods / GetWaitingPod / RejectWaitingPod: the pods
+        parked by a Permit plugin's Wait, shared by every policy of the scheduler."""
+        w = getattr(self, "_waiting", None)
+        if w is None:
+            from .binding import WaitingPods
+
+            w = self._waiting = WaitingPods()
+        return w
+
+    async def bind_pod(self, pod: "PodInfo", node_name: str, annotations: Mapping[str, str]) -> Status:
+        """POST the pod's Binding (what DefaultBinder calls). The operator answers from its API
+        client; only bind-side plugins call it, from the binding cycle, never from the
+        scheduling cycle. Returns Success, or an Error status that says why (the pod is
+        requeued). Raises PodGone when no binding is needed any more."""
+        return Status.error("this handle cannot bind pods")
+
+
+class PodGone(Exception):
+    """The pod needs no binding any more: already bound, deleted, or replaced by a new pod of
+    that name. The binding cycle undoes the assumption and drops the pod without requeueing it;
+    the watch says where it went."""
+
 
 class Plugin:
     """Base of every plugin. ``NAME`` is the registry name; ``Args`` the typed args model."""
@@ -122,6 +148,24 @@ class Plugin:
     @property
     def name(self) -> str:
         return self.NAME
+
+
+class EnqueueExtensions:
+    """upstream EnqueueExtensions: the cluster events that may make a pod this plugin rejected
+    schedulable, each with an optional hint. A plugin that can reject (PreEnqueue, PreFilter,
+    Filter, Reserve, Permit) and does not derive from this gets DEFAULT_REGISTRATION: every
+    event. An empty list: pods it rejected move only on their own update, on a wildcard event
+    and on the periodic flush."""
+
+    def events_to_register(self) -> Sequence[ClusterEventWithHint]:
+        raise NotImplementedError
+
+
+class PreEnqueuePlugin(Plugin):
+    def pre_enqueue(self, pod: "PodInfo") -> Status:
+        """Before the pod may enter the active queue: non-success keeps it waiting ("gated");
+        it is never decided nor bound until every PreEnqueue plugin passes. Must be cheap."""
+        raise NotImplementedError
 
 
 class QueueSortPlugin(Plugin):
@@ -142,8 +186,10 @@ class FilterPlugin(Plugin):
 
 class PostFilterPlugin(Plugin):
     def post_filter(self, state: CycleState, pod: "PodInfo", nodes: "NodeTable",
-                    statuses: Mapping[str, Status]) -> tuple[Status, str | None]:
-        """Return (status, nominated node name or None)."""
+                    statuses: "NodeToStatus") -> tuple[Status, str | None]:
+        """Only when no node fits. ``statuses``: every node's status in this cycle (upstream's
+        NodeToStatus). Return (status, nominated node name or None); Success ends the PostFilter
+        run, and a nominated node is where the pod is tried first next time."""
         raise NotImplementedError
 
 
@@ -165,20 +211,28 @@ class ScorePlugin(Plugin):
 
 
 class ReservePlugin(Plugin):
+    """Runs right after the pod is assumed on the node, in the scheduling cycle (synchronous)."""
+
     def reserve(self, state: CycleState, pod: "PodInfo", node_name: str) -> Status:
         raise NotImplementedError
 
     def unreserve(self, state: CycleState, pod: "PodInfo", node_name: str) -> None:
+        """Undo ``reserve``. Called on every Reserve plugin (in reverse order) when any later
+        step fails, even on plugins whose ``reserve`` did not run: must be idempotent."""
         raise NotImplementedError
 
 
 class PermitPlugin(Plugin):
     def permit(self, state: CycleState, pod: "PodInfo", node_name: str) -> tuple[Status, float]:
-        """Return (status, timeout seconds); status Wait parks the pod."""
+        """Return (status, timeout seconds). Success allows; Wait parks the pod until every
+        waiting plugin allows it through ``handle.waiting_pods()``, or one rejects it, or its
+        timeout passes; Unschedulable rejects."""
         raise NotImplementedError
 
 
 class PreBindPlugin(Plugin):
+    """Binding cycle (asynchronous, off the scheduling loop)."""
+
     async def pre_bind(self, state: CycleState, pod: "PodInfo", node_name: str) -> Status:
         raise NotImplementedError
 
@@ -191,10 +245,31 @@ class BindPlugin(Plugin):
 
 class PostBindPlugin(Plugin):
     def post_bind(self, state: CycleState, pod: "PodInfo", node_name: str) -> None:
+        """Informational, after a successful bind."""
         raise NotImplementedError
 
 
+@runtime_checkable
+class DescribesNodes(Protocol):
+    """Optional: what the plugin saw of the best nodes (e.g. metric values and their
+    freshness), kept in the Decision for ``explain``. ``rows``: the top nodes, best first;
+    return one dict (or None) per row, or None when there is nothing to say."""
+
+    def describe(self, state: CycleState, pod: "PodInfo", nodes: "NodeTable",
+                 rows: np.ndarray) -> Sequence[dict | None] | None: ...
+
+
+@runtime_checkable
+class ReadsMetrics(Protocol):
+    """Optional, for plugins that read metric values: the series their args ask for, so the
+    policy's metric source queries them (class method, called before the plugin is built)."""
+
+    @classmethod
+    def metric_queries(cls, args: Any) -> list[Any]: ...
+
+
 EXTENSION_POINTS: dict[str, type[Plugin]] = {
+    "preEnqueue": PreEnqueuePlugin,
     "queueSort": QueueSortPlugin,
     "preFilter": PreFilterPlugin,
     "filter": FilterPlugin,
@@ -207,6 +282,33 @@ EXTENSION_POINTS: dict[str, type[Plugin]] = {
     "bind": BindPlugin,
     "postBind": PostBindPlugin,
 }
+# The points whose rejection records the plugin as a rejector (its events can wake the pod).
+REJECTING_POINTS = ("preEnqueue", "preFilter", "filter", "reserve", "permit")
+
+
+class NodeToStatus:
+    """upstream NodeToStatus: every evaluated node's rejection status, and one status for the
+    nodes not evaluated (``absent``: those a PreFilter excluded, or every node when a PreFilter
+    rejected the pod)."""
+
+    __slots__ = ("_statuses", "absent")
+
+    def __init__(self, statuses: dict[str, Status] | None = None, absent: Status | None = None) -> None:
+        self._statuses = statuses or {}
+        self.absent = absent or Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+    def get(self, node: str) -> Status:
+        return self._statuses.get(node, self.absent)
+
+    def items(self):
+        return self._statuses.items()
+
+    def __len__(self) -> int:
+        return len(self._statuses)
+
+    def nodes_for_preemption(self, all_nodes: Sequence[str]) -> list[str]:
+        """upstream NodesForStatusCode(Unschedulable): nodes where removing pods might help."""
+        return [n for n in all_nodes if self.get(n).code == Code.UNSCHEDULABLE]
 
 
 def default_normalize_score(scores: np.ndarray, reverse: bool, max_priority: int = MAX_NODE_SCORE) -> np.ndarray:

@@ -93,6 +93,7 @@ class PodInfo:
     images: tuple[str, ...] = ()  # normalized names of init + regular container images
     preemption_policy: str = "PreemptLowerPriority"
     nominated_node_name: str = ""
+    scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names, in spec order
     parse_error: str | None = None
     # the API object; kept for pods waiting to be scheduled, dropped for pods counted on a node
     raw: Mapping[str, Any] | None = field(default=None, repr=False)
@@ -250,6 +251,8 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
         creation_timestamp=str(meta.get("creationTimestamp") or ""),
         preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
         nominated_node_name=str(status.get("nominatedNodeName") or ""),
+        scheduling_gates=tuple(str((g or {}).get("name", "")) for g in (spec.get("schedulingGates") or [])
+                               if isinstance(g, Mapping)),
         raw=pod,
     )
     try:

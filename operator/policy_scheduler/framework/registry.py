@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-
 from .interface import Plugin
 
 
@@ -32,20 +30,3 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._plugins)
-
-
-_default: Registry | None = None
-
-
-def default_registry() -> Registry:
-    """The registry of every built-in plugin (imported lazily from ``policy_scheduler.plugins``)."""
-    global _default
-    if _default is None:
-        from .. import plugins
-
-        reg = Registry()
-        for mod in plugins.PLUGIN_MODULES:
-            m = importlib.import_module(f"{plugins.__name__}.{mod}")
-            reg.register(m.PLUGIN)
-        _default = reg
-    return _default

@@ -39,7 +39,8 @@ from pydantic import ValidationError
 
 from ..api.models import SchedulingPolicySpec, duration_seconds
 from ..framework.metricview import MetricsView, Sample, SeriesKey, estimate_parts, node_key
-from ..framework.registry import Registry, default_registry
+from ..framework.registry import Registry
+from ..plugins import default_registry
 from .manager import SourceManager
 
 log = logging.getLogger("policy_scheduler.metrics")

@@ -1,8 +1,15 @@
 """Scheduling plugins: one module per plugin, each exporting ``PLUGIN`` (the class).
 
 The class carries ``NAME`` (the registry name used in policies) and ``Args`` (a pydantic model
-with ``extra="forbid"``, or None when the plugin takes no args).
+with ``extra="forbid"``, or None when the plugin takes no args). Adding a plugin: its module
+here, its name in PLUGIN_MODULES, its test module under tests/unit/plugins/.
 """
+
+from __future__ import annotations
+
+import importlib
+
+from ..framework.registry import Registry
 
 PLUGIN_MODULES = (
     "priority_sort",
@@ -20,4 +27,34 @@ PLUGIN_MODULES = (
     "load_aware",
     "metric_threshold",
     "metric_score",
+    "scheduling_gates",
+    "default_binder",
 )
+
+_default: Registry | None = None
+
+
+def default_registry() -> Registry:
+    """The registry of every built-in plugin."""
+    global _default
+    if _default is None:
+        reg = Registry()
+        for mod in PLUGIN_MODULES:
+            reg.register(importlib.import_module(f"{__name__}.{mod}").PLUGIN)
+        _default = reg
+    return _default
+
+
+def load_plugin_modules(names: list[str], registry: Registry) -> list[str]:
+    """Out-of-tree plugins: import each module (dotted name) and register its ``PLUGIN`` (or
+    every class in its ``PLUGINS``) in ``registry``. Returns the registered plugin names."""
+    added = []
+    for name in names:
+        mod = importlib.import_module(name)
+        classes = list(getattr(mod, "PLUGINS", ()) or ([mod.PLUGIN] if hasattr(mod, "PLUGIN") else []))
+        if not classes:
+            raise ImportError(f"plugin module {name} defines neither PLUGIN nor PLUGINS")
+        for cls in classes:
+            registry.register(cls)
+            added.append(cls.NAME)
+    return added

@@ -8,6 +8,7 @@ from typing import Literal
 import pytest
 from pydantic import Field
 
+from policy_scheduler.plugins import default_registry
 from policy_scheduler.framework.chain import (
     DEFAULT_PLUGINS,
     MAX_WEIGHT,
@@ -282,7 +283,7 @@ def test_default_chain_spec_matches_upstream_default_profile():
 
 
 def test_default_chain_builds_with_the_default_registry():
-    chain = build_chain(default_chain_spec())
+    chain = build_chain(default_chain_spec(), default_registry())
     assert chain.queue_sort.NAME == "PrioritySort"
     assert [(p.NAME, w) for p, w in chain.score] == [
         ("TaintToleration", 3), ("NodeAffinity", 2), ("NodeResourcesFit", 1), ("PodTopologySpread", 2),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from policy_scheduler.framework.chain import ChainError, build_chain
+from policy_scheduler.plugins import default_registry
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.metricview import MetricsView, estimate_parts
 from policy_scheduler.framework.nodetable import NodeTable
@@ -169,7 +170,7 @@ def test_herd_protection_spreads_a_burst():
     t = make_table(["a", "b"])
     view = make_view({"a": (0.1, 0.5), "b": (0.4, 0.5)})
     args = {"usageThresholds": {"cpu": 0, "memory": 0}, "resourceWeights": {"cpu": 1, "memory": 0}}
-    chain = build_chain({"plugins": [{"name": "LoadAware", "args": args}]}, handle=ViewHandle(view))
+    chain = build_chain({"plugins": [{"name": "LoadAware", "args": args}]}, default_registry(), handle=ViewHandle(view))
     placed = []
     for i in range(6):
         pod = make_pod(f"p{i}", limits={"cpu": "500m"})
@@ -261,7 +262,7 @@ def test_details_are_plain_json_values():
 def test_decision_carries_details_for_the_top_nodes():
     t = make_table(["a", "b"])
     view = make_view({"a": (0.1, 0.1), "b": (0.5, 0.5)})
-    chain = build_chain({"plugins": [{"name": "LoadAware"}]}, handle=ViewHandle(view))
+    chain = build_chain({"plugins": [{"name": "LoadAware"}]}, default_registry(), handle=ViewHandle(view))
     d = schedule_one(chain, make_pod(), t, random.Random(0))
     assert d.node == "a"
     assert [s.node for s in d.top] == ["a", "b"]
@@ -294,5 +295,5 @@ def test_default_queries_read_node_exporter_series():
 ])
 def test_args_validation_names_the_field(args, error):
     with pytest.raises(ChainError) as e:
-        build_chain({"plugins": [{"name": "LoadAware", "args": args}]})
+        build_chain({"plugins": [{"name": "LoadAware", "args": args}]}, default_registry())
     assert any(x.startswith(error) for x in e.value.errors), e.value.errors

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from policy_scheduler.framework.chain import ChainError, build_chain
+from policy_scheduler.plugins import default_registry
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.metricview import MetricsView
 from policy_scheduler.framework.nodetable import NodeTable
@@ -122,7 +123,7 @@ def test_in_a_chain_the_lower_value_wins_and_explain_shows_it():
     t = make_table(["a", "b"])
     chain = build_chain({"plugins": [{"name": "MetricScore", "args": {"metrics": [
         {"name": "queue", "query": "q", "prefer": "Lower"}]}}]},
-        handle=ViewHandle(publish({"q": {"a": 7, "b": 2}})))
+        default_registry(), handle=ViewHandle(publish({"q": {"a": 7, "b": 2}})))
     d = schedule_one(chain, make_pod(), t, random.Random(0))
     assert d.node == "b"
     assert d.top[0].details == {"MetricScore": {"queue": {"state": "fresh", "age": 0.0, "value": 2.0}}}
@@ -138,5 +139,5 @@ def test_in_a_chain_the_lower_value_wins_and_explain_shows_it():
 ])
 def test_args_validation(args, error):
     with pytest.raises(ChainError) as e:
-        build_chain({"plugins": [{"name": "MetricScore", "args": args}]})
+        build_chain({"plugins": [{"name": "MetricScore", "args": args}]}, default_registry())
     assert any(x.startswith(error) for x in e.value.errors), e.value.errors

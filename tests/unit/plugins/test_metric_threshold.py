@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from policy_scheduler.framework.chain import ChainError, build_chain
+from policy_scheduler.plugins import default_registry
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.metricview import MetricsView
 from policy_scheduler.framework.nodetable import NodeTable
@@ -147,5 +148,5 @@ def test_describe_and_metric_queries():
 ])
 def test_args_validation(args, error):
     with pytest.raises(ChainError) as e:
-        build_chain({"plugins": [{"name": "MetricThreshold", "args": args}]})
+        build_chain({"plugins": [{"name": "MetricThreshold", "args": args}]}, default_registry())
     assert any(x.startswith(error) for x in e.value.errors), e.value.errors

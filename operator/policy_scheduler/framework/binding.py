@@ -1,0 +1,228 @@
+"""The binding side of the cycle: Reserve, Permit (with waiting pods), then, asynchronously,
+WaitOnPermit, PreBind, Bind and PostBind, as upstream's framework/runtime and schedule_one.go.
+
+The scheduling loop calls ``run_reserve`` and ``run_permit`` right after it assumed the pod on
+the chosen node (synchronously, so the next pod already sees the reservation). The engine then
+starts ``run_binding`` as a task. Whoever sees a failure calls ``run_unreserve`` (every Reserve
+plugin, in reverse order), forgets the assumption and requeues the pod; the statuses returned
+here say who failed and why, in upstream's words (``running Reserve plugin "X": ...``).
+
+No I/O here: Bind plugins reach the API server only through ``Handle.bind_pod``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Iterator
+
+from .interface import CycleState, PodGone
+from .status import Code, Status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .chain import Chain
+    from .podinfo import PodInfo
+
+log = logging.getLogger(__name__)
+
+MAX_PERMIT_TIMEOUT = 15 * 60.0  # upstream maxTimeout
+BINDING_ANNOTATIONS = "policy-scheduler.io/binding-annotations"  # CycleState key: annotations the Binding sets
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go's time.Duration prints it (1s, 500ms, 1m30s), for upstream's messages."""
+    if seconds <= 0:
+        return "0s"
+    if seconds < 1:
+        ms = seconds * 1000
+        return f"{ms:g}ms" if ms >= 1 else f"{seconds * 1e6:g}µs"
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    out = (f"{int(h)}h" if h else "") + (f"{int(m)}m" if h or m else "")
+    return out + f"{round(s, 9):g}s"
+
+
+def _error(point: str, plugin: str, st_or_exc) -> Status:
+    if isinstance(st_or_exc, Status):
+        detail = st_or_exc.message() or str(st_or_exc.code)
+    else:
+        detail = f"{type(st_or_exc).__name__}: {st_or_exc}"
+    return Status.error(f'running {point} plugin "{plugin}": {detail}', plugin)
+
+
+class WaitingPod:
+    """upstream waitingPod: a pod parked by Permit until every waiting plugin allows it, one
+    rejects it, or a plugin's timeout passes (then it is rejected in that plugin's name)."""
+
+    def __init__(self, pod: "PodInfo", node: str, timeouts: dict[str, float]) -> None:
+        self.pod = pod
+        self.node = node
+        loop = asyncio.get_running_loop()
+        self._future: asyncio.Future[Status] = loop.create_future()
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        for plugin, timeout in timeouts.items():
+            msg = f"rejected due to timeout after waiting {go_duration(timeout)} at plugin {plugin}"
+            self._timers[plugin] = loop.call_later(timeout, self.reject, plugin, msg)
+
+    @property
+    def uid(self) -> str:
+        return self.pod.uid
+
+    def pending_plugins(self) -> list[str]:
+        return list(self._timers)
+
+    def allow(self, plugin: str) -> None:
+        """This plugin lets the pod go; the pod is allowed when no plugin is waiting any more."""
+        timer = self._timers.pop(plugin, None)
+        if timer is not None:
+            timer.cancel()
+        if not self._timers and not self._future.done():
+            self._future.set_result(Status.success())
+
+    def reject(self, plugin: str, message: str) -> None:
+        for t in self._timers.values():
+            t.cancel()
+        self._timers.clear()
+        if not self._future.done():
+            self._future.set_result(Status(Code.UNSCHEDULABLE, (message,), plugin))
+
+    async def wait(self) -> Status:
+        return await self._future
+
+
+class WaitingPods:
+    """The waiting pods of the scheduler, by pod UID (upstream waitingPodsMap)."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, WaitingPod] = {}
+
+    def add(self, wp: WaitingPod) -> None:
+        self._pods[wp.uid] = wp
+
+    def remove(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+
+    def get(self, uid: str) -> WaitingPod | None:
+        return self._pods.get(uid)
+
+    def __iter__(self) -> Iterator[WaitingPod]:
+        return iter(list(self._pods.values()))
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def reject(self, uid: str, plugin: str, message: str) -> bool:
+        wp = self._pods.get(uid)
+        if wp is None:
+            return False
+        wp.reject(plugin, message)
+        return True
+
+
+# -------------------------------------------------------------------------------------- Reserve
+
+def run_reserve(chain: "Chain", state: CycleState, pod: "PodInfo", node: str) -> Status:
+    """Every Reserve plugin in order; the first failure stops the run (the caller unreserves).
+    A rejection keeps its code and gets the plugin's name; anything else is an Error."""
+    for p in chain.reserve:
+        try:
+            st = p.reserve(state, pod, node)
+        except Exception as e:
+            log.exception("Reserve plugin %s failed on pod %s", p.NAME, pod.key)
+            return _error("Reserve", p.NAME, e)
+        if st.is_success:
+            continue
+        if st.is_rejected:
+            return st.with_plugin(p.NAME)
+        return _error("Reserve", p.NAME, st)
+    return Status.success()
+
+
+def run_unreserve(chain: "Chain", state: CycleState, pod: "PodInfo", node: str) -> None:
+    """Every Reserve plugin's unreserve, in reverse order; errors are logged, never raised."""
+    for p in reversed(chain.reserve):
+        try:
+            p.unreserve(state, pod, node)
+        except Exception:
+            log.exception("Unreserve of plugin %s failed on pod %s", p.NAME, pod.key)
+
+
+# -------------------------------------------------------------------------------------- Permit
+
+def run_permit(chain: "Chain", state: CycleState, pod: "PodInfo", node: str, waiting: WaitingPods) -> Status:
+    """upstream RunPermitPlugins: Success; Wait (the pod is parked in ``waiting`` with each
+    waiting plugin's timeout, capped at 15 minutes); a rejection in the plugin's name; or Error."""
+    timeouts: dict[str, float] = {}
+    for p in chain.permit:
+        try:
+            st, timeout = p.permit(state, pod, node)
+        except Exception as e:
+            log.exception("Permit plugin %s failed on pod %s", p.NAME, pod.key)
+            return _error("Permit", p.NAME, e)
+        if st.is_success:
+            continue
+        if st.is_rejected:
+            return st.with_plugin(p.NAME)
+        if st.code == Code.WAIT:
+            timeouts[p.NAME] = min(max(float(timeout), 0.0), MAX_PERMIT_TIMEOUT)
+            continue
+        return _error("Permit", p.NAME, st)
+    if timeouts:
+        waiting.add(WaitingPod(pod, node, timeouts))
+        return Status(Code.WAIT, (f"one or more plugins asked to wait and no plugin rejected pod {pod.name!r}",))
+    return Status.success()
+
+
+# -------------------------------------------------------------------------------------- binding cycle
+
+async def wait_on_permit(waiting: WaitingPods, pod: "PodInfo") -> Status:
+    wp = waiting.get(pod.uid)
+    if wp is None:
+        return Status.success()
+    try:
+        return await wp.wait()
+    finally:
+        waiting.remove(pod.uid)
+
+
+async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: str,
+                      waiting: WaitingPods) -> Status:
+    """WaitOnPermit, PreBind, Bind (the first plugin that does not Skip binds), PostBind.
+    Returns Success, a Permit rejection, or an Error naming the plugin. Raises PodGone when the
+    binder found the pod bound or deleted meanwhile. The caller unreserves on failure."""
+    st = await wait_on_permit(waiting, pod)
+    if not st.is_success:
+        return st
+    for p in chain.pre_bind:
+        try:
+            st = await p.pre_bind(state, pod, node)
+        except PodGone:
+            raise
+        except Exception as e:
+            log.exception("PreBind plugin %s failed on pod %s", p.NAME, pod.key)
+            return _error("PreBind", p.NAME, e)
+        if not st.is_success and not st.is_skip:
+            return _error("PreBind", p.NAME, st)
+    bound = False
+    for p in chain.bind:
+        try:
+            st = await p.bind(state, pod, node)
+        except PodGone:
+            raise
+        except Exception as e:
+            log.exception("Bind plugin %s failed on pod %s", p.NAME, pod.key)
+            return _error("Bind", p.NAME, e)
+        if st.is_skip:
+            continue
+        if not st.is_success:
+            return _error("Bind", p.NAME, st)
+        bound = True
+        break
+    if not bound:
+        return Status.error("no Bind plugin bound the pod: every Bind plugin returned Skip")
+    for p in chain.post_bind:
+        try:
+            p.post_bind(state, pod, node)
+        except Exception:  # informational: a failing PostBind does not undo the binding
+            log.exception("PostBind plugin %s failed on pod %s", p.NAME, pod.key)
+    return Status.success()
