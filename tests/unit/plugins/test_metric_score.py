@@ -127,7 +127,7 @@ def test_in_a_chain_the_lower_value_wins_and_explain_shows_it():
     d = schedule_one(chain, make_pod(), t, random.Random(0))
     assert d.node == "b"
     assert d.top[0].details == {"MetricScore": {"queue": {"state": "fresh", "age": 0.0, "value": 2.0}}}
-    assert MetricScore.metric_queries(chain.plugins[0].args) == [("q", "instance")]
+    assert MetricScore.metric_queries(chain.plugin("MetricScore").args) == [("q", "instance")]
 
 
 @pytest.mark.parametrize("args,error", [
