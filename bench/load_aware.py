@@ -7,7 +7,7 @@ usage values in a MetricsView, as the Prometheus source publishes them. Each of 
 is decided twice on the same cluster state: by ``default_chain_spec()`` and by the same chain
 plus ``LoadAware`` (weight 1, default thresholds 80% cpu / 90% memory). The LoadAware decision is
 applied (``NodeTable.add_pod(..., assumed=True)``, and the pod's in-flight estimate added to the
-view as the engine's ``on_assumed`` hook does), so in-flight estimates pile up as in a burst;
+view as LoadAware's Reserve does), so in-flight estimates pile up as in a burst;
 every ``--publish-every`` pods the view is republished (a metrics refresh: LoadAware rebuilds
 its row-aligned state).
 

@@ -28,7 +28,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     from .cluster.engine import Engine
     from .cluster.kubeclient import KubeClient, load_credentials
     from .handlers import run_operator
-    from .metrics.prometheus import PrometheusSourceManager
+    from .metricsources.prometheus import PrometheusMetricSources
 
     _setup_logging(a.log_level)
     try:
@@ -39,14 +39,14 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     async def main() -> None:
         client = KubeClient(creds, qps=a.qps, burst=a.burst)
-        sources = PrometheusSourceManager(a.prometheus_url, refresh=a.prometheus_refresh_interval,
+        sources = PrometheusMetricSources(a.prometheus_url, refresh=a.prometheus_refresh_interval,
                                           timeout=a.prometheus_query_timeout, ttl=a.prometheus_ttl,
                                           usage_lag=a.prometheus_usage_lag)
         engine = Engine(client, scheduler_name=a.scheduler_name,
                         namespaces=set(a.namespace) if a.namespace else None,
                         bind_concurrency=a.bind_concurrency, sources=sources)
         if a.metrics_port:
-            start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.metrics.registry)
+            start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.telemetry.registry)
         liveness = f"http://{a.health_address}:{a.health_port}/healthz" if a.health_port else None
         logging.getLogger("policy_scheduler").info(
             "policy-scheduler %s starting: scheduler name %s, API %s, namespaces %s", __version__,

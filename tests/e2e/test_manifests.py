@@ -349,7 +349,7 @@ def test_operator_needs_nothing_more(core, policies, namespace, sa_kubeconfig, r
     except AssertionError:
         raise AssertionError(f"threads left behind: {set(threading.enumerate()) - threads_before}") from None
 
-    m = op.engine.metrics.registry
+    m = op.engine.telemetry.registry
     for kind in ("event", "condition", "status"):
         assert m.get_sample_value("policy_scheduler_events_dropped_total", {"kind": kind}) in (None, 0.0), kind
     assert not [s for s in m.collect() if s.name == "policy_scheduler_binding_errors" and s.samples]

@@ -41,11 +41,11 @@ from ..framework.podinfo import PodInfo, parse_pod
 from ..framework.queue import UNSCHEDULABLE, QueuedPodInfo, SchedulingQueue
 from ..framework.runner import Decision, schedule_one
 from ..framework.status import Code
-from ..metrics.manager import SourceManager
+from ..metricsources.manager import MetricSources
 from ..plugins.priority_sort import PrioritySort
 from .informer import Informer
 from .kubeclient import ApiError, KubeClient
-from .metrics import Metrics
+from .telemetry import Telemetry
 from .workloads import WorkloadIndex
 
 log = logging.getLogger("policy_scheduler")
@@ -139,8 +139,8 @@ class PolicyHandle(OperatorHandle):
 class Engine:
     def __init__(self, client: KubeClient | None, *, scheduler_name: str = SCHEDULER_NAME,
                  namespaces: set[str] | None = None, bind_concurrency: int = 64,
-                 status_interval: float = 2.0, metrics: Metrics | None = None,
-                 rng: random.Random | None = None, sources: SourceManager | None = None) -> None:
+                 status_interval: float = 2.0, telemetry: Telemetry | None = None,
+                 rng: random.Random | None = None, sources: MetricSources | None = None) -> None:
         self.client = client
         self.scheduler_name = scheduler_name
         self.scope = namespaces  # None: every namespace
@@ -149,9 +149,9 @@ class Engine:
         self.policies: dict[str, PolicyState] = {}
         self.namespaces: dict[str, dict[str, str]] = {}
         self.workloads = WorkloadIndex()
-        self.sources = sources or SourceManager()
+        self.sources = sources or MetricSources()
         self.sources.attach(lambda: self.table.names, self._move)
-        self.metrics = metrics or Metrics()
+        self.telemetry = telemetry or Telemetry()
         self.rng = rng or random.Random()
         self.status_interval = status_interval
         self.instance = f"{scheduler_name}-{socket.gethostname()}"
@@ -196,7 +196,7 @@ class Engine:
         name = (body.get("metadata") or {}).get("name", "")
         if event == "DELETED":
             self.table.remove_node(name)
-            self.metrics.nodes.set(self.table.n)
+            self.telemetry.nodes.set(self.table.n)
             return
         spec = NodeSpec.from_dict(body)
         row = self.table.index.get(name)
@@ -206,7 +206,7 @@ class Engine:
                     and old.allocatable == spec.allocatable and old.images.keys() == spec.images.keys()):
                 return  # a heartbeat: nothing the scheduler reads changed
         self.table.upsert_node(spec)
-        self.metrics.nodes.set(self.table.n)
+        self.telemetry.nodes.set(self.table.n)
         self._move("NodeAdd" if row is None else "NodeUpdate")
 
     def on_namespace(self, event: str, body: Mapping[str, Any]) -> None:
@@ -328,8 +328,8 @@ class Engine:
 
     def _update_policy_gauge(self) -> None:
         ready = sum(1 for p in self.policies.values() if p.ready)
-        self.metrics.policies.labels("true").set(ready)
-        self.metrics.policies.labels("false").set(len(self.policies) - ready)
+        self.telemetry.policies.labels("true").set(ready)
+        self.telemetry.policies.labels("false").set(len(self.policies) - ready)
 
     # ------------------------------------------------------------------ the loop
     async def sync(self, policy_timeout: float = 15.0) -> None:
@@ -433,16 +433,15 @@ class Engine:
         if st is None:
             self.queue.add_unschedulable(qpi, {POLICY_SELECTION})
             self._report_failure(pod, "NoPolicy", why, code=None)
-            self.metrics.attempt("unschedulable", qpi.policy)
+            self.telemetry.attempt("unschedulable", qpi.policy)
             return None
         qpi.policy = st.name
         decision = schedule_one(st.chain, pod, self.table, self.rng)
         result = "scheduled" if decision.scheduled else (
             "error" if decision.status.code == Code.ERROR else "unschedulable")
-        self.metrics.attempt(result, st.name, decision.duration)
+        self.telemetry.attempt(result, st.name, decision.duration)
         if decision.scheduled:
             self.table.add_pod(pod, decision.node, assumed=True)
-            self.sources.on_assumed(pod, decision.node)
             self._spawn(self._bind(qpi, st, decision))
         else:
             error = decision.status.code == Code.ERROR
@@ -467,7 +466,6 @@ class Engine:
     def _forget_assumed(self, key: str) -> None:
         if key in self.table.assumed:
             self.table.remove_pod(key)
-            self.sources.on_forgotten(key)
 
     def _bind_failed(self, qpi: QueuedPodInfo, node: str, why: str) -> None:
         log.warning("binding %s to %s failed: %s; requeued with backoff", qpi.key, node, why)
@@ -487,7 +485,7 @@ class Engine:
                 await self.client.bind(pod.namespace, pod.name, node, uid=pod.uid or None,
                                        annotations={DECISION_ANNOTATION: self.decision_annotation(st.name, d)})
             except ApiError as e:
-                self.metrics.bind_errors.labels(str(e.status)).inc()
+                self.telemetry.bind_errors.labels(str(e.status)).inc()
                 if e.status in (404, 409):
                     # deleted, already bound, or replaced by a new pod of that name: the watch has the truth
                     log.info("binding %s to %s not needed: %s", key, node, e)
@@ -497,15 +495,15 @@ class Engine:
                 self._bind_failed(qpi, node, str(e))
                 return
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-                self.metrics.bind_errors.labels("transport").inc()
+                self.telemetry.bind_errors.labels("transport").inc()
                 self._bind_failed(qpi, node, f"{type(e).__name__}: {e}")
                 return
             except Exception as e:  # a bug must not strand the pod: requeue it like any failure
                 log.exception("binding %s to %s: unexpected error", key, node)
-                self.metrics.bind_errors.labels("internal").inc()
+                self.telemetry.bind_errors.labels("internal").inc()
                 self._bind_failed(qpi, node, f"{type(e).__name__}: {e}")
                 return
-            self.metrics.binding_duration.observe(time.perf_counter() - t0)
+            self.telemetry.binding_duration.observe(time.perf_counter() - t0)
         self.queue.done(key)
         self.bound_by_us += 1
         st.scheduled += 1
@@ -513,7 +511,7 @@ class Engine:
         st.dirty = True
         seen = self._first_seen.pop(key, None)
         if seen is not None:
-            self.metrics.e2e_duration.observe(time.monotonic() - seen)
+            self.telemetry.e2e_duration.observe(time.monotonic() - seen)
         self._last_failure.pop(key, None)
         self._pod_policy.pop(key, None)
         self._record_event(pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {key} to {node}")
@@ -536,7 +534,7 @@ class Engine:
         try:
             self._events.put_nowait((pod, type_, reason, action, note, now_micro()))
         except asyncio.QueueFull:
-            self.metrics.events_dropped.labels("event-queue-full").inc()
+            self.telemetry.events_dropped.labels("event-queue-full").inc()
 
     async def _event_worker(self) -> None:
         """Post queued events. While pods wait to be scheduled, bindings have the API server first:
@@ -563,7 +561,7 @@ class Engine:
         try:
             await self.client.post(f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events", body)
         except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            self.metrics.events_dropped.labels("event").inc()
+            self.telemetry.events_dropped.labels("event").inc()
             log.warning("event %s for %s not recorded: %s", reason, pod.key, e)
 
     async def _patch_condition(self, pod: PodInfo, reason: str, msg: str) -> None:
@@ -576,7 +574,7 @@ class Engine:
                 await self.client.strategic_patch(
                     f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", body)
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-                self.metrics.events_dropped.labels("condition").inc()
+                self.telemetry.events_dropped.labels("condition").inc()
                 if not (isinstance(e, ApiError) and e.status == 404):  # pod gone meanwhile
                     log.warning("PodScheduled condition for %s not written: %s", pod.key, e)
 
@@ -628,10 +626,10 @@ class Engine:
                 if e.status == 404:  # deleted meanwhile
                     st.dirty = False
                     return
-                self.metrics.events_dropped.labels("status").inc()
+                self.telemetry.events_dropped.labels("status").inc()
                 log.warning("status of SchedulingPolicy %s not written: %s", st.name, e)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-                self.metrics.events_dropped.labels("status").inc()
+                self.telemetry.events_dropped.labels("status").inc()
                 log.warning("status of SchedulingPolicy %s not written: %s", st.name, e)
 
     async def _status_loop(self) -> None:
@@ -640,6 +638,6 @@ class Engine:
             await asyncio.sleep(self.status_interval)
             c = self.queue.counts()
             for q, v in c.items():
-                self.metrics.pending.labels(q).set(v)
+                self.telemetry.pending.labels(q).set(v)
             for st in list(self.policies.values()):
                 await self._write_policy_status(st)  # writes only what changed

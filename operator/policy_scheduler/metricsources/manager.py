@@ -1,4 +1,4 @@
-"""The engine's entry point to metric sources.
+"""The engine's entry point to metric sources (the data usage-aware plugins read).
 
 The engine calls these hooks; plugins never see this object, only the read-only views that
 ``view`` returns through ``Handle.source`` (prepared outside the scheduling cycle).
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 
-class SourceManager:
+class MetricSources:
     """Keeps one metric source per policy that needs one. This base does nothing."""
 
     _node_names: Callable[[], Sequence[str]] | None = None
@@ -28,12 +28,6 @@ class SourceManager:
 
     def policy_deleted(self, name: str) -> None:
         pass
-
-    def on_assumed(self, pod: Any, node: str) -> None:
-        """A pod was just placed on ``node`` (counted at an estimate until metrics cover it)."""
-
-    def on_forgotten(self, pod_key: str) -> None:
-        """An assumption was undone (bind failed)."""
 
     def view(self, name: str) -> Any:
         return None

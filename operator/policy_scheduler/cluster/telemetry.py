@@ -1,4 +1,7 @@
-"""The operator's own Prometheus metrics (names mirror kube-scheduler's, prefixed)."""
+"""Telemetry: the operator's own metrics, exported on /metrics (names mirror kube-scheduler's, prefixed).
+
+Not to be confused with metricsources/ (the Prometheus data the usage-aware plugins read) or
+framework/metricview.py (the plugins' read-only view of those values)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 _LATENCY = tuple(0.0005 * 2**i for i in range(16))  # 0.5 ms .. ~16 s
 
 
-class Metrics:
+class Telemetry:
+    """The operator's own metrics, exported on /metrics."""
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry

@@ -1,5 +1,5 @@
 """Prometheus sources: parsing, the client's error handling over real HTTP, refresh outcomes,
-staleness, transitions logged once, status, policy wiring and in-flight hooks."""
+staleness, transitions logged once, status, policy wiring and per-policy in-flight estimates."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from policy_scheduler.api.models import SchedulingPolicySpec
-from policy_scheduler.framework.metricview import FRESH, MISSING, STALE
+from policy_scheduler.framework.metricview import FRESH, MISSING, STALE, estimate_parts
 from policy_scheduler.framework.nodetable import NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
-from policy_scheduler.metrics.prometheus import (EVENT, PolicySource, PrometheusSourceManager, QueryError,
-                                                 SourceConfig, Unreachable, parse_vector, prometheus_api_query)
+from policy_scheduler.metricsources.prometheus import (EVENT, PolicySource, PrometheusMetricSources, QueryError,
+                                                       SourceConfig, Unreachable, parse_vector,
+                                                       prometheus_api_query)
 
 CPU = ("cpu_q", "instance")
 MEM = ("mem_q", "instance")
@@ -308,13 +309,13 @@ LOAD_AWARE = [{"name": "NodeResourcesFit"}, {"name": "LoadAware", "weight": 3}]
 
 
 def test_policies_without_metric_plugins_get_no_source():
-    m = PrometheusSourceManager("http://prom:9090")
+    m = PrometheusMetricSources("http://prom:9090")
     assert m.policy_updated("p", spec([{"name": "NodeResourcesFit"}])) == []
     assert m.view("p") is None and m.status("p") is None
 
 
 def test_a_metric_policy_without_an_address_is_degraded_not_invalid():
-    m = PrometheusSourceManager(None)
+    m = PrometheusMetricSources(None)
     assert m.policy_updated("p", spec(LOAD_AWARE)) == []  # still Ready: the fallbacks apply
     cond = m.status("p")["conditions"][0]
     assert (cond["status"], cond["reason"]) == ("True", "NoPrometheusAddress")
@@ -333,7 +334,7 @@ def test_a_metric_policy_without_an_address_is_degraded_not_invalid():
 
 
 def test_policy_settings_override_defaults_and_changes_replace_or_keep_the_source():
-    m = PrometheusSourceManager("http://prom:9090", refresh=10, timeout=2, ttl=60, usage_lag=30)
+    m = PrometheusMetricSources("http://prom:9090", refresh=10, timeout=2, ttl=60, usage_lag=30)
     m.policy_updated("p", spec(LOAD_AWARE, {"refreshInterval": "1s", "ttl": "1m30s", "usageLag": "500ms"}))
     src = m.sources["p"]
     assert src.config == SourceConfig("http://prom:9090", 1.0, 2.0, 90.0, 0.5)
@@ -349,23 +350,24 @@ def test_policy_settings_override_defaults_and_changes_replace_or_keep_the_sourc
     assert m.view("p") is None
 
 
-def test_placements_count_in_flight_in_every_source_until_forgotten():
-    m = PrometheusSourceManager("http://prom:9090")
+def test_each_policy_has_its_own_view_of_in_flight_estimates():
+    m = PrometheusMetricSources("http://prom:9090")
     m.policy_updated("a", spec(LOAD_AWARE))
     m.policy_updated("b", spec(LOAD_AWARE))
     pod = parse_pod({"metadata": {"name": "x", "namespace": "ns"},
                      "spec": {"containers": [{"name": "c", "image": "i",
                                               "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}})
-    m.on_assumed(pod, "n1")
-    assert "ns/x" in m.view("a").records and "ns/x" in m.view("b").records
-    m.on_forgotten("ns/x")
-    assert not m.view("a").records and not m.view("b").records
+    m.view("a").add_inflight(pod.key, "n1", estimate_parts(pod), 100.0)
+    assert "ns/x" in m.view("a").records and not m.view("b").records
+    assert m.status("a")["metrics"]["inFlightPods"] == 1
+    m.view("a").remove_inflight("ns/x")
+    assert not m.view("a").records
 
 
 def test_running_manager_refreshes_and_requeues_pods_its_plugins_rejected():
     fq = FakeQueries()
     fq.answers = {"cpu_q": [sample("a", 0.1, 100)], "mem_q": [sample("a", 0.2, 100)]}
-    m = PrometheusSourceManager("http://prom:9090", query_fn=fq, clock=Clock(100.0))
+    m = PrometheusMetricSources("http://prom:9090", query_fn=fq, clock=Clock(100.0))
     moves = []
     m.attach(lambda: ["a"], lambda event, check: moves.append((event, check)))
     m.policy_updated("p", spec([{"name": "LoadAware", "args": {"cpuQuery": "cpu_q", "memoryQuery": "mem_q"}}],

@@ -38,10 +38,10 @@ from typing import Any, Callable, Iterable, Sequence
 from pydantic import ValidationError
 
 from ..api.models import SchedulingPolicySpec, duration_seconds
-from ..framework.metricview import MetricsView, Sample, SeriesKey, estimate_parts, node_key
+from ..framework.metricview import MetricsView, Sample, SeriesKey, node_key
 from ..framework.registry import Registry
 from ..plugins import default_registry
-from .manager import SourceManager
+from .manager import MetricSources
 
 log = logging.getLogger("policy_scheduler.metrics")
 
@@ -294,7 +294,7 @@ class PolicySource:
         return {"conditions": [self.condition(queries)], "metrics": metrics}
 
 
-class PrometheusSourceManager(SourceManager):
+class PrometheusMetricSources(MetricSources):
     """Builds, refreshes and reports the Prometheus sources of every policy that needs one."""
 
     def __init__(self, default_address: str | None = None, *, refresh: float = DEFAULT_REFRESH,
@@ -359,19 +359,6 @@ class PrometheusSourceManager(SourceManager):
         src = self.sources.pop(name, None)
         if src is not None and src.task is not None:
             src.task.cancel()
-
-    # ------------------------------------------------------------------ placements
-    def on_assumed(self, pod: Any, node: str) -> None:
-        if not self.sources:
-            return
-        parts = estimate_parts(pod)
-        now = self.clock()
-        for src in self.sources.values():
-            src.view.add_inflight(pod.key, node, parts, now)
-
-    def on_forgotten(self, pod_key: str) -> None:
-        for src in self.sources.values():
-            src.view.remove_inflight(pod_key)
 
     # ------------------------------------------------------------------ reading
     def view(self, name: str) -> MetricsView | None:
