@@ -1,29 +1,31 @@
 """The scheduling queue: upstream's PriorityQueue (pkg/scheduler/backend/queue), single-threaded.
 
-Three sub-queues hold every pending pod exactly once:
+Every pending pod is in exactly one place:
 
-- **activeQ**: a heap ordered by the QueueSort plugin's ``less``; ``pop`` takes its head.
+- **activeQ**: one heap per policy, ordered by that policy's QueueSort plugin (PrioritySort when
+  it has none). ``pop`` takes the head with the highest priority across policies, and among
+  policies whose heads tie on priority, takes them in turn (round-robin by policy name), so a
+  policy with a long queue cannot starve another at the same priority.
 - **backoffQ**: a heap ordered by backoff expiry; pods whose backoff completed move to activeQ.
-- **unschedulable pool**: pods rejected by plugins, waiting for a cluster event
-  (``move_all_to_active_or_backoff``) or for the leftover flush after
-  ``unschedulable_max_duration`` (5 minutes).
+- **unschedulable pool**: pods rejected by plugins, waiting for a cluster event that one of
+  those plugins registered and whose hint says QUEUE (``move_all_to_active_or_backoff``), for
+  their own update, or for the leftover flush after ``unschedulable_max_duration`` (5 minutes).
+  Gated pods (a PreEnqueue plugin said no) wait here too, counted apart as ``gated``; they move
+  only on an event of their gating plugin (or a wildcard), and PreEnqueue runs again first.
 
-A popped pod is *in flight* until ``add_unschedulable`` (failure) or ``done`` (success).
-Cluster events that arrive while pods are in flight are remembered (upstream's
-moveRequestCycle); a pod whose cycle saw one goes to backoffQ instead of the pool, because
-the event may already have made it schedulable.
+A popped pod is *in flight* until ``add_unschedulable`` (failure) or ``done`` (bound, or given
+up). Events of interest that arrive while pods are in flight are recorded and replayed through
+the hints when one of those pods comes back, so an event that landed mid-cycle is not lost
+(upstream's in-flight events).
 
 Simplifications against upstream, all deliberate:
 
 - No locking, no blocking ``pop``, no background goroutines: the caller runs ``pop``
   (which flushes completed backoffs first), ``flush_unschedulable_leftover`` (upstream: every
   30 s) and sleeps ``next_ready_in()`` between attempts.
-- QueueingHints are not modelled: every event is of interest to every rejecting plugin
-  (all hints answer Queue); ``pre_check`` narrows the pods an event moves, as upstream's
-  PreEnqueueCheck does.
 - SchedulerPopFromBackoffQ is off: a pod never leaves backoffQ before its expiry, and the
   expiry is not aligned to the 1-second ordering window (both belong to that feature).
-- No PreEnqueue plugins (gating), no nominator, no pod groups.
+- No pod groups.
 """
 
 from __future__ import annotations
@@ -32,23 +34,38 @@ import heapq
 import itertools
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
+from .events import (DEFAULT_REGISTRATION, UNSCHEDULABLE_TIMEOUT, ClusterEvent, ClusterEventWithHint,
+                     QueueingHint, call_hint, pod_change_events)
 from .podinfo import PodInfo
+from .status import Status
 
 log = logging.getLogger(__name__)
 
 ACTIVE = "active"
 BACKOFF = "backoff"
 UNSCHEDULABLE = "unschedulable"
+GATED = "gated"
 
 # Event labels used by the queue itself (upstream framework/events.go).
 EVENT_POD_ADD = "UnscheduledPodAdd"
 EVENT_POD_UPDATE = "UnscheduledPodUpdate"
-EVENT_UNSCHEDULABLE_TIMEOUT = "UnschedulableTimeout"
 EVENT_BACKOFF_COMPLETE = "BackoffComplete"
 EVENT_ATTEMPT_FAILURE = "ScheduleAttemptFailure"
+
+# queueing strategies (upstream queueingStrategy)
+_SKIP, _AFTER_BACKOFF, _IMMEDIATELY = 0, 1, 2
+
+
+class QueueProfile(Protocol):
+    """What the queue reads of a policy's chain (framework.chain.Chain has all of it)."""
+
+    queue_sort: Any  # a QueueSortPlugin or None
+    pre_enqueue: Sequence[Any]  # PreEnqueuePlugins, in order
+    events: Mapping[str, Sequence[ClusterEventWithHint]]  # rejecting plugin -> its registrations
 
 
 @dataclass(eq=False, slots=True)
@@ -71,6 +88,8 @@ class QueuedPodInfo:
     unschedulable_plugins: set[str] = field(default_factory=set)
     pending_plugins: set[str] = field(default_factory=set)
     backoff_expiry: float | None = None
+    gating_plugin: str | None = None  # the PreEnqueue plugin holding the pod back, if any
+    gating_message: str = ""
 
     @property
     def key(self) -> str:
@@ -181,9 +200,19 @@ def is_pod_updated(old: PodInfo, new: PodInfo) -> bool:
 class _InFlight:
     qpi: QueuedPodInfo
     cycle: int
+    event_seq: int  # events recorded after this sequence number arrived during the flight
     latest: PodInfo | None = None  # newest version received while in flight
     updated: bool = False  # an update that may make it schedulable arrived while in flight
     deleted: bool = False
+
+
+class _NoProfile:
+    queue_sort = None
+    pre_enqueue: Sequence[Any] = ()
+    events: Mapping[str, Sequence[ClusterEventWithHint]] = {}
+
+
+_NO_PROFILE = _NoProfile()
 
 
 class SchedulingQueue:
@@ -194,17 +223,65 @@ class SchedulingQueue:
         initial_backoff: float = 1.0,
         max_backoff: float = 10.0,
         unschedulable_max_duration: float = 300.0,
+        profile_of: Callable[[str], QueueProfile | None] | None = None,
+        pseudo_events: Mapping[str, Sequence[ClusterEventWithHint]] | None = None,
     ) -> None:
+        """``less``: the order of a policy without a QueueSort plugin. ``profile_of(policy)``:
+        the policy's chain (None when it has none usable; then ``fallback`` is used: set it to a
+        chain of the implicit plugins so gates hold for every pod). ``pseudo_events``: the
+        registrations of rejector names that are not plugins (e.g. the engine's policy
+        selection)."""
         self._clock = clock
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.unschedulable_max_duration = unschedulable_max_duration
-        self._active = _Heap(less)
+        self._default_less = less
+        self._profile_of = profile_of or (lambda _policy: None)
+        self.fallback: QueueProfile = _NO_PROFILE
+        self._pseudo = dict(pseudo_events or {})
+        self._active: dict[str, _Heap] = {}  # policy -> its activeQ heap
+        self._active_n = 0
+        self._last_policy = ""  # round-robin position among policies
         self._backoff = _Heap(_expires_first)
         self._unschedulable: dict[str, QueuedPodInfo] = {}
+        self._gated: set[str] = set()  # keys of the pool pods a PreEnqueue plugin holds
         self._in_flight: dict[str, _InFlight] = {}
         self._cycle = 0
-        self._move_request_cycle = -1
+        self._events: deque[tuple[int, ClusterEvent, Any, Any]] = deque()  # in-flight events
+        self._event_seq = 0
+        self.moved_by_event: dict[str, int] = {}  # event label -> pods it moved out of the pool
+        self.skipped_by_hint: dict[str, int] = {}  # event label -> pool pods it left in place
+
+    # ---- profiles ------------------------------------------------------------------------
+
+    def _profile(self, policy: str) -> QueueProfile:
+        return self._profile_of(policy) or self.fallback
+
+    def _less_of(self, policy: str) -> Less:
+        qs = self._profile(policy).queue_sort
+        return qs.less if qs is not None else self._default_less
+
+    def _heap(self, policy: str) -> _Heap:
+        h = self._active.get(policy)
+        if h is None:
+            h = self._active[policy] = _Heap(self._less_of(policy))
+        return h
+
+    def policy_changed(self, policy: str) -> None:
+        """The policy's chain changed: reorder its activeQ with its (new) QueueSort."""
+        h = self._active.get(policy)
+        if h is None:
+            return
+        items = h.items()
+        nh = self._active[policy] = _Heap(self._less_of(policy))
+        for qpi in sorted(items, key=lambda q: q.timestamp):
+            nh.push(qpi)
+
+    def _registrations(self, qpi: QueuedPodInfo, plugin: str) -> Sequence[ClusterEventWithHint]:
+        regs = self._profile(qpi.policy).events.get(plugin)
+        if regs is None:
+            regs = self._pseudo.get(plugin)
+        return DEFAULT_REGISTRATION if regs is None else regs
 
     # ---- backoff -------------------------------------------------------------------------
 
@@ -233,81 +310,170 @@ class SchedulingQueue:
         """upstream isPodBackingoff: the expiry instant itself still counts as backing off."""
         return qpi.backoff_expiry is not None and qpi.backoff_expiry >= self._clock()
 
+    # ---- PreEnqueue ----------------------------------------------------------------------
+
+    def _run_pre_enqueue(self, qpi: QueuedPodInfo) -> Status | None:
+        """upstream runPreEnqueuePlugins: the recorded gating plugin first, then the others in
+        order; the first non-success gates the pod. Returns that status, or None (may go)."""
+        plugins = list(self._profile(qpi.policy).pre_enqueue)
+        if qpi.gating_plugin is not None:
+            plugins.sort(key=lambda p: p.NAME != qpi.gating_plugin)
+        for p in plugins:
+            try:
+                st = p.pre_enqueue(qpi.pod)
+            except Exception as e:  # a broken PreEnqueue gates the pod and says why
+                log.exception("PreEnqueue plugin %s failed on pod %s", p.NAME, qpi.key)
+                st = Status.error(f"running PreEnqueue plugin {p.NAME!r}: {type(e).__name__}: {e}")
+            if not st.is_success:
+                qpi.gating_plugin = p.NAME
+                qpi.gating_message = st.message()
+                qpi.unschedulable_plugins = {p.NAME}
+                return st
+        qpi.gating_plugin = None
+        qpi.gating_message = ""
+        return None
+
+    def _gate(self, qpi: QueuedPodInfo) -> str:
+        self._drop_from_pool(qpi.key)
+        self._backoff.remove(qpi.key)
+        self._remove_active(qpi.key, qpi.policy)
+        self._unschedulable[qpi.key] = qpi
+        self._gated.add(qpi.key)
+        log.debug("pod %s gated by %s: %s", qpi.key, qpi.gating_plugin, qpi.gating_message)
+        return GATED
+
     # ---- moves between sub-queues ------------------------------------------------------
 
+    def _drop_from_pool(self, key: str) -> QueuedPodInfo | None:
+        self._gated.discard(key)
+        return self._unschedulable.pop(key, None)
+
+    def _remove_active(self, key: str, policy: str | None = None) -> QueuedPodInfo | None:
+        heaps = [self._active[policy]] if policy in self._active else self._active.values()
+        for h in heaps:
+            qpi = h.remove(key)
+            if qpi is not None:
+                self._active_n -= 1
+                return qpi
+        if policy is not None:  # the pod may sit under the policy it had before
+            return self._remove_active(key)
+        return None
+
     def _to_active(self, qpi: QueuedPodInfo, event: str) -> str:
-        """upstream moveToActiveQ (without PreEnqueue)."""
+        """upstream moveToActiveQ: PreEnqueue first; a gated pod goes to the pool instead."""
+        if self._run_pre_enqueue(qpi) is not None:
+            return self._gate(qpi)
         if qpi.initial_attempt_timestamp is None:
             qpi.initial_attempt_timestamp = self._clock()
-        self._unschedulable.pop(qpi.key, None)
+        self._drop_from_pool(qpi.key)
         self._backoff.remove(qpi.key)
-        self._active.push(qpi)
+        self._remove_active(qpi.key, qpi.policy)
+        self._heap(qpi.policy).push(qpi)
+        self._active_n += 1
         log.debug("pod %s moved to the %s queue (event %s)", qpi.key, ACTIVE, event)
         return ACTIVE
 
     def _requeue(self, qpi: QueuedPodInfo, immediately: bool, event: str) -> str:
         """upstream requeuePodWithQueueingStrategy: backoffQ while still backing off, else activeQ;
-        ``immediately`` (a Pending plugin's Queue hint) skips the backoff."""
-        self._unschedulable.pop(qpi.key, None)
+        ``immediately`` (a Pending plugin's Queue hint) skips the backoff. PreEnqueue runs before
+        either (SchedulerPopFromBackoffQ), so a pod gated meanwhile stays in the pool."""
         if not immediately and self.is_backing_off(qpi):
+            if self._run_pre_enqueue(qpi) is not None:
+                return self._gate(qpi)
+            self._drop_from_pool(qpi.key)
             self._backoff.push(qpi)
             log.debug("pod %s moved to the %s queue (event %s)", qpi.key, BACKOFF, event)
             return BACKOFF
         return self._to_active(qpi, event)
 
-    def _move_pods(self, pods: Iterable[QueuedPodInfo], event: str, wildcard: bool) -> int:
-        """upstream movePodsToActiveOrBackoffQueue. With every hint answering Queue, a pod with
-        Pending plugins goes straight to activeQ, except on wildcard events (the leftover flush),
-        which always honour the backoff."""
-        moved = 0
-        for qpi in pods:
-            self._requeue(qpi, not wildcard and bool(qpi.pending_plugins), event)
-            moved += 1
-        self._move_request_cycle = self._cycle
-        return moved
+    def _strategy(self, qpi: QueuedPodInfo, event: ClusterEvent, old: Any, new: Any) -> int:
+        """upstream isPodWorthRequeuing: only the hints of the plugins that rejected the pod,
+        for events they registered, count. No rejector: after backoff. A wildcard event: after
+        backoff. A QUEUE from a Pending plugin: immediately."""
+        rejectors = qpi.unschedulable_plugins | qpi.pending_plugins
+        if not rejectors or event.is_wildcard:
+            return _AFTER_BACKOFF
+        result = _SKIP
+        pod = qpi.pod
+        for plugin in rejectors:
+            for reg in self._registrations(qpi, plugin):
+                if not reg.event.matches(event):
+                    continue
+                if call_hint(reg, pod, old, new) == QueueingHint.QUEUE:
+                    if plugin in qpi.pending_plugins:
+                        return _IMMEDIATELY
+                    result = _AFTER_BACKOFF
+                    break
+        return result
+
+    def _gated_interested(self, qpi: QueuedPodInfo, event: ClusterEvent) -> bool:
+        if event.is_wildcard:
+            return True
+        return any(r.event.matches(event) for r in self._registrations(qpi, qpi.gating_plugin or ""))
 
     # ---- informer-driven operations ------------------------------------------------------
 
-    def add(self, pod: PodInfo, policy: str) -> None:
-        """upstream Add: a new pending pod goes to activeQ with timestamp now. A pod already
-        queued (or in flight) is updated instead."""
+    def add(self, pod: PodInfo, policy: str) -> str | None:
+        """upstream Add: a new pending pod goes to activeQ with timestamp now (or to the pool
+        when a PreEnqueue plugin gates it). A pod already queued (or in flight) is updated
+        instead. Returns where it went (None for an update)."""
         key = pod.key
         qpi = self.get(key)
         if qpi is not None:
-            qpi.policy = policy
+            if qpi.policy != policy:
+                self._move_policy(qpi, policy)
             self.update(pod)
-            return
+            return None
         rec = self._in_flight.get(key)
         if rec is not None and not rec.deleted and rec.qpi.pod.uid == pod.uid:
             rec.qpi.policy = policy
             self.update(pod)
-            return
+            return None
         if rec is not None:  # a different pod under the same name: the in-flight one is gone
             rec.deleted = True
-        self._to_active(QueuedPodInfo(pod=pod, policy=policy, timestamp=self._clock()), EVENT_POD_ADD)
+        return self._to_active(QueuedPodInfo(pod=pod, policy=policy, timestamp=self._clock()), EVENT_POD_ADD)
+
+    def _move_policy(self, qpi: QueuedPodInfo, policy: str) -> None:
+        if self._remove_active(qpi.key, qpi.policy) is not None:
+            qpi.policy = policy
+            self._heap(policy).push(qpi)
+            self._active_n += 1
+        else:
+            qpi.policy = policy
 
     def update(self, pod: PodInfo) -> bool:
         """upstream Update. In activeQ or backoffQ the PodInfo is replaced in place. In the pool,
-        an update that may make the pod schedulable (``is_pod_updated``) moves it to backoffQ if
-        still backing off, else activeQ; other updates keep it in the pool. For an in-flight pod
-        the newest version is kept for its requeue, and a relevant update counts as an event of
-        its cycle. Returns False when the queue does not know the pod."""
+        an update that may make the pod schedulable (``is_pod_updated``) is turned into TargetPod
+        events, and the pod moves if a rejecting (or gating) plugin's hint says so; other updates
+        keep it in the pool. For an in-flight pod the newest version is kept for its requeue,
+        and a relevant update counts as an event of its cycle. Returns False when the queue does
+        not know the pod."""
         key = pod.key
-        qpi = self._active.get(key)
-        if qpi is not None:
-            qpi.pod = pod
-            self._active.push(qpi)
-            return True
+        for h in self._active.values():
+            qpi = h.get(key)
+            if qpi is not None:
+                qpi.pod = pod
+                h.push(qpi)  # reorders on a priority change
+                return True
         qpi = self._backoff.get(key)
         if qpi is not None:
             qpi.pod = pod  # the expiry, the backoff heap's order, is unchanged
             return True
         qpi = self._unschedulable.get(key)
         if qpi is not None:
-            changed = is_pod_updated(qpi.pod, pod)
+            old = qpi.pod
+            changed = is_pod_updated(old, pod)
             qpi.pod = pod
             if changed:
-                self._requeue(qpi, bool(qpi.pending_plugins), EVENT_POD_UPDATE)
+                for ev in pod_change_events(old, pod, target=True):
+                    if key in self._gated:
+                        if self._gated_interested(qpi, ev) and self._to_active(qpi, ev.label) != GATED:
+                            break
+                        continue
+                    strategy = self._strategy(qpi, ev, old, pod)
+                    if strategy != _SKIP:
+                        self._requeue(qpi, strategy == _IMMEDIATELY, ev.label)
+                        break
             return True
         rec = self._in_flight.get(key)
         if rec is not None and not rec.deleted:
@@ -320,8 +486,8 @@ class SchedulingQueue:
     def delete(self, key: str) -> bool:
         """upstream Delete: drop the pod from whichever sub-queue holds it. An in-flight pod is
         marked so that a later ``add_unschedulable`` drops it."""
-        found = (self._active.remove(key) or self._backoff.remove(key)
-                 or self._unschedulable.pop(key, None)) is not None
+        found = (self._remove_active(key) or self._backoff.remove(key)
+                 or self._drop_from_pool(key)) is not None
         rec = self._in_flight.get(key)
         if rec is not None:
             rec.deleted = True
@@ -331,23 +497,52 @@ class SchedulingQueue:
     # ---- scheduling-loop operations ------------------------------------------------------
 
     def pop(self) -> QueuedPodInfo | None:
-        """upstream Pop, non-blocking: flush completed backoffs, then take activeQ's head.
-        Increments the pod's attempts and the scheduling cycle, clears the plugins that rejected
-        it last time, and marks it in flight. None when activeQ is empty."""
+        """upstream Pop, non-blocking: flush completed backoffs, then take the head of activeQ
+        (highest priority across policies; ties between policies in turn). Increments the pod's
+        attempts and the scheduling cycle, clears the plugins that rejected it last time, and
+        marks it in flight. None when activeQ is empty."""
         self.flush_backoff_completed()
-        qpi = self._active.pop()
-        if qpi is None:
+        if not self._active_n:
             return None
+        best: list[tuple[str, QueuedPodInfo]] = []
+        top = None
+        for policy, h in self._active.items():
+            head = h.peek()
+            if head is None:
+                continue
+            prio = head.pod.priority
+            if top is None or prio > top:
+                top, best = prio, [(policy, head)]
+            elif prio == top:
+                best.append((policy, head))
+        if len(best) == 1:
+            policy, _ = best[0]
+        else:
+            names = sorted(p for p, _ in best)
+            policy = next((p for p in names if p > self._last_policy), names[0])
+        self._last_policy = policy
+        qpi = self._active[policy].pop()
+        self._active_n -= 1
         qpi.attempts += 1
         self._cycle += 1
-        self._in_flight[qpi.key] = _InFlight(qpi, self._cycle)
+        self._in_flight[qpi.key] = _InFlight(qpi, self._cycle, self._event_seq)
         qpi.unschedulable_plugins = set()
         qpi.pending_plugins = set()
         return qpi
 
+    def _end_flight(self, key: str) -> _InFlight | None:
+        rec = self._in_flight.pop(key, None)
+        if not self._in_flight:
+            self._events.clear()
+        elif rec is not None and self._events:
+            oldest = next(iter(self._in_flight.values())).event_seq
+            while self._events and self._events[0][0] <= oldest:
+                self._events.popleft()
+        return rec
+
     def done(self, key: str) -> None:
         """upstream Done: the pod's attempt is over (bound, or given up)."""
-        self._in_flight.pop(key, None)
+        self._end_flight(key)
 
     def add_unschedulable(
         self,
@@ -362,13 +557,16 @@ class SchedulingQueue:
         ``pending_plugins`` returned Pending. ``error=True`` (an Error status) records no plugins.
         Without rejecting plugins the failure counts as an error: the pod goes to backoffQ
         (activeQ once the backoff is over) and never waits for an event. Otherwise it goes to
-        the pool, unless an event arrived during its cycle (a move request, or a relevant update
-        of the pod itself): then backoffQ as well. The timestamp is refreshed to now and the
-        backoff expiry recomputed. Returns the sub-queue it went to, or None when it was dropped
-        (deleted while in flight, or already queued).
+        the pool, unless an event that arrived during its flight (replayed through the hints of
+        the plugins that rejected it) or a relevant update of the pod itself may have made it
+        schedulable: then backoffQ (activeQ for a Pending plugin's hint). The timestamp is
+        refreshed to now and the backoff expiry recomputed. Returns the sub-queue it went to, or
+        None when it was dropped (deleted while in flight, or already queued).
         """
         key = qpi.key
-        rec = self._in_flight.pop(key, None)
+        rec = self._in_flight.get(key)
+        events = ([e for e in self._events if e[0] > rec.event_seq] if rec is not None and self._events else [])
+        self._end_flight(key)
         if (rec is not None and rec.deleted) or key in self:
             return None
         if rec is not None and rec.latest is not None:
@@ -385,31 +583,86 @@ class SchedulingQueue:
         qpi.backoff_expiry = self._backoff_expiry(qpi)
         if not rejected:
             return self._requeue(qpi, False, EVENT_ATTEMPT_FAILURE)
-        cycle = rec.cycle if rec is not None else self._cycle
-        if self._move_request_cycle >= cycle or (rec is not None and rec.updated):
+        if rec is not None and rec.updated:
             return self._requeue(qpi, bool(qpi.pending_plugins), EVENT_ATTEMPT_FAILURE)
+        best = _SKIP
+        for _, ev, old, new in events:
+            best = max(best, self._strategy(qpi, ev, old, new))
+            if best == _IMMEDIATELY:
+                break
+        if best != _SKIP:
+            return self._requeue(qpi, best == _IMMEDIATELY, EVENT_ATTEMPT_FAILURE)
         self._unschedulable[key] = qpi
         log.debug("pod %s moved to the %s queue (event %s)", key, UNSCHEDULABLE, EVENT_ATTEMPT_FAILURE)
         return UNSCHEDULABLE
 
     def move_all_to_active_or_backoff(
-        self, event: str, pre_check: Callable[[QueuedPodInfo], bool] | None = None
+        self, event: ClusterEvent, old: Any = None, new: Any = None,
+        pre_check: Callable[[QueuedPodInfo], bool] | None = None,
     ) -> int:
-        """upstream MoveAllToActiveOrBackoffQueue: a cluster event (``event`` is its label, e.g.
-        "NodeAdd") may have made pool pods schedulable. Every pool pod passing ``pre_check``
-        moves to backoffQ if still backing off, else activeQ. Records a move request even when
-        nothing moved, so pods in flight now go to backoffQ if they fail. Returns the count."""
-        pods = [q for q in self._unschedulable.values() if pre_check is None or pre_check(q)]
-        return self._move_pods(pods, event, wildcard=False)
+        """upstream MoveAllToActiveOrBackoffQueue: a cluster event may have made pool pods
+        schedulable. A pool pod passing ``pre_check`` moves when a plugin that rejected it
+        registered the event and that plugin's hint says QUEUE (to backoffQ if still backing
+        off, else activeQ); a gated pod only on its gating plugin's events, and PreEnqueue runs
+        again. The event is also recorded for the pods in flight. Returns the count moved."""
+        if self._in_flight:
+            self._event_seq += 1
+            self._events.append((self._event_seq, event, old, new))
+        if not self._unschedulable:
+            return 0
+        moved = skipped = 0
+        for qpi in list(self._unschedulable.values()):
+            if pre_check is not None and not pre_check(qpi):
+                continue
+            if qpi.key in self._gated:
+                if self._gated_interested(qpi, event) and self._to_active(qpi, event.label) != GATED:
+                    moved += 1
+                continue
+            strategy = self._strategy(qpi, event, old, new)
+            if strategy == _SKIP:
+                skipped += 1
+                continue
+            if self._requeue(qpi, strategy == _IMMEDIATELY, event.label) != GATED:
+                moved += 1
+        label = event.label
+        if moved:
+            self.moved_by_event[label] = self.moved_by_event.get(label, 0) + moved
+        if skipped:
+            self.skipped_by_hint[label] = self.skipped_by_hint.get(label, 0) + skipped
+        return moved
 
     def flush_unschedulable_leftover(self) -> int:
         """upstream flushUnschedulablePodsLeftover: pods in the pool for longer than
-        ``unschedulable_max_duration`` since their timestamp move out (event
-        UnschedulableTimeout). Returns the count."""
+        ``unschedulable_max_duration`` since their timestamp move out with the wildcard event
+        UnschedulableTimeout (backoff applies; gated pods run PreEnqueue again and most stay).
+        Returns the count moved out of the pool."""
         now = self._clock()
         pods = [q for q in self._unschedulable.values()
                 if now - q.timestamp > self.unschedulable_max_duration]
-        return self._move_pods(pods, EVENT_UNSCHEDULABLE_TIMEOUT, wildcard=True) if pods else 0
+        if not pods:
+            return 0
+        if self._in_flight:
+            self._event_seq += 1
+            self._events.append((self._event_seq, UNSCHEDULABLE_TIMEOUT, None, None))
+        moved = 0
+        for qpi in pods:
+            if qpi.key in self._gated:
+                qpi.timestamp = now  # checked again after another full period
+                if self._to_active(qpi, UNSCHEDULABLE_TIMEOUT.label) != GATED:
+                    moved += 1
+                continue
+            self._requeue(qpi, False, UNSCHEDULABLE_TIMEOUT.label)
+            moved += 1
+        return moved
+
+    def activate(self, keys: Iterable[str]) -> int:
+        """upstream Activate: move these pods from the pool or backoffQ to activeQ now."""
+        n = 0
+        for key in keys:
+            qpi = self._unschedulable.get(key) or self._backoff.get(key)
+            if qpi is not None and self._to_active(qpi, "ForceActivate") == ACTIVE:
+                n += 1
+        return n
 
     def flush_backoff_completed(self) -> int:
         """upstream flushBackoffQCompleted: move every pod whose backoff is over to activeQ."""
@@ -434,22 +687,29 @@ class SchedulingQueue:
         return self._cycle
 
     def __len__(self) -> int:
-        return len(self._active) + len(self._backoff) + len(self._unschedulable)
+        return self._active_n + len(self._backoff) + len(self._unschedulable)
 
     def __contains__(self, key: str) -> bool:
-        return key in self._active or key in self._backoff or key in self._unschedulable
+        return self.state_of(key) is not None
+
+    def _active_get(self, key: str) -> QueuedPodInfo | None:
+        for h in self._active.values():
+            qpi = h.get(key)
+            if qpi is not None:
+                return qpi
+        return None
 
     def get(self, key: str) -> QueuedPodInfo | None:
-        return self._active.get(key) or self._backoff.get(key) or self._unschedulable.get(key)
+        return self._active_get(key) or self._backoff.get(key) or self._unschedulable.get(key)
 
     def state_of(self, key: str) -> str | None:
-        """ACTIVE, BACKOFF or UNSCHEDULABLE; None if not queued (in flight pods are not queued)."""
-        if key in self._active:
-            return ACTIVE
+        """ACTIVE, BACKOFF, UNSCHEDULABLE or GATED; None if not queued (in flight pods are not)."""
         if key in self._backoff:
             return BACKOFF
         if key in self._unschedulable:
-            return UNSCHEDULABLE
+            return GATED if key in self._gated else UNSCHEDULABLE
+        if self._active_get(key) is not None:
+            return ACTIVE
         return None
 
     def is_in_flight(self, key: str) -> bool:
@@ -459,18 +719,28 @@ class SchedulingQueue:
     def in_flight_count(self) -> int:
         return len(self._in_flight)
 
+    @property
+    def active_count(self) -> int:
+        return self._active_n
+
     def pending_pods(self, policy: str | None = None) -> list[QueuedPodInfo]:
         """upstream PendingPods: activeQ, then backoffQ, then the pool (each unordered)."""
-        pods = self._active.items() + self._backoff.items() + list(self._unschedulable.values())
+        pods = [q for h in self._active.values() for q in h.items()]
+        pods += self._backoff.items() + list(self._unschedulable.values())
         return pods if policy is None else [q for q in pods if q.policy == policy]
 
     def counts(self, policy: str | None = None) -> dict[str, int]:
-        """Pending pods per sub-queue (the pending_pods gauge), optionally for one policy."""
+        """Pending pods per sub-queue (the pending_pods gauge), optionally for one policy; the
+        pool is split into ``unschedulable`` and ``gated``."""
         if policy is None:
-            return {ACTIVE: len(self._active), BACKOFF: len(self._backoff),
-                    UNSCHEDULABLE: len(self._unschedulable)}
+            return {ACTIVE: self._active_n, BACKOFF: len(self._backoff),
+                    UNSCHEDULABLE: len(self._unschedulable) - len(self._gated), GATED: len(self._gated)}
+        pool = [q for q in self._unschedulable.values() if q.policy == policy]
+        gated = sum(q.key in self._gated for q in pool)
+        h = self._active.get(policy)
         return {
-            ACTIVE: sum(q.policy == policy for q in self._active.items()),
+            ACTIVE: len(h) if h is not None else 0,
             BACKOFF: sum(q.policy == policy for q in self._backoff.items()),
-            UNSCHEDULABLE: sum(q.policy == policy for q in self._unschedulable.values()),
+            UNSCHEDULABLE: len(pool) - gated,
+            GATED: gated,
         }

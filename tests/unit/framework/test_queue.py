@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from policy_scheduler.framework.events import (ASSIGNED_POD_DELETE, NODE_ADD, ActionType, ClusterEvent,
+                                               Resource)
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.queue import (
     ACTIVE,
     BACKOFF,
+    GATED,
     UNSCHEDULABLE,
     QueuedPodInfo,
     SchedulingQueue,
@@ -15,6 +18,12 @@ from policy_scheduler.framework.queue import (
 )
 
 T0 = 1000.0
+EV = {
+    "NodeAdd": NODE_ADD,
+    "NodeUpdate": ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_LABEL),
+    "AssignedPodDelete": ASSIGNED_POD_DELETE,
+    "ResourceClaimUpdate": ClusterEvent("resource.k8s.io/ResourceClaim", ActionType.UPDATE),
+}
 
 
 class FakeClock:
@@ -125,7 +134,7 @@ def test_backoff_sequence_across_failures():
         clock.advance(0.25)  # the attempt takes some time; backoff starts at the failure
         failed_at = clock.t
         assert fail(q, qpi) == UNSCHEDULABLE
-        assert q.move_all_to_active_or_backoff("NodeAdd") == 1
+        assert q.move_all_to_active_or_backoff(EV["NodeAdd"]) == 1
         assert q.state_of(qpi.key) == BACKOFF
         assert qpi.timestamp == failed_at and qpi.unschedulable_count == n
         assert qpi.backoff_expiry == failed_at + wait
@@ -150,7 +159,7 @@ def test_error_backoff_counts_consecutive_errors_only():
     for error, wait in steps:
         qpi = q.pop()
         fail(q, qpi, error=error)
-        q.move_all_to_active_or_backoff("NodeAdd")
+        q.move_all_to_active_or_backoff(EV["NodeAdd"])
         assert qpi.backoff_expiry - qpi.timestamp == wait
         clock.advance(wait + 0.5)
 
@@ -175,7 +184,7 @@ def test_rejected_pod_stays_in_pool_until_an_event():
     clock.advance(60)  # backoff long over, but no event
     assert q.pop() is None
     assert q.state_of(qpi.key) == UNSCHEDULABLE
-    assert q.move_all_to_active_or_backoff("NodeUpdate") == 1
+    assert q.move_all_to_active_or_backoff(EV["NodeUpdate"]) == 1
     assert q.state_of(qpi.key) == ACTIVE  # backoff over: straight to activeQ
     popped = q.pop()
     assert popped is qpi and popped.attempts == 2
@@ -188,7 +197,7 @@ def test_event_moves_pod_still_backing_off_to_backoff_queue():
     qpi = q.pop()
     fail(q, qpi)
     clock.advance(0.5)
-    q.move_all_to_active_or_backoff("NodeAdd")
+    q.move_all_to_active_or_backoff(EV["NodeAdd"])
     assert q.state_of(qpi.key) == BACKOFF
     assert q.next_ready_in() == 0.5
     assert q.pop() is None
@@ -204,7 +213,7 @@ def test_pre_check_limits_which_pods_an_event_moves():
     fail(q, q.pop(), {"NodeResourcesFit"})
     clock.advance(20)
     moved = q.move_all_to_active_or_backoff(
-        "AssignedPodDelete", pre_check=lambda qpi: "NodeResourcesFit" in qpi.unschedulable_plugins)
+        EV["AssignedPodDelete"], pre_check=lambda qpi: "NodeResourcesFit" in qpi.unschedulable_plugins)
     assert moved == 1
     assert (q.state_of(key("a")), q.state_of(key("b"))) == (UNSCHEDULABLE, ACTIVE)
 
@@ -229,7 +238,7 @@ def test_move_request_during_flight_sends_pod_to_backoff():
     q, clock = make_queue()
     q.add(make_pod("a"), "p")
     qpi = q.pop()
-    assert q.move_all_to_active_or_backoff("NodeAdd") == 0  # pool empty, still recorded
+    assert q.move_all_to_active_or_backoff(EV["NodeAdd"]) == 0  # pool empty, still recorded
     assert fail(q, qpi) == BACKOFF
     clock.advance(1.25)
     assert q.pop() is qpi
@@ -238,7 +247,7 @@ def test_move_request_during_flight_sends_pod_to_backoff():
 def test_move_request_before_pop_does_not_count():
     q, _ = make_queue()
     q.add(make_pod("a"), "p")
-    q.move_all_to_active_or_backoff("NodeAdd")
+    q.move_all_to_active_or_backoff(EV["NodeAdd"])
     qpi = q.pop()
     assert fail(q, qpi) == UNSCHEDULABLE
 
@@ -250,7 +259,7 @@ def test_move_request_during_another_pods_later_cycle_counts():
     q.add(make_pod("a"), "p")
     q.add(make_pod("b"), "p")
     a, b = q.pop(), q.pop()
-    q.move_all_to_active_or_backoff("NodeAdd")
+    q.move_all_to_active_or_backoff(EV["NodeAdd"])
     assert fail(q, b) == BACKOFF
     assert fail(q, a) == BACKOFF
     assert q.scheduling_cycle == 2
@@ -282,7 +291,7 @@ def test_pending_plugins_skip_backoff_on_event_but_not_on_leftover_flush():
     a = q.pop()
     assert q.add_unschedulable(a, (), pending_plugins={"DynamicResources"}) == UNSCHEDULABLE
     assert a.unschedulable_count == 1  # Pending is a rejection, not an error
-    q.move_all_to_active_or_backoff("ResourceClaimUpdate")
+    q.move_all_to_active_or_backoff(EV["ResourceClaimUpdate"])
     assert q.state_of(a.key) == ACTIVE  # backing off until T0+1, yet straight to activeQ
     q.delete(a.key)
     q.add(make_pod("b"), "p")
@@ -343,7 +352,7 @@ def _put(q, clock, state):
         return qpi
     fail(q, qpi)
     if state == BACKOFF:
-        q.move_all_to_active_or_backoff("NodeAdd")
+        q.move_all_to_active_or_backoff(EV["NodeAdd"])
     assert q.state_of(key("a")) == state
     return qpi
 
@@ -354,9 +363,9 @@ def test_delete_from_every_sub_queue(state):
     _put(q, clock, state)
     assert q.delete(key("a"))
     assert key("a") not in q and len(q) == 0
-    assert q.counts() == {ACTIVE: 0, BACKOFF: 0, UNSCHEDULABLE: 0}
+    assert q.counts() == {ACTIVE: 0, BACKOFF: 0, UNSCHEDULABLE: 0, GATED: 0}
     clock.advance(60)
-    q.move_all_to_active_or_backoff("NodeAdd")
+    q.move_all_to_active_or_backoff(EV["NodeAdd"])
     assert q.pop() is None
     assert not q.delete(key("a"))
 
@@ -477,15 +486,18 @@ def test_counts_and_pending_pods_per_policy():
     q, clock = make_queue()
     for n, pol in (("a", "p1"), ("b", "p1"), ("c", "p2"), ("d", "p2")):
         q.add(make_pod(n), pol)
-    fail(q, q.pop())                     # a -> pool
-    fail(q, q.pop(), error=True)         # b -> backoff
-    q.pop()                              # c in flight: not pending in any sub-queue
-    assert q.counts() == {ACTIVE: 1, BACKOFF: 1, UNSCHEDULABLE: 1}
-    assert q.counts("p1") == {ACTIVE: 0, BACKOFF: 1, UNSCHEDULABLE: 1}
-    assert q.counts("p2") == {ACTIVE: 1, BACKOFF: 0, UNSCHEDULABLE: 0}
-    assert len(q) == 3 and key("d") in q and key("c") not in q
-    assert sorted(x.pod.name for x in q.pending_pods()) == ["a", "b", "d"]
-    assert [x.pod.name for x in q.pending_pods("p2")] == ["d"]
+    # equal priorities: the policies take turns
+    a, c, b = q.pop(), q.pop(), q.pop()
+    assert [x.pod.name for x in (a, c, b)] == ["a", "c", "b"]
+    fail(q, a)                           # a -> pool
+    fail(q, c, error=True)               # c -> backoff
+    # b in flight: not pending in any sub-queue
+    assert q.counts() == {ACTIVE: 1, BACKOFF: 1, UNSCHEDULABLE: 1, GATED: 0}
+    assert q.counts("p1") == {ACTIVE: 0, BACKOFF: 0, UNSCHEDULABLE: 1, GATED: 0}
+    assert q.counts("p2") == {ACTIVE: 1, BACKOFF: 1, UNSCHEDULABLE: 0, GATED: 0}
+    assert len(q) == 3 and key("d") in q and key("b") not in q
+    assert sorted(x.pod.name for x in q.pending_pods()) == ["a", "c", "d"]
+    assert sorted(x.pod.name for x in q.pending_pods("p2")) == ["c", "d"]
 
 
 def test_many_deletes_keep_heap_consistent():
