@@ -41,3 +41,32 @@ def test_plugins_do_not_reach_outside_the_core():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module:
                 assert node.module.split(".")[0] in ("framework",), f"{f.name} imports ..{node.module}"
+
+
+def test_a_plugin_module_imports_nothing_from_a_sibling_plugin_module():
+    """Shared helpers live in framework/: plugin modules are leaves, so that one plugin can be
+    moved, replaced or dropped without touching another."""
+    plugin_dir = PKG / "plugins"
+    siblings = {f.stem for f in plugin_dir.glob("*.py") if f.stem != "__init__"}
+    assert {"node_resources_fit", "load_aware", "metric_threshold"} <= siblings
+    for f in sorted(plugin_dir.glob("*.py")):
+        if f.stem == "__init__":
+            continue
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1:  # from .x import ..., or from . import x
+                    targets = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                elif node.level == 0 and node.module and node.module.startswith("policy_scheduler.plugins."):
+                    targets = [node.module.split(".")[2]]
+                elif node.level == 0 and node.module == "policy_scheduler.plugins":
+                    targets = [a.name for a in node.names]
+                else:
+                    continue
+                bad = [t for t in targets if t in siblings]
+                assert not bad, f"plugins/{f.name} imports from sibling plugin module(s) {bad}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    parts = a.name.split(".")
+                    assert not (parts[:2] == ["policy_scheduler", "plugins"] and len(parts) > 2
+                                and parts[2] in siblings), f"plugins/{f.name} imports {a.name}"

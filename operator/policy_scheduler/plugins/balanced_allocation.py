@@ -25,8 +25,8 @@ from pydantic import Field, model_validator
 from ..framework.interface import MAX_NODE_SCORE, CycleState, PluginArgs, PreScorePlugin, ScorePlugin
 from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
+from ..framework.resources import ResourceSpec, default_resources, is_scalar_resource_name
 from ..framework.status import Status
-from .node_resources_fit import ResourceSpec, default_resources, is_scalar_resource_name
 
 _NATIVE = ("cpu", "memory", "ephemeral-storage")
 

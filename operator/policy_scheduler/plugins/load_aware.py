@@ -27,35 +27,19 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from ..framework.interface import MAX_NODE_SCORE, CycleState, FilterPlugin, FilterResult, PluginArgs, ScorePlugin
+from ..framework.metricrules import NEUTRAL_SCORE, OnMissingMetrics, check_label_name
 from ..framework.metricview import FRESH, SOURCE, STATE_NAMES, Estimator, MetricsView, RowCache, SeriesKey
 from ..framework.nodetable import CPU, MEMORY, NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.quantity import QuantityError, resource_value
-from .node_resources_fit import LEAST_ALLOCATED, score_resources
+from ..framework.resources import requests_scores
 
-OnMissingMetrics = Literal["Neutral", "Exclude", "FallbackToRequests"]
-NEUTRAL_SCORE = MAX_NODE_SCORE // 2
-LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
-
-
-def check_label_name(v: str) -> str:
-    if not LABEL_NAME.match(v):
-        raise ValueError(f"{v!r} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
-    return v
-
-
-def requests_scores(pod: PodInfo, nodes: NodeTable, rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """The FallbackToRequests score: NodeResourcesFit LeastAllocated over cpu and memory."""
-    requested = np.stack([nodes.nonzero[rows, 0] + pod.nonzero_cpu, nodes.nonzero[rows, 1] + pod.nonzero_memory])
-    alloc = np.stack([nodes.allocatable[rows, CPU], nodes.allocatable[rows, MEMORY]])
-    return score_resources(LEAST_ALLOCATED, None, requested, alloc, weights)
 
 
 class _Percentages(PluginArgs):

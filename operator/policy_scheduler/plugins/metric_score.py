@@ -21,12 +21,12 @@ from pydantic import Field, model_validator
 
 from ..framework.interface import (MAX_NODE_SCORE, CycleState, FilterPlugin, FilterResult, PluginArgs,
                                    PreFilterPlugin, PreScorePlugin, ScorePlugin)
+from ..framework.metricrules import NEUTRAL_SCORE, MetricRule, RuleSelection, describe_rules, rule_values, unique_names
 from ..framework.metricview import SOURCE
 from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
+from ..framework.resources import requests_scores
 from ..framework.status import Status
-from .load_aware import NEUTRAL_SCORE, requests_scores
-from .metric_threshold import MetricRule, RuleSelection, describe_rules, rule_values, unique_names
 
 _EQUAL_WEIGHTS = np.array([1, 1], dtype=np.int64)
 

@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
-from policy_scheduler.plugins import node_resources_fit as fit
-from policy_scheduler.plugins.node_resources_fit import PLUGIN, broken_linear, is_scalar_resource_name
+from policy_scheduler.framework.resources import broken_linear, go_div, is_scalar_resource_name
+from policy_scheduler.plugins.node_resources_fit import PLUGIN
 
 import kit
 
@@ -498,4 +498,4 @@ def test_score_rows_subset_and_prescore_state():
 
 
 def test_go_div_truncates():
-    assert fit.go_div(np.array([-7, 7, -6, 0]), 2).tolist() == [-3, 3, -3, 0]
+    assert go_div(np.array([-7, 7, -6, 0]), 2).tolist() == [-3, 3, -3, 0]
