@@ -60,8 +60,7 @@ def build_registry(engine: Engine, kubeconfig: str | None = None) -> kopf.Operat
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        if engine.client is not None:
-            await engine.client.close()
+        await engine.client.close()
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def policy_event(event, **_):

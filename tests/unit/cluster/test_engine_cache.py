@@ -1,5 +1,7 @@
 """Engine.on_pod: what the cache keeps of bound pods as their watch events come back."""
 
+from fakeclient import FakeClient
+
 from policy_scheduler.cluster.engine import Engine
 
 
@@ -22,7 +24,7 @@ def pod(name, node_name="", labels=None, spread=False):
 
 
 def bound_engine(spread=False):
-    e = Engine(None)
+    e = Engine(FakeClient())
     e.on_node("ADDED", node("n1"))
     e.on_pod("ADDED", pod("p", spread=spread))
     e.table.add_pod(e.queue.pop().pod, "n1", assumed=True)

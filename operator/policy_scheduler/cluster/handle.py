@@ -1,0 +1,43 @@
+"""The operator's framework Handle: what plugins may ask of the world outside the pure core,
+answered from the engine's caches (namespace labels, workload selectors, metric sources)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping
+
+from ..framework.interface import Handle
+from ..framework.metricview import SOURCE as METRICS_SOURCE
+from ..framework.podinfo import PodInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import Engine
+
+
+class OperatorHandle(Handle):
+    """Plugins' view of the world outside the core, answered from the engine's caches."""
+
+    def __init__(self, engine: "Engine") -> None:
+        self.engine = engine
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return self.engine.namespaces.get(namespace)
+
+    def all_namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
+        return self.engine.namespaces
+
+    def default_spread_selector(self, pod: PodInfo):
+        return self.engine.workloads.default_selector(pod)
+
+    def source(self, name: str):
+        return self.engine.sources.view(name)
+
+
+class PolicyHandle(OperatorHandle):
+    """The handle of one policy's plugins: ``source(metricview.SOURCE)`` is that policy's metrics."""
+
+    def __init__(self, engine: "Engine", policy: str) -> None:
+        super().__init__(engine)
+        self.policy = policy
+
+    def source(self, name: str):
+        return self.engine.sources.view(self.policy) if name == METRICS_SOURCE else None

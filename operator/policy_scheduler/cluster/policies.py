@@ -1,0 +1,159 @@
+"""SchedulingPolicies: each one parsed, validated and built into a plugin chain; which policy a
+pod is scheduled with.
+
+``PolicyStore.on_policy`` gets the raw objects (kopf's on.event, through the engine) and keeps
+one PolicyState per policy. A valid generation replaces the chain; an invalid edit of a working
+policy keeps the last valid chain (pods keep being scheduled with it) and reports its errors on
+the status. The store does no I/O: the engine is told through ``on_change`` (it writes the
+status and requeues the waiting pods).
+
+A pod selects its policy by the ``policy-scheduler.io/policy`` label, or ``default`` without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from pydantic import ValidationError
+
+from .. import POLICY_LABEL
+from ..api.models import SchedulingPolicySpec
+from ..framework.chain import Chain, ChainError, build_chain
+from ..framework.interface import Handle
+from ..framework.labels import LabelSelector, SelectorError
+from ..framework.podinfo import PodInfo
+from ..framework.registry import Registry
+from ..metricsources.manager import MetricSources
+from ..plugins import default_registry
+from .telemetry import Telemetry
+
+log = logging.getLogger("policy_scheduler")
+
+DEFAULT_POLICY = "default"
+POLICY_SELECTION = "PolicySelection"  # pseudo plugin name for pods no usable policy selects
+PLURAL_PATH = "/apis/policy-scheduler.io/v1alpha1/schedulingpolicies"
+
+
+def policy_name(pod: PodInfo) -> str:
+    """The policy a pod asks for: its policy label, else DEFAULT_POLICY."""
+    return pod.labels.get(POLICY_LABEL) or DEFAULT_POLICY
+
+
+@dataclass
+class PolicyState:
+    name: str
+    generation: int = 0
+    spec_raw: Any = None
+    # the chain pods are scheduled with: that of the last valid generation. An invalid edit of a
+    # working policy keeps it (and says so in the status) instead of stranding the policy's pods.
+    chain: Chain | None = None
+    chain_generation: int = 0
+    good_spec: Any = None
+    errors: list[str] = field(default_factory=list)  # problems of the current generation
+    namespace_selector: LabelSelector | None = None
+    scheduled: int = 0
+    last_scheduled_time: str | None = None
+    dirty: bool = True
+    last_written: dict | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.chain is not None and not self.errors
+
+
+class PolicyStore:
+    """Every SchedulingPolicy by name, with its chain; resolves the policy of a pod.
+
+    ``registry``: the plugins chains are built from (``plugins.default_registry()`` unless
+    given: pass another to add out-of-tree plugins). ``sources``: the metric sources, told of
+    every policy change. ``handle_for(name)``: the framework Handle of that policy's plugins.
+    ``namespaces``: namespace name -> labels (read, never written, for namespaceSelector).
+    ``on_change(state)``: called after a policy was created or changed (not on deletion).
+    """
+
+    def __init__(self, sources: MetricSources, handle_for: Callable[[str], Handle], *,
+                 registry: Registry | None = None, namespaces: Mapping[str, Mapping[str, str]] | None = None,
+                 telemetry: Telemetry | None = None,
+                 on_change: Callable[[PolicyState], None] | None = None) -> None:
+        self.registry = registry if registry is not None else default_registry()
+        self.sources = sources
+        self.handle_for = handle_for
+        self.namespaces = namespaces if namespaces is not None else {}
+        self.telemetry = telemetry or Telemetry()
+        self.on_change = on_change
+        self.policies: dict[str, PolicyState] = {}
+
+    def on_policy(self, event: str, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        name = meta.get("name", "")
+        if event == "DELETED":
+            st = self.policies.pop(name, None)
+            self.sources.policy_deleted(name)
+            if st is not None:
+                log.info("SchedulingPolicy %s deleted; its pods wait until a policy selects them", name)
+                self._update_gauge()
+            return
+        gen = int(meta.get("generation") or 0)
+        st = self.policies.get(name)
+        spec = body.get("spec")
+        if st is not None and st.generation == gen and st.spec_raw == spec:
+            return  # our own status write, or a resync
+        if st is None:
+            st = self.policies[name] = PolicyState(name)
+        st.generation, st.spec_raw, st.dirty = gen, spec, True
+        try:
+            parsed = SchedulingPolicySpec.model_validate(spec or {})
+            ns_selector = (None if parsed.namespace_selector is None else LabelSelector.parse(
+                parsed.namespace_selector.model_dump(by_alias=True, exclude_none=True), "spec.namespaceSelector"))
+            chain = build_chain(parsed.chain_spec(), self.registry, handle=self.handle_for(name))
+            problems = self.sources.policy_updated(name, parsed)
+            if problems:
+                raise ChainError(problems)
+        except ValidationError as e:
+            st.errors = [f"spec.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
+        except ChainError as e:
+            st.errors = [f"spec.{x}" for x in e.errors]
+        except SelectorError as e:
+            st.errors = [str(e)]
+        else:
+            if st.chain is not None:
+                chain.next_start_node_index = st.chain.next_start_node_index
+            st.chain, st.chain_generation, st.good_spec, st.errors = chain, gen, parsed, []
+            st.namespace_selector = ns_selector
+        if st.ready:
+            log.info("SchedulingPolicy %s (generation %d) is ready: %s", name, gen,
+                     ", ".join(p.name for p in st.chain.resolved))
+        elif st.chain is not None:
+            self.sources.policy_updated(name, st.good_spec)  # the last valid generation keeps its metrics
+            log.warning("SchedulingPolicy %s generation %d is invalid: %s; still scheduling with generation %d",
+                        name, gen, "; ".join(st.errors), st.chain_generation)
+        else:
+            self.sources.policy_deleted(name)  # an invalid policy reads no metrics
+            log.warning("SchedulingPolicy %s (generation %d) is invalid: %s", name, gen, "; ".join(st.errors))
+        self._update_gauge()
+        if self.on_change is not None:
+            self.on_change(st)
+
+    def _update_gauge(self) -> None:
+        """The readiness gauge: policies by ready true/false."""
+        ready = sum(1 for p in self.policies.values() if p.ready)
+        self.telemetry.policies.labels("true").set(ready)
+        self.telemetry.policies.labels("false").set(len(self.policies) - ready)
+
+    def resolve_policy(self, pod: PodInfo) -> tuple[PolicyState | None, str]:
+        """The policy ``pod`` is scheduled with, or None and why none can be used."""
+        name = policy_name(pod)
+        st = self.policies.get(name)
+        if st is None:
+            if POLICY_LABEL in pod.labels:
+                return None, f"SchedulingPolicy {name!r} (label {POLICY_LABEL}) does not exist"
+            return None, (f"no SchedulingPolicy selects this pod: it has no {POLICY_LABEL} label "
+                          f"and there is no policy named {DEFAULT_POLICY!r}")
+        if st.chain is None:
+            return None, f"SchedulingPolicy {name!r} is not Ready: {'; '.join(st.errors)}"
+        if st.namespace_selector is not None and not st.namespace_selector.matches(
+                self.namespaces.get(pod.namespace, {})):
+            return None, f"SchedulingPolicy {name!r} does not admit pods of namespace {pod.namespace!r}"
+        return st, ""

@@ -1,0 +1,121 @@
+"""PolicyStatusWriter: the status subresource of every SchedulingPolicy.
+
+Counts change with every pod, so writes are batched: every ``interval`` seconds each policy's
+status is computed and written only when it differs from the last one written. A condition's
+lastTransitionTime moves only when its status flips. A policy changed by its owner is written
+at once (``write_soon``). A policy deleted meanwhile (404) is not written again until it changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Mapping
+
+import aiohttp
+
+from ..framework.queue import UNSCHEDULABLE, SchedulingQueue
+from ..metricsources.manager import MetricSources
+from .kubeclient import ApiError, KubeClient
+from .policies import PLURAL_PATH, PolicyState
+from .recorder import now_rfc3339
+from .telemetry import Telemetry
+
+log = logging.getLogger("policy_scheduler")
+
+
+class PolicyStatusWriter:
+    """Writes ``status`` of the policies in ``policies`` (name -> PolicyState, read live), with
+    pod counts from ``queue`` and metric freshness from ``sources``. The batch loop also sets
+    the pending-pods gauge. ``side_sem`` bounds concurrent writes (shared with the recorder)."""
+
+    def __init__(self, client: KubeClient, policies: Mapping[str, PolicyState], queue: SchedulingQueue,
+                 sources: MetricSources, telemetry: Telemetry, *, interval: float = 2.0,
+                 side_sem: asyncio.Semaphore | None = None) -> None:
+        self.client = client
+        self.policies = policies
+        self.queue = queue
+        self.sources = sources
+        self.telemetry = telemetry
+        self.interval = interval
+        self._side_sem = side_sem or asyncio.Semaphore(32)
+        self._tasks: set[asyncio.Task] = set()
+
+    def policy_status(self, st: PolicyState) -> dict[str, Any]:
+        """The status object of one policy (without lastTransitionTimes)."""
+        counts = self.queue.counts(st.name)
+        cond = {"type": "Ready", "status": "True" if st.ready else "False",
+                "reason": "Valid" if st.ready else "InvalidSpec",
+                "message": ("chain built: " + ", ".join(
+                    f"{p.name}{'' if p.weight is None else f'(w={p.weight})'}" for p in st.chain.resolved))
+                if st.ready else "; ".join(st.errors) + (
+                    f" (pods are still scheduled with generation {st.chain_generation})" if st.chain else ""),
+                "observedGeneration": st.generation}
+        extra = self.sources.status(st.name) or {}
+        status = {
+            "observedGeneration": st.generation,
+            "conditions": [cond, *extra.get("conditions", [])],
+            "plugins": [{"name": p.name, "points": p.points, "weight": p.weight} for p in st.chain.resolved]
+            if st.chain else [],
+            "pluginCount": len(st.chain.resolved) if st.chain else 0,
+            "pluginSummary": ",".join(p.name if p.weight is None else f"{p.name}:{p.weight}"
+                                      for p in st.chain.resolved) if st.chain else "",
+            "scheduled": st.scheduled,
+            "unschedulable": counts[UNSCHEDULABLE],
+            "pending": sum(counts.values()),
+            "lastScheduledTime": st.last_scheduled_time,
+        }
+        if "metrics" in extra:
+            status["metrics"] = extra["metrics"]
+        return status
+
+    async def write(self, st: PolicyState) -> None:
+        """Write the policy's status if it changed since the last write."""
+        status = self.policy_status(st)
+        last = st.last_written or {}
+        before = {c["type"]: c for c in last.get("conditions") or []}
+        for cond in status["conditions"]:  # lastTransitionTime moves only when a condition flips
+            old = before.get(cond["type"])
+            cond["lastTransitionTime"] = (old.get("lastTransitionTime") if old and old.get("status") == cond["status"]
+                                          else now_rfc3339())
+        if status == last:
+            st.dirty = False
+            return
+        async with self._side_sem:
+            try:
+                await self.client.merge_patch(f"{PLURAL_PATH}/{st.name}/status", {"status": status})
+                st.last_written, st.dirty = status, False
+            except ApiError as e:
+                if e.status == 404:  # deleted meanwhile
+                    st.dirty = False
+                    return
+                self.telemetry.events_dropped.labels("status").inc()
+                log.warning("status of SchedulingPolicy %s not written: %s", st.name, e)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                self.telemetry.events_dropped.labels("status").inc()
+                log.warning("status of SchedulingPolicy %s not written: %s", st.name, e)
+
+    def write_soon(self, st: PolicyState) -> None:
+        """Write the policy's status in a task of its own (on the running loop)."""
+        t = asyncio.get_running_loop().create_task(self.write(st))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def run(self) -> None:
+        """The batch loop, until cancelled: every ``interval``, the pending-pods gauge and every
+        policy's status (written only when changed)."""
+        while True:
+            await asyncio.sleep(self.interval)
+            c = self.queue.counts()
+            for q, v in c.items():
+                self.telemetry.pending.labels(q).set(v)
+            for st in list(self.policies.values()):
+                await self.write(st)  # writes only what changed
+
+    async def stop(self) -> None:
+        """Cancel the writes started by ``write_soon``."""
+        tasks = list(self._tasks)
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,155 @@
+"""EventRecorder: the pods' Kubernetes Events (events.k8s.io/v1) and PodScheduled=False conditions.
+
+Events go through a bounded queue (when it is full they are dropped and counted, as upstream's
+recorder does) and are posted by a few workers. While pods wait in the active queue, bindings
+have the API server first: an event waits until the burst is over, or at most EVENT_MAX_DELAY
+seconds. A scheduling failure (``failure``) posts a Warning event and patches the pod's
+PodScheduled condition, once per distinct message a minute. Nothing here raises into the
+scheduler: failed writes are logged and counted in telemetry (``events_dropped``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from datetime import datetime, timezone
+from typing import Callable
+
+import aiohttp
+
+from ..framework.podinfo import PodInfo
+from ..framework.status import Code
+from .kubeclient import ApiError, KubeClient
+from .telemetry import Telemetry
+
+log = logging.getLogger("policy_scheduler")
+
+EVENT_NOTE_LIMIT = 1024
+EVENT_QUEUE_SIZE = 10000  # like upstream's recorder: a bounded queue; when full, events are dropped
+EVENT_WORKERS = 4  # few on purpose: bindings come first, events trail behind in a burst
+EVENT_MAX_DELAY = 2.0  # seconds an event may be held back while pods are waiting to be scheduled
+FAILURE_REPEAT_AFTER = 60.0  # seconds before the same failure message of a pod is reported again
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def truncate_note(msg: str) -> str:
+    """upstream truncates event notes to 1024 characters, ending in " ..."."""
+    return msg if len(msg) <= EVENT_NOTE_LIMIT else msg[: EVENT_NOTE_LIMIT - 4] + " ..."
+
+
+class EventRecorder:
+    """Posts Events and PodScheduled conditions for pods, off the scheduling loop.
+
+    ``pods_waiting()`` tells whether pods wait in the active queue (events then wait behind
+    bindings). ``side_sem`` bounds the concurrent condition patches (shared with the status
+    writer by the engine).
+    """
+
+    def __init__(self, client: KubeClient, *, scheduler_name: str, telemetry: Telemetry,
+                 pods_waiting: Callable[[], bool], instance: str | None = None,
+                 side_sem: asyncio.Semaphore | None = None, workers: int = EVENT_WORKERS,
+                 queue_size: int = EVENT_QUEUE_SIZE, max_delay: float = EVENT_MAX_DELAY) -> None:
+        self.client = client
+        self.scheduler_name = scheduler_name
+        self.instance = instance or f"{scheduler_name}-{socket.gethostname()}"
+        self.telemetry = telemetry
+        self.pods_waiting = pods_waiting
+        self.workers = workers
+        self.max_delay = max_delay
+        self._side_sem = side_sem or asyncio.Semaphore(32)
+        self._events: asyncio.Queue = asyncio.Queue(queue_size)
+        self._tasks: set[asyncio.Task] = set()
+        self._last_failure: dict[str, tuple[str, float]] = {}  # pod key -> (message, time posted)
+
+    def _spawn(self, coro) -> asyncio.Task:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+        return t
+
+    # ------------------------------------------------------------------ what the scheduler calls
+    def event(self, pod: PodInfo, type_: str, reason: str, action: str, note: str) -> None:
+        """Queue a Kubernetes Event; workers post them (asynchronous, as upstream's recorder)."""
+        try:
+            self._events.put_nowait((pod, type_, reason, action, note, now_micro()))
+        except asyncio.QueueFull:
+            self.telemetry.events_dropped.labels("event-queue-full").inc()
+
+    def failure(self, pod: PodInfo, reason: str, msg: str, code: Code | None) -> None:
+        """A Warning event and a PodScheduled=False condition, unless this pod was reported the
+        same message within the last minute."""
+        last = self._last_failure.get(pod.key)
+        now = time.monotonic()
+        if last is not None and last[0] == msg and now - last[1] < FAILURE_REPEAT_AFTER:
+            return  # same message recently: no new event, no new condition write
+        self._last_failure[pod.key] = (msg, now)
+        self.event(pod, "Warning", reason, "Scheduling", msg)
+        cond_reason = "SchedulerError" if code == Code.ERROR else "Unschedulable"
+        self._spawn(self._patch_condition(pod, cond_reason, msg))
+
+    def forget(self, pod_key: str) -> None:
+        """The pod is bound or gone: its next failure, if any, is reported anew."""
+        self._last_failure.pop(pod_key, None)
+
+    def start(self) -> None:
+        """Start the event workers (on the running loop)."""
+        for _ in range(self.workers):
+            self._spawn(self._event_worker())
+
+    async def stop(self) -> None:
+        """Stop the workers and pending condition patches; queued events are not posted."""
+        tasks = list(self._tasks)
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------ writers
+    async def _event_worker(self) -> None:
+        """Post queued events. While pods wait to be scheduled, bindings have the API server first:
+        an event waits until the burst is over, or at most ``max_delay`` seconds."""
+        while True:
+            item = await self._events.get()
+            queued = time.monotonic()
+            while self.pods_waiting() and time.monotonic() - queued < self.max_delay:
+                await asyncio.sleep(0.05)
+            await self._post_event(*item)
+
+    async def _post_event(self, pod: PodInfo, type_: str, reason: str, action: str, note: str,
+                          event_time: str) -> None:
+        body = {
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            # named as upstream's recorder does: <object>.<hex timestamp>
+            "metadata": {"name": f"{pod.name}.{time.time_ns():x}", "namespace": pod.namespace},
+            "eventTime": event_time, "reportingController": self.scheduler_name,
+            "reportingInstance": self.instance, "action": action, "reason": reason, "type": type_,
+            "note": truncate_note(note),
+            "regarding": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace,
+                          "uid": pod.uid},
+        }
+        try:
+            await self.client.post(f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events", body)
+        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            self.telemetry.events_dropped.labels("event").inc()
+            log.warning("event %s for %s not recorded: %s", reason, pod.key, e)
+
+    async def _patch_condition(self, pod: PodInfo, reason: str, msg: str) -> None:
+        body = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
+                                           "message": msg, "lastTransitionTime": now_rfc3339()}]}}
+        async with self._side_sem:
+            try:
+                await self.client.strategic_patch(
+                    f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", body)
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                self.telemetry.events_dropped.labels("condition").inc()
+                if not (isinstance(e, ApiError) and e.status == 404):  # pod gone meanwhile
+                    log.warning("PodScheduled condition for %s not written: %s", pod.key, e)

@@ -1,0 +1,120 @@
+"""PolicyStore: policies validated and built into chains, a bad edit keeps the last valid
+chain, which policy a pod gets (and why none)."""
+
+from __future__ import annotations
+
+from policy_scheduler import POLICY_LABEL
+from policy_scheduler.cluster.policies import DEFAULT_POLICY, PolicyStore, policy_name
+from policy_scheduler.cluster.telemetry import Telemetry
+from policy_scheduler.framework.interface import Handle
+from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.registry import Registry
+from policy_scheduler.metricsources.manager import MetricSources
+from policy_scheduler.plugins import default_registry
+from policy_scheduler.plugins.node_name import PLUGIN as NodeName
+
+GOOD = {"plugins": [{"name": "NodeResourcesFit"}, {"name": "NodeResourcesBalancedAllocation", "weight": 2}]}
+BAD_WEIGHT = {"plugins": [{"name": "NodeResourcesFit"}, {"name": "NodeResourcesBalancedAllocation", "weight": -1}]}
+
+
+def policy(name, spec, gen=1):
+    return {"metadata": {"name": name, "generation": gen}, "spec": spec}
+
+
+def pod(labels=None, namespace="ns"):
+    return parse_pod({"metadata": {"name": "p", "namespace": namespace, "labels": labels or {}},
+                      "spec": {"containers": [{"name": "c", "image": "i"}]}})
+
+
+def store(**kw):
+    changed = []
+    s = PolicyStore(MetricSources(), lambda name: Handle(), on_change=changed.append, **kw)
+    return s, changed
+
+
+def ready_gauge(t: Telemetry, ready: str) -> float:
+    return t.registry.get_sample_value("policy_scheduler_policies", {"ready": ready})
+
+
+def test_a_valid_policy_is_ready_with_its_chain():
+    t = Telemetry()
+    s, changed = store(telemetry=t)
+    s.on_policy("ADDED", policy("p", GOOD))
+    st = s.policies["p"]
+    assert st.ready and st.errors == [] and st.chain_generation == 1
+    assert [(p.name, p.weight) for p in st.chain.resolved if p.weight is not None] == [
+        ("NodeResourcesFit", 1), ("NodeResourcesBalancedAllocation", 2)]
+    assert changed == [st] and ready_gauge(t, "true") == 1 and ready_gauge(t, "false") == 0
+    s.on_policy("MODIFIED", policy("p", GOOD))  # our own status write or a resync: nothing to do
+    assert changed == [st]
+
+
+def test_invalid_policies_name_the_field():
+    s, _ = store()
+    s.on_policy("ADDED", policy("empty", {"plugins": []}))
+    s.on_policy("ADDED", policy("weight", BAD_WEIGHT))
+    s.on_policy("ADDED", policy("args", {"plugins": [{"name": "NodeResourcesFit", "args": {"bogus": 1}}]}))
+    s.on_policy("ADDED", policy("unknown", {"plugins": [{"name": "Nope"}]}))
+    s.on_policy("ADDED", policy("ns", {"plugins": [{"name": "NodeResourcesFit"}],
+                                       "namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}))
+    errors = {name: st.errors for name, st in s.policies.items()}
+    assert not any(st.ready or st.chain is not None for st in s.policies.values())
+    assert errors["empty"][0].startswith("spec.plugins: ")
+    assert errors["weight"][0].startswith("spec.plugins[1].weight: ")
+    assert errors["args"] == ["spec.plugins[0].args.bogus: Extra inputs are not permitted"]
+    assert errors["unknown"][0].startswith("spec.plugins[0].name: unknown plugin 'Nope'")
+    assert errors["ns"] == ["spec.namespaceSelector.matchExpressions[0].values: must be non-empty for operator In"]
+
+
+def test_an_invalid_edit_keeps_the_last_valid_chain_and_generation():
+    t = Telemetry()
+    s, changed = store(telemetry=t)
+    s.on_policy("ADDED", policy("p", GOOD, gen=1))
+    st = s.policies["p"]
+    chain = st.chain
+    s.on_policy("MODIFIED", policy("p", BAD_WEIGHT, gen=2))
+    assert st.chain is chain and st.chain_generation == 1 and st.generation == 2
+    assert not st.ready and st.errors[0].startswith("spec.plugins[1].weight: ")
+    assert len(changed) == 2 and ready_gauge(t, "false") == 1
+    ok, why = s.resolve_policy(pod({POLICY_LABEL: "p"}))
+    assert ok is st and why == ""  # pods keep being scheduled with generation 1
+    s.on_policy("MODIFIED", policy("p", GOOD, gen=3))
+    assert st.ready and st.chain is not chain and st.chain_generation == 3
+    s.on_policy("DELETED", policy("p", GOOD, gen=3))
+    assert "p" not in s.policies and len(changed) == 3  # deletion is not a change to write
+    assert ready_gauge(t, "true") == 0 and ready_gauge(t, "false") == 0
+
+
+def test_resolve_policy_explains_why_no_policy_applies():
+    s, _ = store()
+    assert policy_name(pod()) == DEFAULT_POLICY
+    assert s.resolve_policy(pod()) == (None, f"no SchedulingPolicy selects this pod: it has no {POLICY_LABEL} "
+                                             f"label and there is no policy named 'default'")
+    assert s.resolve_policy(pod({POLICY_LABEL: "gpu"})) == (
+        None, f"SchedulingPolicy 'gpu' (label {POLICY_LABEL}) does not exist")
+    s.on_policy("ADDED", policy("gpu", BAD_WEIGHT))
+    st, why = s.resolve_policy(pod({POLICY_LABEL: "gpu"}))
+    assert st is None and why.startswith("SchedulingPolicy 'gpu' is not Ready: spec.plugins[1].weight: ")
+
+
+def test_resolve_policy_applies_the_namespace_selector():
+    namespaces = {"team-a": {"team": "a"}, "team-b": {"team": "b"}}
+    s, _ = store(namespaces=namespaces)
+    s.on_policy("ADDED", policy("default", {**GOOD, "namespaceSelector": {"matchLabels": {"team": "a"}}}))
+    assert s.resolve_policy(pod(namespace="team-a"))[0] is s.policies["default"]
+    assert s.resolve_policy(pod(namespace="team-b")) == (
+        None, "SchedulingPolicy 'default' does not admit pods of namespace 'team-b'")
+    namespaces["team-b"] = {"team": "a"}  # the store reads the engine's namespace cache live
+    assert s.resolve_policy(pod(namespace="team-b"))[0] is s.policies["default"]
+
+
+def test_chains_are_built_from_the_given_registry():
+    reg = Registry()
+    for name in ("SchedulingGates", "DefaultBinder", "NodeResourcesFit"):
+        reg.register(default_registry().get(name))
+    s, _ = store(registry=reg)
+    s.on_policy("ADDED", policy("p", GOOD))
+    assert s.policies["p"].errors[0].startswith("spec.plugins[1].name: unknown plugin 'NodeResourcesBalancedAllocation'")
+    reg.register(NodeName)
+    s.on_policy("ADDED", policy("q", {"plugins": [{"name": "NodeName"}]}))
+    assert s.policies["q"].ready
