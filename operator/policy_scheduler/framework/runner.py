@@ -1,8 +1,14 @@
-"""schedule_one: one scheduling cycle for one pod on the snapshot, as upstream's
-schedulePod / findNodesThatFitPod / prioritizeNodes / selectHost.
+"""schedule_one: the scheduling cycle for one pod on the snapshot, in upstream's steps
+(schedule_one.go): ``pre_filter``, ``find_feasible_nodes`` (with the nominated-node fast path
+and the nominated pods counted), ``post_filter`` when nothing fits, ``prioritize`` and
+``select_host``. Reserve and Permit follow in the caller (binding.py), after it assumed the pod.
 
-Never raises for bad input: a pod that cannot be parsed, a plugin that fails, or a cluster with
-no nodes all come back as a Decision whose status says why.
+One error channel: a rejection (Unschedulable, UnschedulableAndUnresolvable, Pending) only ever
+says the pod does not fit, and names the plugins that rejected it so the queue knows which
+events may wake it. Anything else a plugin returns, or raises, aborts the cycle with an Error in
+upstream's words (``running "X" filter plugin: ...``), and the pod is retried with backoff.
+Never raises: a pod that cannot be parsed, a plugin that fails, or a cluster with no nodes all
+come back as a Decision whose status says why.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .chain import Chain
-from .interface import MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState
+from .interface import MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, DescribesNodes, FilterResult, NodeToStatus
 from .nodetable import NodeTable
+from .nominator import Nominator
 from .podinfo import PodInfo
 from .status import Code, Status
 
@@ -24,6 +31,9 @@ MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 TOP_NODES = 5  # how many nodes a Decision keeps per-plugin scores for
 DESCRIBED_NODES = 3  # how many of them get plugin details (see describe_top)
 NO_NODES = "no nodes available to schedule pods"
+# pseudo plugin recorded as the rejector of a pod whose spec cannot be parsed: it registers only
+# the pod's own update, so the pod waits for a fix instead of being retried
+POD_SPEC = "PodSpec"
 
 
 def num_feasible_nodes_to_find(percentage: int | None, num_all_nodes: int) -> int:
@@ -61,6 +71,8 @@ class Decision:
     failures: dict[str, int] = field(default_factory=dict)  # reason -> node count
     message: str = ""
     unschedulable_plugins: set[str] = field(default_factory=set)
+    pending_plugins: set[str] = field(default_factory=set)
+    nominated_node: str | None = None  # a PostFilter's nomination (the pod is tried there first next time)
     duration: float = 0.0
 
     @property
@@ -120,199 +132,377 @@ def describe_top(chain: Chain, state: CycleState, pod: PodInfo, nodes: NodeTable
     DESCRIBED_NODES nodes (``rows``: theirs, in ``top``'s order); a plugin returns None (or None
     per node) when it has nothing to say."""
     for p in chain.plugins:
-        if getattr(p, "describe", None) is None:
+        if not isinstance(p, DescribesNodes):
             continue
-        out = p.describe(state, pod, nodes, rows[:DESCRIBED_NODES])
+        try:
+            out = p.describe(state, pod, nodes, rows[:DESCRIBED_NODES])
+        except Exception:  # explain details are best effort: never fail a placement for them
+            continue
         for s, d in zip(top, out or ()):
             if d:
                 s.details[p.NAME] = d
 
 
-def _error(pod: PodInfo, nodes: NodeTable, status: Status, start: float) -> Decision:
-    return Decision(pod.key, None, status, nodes.n, message=status.message(),
-                    unschedulable_plugins=set(), duration=time.perf_counter() - start)
-
-
-def _prefilter_rejection(pod: PodInfo, st: Status, plugins: set[str], n_all: int, start: float) -> Decision:
-    """A PreFilter rejection rejects every node; its message replaces the per-node histogram."""
-    return Decision(pod.key, None, st, n_all, evaluated=0, failures={r: n_all for r in st.reasons},
-                    message=fit_error_message(n_all, {}, st.message()), unschedulable_plugins=plugins,
-                    duration=time.perf_counter() - start)
-
-
-def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Random | None = None,
-                 state: CycleState | None = None) -> Decision:
-    start = time.perf_counter()
-    rng = rng or random
-    state = state or CycleState()
-    n_all = nodes.n
-    if pod.parse_error:
-        st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (f"invalid pod spec: {pod.parse_error}",))
-        return Decision(pod.key, None, st, n_all, message=fit_error_message(n_all, {}, st.message()),
-                        duration=time.perf_counter() - start)
-    if n_all == 0:
-        st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_NODES,))
-        return Decision(pod.key, None, st, 0, message=NO_NODES, duration=time.perf_counter() - start)
-    try:
-        return _schedule(chain, pod, nodes, rng, state, start)
-    except Exception as e:  # a plugin bug must not escape the cycle
-        return _error(pod, nodes, Status.error(f"scheduling cycle failed: {type(e).__name__}: {e}"), start)
-
-
-def _schedule(chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleState, start: float) -> Decision:
-    n_all = nodes.n
-    # ---------------------------------------------------------------- PreFilter
-    allowed: set[str] | None = None
-    narrowing: list[str] = []
-    rejected: Status | None = None  # an Unschedulable PreFilter status; later PreFilters still run
-    for p in chain.pre_filter:
-        st, result = p.pre_filter(state, pod, nodes)
-        if st.is_skip:
-            state.skip_filter.add(p.NAME)
-            continue
-        if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
-            return _prefilter_rejection(pod, st.with_plugin(p.NAME), {p.NAME}, n_all, start)
-        if st.code == Code.UNSCHEDULABLE:
-            rejected = st.with_plugin(p.NAME)
-            continue
-        if not st.is_success:
-            return _error(pod, nodes, st.with_plugin(p.NAME), start)
-        if result is not None:
-            narrowing.append(p.NAME)
-            allowed = set(result) if allowed is None else allowed & set(result)
-            if not allowed:
-                names = sorted(narrowing)
-                msg = (f"node(s) didn't satisfy plugin {names[0]}" if len(names) == 1 else
-                       f"node(s) didn't satisfy plugin(s) [{' '.join(names)}] simultaneously")
-                st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,), p.NAME)
-                return _prefilter_rejection(pod, st, set(narrowing), n_all, start)
-    if rejected is not None:
-        return _prefilter_rejection(pod, rejected, set(narrowing) | {rejected.plugin}, n_all, start)
-
-    if allowed is None:
-        candidates = np.arange(n_all, dtype=np.int64)
+def plugin_error(point: str, plugin: str, cause: Status | BaseException) -> Status:
+    """upstream's wording for a plugin's internal error at ``point``, stamped with its name."""
+    if isinstance(cause, Status):
+        detail = cause.message() or str(cause.code)
     else:
-        candidates = np.array(sorted(nodes.index[nm] for nm in allowed if nm in nodes.index), dtype=np.int64)
-    absent = n_all - len(candidates)
-    absent_reason = f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]" if absent else ""
+        detail = f"{type(cause).__name__}: {cause}"
+    if point == "filter":
+        return Status.error(f'running "{plugin}" filter plugin: {detail}', plugin)
+    return Status.error(f'running {point} plugin "{plugin}": {detail}', plugin)
 
-    # ---------------------------------------------------------------- Filter (sampled scan)
-    filters = [p for p in chain.filter if p.NAME not in state.skip_filter]
-    m = len(candidates)
-    need = num_feasible_nodes_to_find(chain.percentage_of_nodes_to_score, m)  # upstream: len(nodes) scanned
-    if not chain.score:
-        need = 1
-    startidx = chain.next_start_node_index % m if m else 0
-    order = np.concatenate((candidates[startidx:], candidates[:startidx]))  # scan from startidx, wrapping
-    failures = _Failures()
-    feasible_parts: list[np.ndarray] = []
-    found = 0
-    cutoff: int | None = None
-    pos = 0
-    chunk = max(need + need // 4, 64)
-    while pos < m and found < need:
-        rows = order[pos:pos + chunk]
-        rpos = np.arange(pos, pos + len(rows), dtype=np.int64)
-        for p in filters:
+
+class _Abort(Exception):
+    """Ends the cycle with ``status`` (an Error, or a rejection of every node)."""
+
+    def __init__(self, status: Status, rejectors: set[str] | None = None) -> None:
+        self.status = status
+        self.rejectors = rejectors
+
+
+@dataclass
+class _Scan:
+    """What filtering found: feasible rows, and the rejected ones with their statuses."""
+
+    feasible: np.ndarray
+    processed: int
+    hist: dict[str, int]
+    codes: set[int]
+    rejectors: set[str]
+    failures: _Failures
+    cutoff: int | None
+    order: np.ndarray  # rows in scan order (positions index into it)
+    absent: int = 0
+    absent_reason: str = ""
+    pending: set[str] = field(default_factory=set)  # plugins that answered Pending
+
+
+class _Cycle:
+    """One pod's scheduling cycle on the snapshot (upstream schedulePod and its helpers)."""
+
+    def __init__(self, chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleState) -> None:
+        self.chain, self.pod, self.nodes, self.rng, self.state = chain, pod, nodes, rng, state
+
+    # ------------------------------------------------------------------------ PreFilter
+    def pre_filter(self) -> tuple[np.ndarray, list[str]]:
+        """Every PreFilter plugin, in order. Returns the candidate rows (all, or the
+        intersection of the node sets plugins returned) and the narrowing plugins. A rejection
+        rejects every node (``_Abort``); Skip disables the plugin's Filter for this cycle."""
+        chain, pod, nodes, state = self.chain, self.pod, self.nodes, self.state
+        allowed: set[str] | None = None
+        narrowing: list[str] = []
+        rejected: Status | None = None  # an Unschedulable PreFilter status; later PreFilters still run
+        for p in chain.pre_filter:
+            try:
+                st, result = p.pre_filter(state, pod, nodes)
+            except Exception as e:
+                raise _Abort(plugin_error("PreFilter", p.NAME, e)) from None
+            if st.is_skip:
+                state.skip_filter.add(p.NAME)
+                continue
+            if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                raise _Abort(st.with_plugin(p.NAME), {p.NAME})
+            if st.is_rejected:
+                rejected = st.with_plugin(p.NAME)
+                continue
+            if not st.is_success:
+                raise _Abort(plugin_error("PreFilter", p.NAME, st))
+            if result is not None:
+                narrowing.append(p.NAME)
+                allowed = set(result) if allowed is None else allowed & set(result)
+                if not allowed:
+                    names = sorted(narrowing)
+                    msg = (f"node(s) didn't satisfy plugin {names[0]}" if len(names) == 1 else
+                           f"node(s) didn't satisfy plugin(s) [{' '.join(names)}] simultaneously")
+                    raise _Abort(Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,), p.NAME), set(narrowing))
+        if rejected is not None:
+            raise _Abort(rejected, set(narrowing) | {rejected.plugin or ""})
+        if allowed is None:
+            return np.arange(nodes.n, dtype=np.int64), narrowing
+        return np.array(sorted(nodes.index[nm] for nm in allowed if nm in nodes.index), dtype=np.int64), narrowing
+
+    # ------------------------------------------------------------------------ Filter
+    def _run_filters(self, rows: np.ndarray, rpos: np.ndarray, failures: _Failures) -> tuple[np.ndarray, np.ndarray]:
+        """Filter plugins in order over ``rows``; each gets the rows every earlier one passed.
+        Records rejections; an error aborts the cycle."""
+        for p in self.chain.filter:
             if len(rows) == 0:
                 break
-            res = p.filter(state, pod, nodes, rows)
+            if p.NAME in self.state.skip_filter:
+                continue
+            try:
+                res: FilterResult = p.filter(self.state, self.pod, self.nodes, rows)
+            except Exception as e:
+                raise _Abort(plugin_error("filter", p.NAME, e)) from None
             if res.error is not None:
-                return _error(pod, nodes, res.error.with_plugin(p.NAME), start)
+                raise _Abort(plugin_error("filter", p.NAME, res.error))
             ok = np.asarray(res.passed, dtype=bool)
-            if not ok.all():
-                bad = ~ok
-                codes = (np.asarray(res.code)[bad] if isinstance(res.code, np.ndarray)
-                         else np.full(int(bad.sum()), int(res.code), dtype=np.int8))
-                reasons = [(r, rpos[np.asarray(mk, dtype=bool) & bad]) for r, mk in res.reasons]
-                failures.add(p.NAME, rpos[bad], codes, [(r, x) for r, x in reasons if len(x)])
-                rows, rpos = rows[ok], rpos[ok]
-        if found + len(rows) >= need:
-            take = need - found
-            cutoff = int(rpos[take - 1])
-            rows = rows[:take]
-        feasible_parts.append(rows)
-        found += len(rows)
-        pos += chunk
-        chunk *= 2
-    feasible = np.concatenate(feasible_parts) if feasible_parts else np.zeros(0, dtype=np.int64)
-    n_failed, hist, codes, rejecting = failures.summarize(cutoff)
-    processed = len(feasible) + n_failed
-    chain.next_start_node_index = (chain.next_start_node_index + processed) % n_all
-    rejecting.update(narrowing)  # upstream's UnschedulablePlugins starts as the narrowing plugins
-    if absent:
-        hist[absent_reason] = hist.get(absent_reason, 0) + absent
-        codes.add(int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
+            if ok.all():
+                continue
+            bad = ~ok
+            if isinstance(res.code, np.ndarray):
+                codes = np.asarray(res.code)[bad]
+            else:
+                codes = np.full(int(bad.sum()), int(res.code), dtype=np.int8)
+            if (codes == int(Code.ERROR)).any() or not np.isin(codes, _REJECTION_CODES).all():
+                # not a rejection: an internal error (e.g. state PreFilter should have written)
+                msg = "; ".join(r for r, mk in res.reasons if (np.asarray(mk, dtype=bool) & bad).any())
+                raise _Abort(plugin_error("filter", p.NAME, Status(Code.ERROR, (msg or "error",))))
+            reasons = [(r, rpos[np.asarray(mk, dtype=bool) & bad]) for r, mk in res.reasons]
+            failures.add(p.NAME, rpos[bad], codes, [(r, x) for r, x in reasons if len(x)])
+            rows, rpos = rows[ok], rpos[ok]
+        return rows, rpos
 
-    # ---------------------------------------------------------------- no fit: PostFilter
-    if len(feasible) == 0:
-        code = Code.UNSCHEDULABLE if int(Code.UNSCHEDULABLE) in codes else Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-        post_msg = ""
-        for p in chain.post_filter:
-            statuses = {}  # per-node statuses are not materialized; PostFilter plugins use the histogram
-            pst, _nominated = p.post_filter(state, pod, nodes, statuses)
+    def evaluate_nominated_node(self, candidates: np.ndarray) -> int | None:
+        """upstream evaluateNominatedNode: a pod nominated to a node tries that node alone first;
+        the row when it passes every filter, else None (then the full scan runs)."""
+        row = self.nodes.index.get(self.pod.nominated_node_name)
+        if row is None:
+            return None
+        rows = np.array([row], dtype=np.int64)
+        ok, _ = self._run_filters(rows, np.zeros(1, dtype=np.int64), _Failures())
+        return row if len(ok) else None
+
+    def find_feasible_nodes(self, candidates: np.ndarray, narrowing: list[str]) -> _Scan:
+        """upstream findNodesThatPassFilters: scan from the round-robin start, in chunks, until
+        numFeasibleNodesToFind nodes passed; rejections after the cut-off are not counted."""
+        chain, nodes = self.chain, self.nodes
+        n_all = nodes.n
+        m = len(candidates)
+        need = num_feasible_nodes_to_find(chain.percentage_of_nodes_to_score, m)  # upstream: len(nodes) scanned
+        if not chain.score:
+            need = 1
+        startidx = chain.next_start_node_index % m if m else 0
+        order = np.concatenate((candidates[startidx:], candidates[:startidx]))  # scan from startidx, wrapping
+        failures = _Failures()
+        feasible_parts: list[np.ndarray] = []
+        found = 0
+        cutoff: int | None = None
+        pos = 0
+        chunk = max(need + need // 4, 64)
+        try:
+            while pos < m and found < need:
+                rows = order[pos:pos + chunk]
+                rpos = np.arange(pos, pos + len(rows), dtype=np.int64)
+                rows, rpos = self._run_filters(rows, rpos, failures)
+                if found + len(rows) >= need:
+                    take = need - found
+                    cutoff = int(rpos[take - 1])
+                    rows = rows[:take]
+                feasible_parts.append(rows)
+                found += len(rows)
+                pos += chunk
+                chunk *= 2
+        finally:  # upstream advances the start even when a filter errored
+            n_failed_all = failures.summarize(cutoff)[0]
+            processed_all = found + n_failed_all
+            chain.next_start_node_index = (chain.next_start_node_index + processed_all) % n_all
+        feasible = np.concatenate(feasible_parts) if feasible_parts else np.zeros(0, dtype=np.int64)
+        n_failed, hist, codes, rejecting = failures.summarize(cutoff)
+        pending = {plugin for plugin, pos, cds, _ in failures.records
+                   if (cds[pos <= cutoff] if cutoff is not None else cds).tolist().count(int(Code.PENDING))}
+        rejecting.update(narrowing)  # upstream's UnschedulablePlugins starts as the narrowing plugins
+        absent = n_all - m
+        absent_reason = f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]" if absent else ""
+        if absent:
+            hist[absent_reason] = hist.get(absent_reason, 0) + absent
+            codes.add(int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
+        return _Scan(feasible, len(feasible) + n_failed, hist, codes, rejecting, failures, cutoff, order,
+                     absent, absent_reason, pending)
+
+    # ------------------------------------------------------------------------ PostFilter
+    def node_to_status(self, scan: _Scan) -> NodeToStatus:
+        """Every evaluated node's status, and the absent-node status (upstream NodeToStatus)."""
+        names = self.nodes.names
+        order = scan.order
+        statuses: dict[str, Status] = {}
+        for plugin, pos, codes, reasons in scan.failures.records:
+            keep = pos if scan.cutoff is None else pos[pos <= scan.cutoff]
+            if not len(keep):
+                continue
+            per_pos: dict[int, list[str]] = {}
+            for reason, rpos in reasons:
+                for x in rpos.tolist():
+                    per_pos.setdefault(x, []).append(reason)
+            code_of = dict(zip(pos.tolist(), codes.tolist()))
+            for x in keep.tolist():
+                statuses[names[int(order[x])]] = Status(Code(code_of[x]), tuple(per_pos.get(x, ())), plugin)
+        absent = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (scan.absent_reason,) if scan.absent_reason else ())
+        return NodeToStatus(statuses, absent)
+
+    def post_filter(self, statuses: NodeToStatus) -> tuple[str, str | None]:
+        """PostFilter plugins in order until one succeeds. Returns (the text they add to the
+        FitError message, the node a plugin nominated)."""
+        post_msg, nominated = "", None
+        for p in self.chain.post_filter:
+            try:
+                pst, node = p.post_filter(self.state, self.pod, self.nodes, statuses)
+            except Exception as e:
+                raise _Abort(plugin_error("PostFilter", p.NAME, e)) from None
+            if pst.code == Code.ERROR:
+                raise _Abort(plugin_error("PostFilter", p.NAME, pst))
             if pst.reasons:
                 post_msg = pst.message()
             if pst.is_success:
+                nominated = node or None
                 break
-        msg = fit_error_message(n_all, hist, None, post_msg)
-        return Decision(pod.key, None, Status(code, (msg,)), n_all, evaluated=processed, feasible=0,
-                        failures=hist, message=msg, unschedulable_plugins=rejecting,
-                        duration=time.perf_counter() - start)
+        return post_msg, nominated
 
-    # ---------------------------------------------------------------- one fit: no scoring
-    if len(feasible) == 1:
-        name = nodes.names[int(feasible[0])]
-        top = [NodeScore(name, 0)]
-        describe_top(chain, state, pod, nodes, top, feasible)
-        return Decision(pod.key, name, Status.success(), n_all, evaluated=processed, feasible=1,
-                        top=top, failures=hist, duration=time.perf_counter() - start)
-
-    # ---------------------------------------------------------------- PreScore / Score
-    for p in chain.pre_score:
-        st = p.pre_score(state, pod, nodes, feasible)
-        if st.is_skip:
-            state.skip_score.add(p.NAME)
-        elif not st.is_success:
-            return _error(pod, nodes, st.with_plugin(p.NAME), start)
-    # as upstream, every Score plugin runs before the normalized scores are range-checked
-    scored: list[tuple[str, int]] = []
-    norms: list[np.ndarray] = []
-    for p, weight in chain.score:
-        if p.NAME in state.skip_score:
-            continue
-        raw = np.asarray(p.score(state, pod, nodes, feasible), dtype=np.int64)
-        norms.append(np.asarray(p.normalize_score(state, pod, nodes, feasible, raw), dtype=np.int64))
-        scored.append((p.NAME, weight))
-    if scored:
+    # ------------------------------------------------------------------------ PreScore, Score
+    def prioritize(self, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
+        """PreScore, Score and NormalizeScore for every plugin (in range [0, 100]), weighted.
+        Returns (total per feasible node, normalized scores plugins x nodes, (plugin, weight))."""
+        chain, state, pod, nodes = self.chain, self.state, self.pod, self.nodes
+        for p in chain.pre_score:
+            try:
+                st = p.pre_score(state, pod, nodes, feasible)
+            except Exception as e:
+                raise _Abort(plugin_error("PreScore", p.NAME, e)) from None
+            if st.is_skip:
+                state.skip_score.add(p.NAME)
+            elif not st.is_success:
+                raise _Abort(plugin_error("PreScore", p.NAME, st))
+        # as upstream, every Score plugin runs before the normalized scores are range-checked
+        scored: list[tuple[str, int]] = []
+        norms: list[np.ndarray] = []
+        for p, weight in chain.score:
+            if p.NAME in state.skip_score:
+                continue
+            try:
+                raw = np.asarray(p.score(state, pod, nodes, feasible), dtype=np.int64)
+                norms.append(np.asarray(p.normalize_score(state, pod, nodes, feasible, raw), dtype=np.int64))
+            except Exception as e:
+                raise _Abort(plugin_error("Score", p.NAME, e)) from None
+            scored.append((p.NAME, weight))
+        if not scored:
+            return np.ones(len(feasible), dtype=np.int64), np.zeros((0, len(feasible)), dtype=np.int64), scored
         mat = np.vstack(norms)  # plugins x feasible
         if mat.min() < MIN_NODE_SCORE or mat.max() > MAX_NODE_SCORE:  # the first plugin out of range fails
             out_of_range = (mat < MIN_NODE_SCORE) | (mat > MAX_NODE_SCORE)
             i = int(np.flatnonzero(out_of_range.any(axis=1))[0])
             bad, name = int(mat[i][out_of_range[i]][0]), scored[i][0]
-            return _error(pod, nodes, Status.error(
+            raise _Abort(Status.error(
                 f"plugin \"{name}\" returns an invalid score {bad}, it should in the range of "
-                f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing", name), start)
+                f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing", name))
         weights = np.array([w for _, w in scored], dtype=np.int64)
-        total = weights @ mat
-    else:
-        mat = np.zeros((0, len(feasible)), dtype=np.int64)
-        total = np.ones(len(feasible), dtype=np.int64)
+        return weights @ mat, mat, scored
 
-    # ---------------------------------------------------------------- select (random among the best)
-    best = np.flatnonzero(total == total.max())
-    pick = int(best[rng.randrange(len(best))]) if len(best) > 1 else int(best[0])
-    k = min(TOP_NODES, len(total))
-    top_idx = np.argsort(-total, kind="stable")[:k]
-    if pick not in top_idx:
-        top_idx = np.concatenate([[pick], top_idx[: k - 1]])
-    else:
-        top_idx = np.concatenate([[pick], top_idx[top_idx != pick]])
-    top_rows = feasible[top_idx]
-    top_norms = mat[:, top_idx].T.tolist()  # top nodes x plugins
-    names = nodes.names
-    top = [NodeScore(names[r], t, {name: (v, v * w) for (name, w), v in zip(scored, vs)})
-           for r, t, vs in zip(top_rows.tolist(), total[top_idx].tolist(), top_norms)]
+    # ------------------------------------------------------------------------ select
+    def select_host(self, feasible: np.ndarray, total: np.ndarray, mat: np.ndarray,
+                    scored: list[tuple[str, int]]) -> tuple[int, list[NodeScore], np.ndarray]:
+        """Random among the best totals; the top nodes with their per-plugin scores."""
+        best = np.flatnonzero(total == total.max())
+        pick = int(best[self.rng.randrange(len(best))]) if len(best) > 1 else int(best[0])
+        k = min(TOP_NODES, len(total))
+        top_idx = np.argsort(-total, kind="stable")[:k]
+        if pick not in top_idx:
+            top_idx = np.concatenate([[pick], top_idx[: k - 1]])
+        else:
+            top_idx = np.concatenate([[pick], top_idx[top_idx != pick]])
+        top_rows = feasible[top_idx]
+        top_norms = mat[:, top_idx].T.tolist()  # top nodes x plugins
+        names = self.nodes.names
+        top = [NodeScore(names[r], t, {name: (v, v * w) for (name, w), v in zip(scored, vs)})
+               for r, t, vs in zip(top_rows.tolist(), total[top_idx].tolist(), top_norms)]
+        return int(feasible[pick]), top, top_rows
+
+
+_REJECTION_CODES = np.array([int(Code.UNSCHEDULABLE), int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE),
+                             int(Code.PENDING)], dtype=np.int8)
+
+
+def _add_nominated(nominator: Nominator | None, pod: PodInfo, nodes: NodeTable) -> list[str]:
+    """Count the nominated pods of equal or higher priority on their nodes for this cycle."""
+    if not nominator:
+        return []
+    added = []
+    for p, node in nominator.pods_for(pod):
+        if p.key in nodes.pod_node or node not in nodes.index:
+            continue  # bound (or assumed) already, or the node is gone
+        nodes.add_pod(p, node)
+        added.append(p.key)
+    return added
+
+
+def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Random | None = None,
+                 state: CycleState | None = None, nominator: Nominator | None = None) -> Decision:
+    start = time.perf_counter()
+    rng = rng or random
+    state = state or CycleState()
+    n_all = nodes.n
+    if pod.parse_error:
+        st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (f"invalid pod spec: {pod.parse_error}",), POD_SPEC)
+        return Decision(pod.key, None, st, n_all, message=fit_error_message(n_all, {}, st.message()),
+                        unschedulable_plugins={POD_SPEC}, duration=time.perf_counter() - start)
+    if n_all == 0:
+        st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_NODES,))
+        return Decision(pod.key, None, st, 0, message=NO_NODES, duration=time.perf_counter() - start)
+    cycle = _Cycle(chain, pod, nodes, rng, state)
+    added = _add_nominated(nominator, pod, nodes)
+    try:
+        return _schedule(cycle, added, start)
+    except _Abort as a:
+        st = a.status
+        if st.code == Code.ERROR:
+            return Decision(pod.key, None, st, n_all, message=st.message(), duration=time.perf_counter() - start)
+        # a PreFilter rejection rejects every node; its message replaces the per-node histogram
+        plugins = a.rejectors or set()
+        return Decision(pod.key, None, st, n_all, evaluated=0, failures={r: n_all for r in st.reasons},
+                        message=fit_error_message(n_all, {}, st.message()), unschedulable_plugins=plugins,
+                        pending_plugins={st.plugin} if st.code == Code.PENDING and st.plugin else set(),
+                        duration=time.perf_counter() - start)
+    except Exception as e:  # a framework bug must not escape the cycle
+        st = Status.error(f"scheduling cycle failed: {type(e).__name__}: {e}")
+        return Decision(pod.key, None, st, n_all, message=st.message(), duration=time.perf_counter() - start)
+    finally:
+        for key in added:
+            nodes.remove_pod(key)
+
+
+def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
+    pod, nodes, chain, state = cycle.pod, cycle.nodes, cycle.chain, cycle.state
+    n_all = nodes.n
+    candidates, narrowing = cycle.pre_filter()
+
+    if pod.nominated_node_name:
+        row = cycle.evaluate_nominated_node(candidates)
+        if row is not None:
+            for key in added:  # nominated pods count for filtering only
+                nodes.remove_pod(key)
+            added.clear()
+            top = [NodeScore(nodes.names[row], 0)]
+            describe_top(chain, state, pod, nodes, top, np.array([row], dtype=np.int64))
+            return Decision(pod.key, nodes.names[row], Status.success(), n_all, evaluated=1, feasible=1,
+                            top=top, duration=time.perf_counter() - start)
+
+    scan = cycle.find_feasible_nodes(candidates, narrowing)
+    for key in added:
+        nodes.remove_pod(key)
+    added.clear()
+    feasible = scan.feasible
+
+    if len(feasible) == 0:
+        code = Code.UNSCHEDULABLE if int(Code.UNSCHEDULABLE) in scan.codes else Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+        nominated = None
+        post_msg = ""
+        if chain.post_filter:
+            post_msg, nominated = cycle.post_filter(cycle.node_to_status(scan))
+        msg = fit_error_message(n_all, scan.hist, None, post_msg)
+        return Decision(pod.key, None, Status(code, (msg,)), n_all, evaluated=scan.processed, feasible=0,
+                        failures=scan.hist, message=msg, unschedulable_plugins=scan.rejectors,
+                        pending_plugins=scan.pending, nominated_node=nominated, duration=time.perf_counter() - start)
+
+    if len(feasible) == 1:  # one fit: no scoring
+        name = nodes.names[int(feasible[0])]
+        top = [NodeScore(name, 0)]
+        describe_top(chain, state, pod, nodes, top, feasible)
+        return Decision(pod.key, name, Status.success(), n_all, evaluated=scan.processed, feasible=1,
+                        top=top, failures=scan.hist, duration=time.perf_counter() - start)
+
+    total, mat, scored = cycle.prioritize(feasible)
+    row, top, top_rows = cycle.select_host(feasible, total, mat, scored)
     describe_top(chain, state, pod, nodes, top, top_rows)
-    return Decision(pod.key, nodes.names[int(feasible[pick])], Status.success(), n_all, evaluated=processed,
-                    feasible=len(feasible), top=top, failures=hist, duration=time.perf_counter() - start)
+    return Decision(pod.key, nodes.names[row], Status.success(), n_all, evaluated=scan.processed,
+                    feasible=len(feasible), top=top, failures=scan.hist, duration=time.perf_counter() - start)

@@ -23,6 +23,7 @@ from policy_scheduler.framework.nodetable import NodeSpec, NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.registry import Registry
 from policy_scheduler.framework.runner import (
+    POD_SPEC,
     NO_NODES,
     fit_error_message,
     num_feasible_nodes_to_find,
@@ -534,7 +535,8 @@ def test_plugin_exception_becomes_error_status(point):
 def test_filter_error_result_aborts_the_cycle():
     chain = chain_of(filter_plugin("F", error_on=name(1)), score_plugin("S"))
     d = run(chain, table(3))
-    assert d.status.code == Code.ERROR and d.status.plugin == "F" and d.message == "F broke"
+    assert d.status.code == Code.ERROR and d.status.plugin == "F"
+    assert d.message == 'running "F" filter plugin: F broke'  # upstream's wording
 
 
 def test_prescore_error_aborts_the_cycle():
@@ -546,7 +548,8 @@ def test_prescore_error_aborts_the_cycle():
 def test_prefilter_error_status_aborts_the_cycle():
     chain = chain_of(prefilter_plugin("P", Status.error("lister failed")), filter_plugin("F"))
     d = run(chain, table(3))
-    assert d.status.code == Code.ERROR and d.message == "lister failed" and d.status.plugin == "P"
+    assert d.status.code == Code.ERROR and d.status.plugin == "P"
+    assert d.message == 'running PreFilter plugin "P": lister failed'
 
 
 def test_pod_with_parse_error_is_unschedulable_with_the_reason():
@@ -555,6 +558,97 @@ def test_pod_with_parse_error_is_unschedulable_with_the_reason():
     seen = []
     d = run(chain_of(filter_plugin("F", seen=seen), score_plugin("S")), table(3), pod=bad)
     assert not d.scheduled and d.status.is_rejected and d.status.code != Code.ERROR
+    assert d.unschedulable_plugins == {POD_SPEC}  # waits for its own update, not retried blindly
     assert d.message.startswith("0/3 nodes are available: invalid pod spec: "
                                 "spec.containers[0].resources.requests.cpu: ")
     assert d.message.endswith(".") and seen == []
+
+
+# ---------------------------------------------------------------- the whole cycle: PostFilter, nominations
+
+def test_post_filter_gets_every_evaluated_nodes_status_and_the_absent_status():
+    seen = {}
+
+    class Post(PostFilterPlugin):
+        NAME = "Post"
+
+        def post_filter(self, state, pod, nodes, statuses):
+            seen.update({n: (s.code, s.reasons, s.plugin) for n, s in statuses.items()})
+            seen["absent"] = statuses.get("not-a-node")
+            seen["candidates"] = statuses.nodes_for_preemption(nodes.names)
+            return Status.success(), name(1)
+
+    narrow = prefilter_plugin("Narrow", result={name(0), name(1), name(2)})
+    taint = filter_plugin("Taint", {name(0): "node(s) had untolerated taint(s)"}, code=UNRESOLVABLE)
+    fit = filter_plugin("Fit", {name(1): ["Insufficient cpu", "Insufficient memory"], name(2): "Insufficient cpu"})
+    d = run(chain_of(narrow, taint, fit, Post), table(4))
+    assert not d.scheduled and d.nominated_node == name(1)
+    assert seen[name(0)] == (UNRESOLVABLE, ("node(s) had untolerated taint(s)",), "Taint")
+    assert seen[name(1)] == (UNSCHED, ("Insufficient cpu", "Insufficient memory"), "Fit")
+    assert seen[name(2)] == (UNSCHED, ("Insufficient cpu",), "Fit")
+    assert name(3) not in seen  # excluded by PreFilter: the absent-node status
+    assert seen["absent"].code == UNRESOLVABLE
+    assert seen["absent"].reasons == ("node(s) didn't satisfy plugin(s) [Narrow]",)
+    assert seen["candidates"] == [name(1), name(2)]  # only Unschedulable nodes may be preempted on
+    assert d.unschedulable_plugins == {"Narrow", "Taint", "Fit"}
+
+
+def test_nominated_node_is_tried_first_and_taken_without_scoring():
+    scored = []
+    nominated = parse_pod({"metadata": {"name": "p", "namespace": "default"},
+                           "spec": {"containers": [{"name": "c"}]}, "status": {"nominatedNodeName": name(2)}})
+    chain = chain_of(filter_plugin("F"), score_plugin("S", {name(0): 100}, seen=scored))
+    d = run(chain, table(5), pod=nominated)
+    assert d.node == name(2) and d.evaluated == 1 and scored == []
+    # when the nominated node does not fit any more, the full scan runs
+    chain = chain_of(filter_plugin("F", {name(2): "Insufficient cpu"}), score_plugin("S", {name(0): 100}))
+    assert run(chain, table(5), pod=nominated).node == name(0)
+
+
+def test_nominated_pods_of_higher_or_equal_priority_count_on_their_node():
+    from policy_scheduler.framework.nominator import Nominator
+
+    def pod(n, prio, cpu="1"):
+        return parse_pod({"metadata": {"name": n, "namespace": "default"},
+                          "spec": {"priority": prio, "containers": [
+                              {"name": "c", "resources": {"requests": {"cpu": cpu}}}]}})
+
+    class Fit(FilterPlugin):
+        NAME = "Fit"
+
+        def filter(self, state, p, nodes, rows):
+            free = nodes.allocatable[rows, 0] - nodes.requested[rows, 0]
+            return FilterResult.from_mask(free >= p.requests.get("cpu", 0), "Insufficient cpu")
+
+    t = NodeTable()
+    t.upsert_node({"metadata": {"name": "only"}, "status": {"allocatable": {"cpu": "1", "pods": "10"}}})
+    nom = Nominator()
+    nom.add(pod("preemptor", 10), "only")
+    chain = chain_of(Fit)
+    low = schedule_one(chain, pod("low", 5), t, random.Random(0), nominator=nom)
+    assert not low.scheduled and "1 Insufficient cpu" in low.message
+    equal = schedule_one(chain, pod("equal", 10), t, random.Random(0), nominator=nom)
+    assert not equal.scheduled  # equal priority: the nomination counts too
+    higher = schedule_one(chain, pod("higher", 11), t, random.Random(0), nominator=nom)
+    assert higher.node == "only"  # a lower-priority nomination does not hold the room
+    assert t.requested[0, 0] == 0 and "default/preemptor" not in t.pod_node  # nothing left behind
+    assert schedule_one(chain, pod("preemptor", 10), t, random.Random(0), nominator=nom).node == "only"
+
+
+def test_filter_reading_missing_prefilter_state_is_an_error_not_a_rejection():
+    """Regression: PodTopologySpread disabled at preFilter used to report its internal error as
+    a per-node reason ("0/3 nodes are available: 3 reading ... not found.")."""
+    from policy_scheduler.plugins import default_registry
+
+    chain = build_chain({"plugins": [{"name": "PodTopologySpread"}],
+                         "disabled": [{"name": "PodTopologySpread", "point": "preFilter"}]}, default_registry())
+    d = run(chain, table(3))
+    assert d.status.code == Code.ERROR and d.status.plugin == "PodTopologySpread"
+    assert d.message.startswith('running "PodTopologySpread" filter plugin: reading ')
+    assert "nodes are available" not in d.message and d.unschedulable_plugins == set()
+
+
+def test_an_exception_keeps_the_plugins_name():
+    d = run(chain_of(raising("filter", name="Exploder")), table(3))
+    assert d.status.plugin == "Exploder"
+    assert d.message == 'running "Exploder" filter plugin: Boom: filter exploded'
