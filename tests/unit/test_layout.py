@@ -70,3 +70,18 @@ def test_a_plugin_module_imports_nothing_from_a_sibling_plugin_module():
                     parts = a.name.split(".")
                     assert not (parts[:2] == ["policy_scheduler", "plugins"] and len(parts) > 2
                                 and parts[2] in siblings), f"plugins/{f.name} imports {a.name}"
+
+
+def test_every_builtin_plugin_that_can_reject_declares_its_events():
+    """A rejecting plugin without EnqueueExtensions would get every event (upstream's default);
+    the built-in ones list theirs. Plugins that cannot reject list nothing."""
+    from policy_scheduler.framework.interface import EXTENSION_POINTS, REJECTING_POINTS, EnqueueExtensions
+    from policy_scheduler.plugins import PLUGIN_MODULES
+
+    rejecting = tuple(EXTENSION_POINTS[p] for p in REJECTING_POINTS)
+    for mod in PLUGIN_MODULES:
+        cls = importlib.import_module(f"policy_scheduler.plugins.{mod}").PLUGIN
+        if issubclass(cls, rejecting):
+            assert issubclass(cls, EnqueueExtensions), f"{cls.NAME} can reject but lists no events"
+        else:
+            assert not issubclass(cls, EnqueueExtensions), f"{cls.NAME} cannot reject: its events would be unused"

@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
+from .events import ActionType, ClusterEvent, ClusterEventWithHint, METRICS_REFRESH, Resource
 from .interface import MAX_NODE_SCORE, CycleState, PluginArgs
 from .metricview import FRESH, MISSING, STATE_NAMES, MetricsView, SeriesKey, ages
 from .nodetable import NodeTable
@@ -20,6 +21,12 @@ OnMissingMetrics = Literal["Neutral", "Exclude", "FallbackToRequests"]
 # the score of a node without fresh values under onMissingMetrics: Neutral
 NEUTRAL_SCORE = MAX_NODE_SCORE // 2
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def metric_plugin_events() -> list[ClusterEventWithHint]:
+    """What a plugin rejecting nodes by their metrics registers: the policy's metric source
+    published new values, or a node was added (both without a hint: any may change a verdict)."""
+    return [ClusterEventWithHint(METRICS_REFRESH), ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD))]
 
 
 def check_label_name(v: str) -> str:

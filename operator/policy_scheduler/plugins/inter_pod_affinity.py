@@ -20,6 +20,16 @@ Cost per pod: existing pods' terms come from the NodeTable's term index (each di
 matched once against the pod, its per-domain occurrences added at once); the pod's own terms are
 counted per node by a PodMatchCounter (kept across cycles, recounting only nodes whose pods
 changed) and summed per domain with numpy. Both sum exactly what upstream adds pod by pod.
+
+Events (upstream plugin.go; only the pod's required terms can reject it): an assigned pod added
+that matches all of the pod's affinity terms; an assigned pod relabelled so that it now matches
+all affinity terms, or stopped matching an anti-affinity term; an assigned pod deleted that
+matched an anti-affinity term, or whose own anti-affinity matched the pod; the pod's own label
+change (Queue); a node added or relabelled where an affinity term's topology key appeared or
+changed, or an anti-affinity term's key was removed or changed (any new node may help
+anti-affinity). Ours: a namespace's labels changed (NAMESPACE_LABELS) when that flips one of the
+pod's terms' namespaceSelector, or when it is the pod's own namespace (existing pods' terms'
+namespaceSelector read it).
 """
 
 from __future__ import annotations
@@ -31,9 +41,19 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 from pydantic import Field, field_validator
 
+from ..framework.events import (
+    NAMESPACE_LABELS,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    NamespaceChange,
+    QueueingHint,
+    Resource,
+)
 from ..framework.interface import (
     MAX_NODE_SCORE,
     CycleState,
+    EnqueueExtensions,
     FilterPlugin,
     FilterResult,
     PluginArgs,
@@ -41,7 +61,7 @@ from ..framework.interface import (
     PreScorePlugin,
     ScorePlugin,
 )
-from ..framework.nodetable import NodeTable
+from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podcount import PodMatchCounter, selector_matcher
 from ..framework.podinfo import AffinityTerm, PodInfo
 from ..framework.status import Code, Status
@@ -156,7 +176,12 @@ def _term_counter(terms: tuple[AffinityTerm, ...]) -> Callable[[tuple[PodInfo, .
     return count
 
 
-class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+def _placed(p: PodInfo) -> bool:
+    """Bound or nominated: only such a pod can count in a domain."""
+    return bool(p.node_name or p.nominated_node_name)
+
+
+class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):
     """Filter: required (anti-)affinity of the pod and required anti-affinity of existing pods.
     Score: preferred terms both ways plus existing pods' required affinity, min-max normalized."""
 
@@ -186,6 +211,89 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
 
     def _namespace_labels(self, pod: PodInfo) -> Mapping[str, str]:
         return self.handle.namespace_labels(pod.namespace) or _NO_LABELS
+
+    # ------------------------------------------------------------------ events
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        pod, node = self.pod_change_hint, self.node_change_hint
+        return [
+            ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.ADD), pod),
+            ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.UPDATE_POD_LABEL), pod),
+            ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE), pod),
+            ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE_POD_LABEL)),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD), node),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_LABEL), node),
+            ClusterEventWithHint(NAMESPACE_LABELS, self.namespace_hint),
+        ]
+
+    def _matches(self, term: AffinityTerm, p: PodInfo) -> bool:
+        return term.matches(p, self._namespace_labels(p))
+
+    def _matches_all(self, terms: tuple[AffinityTerm, ...], p: PodInfo) -> bool:
+        """upstream podMatchesAllAffinityTerms: false for no terms."""
+        return bool(terms) and all(self._matches(t, p) for t in terms)
+
+    def pod_change_hint(self, pod: PodInfo, old: PodInfo | None, new: PodInfo | None) -> QueueingHint:
+        """upstream isSchedulableAfterPodChange, for an assigned pod added, relabelled or deleted."""
+        if (new is not None and not _placed(new)) or (old is not None and not _placed(old)):
+            return QueueingHint.SKIP
+        affinity, anti = pod.required_affinity, pod.required_anti_affinity
+        if old is not None and new is not None:
+            if not self._matches_all(affinity, old) and self._matches_all(affinity, new):
+                return QueueingHint.QUEUE
+            if any(self._matches(t, old) and not self._matches(t, new) for t in anti):
+                return QueueingHint.QUEUE
+            return QueueingHint.SKIP
+        if new is not None:  # added: it can only help affinity
+            return QueueingHint.QUEUE if self._matches_all(affinity, new) else QueueingHint.SKIP
+        if old is None:
+            return QueueingHint.QUEUE
+        # deleted: it can only have blocked the pod by anti-affinity, the pod's or its own
+        if any(self._matches(t, old) for t in anti):
+            return QueueingHint.QUEUE
+        if old.required_anti_affinity:
+            ns_labels = self._namespace_labels(pod)
+            if any(t.matches(pod, ns_labels) for t in old.required_anti_affinity):
+                return QueueingHint.QUEUE
+        return QueueingHint.SKIP
+
+    def node_change_hint(self, pod: PodInfo, old: NodeSpec | None, new: NodeSpec | None) -> QueueingHint:
+        """upstream isSchedulableAfterNodeChange: affinity needs a term's topology key to appear or
+        change; anti-affinity is helped by a key removed or changed, or by any new node. A pod
+        without required terms was rejected by existing pods' anti-affinity, whose keys this hint
+        does not see: any new or relabelled node may help it."""
+        if new is None:
+            return QueueingHint.SKIP
+        affinity, anti = pod.required_affinity, pod.required_anti_affinity
+        if old is None:
+            if anti or not affinity or any(t.topology_key in new.labels for t in affinity):
+                return QueueingHint.QUEUE
+            return QueueingHint.SKIP
+        if not affinity and not anti:
+            return QueueingHint.QUEUE
+        for t in affinity:
+            k = t.topology_key
+            if k in new.labels and old.labels.get(k) != new.labels[k]:
+                return QueueingHint.QUEUE
+        for t in anti:
+            k = t.topology_key
+            if k in old.labels and old.labels[k] != new.labels.get(k):
+                return QueueingHint.QUEUE
+        return QueueingHint.SKIP
+
+    def namespace_hint(self, pod: PodInfo, old: object, new: NamespaceChange | None) -> QueueingHint:
+        """Ours: a namespace's labels changed. The pod's terms read them through their
+        namespaceSelector (Queue when one's verdict on that namespace flips); existing pods' terms
+        read the labels of the pod's own namespace (Queue when it is that one)."""
+        if new is None:
+            return QueueingHint.QUEUE
+        if new.name == pod.namespace:
+            return QueueingHint.QUEUE
+        before, after = new.old_labels or _NO_LABELS, new.new_labels or _NO_LABELS
+        for t in pod.required_affinity + pod.required_anti_affinity:
+            sel = t.namespace_selector
+            if sel is not None and new.name not in t.namespaces and sel.matches(before) != sel.matches(after):
+                return QueueingHint.QUEUE
+        return QueueingHint.SKIP
 
     # ------------------------------------------------------------------ PreFilter / Filter
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:

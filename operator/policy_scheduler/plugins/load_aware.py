@@ -21,6 +21,9 @@ scores by allocation as NodeResourcesFit's LeastAllocated (non-zero requests inc
 
 Every per-pod step indexes row-aligned arrays derived once per metrics publication (and node
 set); a placement updates its node's entries when it happens, outside the cycle.
+
+Events: the policy's metric source published new values (METRICS_REFRESH), or a node was added;
+both queue without a hint.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ import re
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from ..framework.interface import MAX_NODE_SCORE, CycleState, FilterPlugin, FilterResult, PluginArgs, ScorePlugin
-from ..framework.metricrules import NEUTRAL_SCORE, OnMissingMetrics, check_label_name
+from ..framework.events import ClusterEventWithHint
+from ..framework.interface import (MAX_NODE_SCORE, CycleState, EnqueueExtensions, FilterPlugin, FilterResult,
+                                   PluginArgs, ScorePlugin)
+from ..framework.metricrules import NEUTRAL_SCORE, OnMissingMetrics, check_label_name, metric_plugin_events
 from ..framework.metricview import FRESH, SOURCE, STATE_NAMES, Estimator, MetricsView, RowCache, SeriesKey
 from ..framework.nodetable import CPU, MEMORY, NodeTable
 from ..framework.podinfo import PodInfo
@@ -154,9 +159,12 @@ class _Rows:
 RESOURCES = ("cpu", "memory")
 
 
-class LoadAware(FilterPlugin, ScorePlugin):
+class LoadAware(FilterPlugin, ScorePlugin, EnqueueExtensions):
     NAME = "LoadAware"
     Args = LoadAwareArgs
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return metric_plugin_events()
 
     _KEY = NAME + "/rows"
 

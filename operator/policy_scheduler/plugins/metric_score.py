@@ -10,6 +10,9 @@ pod (``podsRequesting``).
 A node without a fresh value follows the entry's ``onMissingMetrics``: ``Neutral`` scores 50;
 ``Exclude`` rejects the node at Filter; ``FallbackToRequests`` scores it by allocation, as
 NodeResourcesFit's LeastAllocated over cpu and memory.
+
+Events: the policy's metric source published new values (METRICS_REFRESH), or a node was added;
+both queue without a hint.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from ..framework.interface import (MAX_NODE_SCORE, CycleState, FilterPlugin, FilterResult, PluginArgs,
-                                   PreFilterPlugin, PreScorePlugin, ScorePlugin)
-from ..framework.metricrules import NEUTRAL_SCORE, MetricRule, RuleSelection, describe_rules, rule_values, unique_names
+from ..framework.events import ClusterEventWithHint
+from ..framework.interface import (MAX_NODE_SCORE, CycleState, EnqueueExtensions, FilterPlugin, FilterResult,
+                                   PluginArgs, PreFilterPlugin, PreScorePlugin, ScorePlugin)
+from ..framework.metricrules import (NEUTRAL_SCORE, MetricRule, RuleSelection, describe_rules, metric_plugin_events,
+                                     rule_values, unique_names)
 from ..framework.metricview import SOURCE
 from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
@@ -59,9 +64,12 @@ def scale(v: np.ndarray, fresh: np.ndarray, prefer: str) -> np.ndarray:
     return out
 
 
-class MetricScore(RuleSelection, PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+class MetricScore(RuleSelection, PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):
     NAME = "MetricScore"
     Args = MetricScoreArgs
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return metric_plugin_events()
 
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         excluding = any(r.on_missing_metrics == "Exclude" for r in self._rules(state, pod))

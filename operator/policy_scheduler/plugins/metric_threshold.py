@@ -8,6 +8,9 @@ exporter above 0.9 makes a node unschedulable for pods requesting ``nvidia.com/g
 
 A node without a fresh value follows the entry's ``onMissingMetrics``: ``Exclude`` rejects it;
 ``Neutral`` and ``FallbackToRequests`` pass it (requests are NodeResourcesFit's to check).
+
+Events: the policy's metric source published new values (METRICS_REFRESH), or a node was added;
+both queue without a hint.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field, model_validator
 
-from ..framework.interface import CycleState, FilterPlugin, FilterResult, PluginArgs, PreFilterPlugin
-from ..framework.metricrules import MetricRule, RuleSelection, describe_rules, rule_values, unique_names
+from ..framework.events import ClusterEventWithHint
+from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs, PreFilterPlugin
+from ..framework.metricrules import (MetricRule, RuleSelection, describe_rules, metric_plugin_events, rule_values,
+                                     unique_names)
 from ..framework.metricview import SOURCE
 from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
@@ -50,9 +55,12 @@ class MetricThresholdArgs(PluginArgs):
         return self
 
 
-class MetricThreshold(RuleSelection, PreFilterPlugin, FilterPlugin):
+class MetricThreshold(RuleSelection, PreFilterPlugin, FilterPlugin, EnqueueExtensions):
     NAME = "MetricThreshold"
     Args = MetricThresholdArgs
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return metric_plugin_events()
 
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         return (Status.success() if self._rules(state, pod) else Status.skip()), None

@@ -21,6 +21,10 @@ there are none. NormalizeScore is DefaultNormalizeScore (not reversed).
 
 Every term's mask over all rows is cached on the table (terms are hashable), so label matching
 is a handful of numpy operations per distinct term, not a per-node loop.
+
+Events: a node added or its labels changed, queueing only when the node now matches the pod's
+nodeSelector, its required terms and the profile's added required selector, and did not before
+(a new node did not before).
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from typing import Any, Mapping
 import numpy as np
 from pydantic import Field, field_validator
 
-from ..framework.interface import (CycleState, FilterPlugin, FilterResult, PluginArgs, PreFilterPlugin,
-                                   PreScorePlugin, ScorePlugin, default_normalize_score)
+from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs,
+                                   PreFilterPlugin, PreScorePlugin, ScorePlugin, default_normalize_score)
 from ..framework.labels import NodeSelector, NodeSelectorTerm, Requirement, SelectorError
-from ..framework.nodetable import NodeTable
+from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.status import Code, Status
 
@@ -136,6 +141,17 @@ def required_mask(nodes: NodeTable, pod: PodInfo) -> np.ndarray:
     return nodes.cached((NAME, "required", node_selector, affinity), build)
 
 
+def required_matches(pod: PodInfo, node: NodeSpec) -> bool:
+    """upstream RequiredNodeAffinity.Match on one node: every nodeSelector pair and, when set, one
+    of the required terms (``required_mask`` for a single node)."""
+    labels = node.labels
+    for k, v in pod.node_selector.items():
+        if labels.get(k) != v:
+            return False
+    affinity = pod.required_node_affinity
+    return affinity is None or affinity.matches(labels, node.name)
+
+
 def preferred_score(nodes: NodeTable, terms: WeightedTerms, rows: np.ndarray) -> np.ndarray:
     """Sum of the weights of ``terms`` matching each of ``rows``. A weight-0 term adds nothing and
     an empty term matches no node, which is upstream's dropping of such terms."""
@@ -208,7 +224,7 @@ class NodeAffinityArgs(PluginArgs):
         return v
 
 
-class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):
     NAME = NAME
     Args = NodeAffinityArgs
 
@@ -219,6 +235,29 @@ class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
         if args.added_affinity is not None:
             self.added_required, self.added_preferred = _parse_added_affinity(args.added_affinity)
 
+    # ------------------------------------------------------------------ events
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD), self.node_change_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_LABEL), self.node_change_hint),
+        ]
+
+    def _node_passes(self, pod: PodInfo, node: NodeSpec) -> bool:
+        """What Filter decides for ``node``: the added required selector, then the pod's own."""
+        if self.added_required is not None and not self.added_required.matches(node.labels, node.name):
+            return False
+        return required_matches(pod, node)
+
+    def node_change_hint(self, pod: PodInfo, old: NodeSpec | None, new: NodeSpec | None) -> QueueingHint:
+        """upstream isSchedulableAfterNodeChange: Skip unless the new node passes; Queue for a new
+        node, and for an updated one only if it did not pass before."""
+        if new is None or not self._node_passes(pod, new):
+            return QueueingHint.SKIP
+        if old is None:
+            return QueueingHint.QUEUE
+        return QueueingHint.SKIP if self._node_passes(pod, old) else QueueingHint.QUEUE
+
+    # ------------------------------------------------------------------ PreFilter / Filter
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         affinity = pod.required_node_affinity
         if affinity is None and self.added_required is None and not pod.node_selector:

@@ -10,6 +10,10 @@ PreFilter Skips pods outside the workload, so they are not affected. For the wor
 Filter rejects every node whose label ``key`` is missing or has another value, as
 UnschedulableAndUnresolvable (preemption cannot add a label), with the reason
 ``node(s) didn't have label KEY=VALUE required for workload``.
+
+Events: a node added, or its labels changed, queueing only when the node now carries KEY=VALUE
+and did not before; the pod's own label change, queueing when the pod left the workload (its
+name cannot change).
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from typing import Any
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from ..framework.interface import CycleState, FilterPlugin, FilterResult, PluginArgs, PreFilterPlugin
+from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs,
+                                   PreFilterPlugin)
 from ..framework.labels import LabelSelector, SelectorError
-from ..framework.nodetable import NodeTable
+from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.status import Code, Status
 
@@ -73,7 +79,7 @@ class NodeLabelMatchArgs(PluginArgs):
         return self
 
 
-class NodeLabelMatch(PreFilterPlugin, FilterPlugin):
+class NodeLabelMatch(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
     NAME = NAME
     Args = NodeLabelMatchArgs
 
@@ -90,6 +96,24 @@ class NodeLabelMatch(PreFilterPlugin, FilterPlugin):
         if self.pattern is not None and not self.pattern.fullmatch(pod.name):
             return False
         return self.selector is None or self.selector.matches(pod.labels)
+
+    def _labelled(self, node: NodeSpec | None) -> bool:
+        return node is not None and node.labels.get(self.key) == self.value
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD), self.node_change_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_LABEL), self.node_change_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE_POD_LABEL), self.pod_label_hint),
+        ]
+
+    def node_change_hint(self, pod: PodInfo, old: NodeSpec | None, new: NodeSpec | None) -> QueueingHint:
+        """Queue when the node now carries the label with the value and did not before."""
+        return QueueingHint.QUEUE if self._labelled(new) and not self._labelled(old) else QueueingHint.SKIP
+
+    def pod_label_hint(self, pod: PodInfo, old: PodInfo | None, new: PodInfo | None) -> QueueingHint:
+        """Queue when the pod's new labels take it out of the workload: Filter then passes it."""
+        return QueueingHint.QUEUE if new is not None and not self.selects(new) else QueueingHint.SKIP
 
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         if not self.selects(pod):

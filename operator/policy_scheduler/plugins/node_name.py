@@ -2,13 +2,16 @@
 
 Filter: a pod whose ``spec.nodeName`` is set fits only the node of that name; a pod without one
 fits every node. Failing nodes are UnschedulableAndUnresolvable.
+
+Events: a node added (no hint, as upstream): only a new node can be the named one.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..framework.interface import CycleState, FilterPlugin, FilterResult
+from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, Resource
+from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult
 from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.status import Code
@@ -17,9 +20,12 @@ NAME = "NodeName"
 ERR_REASON = "node(s) didn't match the requested node name"
 
 
-class NodeName(FilterPlugin):
+class NodeName(FilterPlugin, EnqueueExtensions):
     NAME = NAME
     Args = None
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD))]
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> FilterResult:
         if not pod.node_name:

@@ -9,6 +9,10 @@ without host ports.
 Filter: a node fails (Unschedulable: preemption can free ports) when a wanted
 (hostIP, protocol, port) conflicts with a port in use there: a wanted 0.0.0.0 conflicts with the
 same protocol and port on any IP; another IP conflicts with the same IP or with 0.0.0.0.
+
+Events: an assigned pod deleted, queueing only when it was bound or nominated and held a host
+port that clashes with one the pod wants (ports are immutable, so pod updates never help); a
+node added (no hint).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from ..framework.interface import CycleState, FilterPlugin, FilterResult, PreFilterPlugin
+from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreFilterPlugin
 from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.status import Code, Status
@@ -66,9 +71,28 @@ def conflicts(want: Iterable[Port], used: Mapping[Port, int]) -> bool:
     return False
 
 
-class NodePorts(PreFilterPlugin, FilterPlugin):
+def pod_deleted_hint(pod: PodInfo, old: PodInfo | None, new: PodInfo | None) -> QueueingHint:
+    """upstream isSchedulableAfterPodDeleted: Queue when the deleted pod was bound or nominated
+    and one of its host ports conflicts with the pod's wanted ports."""
+    if old is None:
+        return QueueingHint.QUEUE
+    if not old.node_name and not old.nominated_node_name:
+        return QueueingHint.SKIP
+    freed = wanted_ports(old)
+    if not freed:
+        return QueueingHint.SKIP
+    return QueueingHint.QUEUE if conflicts(wanted_ports(pod), dict.fromkeys(freed, 1)) else QueueingHint.SKIP
+
+
+class NodePorts(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
     NAME = NAME
     Args = None
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE), pod_deleted_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD)),
+        ]
 
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         want = wanted_ports(pod)

@@ -20,6 +20,13 @@ node's requested (NonZeroRequested for cpu/memory, Requested otherwise) against 
 A scalar resource the pod does not request, a resource the node does not advertise
 (allocatable 0) and a name that is neither cpu, memory, ephemeral-storage nor a scalar
 resource are left out, weight included.
+
+Events (upstream EventsToRegister with in-place pod resize on): an assigned pod deleted (it was
+bound or nominated, so it freed room: Queue); a node added, queueing only when the pod's requests
+fit the node empty; a node's allocatable changed, queueing only when the pod fits the node empty
+and the allocatable of the pod count or of some resource the pod requests grew; an assigned pod
+scaled down, queueing only when it released a resource the pod requests; the pod itself scaled
+down (Queue).
 """
 
 from __future__ import annotations
@@ -27,9 +34,11 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field, model_validator
 
+from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (
     MAX_NODE_SCORE,
     CycleState,
+    EnqueueExtensions,
     FilterPlugin,
     FilterResult,
     PluginArgs,
@@ -37,7 +46,7 @@ from ..framework.interface import (
     PreScorePlugin,
     ScorePlugin,
 )
-from ..framework.nodetable import CPU, EPHEMERAL, MEMORY, PODS, NodeTable
+from ..framework.nodetable import CPU, EPHEMERAL, MEMORY, PODS, NodeSpec, NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.resources import (
     LEAST_ALLOCATED,
@@ -141,7 +150,10 @@ class NodeResourcesFitArgs(PluginArgs):
 
 
 # ---------------------------------------------------------------------------- plugin
-class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+_NATIVE = ("cpu", "memory", "ephemeral-storage")
+
+
+class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):
     NAME = "NodeResourcesFit"
     Args = NodeResourcesFitArgs
 
@@ -160,6 +172,70 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         if s.type == REQUESTED_TO_CAPACITY_RATIO:
             scale = MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE
             self._shape = [(p.utilization, p.score * scale) for p in s.requested_to_capacity_ratio.shape]
+
+    # ------------------------------------------------------------------ events
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        pod_hint, node_hint = self.pod_event_hint, self.node_change_hint
+        return [
+            ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE), pod_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.UPDATE_POD_SCALE_DOWN), pod_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE_POD_SCALE_DOWN), pod_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD), node_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_ALLOCATABLE), node_hint),
+        ]
+
+    def _checked(self, name: str, quantity: int) -> bool:
+        """Whether Filter compares the pod's request for ``name`` (as ``_checks``)."""
+        if quantity <= 0:
+            return False
+        if name in _NATIVE:
+            return True
+        if not is_scalar_resource_name(name):
+            return False
+        return not (is_extended_resource_name(name)
+                    and (name in self._ignored or name.split("/")[0] in self._ignored_groups))
+
+    def fits_empty_node(self, pod: PodInfo, node: NodeSpec) -> bool:
+        """upstream isFit: the Filter's verdict on ``node`` with no pod on it."""
+        alloc = node.allocatable
+        if alloc.get("pods", 0) < 1:
+            return False
+        return all(q <= alloc.get(name, 0) for name, q in pod.requests.items() if self._checked(name, q))
+
+    def _requested_resources_grew(self, pod: PodInfo, old: NodeSpec, new: NodeSpec) -> bool:
+        """upstream haveAnyRequestedResourcesIncreased: the allowed pod count grew, or the
+        allocatable of some resource the pod requests did."""
+        if new.allocatable.get("pods", 0) > old.allocatable.get("pods", 0):
+            return True
+        return any(new.allocatable.get(name, 0) > old.allocatable.get(name, 0)
+                   for name, q in pod.requests.items() if q > 0 and (name in _NATIVE or is_scalar_resource_name(name)))
+
+    def node_change_hint(self, pod: PodInfo, old: NodeSpec | None, new: NodeSpec | None) -> QueueingHint:
+        """upstream isSchedulableAfterNodeChange: Skip when the pod would not fit even the empty
+        node; Queue a new node; an updated node only if what the pod needs grew."""
+        if new is None or not self.fits_empty_node(pod, new):
+            return QueueingHint.SKIP
+        if old is None or self._requested_resources_grew(pod, old, new):
+            return QueueingHint.QUEUE
+        return QueueingHint.SKIP
+
+    def pod_event_hint(self, pod: PodInfo, old: PodInfo | None, new: PodInfo | None) -> QueueingHint:
+        """upstream isSchedulableAfterPodEvent: a deleted pod frees room when it was bound or
+        nominated (always the case for AssignedPod events); a scale-down helps when it is the pod
+        itself, or an assigned pod lowering a resource the pod requests."""
+        if new is None:
+            if old is not None and not old.node_name and not old.nominated_node_name:
+                return QueueingHint.SKIP
+            return QueueingHint.QUEUE
+        if old is None or new.uid == pod.uid:
+            return QueueingHint.QUEUE
+        if not new.node_name:
+            return QueueingHint.SKIP
+        for name, q in pod.requests.items():
+            if q > 0 and (name in _NATIVE or is_scalar_resource_name(name)) \
+                    and old.requests.get(name, 0) > new.requests.get(name, 0):
+                return QueueingHint.QUEUE
+        return QueueingHint.SKIP
 
     # ------------------------------------------------------------------ filter
     def _checks(self, pod: PodInfo, nodes: NodeTable) -> list[tuple[int | None, int, str]]:

@@ -29,6 +29,13 @@ system ones, feasible nodes missing any key are ignored (score 0). NormalizeScor
 Matching-pod counts per node are kept per (namespace, selector) across cycles and recounted only
 for nodes whose pod set changed since (framework.podcount.PodMatchCounter), so a cycle's cost is
 mostly numpy work over the node rows.
+
+Events (upstream plugin.go), judged against the pod's hard constraints (its own DoNotSchedule
+ones, or the defaults): an assigned pod added, relabelled or deleted in the pod's namespace,
+queueing when its labels match (Add, Delete) or a selector's verdict on it flips (label update);
+the pod's own update, queueing on a new toleration when a constraint honors taints, or a label
+change that flips a selector; a node added or deleted that has every topology key, or updated so
+that "has every key" flips, or, having them, a topology-key label or its taints changed.
 """
 
 from __future__ import annotations
@@ -41,10 +48,11 @@ from typing import Any
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from ..framework.interface import (CycleState, FilterPlugin, FilterResult, Handle, MAX_NODE_SCORE, PluginArgs,
-                                   PreFilterPlugin, PreScorePlugin, ScorePlugin)
+from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, Handle, MAX_NODE_SCORE,
+                                   PluginArgs, PreFilterPlugin, PreScorePlugin, ScorePlugin)
 from ..framework.labels import LabelSelector, NOTHING
-from ..framework.nodetable import NodeTable
+from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podcount import PodMatchCounter, selector_matcher
 from ..framework.podinfo import DO_NOT_SCHEDULE, HONOR, IGNORE, SCHEDULE_ANYWAY, PodInfo, SpreadConstraint
 from ..framework.status import Code, Status
@@ -317,7 +325,17 @@ class _PreScoreState:
     ignored: np.ndarray  # per row: a feasible node missing a topology key (requireAllTopologies)
 
 
-class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin):
+def _involved(other: PodInfo, pod: PodInfo) -> bool:
+    """upstream involvedInTopologySpreading: the pod itself, or an assigned pod of its namespace."""
+    return other.uid == pod.uid or (bool(other.node_name) and other.namespace == pod.namespace)
+
+
+def _has_all_keys(node: NodeSpec, constraints: tuple[SpreadConstraint, ...]) -> bool:
+    """nodeLabelsMatchSpreadConstraints on one node."""
+    return all(c.topology_key in node.labels for c in constraints)
+
+
+class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):
     NAME = NAME
     Args = PodTopologySpreadArgs
 
@@ -345,6 +363,58 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         if sel is None or sel.empty:
             return ()
         return tuple(replace(c, selector=sel) for c in defaults)
+
+    # ------------------------------------------------------------------ events
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        pod, node = self.pod_change_hint, self.node_change_hint
+        return [
+            ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.ADD), pod),
+            ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.UPDATE_POD_LABEL), pod),
+            ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE), pod),
+            ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE_POD_LABEL), pod),
+            ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE_POD_TOLERATION), pod),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD), node),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.DELETE), node),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_LABEL), node),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_TAINT), node),
+        ]
+
+    def _hard_constraints(self, pod: PodInfo) -> tuple[SpreadConstraint, ...]:
+        """upstream getConstraints: what PreFilter filters ``pod`` by."""
+        return self._constraints(CycleState(), pod, DO_NOT_SCHEDULE)
+
+    def pod_change_hint(self, pod: PodInfo, old: PodInfo | None, new: PodInfo | None) -> QueueingHint:
+        """upstream isSchedulableAfterPodChange."""
+        if (new is not None and not _involved(new, pod)) or (old is not None and not _involved(old, pod)):
+            return QueueingHint.SKIP
+        constraints = self._hard_constraints(pod)
+        if old is not None and new is not None:
+            if (new.uid == pod.uid and new.tolerations != old.tolerations
+                    and any(c.node_taints_policy == HONOR for c in constraints)):
+                return QueueingHint.QUEUE
+            if new.labels == old.labels:
+                return QueueingHint.SKIP
+            flips = any(c.selector.matches(old.labels) != c.selector.matches(new.labels) for c in constraints)
+            return QueueingHint.QUEUE if flips else QueueingHint.SKIP
+        changed = new if new is not None else old
+        if changed is None:
+            return QueueingHint.QUEUE
+        matches = any(c.selector.matches(changed.labels) for c in constraints)  # podLabelsMatchSpreadConstraints
+        return QueueingHint.QUEUE if matches else QueueingHint.SKIP
+
+    def node_change_hint(self, pod: PodInfo, old: NodeSpec | None, new: NodeSpec | None) -> QueueingHint:
+        """upstream isSchedulableAfterNodeChange."""
+        constraints = self._hard_constraints(pod)
+        old_ok = old is not None and _has_all_keys(old, constraints)
+        new_ok = new is not None and _has_all_keys(new, constraints)
+        if old is not None and new is not None:
+            if old_ok != new_ok:
+                return QueueingHint.QUEUE
+            if new_ok and (any(old.labels.get(c.topology_key, "") != new.labels.get(c.topology_key, "")
+                               for c in constraints) or old.taints != new.taints):
+                return QueueingHint.QUEUE
+            return QueueingHint.SKIP
+        return QueueingHint.QUEUE if (new_ok if new is not None else old_ok) else QueueingHint.SKIP
 
     # ------------------------------------------------------------------ PreFilter / Filter
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:

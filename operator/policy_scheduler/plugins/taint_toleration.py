@@ -12,15 +12,19 @@ the nodes with the most intolerable soft taints get 0 and, when no node has any,
 
 Nodes are grouped by their (relevant) taint list, which is cached on the table until a node's
 taints change; a verdict per group is computed once per distinct toleration set.
+
+Events: a node added or its taints changed, queueing only when the node (or no node, on Add) had
+an untolerated NoSchedule/NoExecute taint and now has none; the pod's own tolerations changed.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..framework.interface import (CycleState, FilterPlugin, FilterResult, PreScorePlugin, ScorePlugin,
-                                   default_normalize_score)
-from ..framework.nodetable import NodeTable
+from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreScorePlugin,
+                                   ScorePlugin, default_normalize_score)
+from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.status import Code, Status
 from ..framework.taints import (NO_EXECUTE, NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint, Toleration, first_untolerated,
@@ -79,9 +83,32 @@ def intolerable_prefer_counts(nodes: NodeTable, tolerations: tuple[Toleration, .
     return nodes.cached((NAME, "prefer", tolerations), build)
 
 
-class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin):
+def node_change_hint(pod: PodInfo, old: NodeSpec | None, new: NodeSpec | None) -> QueueingHint:
+    """upstream isSchedulableAfterNodeChange: Queue only when the node went from having an
+    untolerated NoSchedule/NoExecute taint (a new node counts as having had one) to having none."""
+    if new is None:
+        return QueueingHint.SKIP
+    was = old is None or first_untolerated(old.taints, pod.tolerations, _FILTER_EFFECTS) is not None
+    now = first_untolerated(new.taints, pod.tolerations, _FILTER_EFFECTS) is not None
+    return QueueingHint.QUEUE if was and not now else QueueingHint.SKIP
+
+
+def pod_toleration_hint(pod: PodInfo, old: PodInfo | None, new: PodInfo | None) -> QueueingHint:
+    """upstream isSchedulableAfterPodTolerationChange: the pod itself got a toleration."""
+    return QueueingHint.QUEUE if new is not None and new.uid == pod.uid else QueueingHint.SKIP
+
+
+class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):
     NAME = NAME
     Args = None
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD), node_change_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_TAINT), node_change_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE_POD_TOLERATION),
+                                 pod_toleration_hint),
+        ]
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> FilterResult:
         passed = ~untolerated_mask(nodes, pod.tolerations)[rows]

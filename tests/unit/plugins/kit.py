@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from policy_scheduler.framework.events import ActionType, ClusterEvent, QueueingHint, call_hint
 from policy_scheduler.framework.interface import Handle
 from policy_scheduler.framework.metricview import SOURCE
-from policy_scheduler.framework.nodetable import NodeTable
+from policy_scheduler.framework.nodetable import NodeSpec, NodeTable
+
+QUEUE, SKIP = QueueingHint.QUEUE, QueueingHint.SKIP
 
 
 class ViewHandle(Handle):
@@ -31,3 +36,34 @@ def table(nodes, existing=()) -> NodeTable:
 def instance(plugin_cls, args=None, handle=None):
     """The plugin built as the chain builder builds it: validated args, defaults applied."""
     return plugin_cls(plugin_cls.Args.model_validate(args or {}), handle or Handle())
+
+
+# ------------------------------------------------------------------ events and queueing hints
+def registered(plugin) -> list[tuple[str, ActionType]]:
+    """The (resource, action) pairs ``plugin.events_to_register()`` lists, sorted."""
+    return sorted(((r.event.resource, r.event.action) for r in plugin.events_to_register()),
+                  key=lambda p: (p[0], int(p[1])))
+
+
+def hint(plugin, resource: str, action: ActionType, pod, old=None, new=None) -> QueueingHint:
+    """What the queue would get from ``plugin`` for the incoming event (resource, action): the
+    hint of the one registration matching it (no hint: QUEUE), run as the queue runs it."""
+    incoming = ClusterEvent(resource, action)
+    regs = [r for r in plugin.events_to_register() if r.event.matches(incoming)]
+    assert len(regs) == 1, f"{plugin.NAME}: {len(regs)} registrations match {incoming.label}"
+    return call_hint(regs[0], pod, old, new)
+
+
+def node(name="n", labels=None, taints=(), unschedulable=False, allocatable=None) -> NodeSpec:
+    """A NodeSpec as hints see it; ``taints``: (key, value, effect) tuples; ``allocatable``
+    quantities as the API writes them."""
+    return NodeSpec.from_dict({
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": {"unschedulable": unschedulable,
+                 "taints": [dict(zip(("key", "value", "effect"), t)) for t in taints]},
+        "status": {"allocatable": dict(allocatable or {})}})
+
+
+def changed(spec, **fields):
+    """A copy of a NodeSpec or PodInfo with ``fields`` replaced (the ``new`` of an update)."""
+    return replace(spec, **fields)

@@ -17,6 +17,8 @@ from policy_scheduler.plugins.inter_pod_affinity import (
     PLUGIN,
     InterPodAffinityArgs,
 )
+from policy_scheduler.framework.events import NAMESPACE_LABELS, ActionType, NamespaceChange, Resource
+from kit import QUEUE, SKIP, changed, hint, node, registered
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -559,3 +561,106 @@ def test_counts_equal_a_pod_by_pod_walk_under_random_table_changes():
                         for r in range(table.n)]
             assert raw.tolist() == expected, step
     assert checked > 100  # most steps had something to count
+
+
+# ------------------------------------------------------------------ events and queueing hints
+A, T = ActionType, Resource
+WANTS_DB = make_pod("p", affinity=[term(ZONE, {"app": "db"})])  # needs an app=db pod in its zone
+AVOIDS_WEB = make_pod("p", anti=[term(ZONE, {"app": "web"})])  # must not share a zone with app=web
+
+
+def placed(name="e", labels=None, ns="default", node_name="n1", **kw):
+    return changed(make_pod(name, ns=ns, labels=labels, **kw), node_name=node_name)
+
+
+def test_events_to_register():
+    assert registered(make_plugin()) == [
+        (T.ASSIGNED_POD, A.ADD), (T.ASSIGNED_POD, A.DELETE), (T.ASSIGNED_POD, A.UPDATE_POD_LABEL),
+        (NAMESPACE_LABELS.resource, NAMESPACE_LABELS.action),
+        (T.NODE, A.ADD), (T.NODE, A.UPDATE_NODE_LABEL), (T.TARGET_POD, A.UPDATE_POD_LABEL)]
+
+
+# upstream isSchedulableAfterPodChange: the other pod must be bound or nominated. Added: it helps
+# only if it matches all of the pod's affinity terms. Relabelled: if it now matches all affinity
+# terms, or stopped matching an anti-affinity term. Deleted: if it matched an anti-affinity term of
+# the pod, or its own required anti-affinity matched the pod.
+@pytest.mark.parametrize("pod, action, old, new, want", [
+    (WANTS_DB, A.ADD, None, placed(labels={"app": "db"}), QUEUE),
+    (WANTS_DB, A.ADD, None, placed(labels={"app": "db"}, node_name=""), SKIP),  # not placed
+    (WANTS_DB, A.ADD, None, changed(placed(labels={"app": "db"}, node_name=""), nominated_node_name="n1"), QUEUE),
+    (WANTS_DB, A.ADD, None, placed(labels={"app": "web"}), SKIP),
+    (WANTS_DB, A.ADD, None, placed(labels={"app": "db"}, ns="other"), SKIP),  # term's namespace: the pod's
+    (AVOIDS_WEB, A.ADD, None, placed(labels={"app": "db"}), SKIP),  # an added pod never lifts anti-affinity
+    (make_pod("p"), A.ADD, None, placed(labels={"app": "db"}), SKIP),  # no affinity terms at all
+    (WANTS_DB, A.UPDATE_POD_LABEL, placed(labels={"app": "web"}), placed(labels={"app": "db"}), QUEUE),
+    (WANTS_DB, A.UPDATE_POD_LABEL, placed(labels={"app": "db"}), placed(labels={"app": "db", "v": "2"}), SKIP),
+    (AVOIDS_WEB, A.UPDATE_POD_LABEL, placed(labels={"app": "web"}), placed(labels={"app": "db"}), QUEUE),
+    (AVOIDS_WEB, A.UPDATE_POD_LABEL, placed(labels={"app": "db"}), placed(labels={"app": "web"}), SKIP),
+    (AVOIDS_WEB, A.DELETE, placed(labels={"app": "web"}), None, QUEUE),
+    (AVOIDS_WEB, A.DELETE, placed(labels={"app": "db"}), None, SKIP),
+    (WANTS_DB, A.DELETE, placed(labels={"app": "db"}), None, SKIP),  # a deletion never helps affinity
+    # the deleted pod's own anti-affinity rejected the pod (existing pods' anti-affinity)
+    (make_pod("p", labels={"app": "api"}), A.DELETE, placed(anti=[term(ZONE, {"app": "api"})]), None, QUEUE),
+    (make_pod("p", labels={"app": "api"}), A.DELETE, placed(anti=[term(ZONE, {"app": "db"})]), None, SKIP),
+])
+def test_assigned_pod_hint(pod, action, old, new, want):
+    assert hint(make_plugin(), T.ASSIGNED_POD, action, pod, old, new) == want
+
+
+def test_assigned_pod_hint_reads_namespace_labels_for_namespace_selectors():
+    # the term selects pods of namespaces labelled team=a: an added app=db pod counts only there
+    pod = make_pod("p", affinity=[term(ZONE, {"app": "db"}, ns_selector={"matchLabels": {"team": "a"}})])
+    pl = make_plugin({"ns-a": {"team": "a"}, "ns-b": {"team": "b"}})
+    assert hint(pl, T.ASSIGNED_POD, A.ADD, pod, None, placed(labels={"app": "db"}, ns="ns-a")) == QUEUE
+    assert hint(pl, T.ASSIGNED_POD, A.ADD, pod, None, placed(labels={"app": "db"}, ns="ns-b")) == SKIP
+
+
+def test_target_pod_label_change_always_queues():
+    # upstream: the pod's own label change may make existing pods' anti-affinity stop matching it
+    pod = make_pod("p", labels={"app": "api"})
+    assert hint(make_plugin(), T.TARGET_POD, A.UPDATE_POD_LABEL, pod, pod, make_pod("p", labels={"app": "x"})) == QUEUE
+
+
+# upstream isSchedulableAfterNodeChange: affinity is helped by a term's topology key appearing or
+# changing on a node, anti-affinity by the key being removed or changed, or by any new node.
+@pytest.mark.parametrize("pod, action, old, new, want", [
+    (WANTS_DB, A.ADD, None, node("x", {ZONE: "a"}), QUEUE),
+    (WANTS_DB, A.ADD, None, node("x", {HOST: "x"}), SKIP),  # no zone: affinity cannot pass there
+    (AVOIDS_WEB, A.ADD, None, node("x", {HOST: "x"}), QUEUE),  # in no zone: anti-affinity passes
+    (WANTS_DB, A.UPDATE_NODE_LABEL, node("x"), node("x", {ZONE: "a"}), QUEUE),  # key appeared
+    (WANTS_DB, A.UPDATE_NODE_LABEL, node("x", {ZONE: "a"}), node("x", {ZONE: "b"}), QUEUE),  # changed
+    (WANTS_DB, A.UPDATE_NODE_LABEL, node("x", {ZONE: "a"}), node("x"), SKIP),  # removed: cannot help
+    (WANTS_DB, A.UPDATE_NODE_LABEL, node("x", {ZONE: "a"}), node("x", {ZONE: "a", "k": "v"}), SKIP),
+    (AVOIDS_WEB, A.UPDATE_NODE_LABEL, node("x", {ZONE: "a"}), node("x"), QUEUE),  # removed
+    (AVOIDS_WEB, A.UPDATE_NODE_LABEL, node("x", {ZONE: "a"}), node("x", {ZONE: "b"}), QUEUE),  # changed
+    (AVOIDS_WEB, A.UPDATE_NODE_LABEL, node("x"), node("x", {ZONE: "a"}), SKIP),  # appeared: cannot help
+    # no terms of its own: rejected by existing pods' anti-affinity, whose keys the hint does not see
+    (make_pod("p"), A.ADD, None, node("x"), QUEUE),
+    (make_pod("p"), A.UPDATE_NODE_LABEL, node("x", {ZONE: "a"}), node("x"), QUEUE),
+])
+def test_node_change_hint(pod, action, old, new, want):
+    assert hint(make_plugin(), T.NODE, action, pod, old, new) == want
+
+
+# Ours, NAMESPACE_LABELS: the pod's terms read namespace labels through their namespaceSelector
+# (queue when one's verdict on the changed namespace flips); existing pods' terms read the labels
+# of the pod's own namespace (queue when that one changed).
+TEAM_A = {"matchLabels": {"team": "a"}}
+
+
+@pytest.mark.parametrize("pod, change, want", [
+    (make_pod("p", affinity=[term(ZONE, {"app": "db"}, ns_selector=TEAM_A)]),
+     NamespaceChange("ns-x", {}, {"team": "a"}), QUEUE),  # ns-x now selected
+    (make_pod("p", anti=[term(ZONE, {"app": "db"}, ns_selector=TEAM_A)]),
+     NamespaceChange("ns-x", {"team": "a"}, {"team": "b"}), QUEUE),  # ns-x no longer selected
+    (make_pod("p", affinity=[term(ZONE, {"app": "db"}, ns_selector=TEAM_A)]),
+     NamespaceChange("ns-x", {"team": "a"}, {"team": "a", "env": "prod"}), SKIP),  # still selected
+    (make_pod("p", affinity=[term(ZONE, {"app": "db"}, ns_selector=TEAM_A)]),
+     NamespaceChange("ns-x", None, {"team": "b"}), SKIP),  # a new namespace, not selected
+    (WANTS_DB, NamespaceChange("ns-x", {}, {"team": "a"}), SKIP),  # no namespaceSelector
+    (make_pod("p"), NamespaceChange("default", {}, {"team": "a"}), QUEUE),  # the pod's own namespace
+    (make_pod("p", affinity=[term(ZONE, {"app": "db"}, ns_selector=TEAM_A, namespaces=["ns-x"])]),
+     NamespaceChange("ns-x", {}, {"team": "a"}), SKIP),  # ns-x is listed: its labels do not matter
+])
+def test_namespace_hint(pod, change, want):
+    assert hint(make_plugin(), NAMESPACE_LABELS.resource, NAMESPACE_LABELS.action, pod, None, change) == want

@@ -17,7 +17,9 @@ from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.runner import schedule_one
 from policy_scheduler.plugins.load_aware import PLUGIN, LoadAware
 
-from kit import ViewHandle
+from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource
+
+from kit import QUEUE, ViewHandle, hint, node, registered
 
 GI = 1024 ** 3
 NOW = 1000.0
@@ -297,3 +299,13 @@ def test_args_validation_names_the_field(args, error):
     with pytest.raises(ChainError) as e:
         build_chain({"plugins": [{"name": "LoadAware", "args": args}]}, default_registry())
     assert any(x.startswith(error) for x in e.value.errors), e.value.errors
+
+
+# ------------------------------------------------------------------ events
+def test_events_to_register_metrics_refresh_and_node_add_without_hints():
+    # a new publication may change any node's verdict, and a new node may pass: both always queue
+    pl = plugin(None)
+    assert registered(pl) == [(Resource.METRICS, ActionType.UPDATE), (Resource.NODE, ActionType.ADD)]
+    assert all(r.hint is None for r in pl.events_to_register())
+    assert hint(pl, METRICS_REFRESH.resource, METRICS_REFRESH.action, make_pod(), None, "policy") == QUEUE
+    assert hint(pl, Resource.NODE, ActionType.ADD, make_pod(), None, node("x")) == QUEUE

@@ -16,7 +16,9 @@ from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.runner import schedule_one
 from policy_scheduler.plugins.metric_score import PLUGIN, MetricScore
 
-from kit import ViewHandle
+from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource
+
+from kit import QUEUE, ViewHandle, hint, node, registered
 
 NOW = 1000.0
 
@@ -141,3 +143,13 @@ def test_args_validation(args, error):
     with pytest.raises(ChainError) as e:
         build_chain({"plugins": [{"name": "MetricScore", "args": args}]}, default_registry())
     assert any(x.startswith(error) for x in e.value.errors), e.value.errors
+
+
+# ------------------------------------------------------------------ events
+def test_events_to_register_metrics_refresh_and_node_add_without_hints():
+    # a new publication may change any node's verdict, and a new node may pass: both always queue
+    pl = plugin(None, {"name": "m", "query": "q", "prefer": "Lower"})
+    assert registered(pl) == [(Resource.METRICS, ActionType.UPDATE), (Resource.NODE, ActionType.ADD)]
+    assert all(r.hint is None for r in pl.events_to_register())
+    assert hint(pl, METRICS_REFRESH.resource, METRICS_REFRESH.action, make_pod(), None, "policy") == QUEUE
+    assert hint(pl, Resource.NODE, ActionType.ADD, make_pod(), None, node("x")) == QUEUE

@@ -11,6 +11,8 @@ from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.node_affinity import (ERR_REASON_CONFLICT, ERR_REASON_ENFORCED, ERR_REASON_POD, PLUGIN,
                                                     parse_int64)
+from policy_scheduler.framework.events import ActionType, Resource
+from kit import QUEUE, SKIP, hint, node, registered
 
 NODE_LABELS = {
     "n1": {"zone": "a", "gpu": "4", "disk": "ssd"},
@@ -313,3 +315,38 @@ def test_args_defaults_and_aliases():
     assert PLUGIN.Args.model_validate({}).added_affinity is None
     args = PLUGIN.Args.model_validate(ADDED_ZONES_AB)
     assert args.added_affinity == ADDED_ZONES_AB["addedAffinity"]
+
+
+# ------------------------------------------------------------------ events and queueing hints
+A, T = ActionType, Resource
+ADDED = {"addedAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [term(expr("pool", "In", "batch"))]}}}
+
+
+def test_events_to_register():
+    assert registered(plugin()) == [(T.NODE, A.ADD), (T.NODE, A.UPDATE_NODE_LABEL)]
+
+
+# upstream isSchedulableAfterNodeChange: Skip unless the new node matches the pod's nodeSelector and
+# required terms (and the profile's addedAffinity); a new node then queues, an updated one only if
+# it did not match before.
+@pytest.mark.parametrize("args, pod, action, old, new, want", [
+    (None, make_pod({"zone": "a"}), A.ADD, None, node("x", {"zone": "a"}), QUEUE),
+    (None, make_pod({"zone": "a"}), A.ADD, None, node("x", {"zone": "b"}), SKIP),
+    (None, make_pod(), A.ADD, None, node("x"), QUEUE),  # nothing required: any node matches
+    (None, make_pod(required=[term(expr("gpu", "Exists"))]), A.ADD, None, node("x", {"gpu": "1"}), QUEUE),
+    (None, make_pod(required=[term(fields=[expr("metadata.name", "In", "y")])]), A.ADD, None, node("x"), SKIP),
+    (None, make_pod({"zone": "a"}), A.UPDATE_NODE_LABEL, node("x", {"zone": "b"}), node("x", {"zone": "a"}), QUEUE),
+    (None, make_pod({"zone": "a"}), A.UPDATE_NODE_LABEL, node("x", {"zone": "a"}),
+     node("x", {"zone": "a", "new": "1"}), SKIP),  # matched before: nothing changes for the pod
+    (None, make_pod({"zone": "a"}), A.UPDATE_NODE_LABEL, node("x", {"zone": "a"}), node("x", {"zone": "b"}), SKIP),
+    (None, make_pod(required=[term(expr("gpu", "Gt", "2"))]), A.UPDATE_NODE_LABEL, node("x", {"gpu": "2"}),
+     node("x", {"gpu": "3"}), QUEUE),
+    # addedAffinity: the node must match the scheduler-enforced selector too
+    (ADDED, make_pod(), A.ADD, None, node("x", {"pool": "web"}), SKIP),
+    (ADDED, make_pod(), A.ADD, None, node("x", {"pool": "batch"}), QUEUE),
+    (ADDED, make_pod({"zone": "a"}), A.UPDATE_NODE_LABEL, node("x", {"zone": "a", "pool": "web"}),
+     node("x", {"zone": "a", "pool": "batch"}), QUEUE),  # the enforced selector now matches
+])
+def test_node_change_hint(args, pod, action, old, new, want):
+    assert hint(plugin(args), T.NODE, action, pod, old, new) == want

@@ -9,6 +9,8 @@ from policy_scheduler.framework.nodetable import NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.node_label_match import PLUGIN
+from policy_scheduler.framework.events import ActionType, Resource
+from kit import QUEUE, SKIP, hint, node, registered
 
 NODES = {"web-1": {"pool": "web"}, "db-1": {"pool": "db"}, "bare": {}, "web-2": {"pool": "web", "zone": "a"}}
 REASON = "node(s) didn't have label pool=web required for workload"
@@ -125,3 +127,41 @@ def test_args_validation(args, fragment):
 def test_args_accept_field_names_and_empty_label_value():
     args = PLUGIN.Args.model_validate({"pod_name_pattern": "a.*", "node_label": {"key": "k", "value": ""}})
     assert (args.pod_name_pattern, args.node_label.key, args.node_label.value) == ("a.*", "k", "")
+
+
+# ------------------------------------------------------------------ events and queueing hints
+A, T = ActionType, Resource
+
+
+def test_events_to_register():
+    assert registered(plugin(podSelector={})) == [
+        (T.NODE, A.ADD), (T.NODE, A.UPDATE_NODE_LABEL), (T.TARGET_POD, A.UPDATE_POD_LABEL)]
+
+
+# Filter passes a node of the workload only when it carries pool=web: a node helps when it now has
+# that label with that value and did not before (a new node did not before).
+@pytest.mark.parametrize("action, old, new, want", [
+    (A.ADD, None, node("x", {"pool": "web"}), QUEUE),
+    (A.ADD, None, node("x", {"pool": "db"}), SKIP),
+    (A.ADD, None, node("x"), SKIP),
+    (A.UPDATE_NODE_LABEL, node("x", {"pool": "db"}), node("x", {"pool": "web"}), QUEUE),
+    (A.UPDATE_NODE_LABEL, node("x"), node("x", {"pool": "web"}), QUEUE),
+    (A.UPDATE_NODE_LABEL, node("x", {"pool": "web"}), node("x", {"pool": "web", "zone": "a"}), SKIP),
+    (A.UPDATE_NODE_LABEL, node("x", {"pool": "web"}), node("x", {"pool": "db"}), SKIP),
+])
+def test_node_change_hint(action, old, new, want):
+    pod = make_pod("api-0", {"app": "api"})
+    assert hint(plugin(podSelector={"matchLabels": {"app": "api"}}), T.NODE, action, pod, old, new) == want
+
+
+# The pod's own label change helps only when it takes the pod out of the workload (Filter then
+# passes every node); its name, which podNamePattern reads, cannot change.
+@pytest.mark.parametrize("selection, new_labels, want", [
+    ({"podSelector": {"matchLabels": {"app": "api"}}}, {"app": "other"}, QUEUE),
+    ({"podSelector": {"matchLabels": {"app": "api"}}}, {"app": "api", "v": "2"}, SKIP),
+    ({"podNamePattern": "api-.*"}, {"app": "other"}, SKIP),  # still selected by name
+])
+def test_pod_label_hint(selection, new_labels, want):
+    pod = make_pod("api-0", {"app": "api"})
+    new = make_pod("api-0", new_labels)
+    assert hint(plugin(**selection), T.TARGET_POD, A.UPDATE_POD_LABEL, pod, pod, new) == want

@@ -8,6 +8,8 @@ from policy_scheduler.framework.nodetable import NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.node_name import ERR_REASON, PLUGIN
+from policy_scheduler.framework.events import ActionType, Resource
+from kit import QUEUE, hint, node, registered
 
 NAMES = ("n1", "n2", "n3")
 
@@ -44,3 +46,12 @@ def test_filter(node_name, rows, passed):
 
 def test_reason_text():
     assert ERR_REASON == "node(s) didn't match the requested node name"
+
+
+# ------------------------------------------------------------------ events and queueing hints
+def test_events_to_register_node_add_without_hint():
+    # upstream registers Node/Add with no hint: only a new node can be the named one.
+    pl = PLUGIN(None, Handle())
+    assert registered(pl) == [(Resource.NODE, ActionType.ADD)]
+    assert pl.events_to_register()[0].hint is None
+    assert hint(pl, Resource.NODE, ActionType.ADD, make_pod("x"), None, node("y")) == QUEUE

@@ -8,6 +8,8 @@ from policy_scheduler.framework.nodetable import NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.node_ports import ERR_REASON, PLUGIN, wanted_ports
+from policy_scheduler.framework.events import ActionType, Resource
+from kit import QUEUE, SKIP, changed, hint, node, registered
 
 
 def port(host_port, host_ip=None, protocol=None, container_port=8080):
@@ -113,3 +115,37 @@ def test_pre_filter_skips_pods_without_host_ports(pod):
 def test_sidecar_host_port_conflicts():
     pod = make_pod("p", init_containers=[{"name": "proxy", "restartPolicy": "Always", "ports": [port(80)]}])
     assert run(table([port(80)], []), pod).passed.tolist() == [False, True]
+
+
+# ------------------------------------------------------------------ events and queueing hints
+A, T = ActionType, Resource
+
+
+def test_events_to_register():
+    pl = PLUGIN(None, Handle())
+    assert registered(pl) == [(T.ASSIGNED_POD, A.DELETE), (T.NODE, A.ADD)]
+    # upstream: Node/Add without a hint (a new node has every port free)
+    assert hint(pl, T.NODE, A.ADD, make_pod("p", [port(80)]), None, node("x")) == QUEUE
+
+
+def bound(pod, node_name="n0", nominated=""):
+    return changed(pod, node_name=node_name, nominated_node_name=nominated)
+
+
+# upstream isSchedulableAfterPodDeleted: Queue when the deleted pod was bound or nominated and held a
+# host port that conflicts with one the pod wants (HostPortInfo.CheckConflict).
+@pytest.mark.parametrize("wants, deleted, want", [
+    ([port(80)], bound(make_pod("d", [port(80)])), QUEUE),
+    ([port(80)], bound(make_pod("d", [port(80)]), node_name="", nominated="n0"), QUEUE),  # nominated
+    ([port(80)], bound(make_pod("d", [port(80)]), node_name=""), SKIP),  # never placed: held nothing
+    ([port(80)], bound(make_pod("d", [port(81)])), SKIP),  # another port
+    ([port(80)], bound(make_pod("d", [port(80, protocol="UDP")])), SKIP),  # another protocol
+    ([port(80)], bound(make_pod("d")), SKIP),  # no host port at all
+    ([port(80, host_ip="10.0.0.1")], bound(make_pod("d", [port(80)])), QUEUE),  # 0.0.0.0 clashes with any IP
+    ([port(80, host_ip="10.0.0.1")], bound(make_pod("d", [port(80, host_ip="10.0.0.2")])), SKIP),
+    ([port(80)], bound(make_pod("d", init_containers=[
+        {"name": "s", "restartPolicy": "Always", "ports": [port(80)]}])), QUEUE),  # a sidecar's port
+])
+def test_pod_deleted_hint(wants, deleted, want):
+    pod = make_pod("p", wants)
+    assert hint(PLUGIN(None, Handle()), T.ASSIGNED_POD, A.DELETE, pod, deleted, None) == want

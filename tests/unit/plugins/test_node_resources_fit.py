@@ -17,6 +17,8 @@ from policy_scheduler.framework.resources import broken_linear, go_div, is_scala
 from policy_scheduler.plugins.node_resources_fit import PLUGIN
 
 import kit
+from policy_scheduler.framework.events import ActionType, Resource
+from kit import QUEUE, SKIP, changed, hint, node, registered
 
 MI = 1024 * 1024
 
@@ -499,3 +501,61 @@ def test_score_rows_subset_and_prescore_state():
 
 def test_go_div_truncates():
     assert go_div(np.array([-7, 7, -6, 0]), 2).tolist() == [-3, 3, -3, 0]
+
+
+# ------------------------------------------------------------------ events and queueing hints
+A, T = ActionType, Resource
+BIG = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+
+
+def test_events_to_register():
+    assert registered(plugin()) == [
+        (T.ASSIGNED_POD, A.DELETE), (T.ASSIGNED_POD, A.UPDATE_POD_SCALE_DOWN),
+        (T.NODE, A.ADD), (T.NODE, A.UPDATE_NODE_ALLOCATABLE), (T.TARGET_POD, A.UPDATE_POD_SCALE_DOWN)]
+
+
+# upstream isSchedulableAfterNodeChange: Skip when the pod does not fit even the empty node (isFit);
+# a new node then queues; an updated one only when the allowed pod count, or the allocatable of a
+# resource the pod requests, grew (haveAnyRequestedResourcesIncreased).
+@pytest.mark.parametrize("args, requests, action, old, new, want", [
+    (None, {"cpu": "2"}, A.ADD, None, node("x", allocatable=BIG), QUEUE),
+    (None, {"cpu": "8"}, A.ADD, None, node("x", allocatable=BIG), SKIP),  # too small even empty
+    (None, None, A.ADD, None, node("x", allocatable={"cpu": "4"}), SKIP),  # no pods allowed
+    (None, None, A.ADD, None, node("x", allocatable={"pods": "1"}), QUEUE),  # requests nothing
+    (None, {"example.com/gpu": "1"}, A.ADD, None, node("x", allocatable=BIG), SKIP),
+    (None, {"example.com/gpu": "1"}, A.ADD, None, node("x", allocatable={**BIG, "example.com/gpu": "1"}), QUEUE),
+    # an ignored extended resource is not checked by Filter, so the node fits (see the module docstring)
+    ({"ignoredResources": ["example.com/gpu"]}, {"example.com/gpu": "1"}, A.ADD, None,
+     node("x", allocatable=BIG), QUEUE),
+    (None, {"cpu": "2"}, A.UPDATE_NODE_ALLOCATABLE, node("x", allocatable={**BIG, "cpu": "3"}),
+     node("x", allocatable=BIG), QUEUE),  # cpu grew
+    (None, {"cpu": "2"}, A.UPDATE_NODE_ALLOCATABLE, node("x", allocatable={**BIG, "memory": "4Gi"}),
+     node("x", allocatable=BIG), SKIP),  # memory grew, but the pod requests no memory
+    (None, {"cpu": "2"}, A.UPDATE_NODE_ALLOCATABLE, node("x", allocatable={**BIG, "pods": "10"}),
+     node("x", allocatable=BIG), QUEUE),  # more pods allowed
+    (None, {"cpu": "2"}, A.UPDATE_NODE_ALLOCATABLE, node("x", allocatable={**BIG, "cpu": "5"}),
+     node("x", allocatable=BIG), SKIP),  # shrank
+    (None, {"cpu": "6"}, A.UPDATE_NODE_ALLOCATABLE, node("x", allocatable={**BIG, "cpu": "3"}),
+     node("x", allocatable=BIG), SKIP),  # grew, but still too small
+])
+def test_node_change_hint(args, requests, action, old, new, want):
+    pod = make_pod(requests=requests)
+    assert hint(plugin(args), T.NODE, action, pod, old, new) == want
+
+
+# upstream isSchedulableAfterPodEvent: a deleted pod that was bound or nominated frees room; a
+# scale-down queues for the pod itself, and for an assigned pod only when it lowered a resource the
+# pod requests (isSchedulableAfterPodScaleDown).
+@pytest.mark.parametrize("resource, action, old, new, want", [
+    (T.ASSIGNED_POD, A.DELETE, changed(make_pod("d", {"cpu": "1"}), node_name="n"), None, QUEUE),
+    (T.ASSIGNED_POD, A.DELETE, changed(make_pod("d", {"cpu": "1"}), nominated_node_name="n"), None, QUEUE),
+    (T.ASSIGNED_POD, A.DELETE, make_pod("d", {"cpu": "1"}), None, SKIP),  # never placed
+    (T.ASSIGNED_POD, A.UPDATE_POD_SCALE_DOWN, changed(make_pod("d", {"cpu": "2"}), node_name="n"),
+     changed(make_pod("d", {"cpu": "1"}), node_name="n"), QUEUE),
+    (T.ASSIGNED_POD, A.UPDATE_POD_SCALE_DOWN, changed(make_pod("d", {"memory": "2Gi"}), node_name="n"),
+     changed(make_pod("d", {"memory": "1Gi"}), node_name="n"), SKIP),  # the pod requests no memory
+    (T.TARGET_POD, A.UPDATE_POD_SCALE_DOWN, make_pod("p", {"cpu": "3"}), make_pod("p", {"cpu": "2"}), QUEUE),
+])
+def test_pod_event_hint(resource, action, old, new, want):
+    pod = make_pod("p", {"cpu": "2"})
+    assert hint(plugin(), resource, action, pod, old, new) == want

@@ -8,6 +8,8 @@ from policy_scheduler.framework.nodetable import NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.node_unschedulable import ERR_REASON, PLUGIN
+from policy_scheduler.framework.events import ActionType, Resource
+from kit import QUEUE, SKIP, hint, node, registered
 
 KEY = "node.kubernetes.io/unschedulable"
 
@@ -63,3 +65,40 @@ def test_follows_cordon_and_uncordon_on_row_subset():
 
 def test_reason_text():
     assert ERR_REASON == "node(s) were unschedulable"
+
+
+# ------------------------------------------------------------------ events and queueing hints
+A, T = ActionType, Resource
+
+
+def test_events_to_register():
+    assert registered(PLUGIN(None, Handle())) == [
+        (T.NODE, A.ADD), (T.NODE, A.UPDATE_NODE_TAINT), (T.TARGET_POD, A.UPDATE_POD_TOLERATION)]
+
+
+# upstream isSchedulableAfterNodeChange: Queue when the node was added schedulable, or went from
+# unschedulable to schedulable; a cordoned node (added or still cordoned) cannot help.
+@pytest.mark.parametrize("action, old, new, want", [
+    (A.ADD, None, node("a"), QUEUE),
+    (A.ADD, None, node("a", unschedulable=True), SKIP),
+    (A.UPDATE_NODE_TAINT, node("a", unschedulable=True), node("a"), QUEUE),
+    (A.UPDATE_NODE_TAINT, node("a"), node("a", taints=[("k", "v", "NoSchedule")]), SKIP),  # was schedulable already
+    (A.UPDATE_NODE_TAINT, node("a", unschedulable=True),
+     node("a", unschedulable=True, taints=[("k", "", "NoSchedule")]), SKIP),  # still cordoned
+])
+def test_node_change_hint(action, old, new, want):
+    assert hint(PLUGIN(None, Handle()), T.NODE, action, make_pod(), old, new) == want
+
+
+# upstream isSchedulableAfterPodTolerationChange: the pod itself now tolerates
+# node.kubernetes.io/unschedulable:NoSchedule (tolerations are only ever added).
+@pytest.mark.parametrize("tolerations, want", [
+    ([{"key": KEY, "operator": "Exists", "effect": "NoSchedule"}], QUEUE),
+    ([{"operator": "Exists"}], QUEUE),  # tolerates everything
+    ([{"key": "other", "operator": "Exists"}], SKIP),  # an unrelated toleration
+    ([{"key": KEY, "operator": "Exists", "effect": "NoExecute"}], SKIP),  # wrong effect
+])
+def test_pod_toleration_hint(tolerations, want):
+    pod = make_pod()
+    new = make_pod(tolerations)
+    assert hint(PLUGIN(None, Handle()), T.TARGET_POD, A.UPDATE_POD_TOLERATION, pod, pod, new) == want

@@ -17,6 +17,8 @@ from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.pod_topology_spread import (ERR_REASON_CONSTRAINTS_NOT_MATCH,
                                                           ERR_REASON_NODE_LABEL_NOT_MATCH, PLUGIN,
                                                           PodTopologySpreadArgs, go_log, go_round)
+from policy_scheduler.framework.events import ActionType, Resource
+from kit import QUEUE, SKIP, changed, hint, node, registered
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -562,3 +564,96 @@ def test_match_counter_recounts_everything_once_its_generation_left_the_change_l
         nodes.add_pod(make_pod(name=f"d{i}", labels={"app": "db"}), "n1")
         assert _count_matching(counter, nodes, "default", db).tolist() == [0, i + 1]
     assert _count_matching(counter, nodes, "default", web).tolist() == [1, 0]
+
+
+# ------------------------------------------------------------------ events and queueing hints
+A, T = ActionType, Resource
+SPREAD = make_pod("p", constraints=[constraint()])  # zone, maxSkew 1, app=web, DoNotSchedule
+
+
+def assigned(name="e", ns="default", labels=WEB, node_name="n1"):
+    return changed(make_pod(name, ns=ns, labels=labels), node_name=node_name)
+
+
+def test_events_to_register():
+    assert registered(plugin()) == [
+        (T.ASSIGNED_POD, A.ADD), (T.ASSIGNED_POD, A.DELETE), (T.ASSIGNED_POD, A.UPDATE_POD_LABEL),
+        (T.NODE, A.ADD), (T.NODE, A.DELETE), (T.NODE, A.UPDATE_NODE_LABEL), (T.NODE, A.UPDATE_NODE_TAINT),
+        (T.TARGET_POD, A.UPDATE_POD_LABEL), (T.TARGET_POD, A.UPDATE_POD_TOLERATION)]
+
+
+# upstream isSchedulableAfterPodChange: only an assigned pod of the same namespace (or the pod itself)
+# counts. Add/Delete queue when its labels match some hard constraint's selector; a label update
+# when some selector's verdict on it flips.
+@pytest.mark.parametrize("action, old, new, want", [
+    (A.ADD, None, assigned(), QUEUE),
+    (A.ADD, None, assigned(labels={"app": "db"}), SKIP),  # not counted by the selector
+    (A.ADD, None, assigned(ns="other"), SKIP),  # another namespace is never counted
+    (A.ADD, None, assigned(node_name=""), SKIP),  # not assigned
+    (A.DELETE, assigned(), None, QUEUE),
+    (A.DELETE, assigned(labels={"app": "db"}), None, SKIP),
+    (A.UPDATE_POD_LABEL, assigned(labels={"app": "db"}), assigned(), QUEUE),  # now counted
+    (A.UPDATE_POD_LABEL, assigned(), assigned(labels={"app": "db"}), QUEUE),  # no longer counted
+    (A.UPDATE_POD_LABEL, assigned(), assigned(labels={**WEB, "tier": "x"}), SKIP),  # still counted
+])
+def test_assigned_pod_hint(action, old, new, want):
+    assert hint(plugin(), T.ASSIGNED_POD, action, SPREAD, old, new) == want
+
+
+def test_assigned_pod_hint_without_hard_constraints_skips():
+    # a pod with only ScheduleAnyway constraints has no hard constraint to match against
+    soft = make_pod("p", constraints=[constraint(when="ScheduleAnyway")])
+    assert hint(plugin(), T.ASSIGNED_POD, A.ADD, soft, None, assigned()) == SKIP
+
+
+# The pod's own update: a new toleration queues only when a constraint honors taints; a label
+# change only when it flips a selector's verdict (matchLabelKeys-merged selectors read the labels).
+@pytest.mark.parametrize("pod, new, action, want", [
+    (make_pod("p", constraints=[constraint(nodeTaintsPolicy="Honor")]),
+     make_pod("p", constraints=[constraint(nodeTaintsPolicy="Honor")], tolerations=[{"operator": "Exists"}]),
+     A.UPDATE_POD_TOLERATION, QUEUE),
+    (SPREAD, make_pod("p", constraints=[constraint()], tolerations=[{"operator": "Exists"}]),
+     A.UPDATE_POD_TOLERATION, SKIP),  # taints are ignored (the default): a toleration cannot help
+    (SPREAD, make_pod("p", labels={"app": "db"}, constraints=[constraint()]), A.UPDATE_POD_LABEL, QUEUE),
+    (SPREAD, make_pod("p", labels={**WEB, "x": "y"}, constraints=[constraint()]), A.UPDATE_POD_LABEL, SKIP),
+])
+def test_target_pod_hint(pod, new, action, want):
+    assert hint(plugin(), T.TARGET_POD, action, pod, pod, new) == want
+
+
+def spec(name="n", zone=None, labels=None, taints=()):
+    lbl = {HOST: name, **({ZONE: zone} if zone is not None else {}), **(labels or {})}
+    return node(name, lbl, taints)
+
+
+# upstream isSchedulableAfterNodeChange: "has every topology key" of the hard constraints decides.
+# Add/Delete queue when the node has them; an update when that flips, or when the node has them and
+# a topology-key label value or its taints changed.
+@pytest.mark.parametrize("action, old, new, want", [
+    (A.ADD, None, spec(zone="a"), QUEUE),
+    (A.ADD, None, spec(), SKIP),  # no zone label: not in any domain
+    (A.DELETE, spec(zone="a"), None, QUEUE),
+    (A.DELETE, spec(), None, SKIP),
+    (A.UPDATE_NODE_LABEL, spec(), spec(zone="a"), QUEUE),  # joined a domain
+    (A.UPDATE_NODE_LABEL, spec(zone="a"), spec(), QUEUE),  # left its domain
+    (A.UPDATE_NODE_LABEL, spec(zone="a"), spec(zone="b"), QUEUE),  # moved
+    (A.UPDATE_NODE_LABEL, spec(zone="a"), spec(zone="a", labels={"x": "1"}), SKIP),  # unrelated label
+    (A.UPDATE_NODE_LABEL, spec(), spec(labels={"x": "1"}), SKIP),
+    (A.UPDATE_NODE_TAINT, spec(zone="a", taints=[("k", "", "NoSchedule")]), spec(zone="a"), QUEUE),
+    (A.UPDATE_NODE_TAINT, spec(taints=[("k", "", "NoSchedule")]), spec(), SKIP),  # not in a domain
+])
+def test_node_change_hint(action, old, new, want):
+    assert hint(plugin(), T.NODE, action, SPREAD, old, new) == want
+
+
+def test_hints_use_the_default_constraints_of_a_pod_without_its_own():
+    # List defaulting with a hard zone constraint; the selector comes from the handle (the pod's
+    # Services/ReplicaSets). No selector: no default constraints, so no topology key is required.
+    args = {"defaultingType": "List", "defaultConstraints": [
+        {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule"}]}
+    bare = make_pod("p")
+    with_selector = plugin(args, SelectorHandle(LabelSelector.parse({"matchLabels": WEB})))
+    assert hint(with_selector, T.NODE, A.ADD, bare, None, spec()) == SKIP
+    assert hint(with_selector, T.NODE, A.ADD, bare, None, spec(zone="a")) == QUEUE
+    assert hint(with_selector, T.ASSIGNED_POD, A.ADD, bare, None, assigned()) == QUEUE
+    assert hint(plugin(args, SelectorHandle(None)), T.NODE, A.ADD, bare, None, spec()) == QUEUE

@@ -8,6 +8,8 @@ from policy_scheduler.framework.nodetable import NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.taint_toleration import ERR_REASON_UNTOLERATED, PLUGIN
+from policy_scheduler.framework.events import ActionType, Resource
+from kit import QUEUE, SKIP, changed, hint, node, registered
 
 
 def make_node(name, taints=()):
@@ -154,3 +156,43 @@ def test_score_on_a_subset_of_rows():
     assert raw.tolist() == [2, 0]
     # 100 - 100*2//2 = 0; raw 0 -> 100
     assert pl.normalize_score(state, make_pod(), nodes, rows, raw).tolist() == [0, 100]
+
+
+# ------------------------------------------------------------------ events and queueing hints
+A, T = ActionType, Resource
+NS = ("dedicated", "gpu", "NoSchedule")
+NE = ("dedicated", "gpu", "NoExecute")
+PREFER = ("soft", "x", "PreferNoSchedule")
+TOL_GPU = {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+
+
+def test_events_to_register():
+    assert registered(plugin()) == [
+        (T.NODE, A.ADD), (T.NODE, A.UPDATE_NODE_TAINT), (T.TARGET_POD, A.UPDATE_POD_TOLERATION)]
+
+
+# upstream isSchedulableAfterNodeChange: Queue only when the old node (a new node counts as having
+# had one) had an untolerated NoSchedule/NoExecute taint and the new node has none.
+@pytest.mark.parametrize("action, old, new, tolerations, want", [
+    (A.ADD, None, node("a"), (), QUEUE),
+    (A.ADD, None, node("a", taints=[PREFER]), (), QUEUE),  # PreferNoSchedule never filters
+    (A.ADD, None, node("a", taints=[NS]), (), SKIP),
+    (A.ADD, None, node("a", taints=[NS]), (TOL_GPU,), QUEUE),  # tolerated
+    (A.ADD, None, node("a", taints=[NS, NE]), (TOL_GPU,), SKIP),  # NoExecute still untolerated
+    (A.UPDATE_NODE_TAINT, node("a", taints=[NS]), node("a"), (), QUEUE),
+    (A.UPDATE_NODE_TAINT, node("a", taints=[NS]), node("a", taints=[NE]), (), SKIP),
+    (A.UPDATE_NODE_TAINT, node("a"), node("a", taints=[PREFER]), (), SKIP),  # was tolerated already
+    (A.UPDATE_NODE_TAINT, node("a", taints=[NS]), node("a", taints=[PREFER]), (), QUEUE),
+])
+def test_node_change_hint(action, old, new, tolerations, want):
+    assert hint(plugin(), T.NODE, action, make_pod(tolerations), old, new) == want
+
+
+# upstream isSchedulableAfterPodTolerationChange: any toleration added to the pod itself queues.
+@pytest.mark.parametrize("same_pod, want", [(True, QUEUE), (False, SKIP)])
+def test_pod_toleration_hint(same_pod, want):
+    pod = make_pod()
+    new = make_pod((TOL_GPU,))
+    if not same_pod:
+        new = changed(new, uid="someone-else")
+    assert hint(plugin(), T.TARGET_POD, A.UPDATE_POD_TOLERATION, pod, pod, new) == want
