@@ -208,10 +208,13 @@ class MetricsView:
         self.records[key] = (node, placed_at, parts)
         self._count(node, parts)
 
-    def remove_inflight(self, key: str) -> bool:
-        rec = self.records.pop(key, None)
-        if rec is None:
+    def remove_inflight(self, key: str, node: str | None = None) -> bool:
+        """Forget the in-flight pod ``key`` (only if it is on ``node``, when given); False when
+        there was nothing to forget."""
+        rec = self.records.get(key)
+        if rec is None or (node is not None and rec[0] != node):
             return False
+        del self.records[key]
         self._count(rec[0], -rec[2])
         return True
 

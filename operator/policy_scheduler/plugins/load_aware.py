@@ -19,6 +19,10 @@ A node without fresh values for both metrics follows ``onMissingMetrics``: ``Neu
 the filter and scores 50; ``Exclude`` rejects it; ``FallbackToRequests`` passes the filter and
 scores by allocation as NodeResourcesFit's LeastAllocated (non-zero requests incl. the pod's).
 
+Reserve: the pod placed on a node counts there as in flight, at its estimate, in the policy's
+MetricsView (placed at the view's clock, the one its sample times are read with); Unreserve takes
+it back when a later step fails. The view drops it once a fresh sample covers it.
+
 Every per-pod step indexes row-aligned arrays derived once per metrics publication (and node
 set); a placement updates its node's entries when it happens, outside the cycle.
 
@@ -36,13 +40,15 @@ from pydantic import Field, field_validator, model_validator
 
 from ..framework.events import ClusterEventWithHint
 from ..framework.interface import (MAX_NODE_SCORE, CycleState, EnqueueExtensions, FilterPlugin, FilterResult,
-                                   PluginArgs, ScorePlugin)
+                                   PluginArgs, ReservePlugin, ScorePlugin)
 from ..framework.metricrules import NEUTRAL_SCORE, OnMissingMetrics, check_label_name, metric_plugin_events
-from ..framework.metricview import FRESH, SOURCE, STATE_NAMES, Estimator, MetricsView, RowCache, SeriesKey
+from ..framework.metricview import (FRESH, SOURCE, STATE_NAMES, Estimator, MetricsView, RowCache, SeriesKey,
+                                    estimate_parts)
 from ..framework.nodetable import CPU, MEMORY, NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.quantity import QuantityError, resource_value
 from ..framework.resources import requests_scores
+from ..framework.status import Status
 
 PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
@@ -159,7 +165,7 @@ class _Rows:
 RESOURCES = ("cpu", "memory")
 
 
-class LoadAware(FilterPlugin, ScorePlugin, EnqueueExtensions):
+class LoadAware(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions):
     NAME = "LoadAware"
     Args = LoadAwareArgs
 
@@ -288,6 +294,21 @@ class LoadAware(FilterPlugin, ScorePlugin, EnqueueExtensions):
                       for name, thr, bit in zip(RESOURCES, self._thr_pct, (4, 2)) if rid & bit]
             self._texts[rid] = texts
         return texts
+
+    # ------------------------------------------------------------------ reserve
+    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """Count the pod on ``node_name`` as in flight until a fresh sample covers it; the row of
+        that node is updated at once (``_on_inflight``), so the next pod's Filter and Score see it."""
+        view = self._view()
+        if view is not None:
+            view.add_inflight(pod.key, node_name, estimate_parts(pod), view.clock())
+        return Status.success()
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        """Undo ``reserve`` (idempotent: nothing to do when the pod is not in flight there)."""
+        view = self._view()
+        if view is not None:
+            view.remove_inflight(pod.key, node_name)
 
     # ------------------------------------------------------------------ filter
     def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> FilterResult:

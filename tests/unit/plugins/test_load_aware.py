@@ -301,6 +301,64 @@ def test_args_validation_names_the_field(args, error):
     assert any(x.startswith(error) for x in e.value.errors), e.value.errors
 
 
+# ------------------------------------------------------------------ reserve / unreserve
+def test_reserve_adds_the_inflight_estimate_the_next_score_sees():
+    t = make_table(["a", "b"])  # 4 cores each
+    view = make_view({"a": (0.2, 0.0), "b": (0.2, 0.0)})
+    pl = plugin(view, resourceWeights={"cpu": 1, "memory": 0})
+    assert scores(pl, t) == {"a": 80, "b": 80}
+    pod = make_pod("x", limits={"cpu": "1"})
+    assert pl.reserve(CycleState(), pod, "a").is_success
+    # 0.2 + 1000m / 4000m = 0.45 on a only: floor(55) (b untouched)
+    assert scores(pl, t) == {"a": 55, "b": 80}
+    node, placed_at, _ = view.records["ns/x"]
+    assert (node, placed_at) == ("a", NOW)  # placed at the view's clock, the samples' time base
+    # a fresh plugin built from the view agrees with the row updated in place
+    assert scores(plugin(view, resourceWeights={"cpu": 1, "memory": 0}), t) == {"a": 55, "b": 80}
+    # and Filter counts it too: 0.2 + 0.25 + another 1-core pod = 0.7; with 2 more: 0.95 > 0.8
+    for name in ("y", "z"):
+        pl.reserve(CycleState(), make_pod(name, limits={"cpu": "1"}), "a")
+    assert filter_all(pl, t) == {"a": ["node(s) had cpu usage above the 80% threshold"], "b": None}
+
+
+def test_unreserve_removes_it_and_twice_is_harmless():
+    t = make_table(["a"])
+    view = make_view({"a": (0.2, 0.0)})
+    pl = plugin(view, resourceWeights={"cpu": 1, "memory": 0})
+    pod = make_pod("x", limits={"cpu": "1"})
+    pl.reserve(CycleState(), pod, "a")
+    assert scores(pl, t) == {"a": 55}
+    pl.unreserve(CycleState(), pod, "a")
+    assert scores(pl, t) == {"a": 80} and "ns/x" not in view.records
+    pl.unreserve(CycleState(), pod, "a")  # again: nothing left to remove, nothing goes negative
+    assert scores(pl, t) == {"a": 80}
+    assert not view.acc.any()
+    # unreserve of a plugin whose reserve did not run for the pod (another Reserve plugin failed first)
+    pl.unreserve(CycleState(), make_pod("never"), "a")
+    assert scores(pl, t) == {"a": 80}
+
+
+def test_unreserve_leaves_a_reservation_on_another_node():
+    t = make_table(["a", "b"])
+    view = make_view({"a": (0.2, 0.0), "b": (0.2, 0.0)})
+    pl = plugin(view, resourceWeights={"cpu": 1, "memory": 0})
+    pod = make_pod("x", limits={"cpu": "1"})
+    pl.reserve(CycleState(), pod, "b")
+    pl.unreserve(CycleState(), pod, "a")  # a stale undo for another node
+    assert scores(pl, t) == {"a": 80, "b": 55}
+
+
+def test_reserve_without_a_metric_source_does_nothing():
+    pl = plugin(None)
+    assert pl.reserve(CycleState(), make_pod("x"), "a").is_success
+    pl.unreserve(CycleState(), make_pod("x"), "a")
+
+
+def test_load_aware_is_at_the_reserve_point_of_its_chain():
+    chain = build_chain({"plugins": [{"name": "LoadAware"}]}, default_registry(), ViewHandle(None))
+    assert [p.NAME for p in chain.reserve] == ["LoadAware"]
+
+
 # ------------------------------------------------------------------ events
 def test_events_to_register_metrics_refresh_and_node_add_without_hints():
     # a new publication may change any node's verdict, and a new node may pass: both always queue
