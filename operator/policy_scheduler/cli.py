@@ -30,21 +30,32 @@ def cmd_run(a: argparse.Namespace) -> int:
     from .handlers import run_operator
     from .metricsources.prometheus import PrometheusMetricSources
 
+    from .plugins import registry_with
+
     _setup_logging(a.log_level)
     try:
         creds = load_credentials(a.kubeconfig)
     except (RuntimeError, KeyError, ValueError) as e:
         print(f"policy-scheduler: cannot load credentials: {e}", file=sys.stderr)
         return 2
+    try:
+        registry, added = registry_with(a.plugin_module)
+    except Exception as e:  # an import error, or a name that clashes: say which module
+        print(f"policy-scheduler: cannot load plugin modules {a.plugin_module}: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        return 2
+    if added:
+        logging.getLogger("policy_scheduler").info("out-of-tree plugins registered: %s", ", ".join(added))
 
     async def main() -> None:
         client = KubeClient(creds, qps=a.qps, burst=a.burst)
         sources = PrometheusMetricSources(a.prometheus_url, refresh=a.prometheus_refresh_interval,
                                           timeout=a.prometheus_query_timeout, ttl=a.prometheus_ttl,
                                           usage_lag=a.prometheus_usage_lag)
+        sources.registry = registry
         engine = Engine(client, scheduler_name=a.scheduler_name,
                         namespaces=set(a.namespace) if a.namespace else None,
-                        bind_concurrency=a.bind_concurrency, sources=sources)
+                        bind_concurrency=a.bind_concurrency, sources=sources, registry=registry)
         if a.metrics_port:
             start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.telemetry.registry)
         liveness = f"http://{a.health_address}:{a.health_port}/healthz" if a.health_port else None
@@ -206,6 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--prometheus-usage-lag", type=_duration, default=60.0, metavar="DURATION",
                    help="default time a placed pod counts at an estimate before samples show its usage "
                         "(default 1m)")
+    r.add_argument("--plugin-module", action="append", default=[], metavar="MODULE",
+                   help="import this Python module (dotted name, on PYTHONPATH) and register its out-of-tree "
+                        "plugins: its PLUGIN class or PLUGINS list (repeatable). Policies then name them like "
+                        "built-in plugins.")
     r.set_defaults(fn=cmd_run)
 
     c = sub.add_parser("crd", help="print the SchedulingPolicy CRD (generated from the API models)")

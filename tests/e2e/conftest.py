@@ -85,8 +85,10 @@ OPERATOR_LOGS = STATE / "operator-logs"
 class OperatorProcess:
     """`policy-scheduler run` against the test cluster, with its own scheduler name and log file."""
 
-    def __init__(self, cluster, scheduler_name: str, extra: list[str] | None = None, kubeconfig: str | None = None):
+    def __init__(self, cluster, scheduler_name: str, extra: list[str] | None = None, kubeconfig: str | None = None,
+                 env: dict[str, str] | None = None):
         self.cluster = cluster
+        self.env = env
         self.scheduler_name = scheduler_name
         self.extra = extra or []
         self.kubeconfig = kubeconfig or str(cluster.kubeconfig_path)
@@ -99,7 +101,8 @@ class OperatorProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "policy_scheduler.cli", "run", "--kubeconfig", self.kubeconfig,
              "--scheduler-name", self.scheduler_name, "--metrics-port", "0", "--health-port", "0", *self.extra],
-            stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=None if self.env is None else {**os.environ, **self.env})
         logf.close()
         wait_for(lambda: "cache synced" in self.log() or self.proc.poll() is not None, 60,
                  what=f"operator {self.scheduler_name} to sync")
@@ -157,3 +160,40 @@ def operator(cluster, crd):
 @pytest.fixture(scope="session")
 def policies(api):
     return client.CustomObjectsApi(api)
+
+
+@pytest.fixture
+def nodes(core):
+    """Create nodes for one test (helpers.node arguments); delete them afterwards."""
+    from kubernetes.client.rest import ApiException
+
+    from helpers import node
+
+    made: list[str] = []
+
+    def make(name: str, **kw) -> str:
+        core.create_node(node(name, **kw))
+        made.append(name)
+        return name
+
+    yield make
+    for n in made:
+        try:
+            core.delete_node(n)
+        except ApiException:
+            pass
+
+
+@pytest.fixture(scope="module")
+def example_policies(operator, policies):
+    """The example policies of policies/, applied and Ready."""
+    from helpers import apply_policy, ready_condition
+
+    for f in sorted((ROOT / "policies").glob("*.yaml")):
+        body = yaml.safe_load(f.read_text())
+        apply_policy(policies, body["metadata"]["name"], body["spec"]["plugins"],
+                     **{k: v for k, v in body["spec"].items() if k != "plugins"})
+    for name in ("default", "binpack", "spread", "node-label-match"):
+        wait_for(lambda: (ready_condition(policies, name) or {}).get("status") == "True", 30,
+                 what=f"policy {name} Ready")
+    return policies

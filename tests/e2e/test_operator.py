@@ -9,47 +9,15 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 import localcluster
-from helpers import (GROUP, PLURAL, VERSION, apply_policy, events_for, node, pod, policy_status, ready_condition,
+from helpers import (GROUP, PLURAL, VERSION, apply_policy, events_for, pod, policy_status, ready_condition,
                      wait_bound, wait_for)
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = "policy-scheduler.io/policy"
-
-
-@pytest.fixture
-def nodes(core):
-    """Create nodes for one test; delete them afterwards."""
-    made: list[str] = []
-
-    def make(name: str, **kw) -> str:
-        core.create_node(node(name, **kw))
-        made.append(name)
-        return name
-
-    yield make
-    for n in made:
-        try:
-            core.delete_node(n)
-        except ApiException:
-            pass
-
-
-@pytest.fixture(scope="module")
-def example_policies(operator, policies):
-    for f in sorted((ROOT / "policies").glob("*.yaml")):
-        body = yaml.safe_load(f.read_text())
-        apply_policy(policies, body["metadata"]["name"], body["spec"]["plugins"],
-                     **{k: v for k, v in body["spec"].items() if k != "plugins"})
-    for name in ("default", "binpack", "spread", "node-label-match"):
-        wait_for(lambda: (ready_condition(policies, name) or {}).get("status") == "True", 30,
-                 what=f"policy {name} Ready")
-    return policies
 
 
 def sel(group: str) -> dict:
@@ -141,7 +109,7 @@ def test_kubectl_shows_policy_columns(cluster, example_policies):
     header = out.stdout.splitlines()[0].split()
     assert header == ["NAME", "READY", "PLUGINS", "SCHEDULED", "PENDING", "AGE"]
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
-    assert rows["default"][1] == "True" and rows["default"][2] == "11"
+    assert rows["default"][1] == "True" and rows["default"][2] == "13"  # the 11 listed + SchedulingGates, DefaultBinder
 
 
 def test_invalid_policies_are_not_ready_with_the_field_named(core, namespace, nodes, operator, policies,

@@ -1,5 +1,5 @@
-"""The scheduling engine: cache and queue fed by watch events, one scheduling loop, asynchronous
-binding.
+"""The scheduling engine: cache and queue fed by watch events, one scheduling loop, and the
+binding cycle (binder.py).
 
 The engine's informers (informer.py) call ``on_node`` / ``on_pod`` / ``on_namespace`` and the
 kopf handlers (handlers.py) call ``on_policy``, with the raw object dicts; these only update the
@@ -7,15 +7,20 @@ cache and the queue. ``run`` syncs the informers, then is the loop.
 Everything runs on one asyncio loop: a cycle is synchronous (pure core) and the loop yields
 between pods; bindings, events and status writes are tasks.
 
-The engine delegates, one module each: policies and their chains (policies.py, PolicyStore),
-Events and PodScheduled conditions (recorder.py, EventRecorder), SchedulingPolicy status
-(policy_status.py, PolicyStatusWriter), the operator's own metrics (telemetry.py, Telemetry),
-and the plugins' Handle (handle.py).
+Watch events become cluster events for the queue (framework/events.py): a node added, a node
+update per changed aspect, an assigned pod added, updated or deleted, a namespace's labels, a
+policy change. The queue moves a waiting pod only when a plugin that rejected it registered the
+event and its hint says it may help.
 
-Nothing is lost: a failed bind forgets the assumption and requeues the pod with backoff; a pod
-already bound (409) or deleted (404) is dropped quietly, since the watch then says where it is.
-On restart the initial LIST rebuilds everything: bound pods count on their nodes, unbound ones
-are queued again, and the API refuses a second binding of a pod.
+The engine delegates, one module each: the binding cycle (binder.py, Binder), policies and
+their chains (policies.py, PolicyStore), Events and PodScheduled conditions (recorder.py,
+EventRecorder), SchedulingPolicy status (policy_status.py, PolicyStatusWriter), the operator's
+own metrics (telemetry.py, Telemetry), and the plugins' Handle (handle.py).
+
+Nothing is lost: a failed binding cycle unreserves, forgets the assumption and requeues the pod;
+a pod already bound or deleted is dropped quietly, since the watch then says where it is. On
+restart the initial LIST rebuilds everything: bound pods count on their nodes, unbound ones are
+queued again, and the API refuses a second binding of a pod.
 """
 
 from __future__ import annotations
@@ -29,18 +34,24 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 import aiohttp
-import orjson
 
 from .. import SCHEDULER_NAME
-from ..framework.interface import Handle
+from ..framework.binding import WaitingPods
+from ..framework.chain import build_chain
+from ..framework.events import (ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NAMESPACE_LABELS, NODE_ADD, NODE_DELETE,
+                                ActionType, ClusterEvent, ClusterEventWithHint, NamespaceChange, Resource,
+                                node_change_events, pod_change_events)
+from ..framework.interface import CycleState, Handle
 from ..framework.nodetable import NodeSpec, NodeTable
-from ..framework.podinfo import parse_pod
+from ..framework.nominator import Nominator
+from ..framework.podinfo import PodInfo, parse_pod
 from ..framework.queue import QueuedPodInfo, SchedulingQueue
 from ..framework.registry import Registry
-from ..framework.runner import Decision, schedule_one
+from ..framework.runner import POD_SPEC, Decision, schedule_one
 from ..framework.status import Code
 from ..metricsources.manager import MetricSources
 from ..plugins.priority_sort import PrioritySort
+from .binder import DECISION_ANNOTATION, Binder
 from .handle import OperatorHandle, PolicyHandle
 from .informer import Informer
 from .kubeclient import ApiError, KubeClient
@@ -54,18 +65,20 @@ __all__ = ["DECISION_ANNOTATION", "Engine", "OperatorHandle", "PolicyHandle"]
 
 log = logging.getLogger("policy_scheduler")
 
-DECISION_ANNOTATION = "policy-scheduler.io/decision"
+# What wakes the pods that no plugin rejected but the engine did (pseudo rejectors).
+PSEUDO_EVENTS = {
+    # no usable policy: a policy created or changed (a wildcard for that policy's pods), or a
+    # namespace's labels (a policy's namespaceSelector)
+    POLICY_SELECTION: (ClusterEventWithHint(NAMESPACE_LABELS),),
+    # a spec that cannot be parsed: only the pod's own update can fix it
+    POD_SPEC: (ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE)),),
+}
 
 
-def _rounded(v: Any) -> Any:
-    """Plugin details for the decision annotation, floats (numpy's too) to 3 decimals."""
-    if isinstance(v, float):
-        return round(float(v), 3)
-    if isinstance(v, dict):
-        return {k: _rounded(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_rounded(x) for x in v]
-    return v
+def policy_change_event(name: str) -> ClusterEvent:
+    """A policy's chain changed: every pod of the policy may schedule differently (a wildcard,
+    narrowed to the policy's pods by the caller)."""
+    return ClusterEvent(Resource.WILDCARD, ActionType.ALL, f"PolicyChange/{name}")
 
 
 class Engine:
@@ -81,11 +94,14 @@ class Engine:
         self.scheduler_name = scheduler_name
         self.scope = namespaces  # None: every namespace
         self.table = NodeTable()
-        self.queue = SchedulingQueue(less=PrioritySort(None, Handle()).less)
+        self.queue = SchedulingQueue(less=PrioritySort(None, Handle()).less, profile_of=self._chain_of,
+                                     pseudo_events=PSEUDO_EVENTS)
+        self.nominator = Nominator()
+        self.waiting = WaitingPods()  # pods parked by Permit, shared by every policy's handle
         self.namespaces: dict[str, dict[str, str]] = {}
         self.workloads = WorkloadIndex()
         self.sources = sources or MetricSources()
-        self.sources.attach(lambda: self.table.names, self._move)
+        self.sources.attach(lambda: self.table.names, self._move_for_source)
         self.telemetry = telemetry or Telemetry()
         self.rng = rng or random.Random()
         side_sem = asyncio.Semaphore(32)  # condition and status patches
@@ -93,11 +109,13 @@ class Engine:
                                         namespaces=self.namespaces, telemetry=self.telemetry,
                                         on_change=self._policy_changed)
         self.resolve_policy = self.policy_store.resolve_policy
+        # pods without a usable policy still get the implicit plugins (SchedulingGates holds them)
+        self.queue.fallback = build_chain({"plugins": []}, self.policy_store.registry, OperatorHandle(self))
         self.recorder = EventRecorder(client, scheduler_name=scheduler_name, telemetry=self.telemetry,
                                       pods_waiting=lambda: self.queue.counts()["active"] > 0, side_sem=side_sem)
         self.status_writer = PolicyStatusWriter(client, self.policy_store.policies, self.queue, self.sources,
                                                 self.telemetry, interval=status_interval, side_sem=side_sem)
-        self._bind_sem = asyncio.Semaphore(bind_concurrency)
+        self.binder = Binder(self, bind_concurrency)
         self._tasks: set[asyncio.Task] = set()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -113,7 +131,11 @@ class Engine:
         return self.policy_store.policies
 
     # ------------------------------------------------------------------ helpers
-    def _spawn(self, coro) -> asyncio.Task:
+    def _chain_of(self, policy: str):
+        st = self.policy_store.policies.get(policy)
+        return st.chain if st is not None else None
+
+    def spawn(self, coro) -> asyncio.Task:
         t = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
@@ -128,27 +150,38 @@ class Engine:
             return False
         return self.scope is None or (body.get("metadata") or {}).get("namespace") in self.scope
 
-    def _move(self, event: str, pre_check=None) -> None:
-        if self.queue.move_all_to_active_or_backoff(event, pre_check):
+    def _move(self, event: ClusterEvent, old: Any = None, new: Any = None, pre_check=None) -> None:
+        if self.queue.move_all_to_active_or_backoff(event, old, new, pre_check=pre_check):
             self.wake()
+
+    def _move_for_source(self, event: ClusterEvent, pre_check=None) -> None:
+        """The metric sources' requeue hook (new values may lift their plugins' rejections)."""
+        self._move(event, None, None, pre_check)
 
     # ------------------------------------------------------------------ watch events
     def on_node(self, event: str, body: Mapping[str, Any]) -> None:
         name = (body.get("metadata") or {}).get("name", "")
+        row = self.table.index.get(name)
         if event == "DELETED":
+            old = self.table.specs[row] if row is not None else None
             self.table.remove_node(name)
             self.telemetry.nodes.set(self.table.n)
+            if old is not None:
+                self._move(NODE_DELETE, old, None)
             return
         spec = NodeSpec.from_dict(body)
-        row = self.table.index.get(name)
-        if row is not None:
-            old = self.table.specs[row]
-            if (old.labels == spec.labels and old.taints == spec.taints and old.unschedulable == spec.unschedulable
-                    and old.allocatable == spec.allocatable and old.images.keys() == spec.images.keys()):
-                return  # a heartbeat: nothing the scheduler reads changed
+        if row is None:
+            self.table.upsert_node(spec)
+            self.telemetry.nodes.set(self.table.n)
+            self._move(NODE_ADD, None, spec)
+            return
+        old = self.table.specs[row]
+        events = node_change_events(old, spec)
+        if not events and old.images.keys() == spec.images.keys():
+            return  # a heartbeat: nothing the scheduler reads changed
         self.table.upsert_node(spec)
-        self.telemetry.nodes.set(self.table.n)
-        self._move("NodeAdd" if row is None else "NodeUpdate")
+        for ev in events:
+            self._move(ev, old, spec)
 
     def on_namespace(self, event: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
@@ -157,9 +190,11 @@ class Engine:
             self.namespaces.pop(name, None)
             return
         labels = dict(meta.get("labels") or {})
-        if self.namespaces.get(name) != labels:
+        old = self.namespaces.get(name)
+        if old != labels:
             self.namespaces[name] = labels
-            self._move("NamespaceChange")  # a policy's namespaceSelector may admit waiting pods now
+            # affinity terms' and policies' namespaceSelectors may admit waiting pods now
+            self._move(NAMESPACE_LABELS, None, NamespaceChange(name, old, labels))
 
     def on_pod(self, event: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
@@ -169,8 +204,9 @@ class Engine:
         phase = (body.get("status") or {}).get("phase")
         if event == "DELETED" or (node and phase in ("Succeeded", "Failed")):
             self._forget_pending(key)
-            if self.table.remove_pod(key) is not None:
-                self._move("AssignedPodDelete")
+            old = self.table.remove_pod(key)
+            if old is not None:  # its room is free: pods waiting for it may fit now
+                self._move(ASSIGNED_POD_DELETE, old, None)
             return
         if node:
             self._forget_pending(key)
@@ -183,17 +219,32 @@ class Engine:
                     if key in self.table.assumed:
                         self.table.confirm(key)
                         old.raw = None
+                        self._move(ASSIGNED_POD_ADD, None, old)  # bound now: pods waiting on it may go
                     return
                 if (old is not None and old.uid == meta.get("uid") and not old.spread_constraints
                         and not meta.get("deletionTimestamp")):
                     # only the labels changed (the API server copies the node's topology labels onto
                     # a pod it binds): nothing else derives from them unless spread constraints merge
                     # matchLabelKeys, so the parsed pod is kept with the new labels
-                    self.table.add_pod(replace(old, labels=dict(labels), node_name=node, raw=None), node)
+                    confirmed = key in self.table.assumed
+                    new = replace(old, labels=dict(labels), node_name=node, raw=None)
+                    self.table.add_pod(new, node)
+                    if confirmed:
+                        self._move(ASSIGNED_POD_ADD, None, new)
+                    else:
+                        for ev in pod_change_events(old, new, target=False):
+                            self._move(ev, old, new)
                     return
+            prev = self.table.pod(key)
+            was_assumed = key in self.table.assumed
             info = parse_pod(body)
             info.raw = None  # nothing reads a bound pod's object: do not keep managedFields & co.
             self.table.add_pod(info, node)  # replaces an assumption: now confirmed
+            if prev is None or was_assumed or prev.uid != info.uid:
+                self._move(ASSIGNED_POD_ADD, None, info)
+            else:
+                for ev in pod_change_events(prev, info, target=False):
+                    self._move(ev, prev, info)
             return
         if not self._ours(body) or meta.get("deletionTimestamp"):
             return
@@ -201,15 +252,20 @@ class Engine:
             return  # our binding of it is in flight
         pod = parse_pod(body)
         policy = policy_name(pod)
+        if pod.nominated_node_name:
+            self.nominator.add(pod, pod.nominated_node_name)
+        elif self.nominator.node_of(key) is not None:
+            self.nominator.remove(key)
         self._first_seen.setdefault(key, time.monotonic())
         self._pod_policy[key] = policy
-        known = key in self.queue or self.queue.is_in_flight(key)
-        self.queue.add(pod, policy)  # for a known pod: an update
-        if not known:
+        active = self.queue.active_count
+        self.queue.add(pod, policy)  # for a known pod: an update (which may ungate it)
+        if self.queue.active_count > active:
             self.wake()
 
     def _forget_pending(self, key: str) -> None:
         self.queue.delete(key)
+        self.nominator.remove(key)
         self._first_seen.pop(key, None)
         self.recorder.forget(key)
         pol = self._pod_policy.pop(key, None)
@@ -224,7 +280,9 @@ class Engine:
 
     def _policy_changed(self, st: PolicyState) -> None:
         self.status_writer.write_soon(st)
-        self._move("PolicyChange")
+        name = st.name
+        self.queue.policy_changed(name)  # its QueueSort may have changed
+        self._move(policy_change_event(name), pre_check=lambda q: q.policy == name)
 
     # ------------------------------------------------------------------ the loop
     async def sync(self, policy_timeout: float = 15.0) -> None:
@@ -243,7 +301,7 @@ class Engine:
             Informer(self.client, "/apis/apps/v1/statefulsets", self.workloads.on_stateful_set, "statefulsets"),
         ]
         for inf in self.informers:
-            self._spawn(inf.run())
+            self.spawn(inf.run())
         await asyncio.gather(*(inf.synced.wait() for inf in self.informers))
         try:
             listed = await self.client.get(PLURAL_PATH)
@@ -269,7 +327,7 @@ class Engine:
         self.recorder.start()
         self.synced = True
         last_flush = time.monotonic()
-        status_task = self._spawn(self.status_writer.run())
+        status_task = self.spawn(self.status_writer.run())
         n = 0
         try:
             while not self._stopping:
@@ -306,6 +364,9 @@ class Engine:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def schedule(self, qpi: QueuedPodInfo) -> Decision | None:
+        """One scheduling cycle: the policy's chain on the snapshot; then Reserve and Permit and
+        the binding task (binder.py), or the failure: requeue with the rejecting plugins, a
+        FailedScheduling event, and a nomination when a PostFilter made one."""
         pod = qpi.pod
         st, why = self.resolve_policy(pod)
         if st is None:
@@ -314,72 +375,43 @@ class Engine:
             self.telemetry.attempt("unschedulable", qpi.policy)
             return None
         qpi.policy = st.name
-        decision = schedule_one(st.chain, pod, self.table, self.rng)
+        chain = st.chain
+        state = CycleState()
+        decision = schedule_one(chain, pod, self.table, self.rng, state, self.nominator)
         result = "scheduled" if decision.scheduled else (
             "error" if decision.status.code == Code.ERROR else "unschedulable")
         self.telemetry.attempt(result, st.name, decision.duration)
         if decision.scheduled:
-            self.table.add_pod(pod, decision.node, assumed=True)
-            self._spawn(self._bind(qpi, st, decision))
-        else:
-            error = decision.status.code == Code.ERROR
-            self.queue.add_unschedulable(qpi, decision.unschedulable_plugins, error=error)
-            st.dirty = True
-            msg = decision.message or decision.status.message()
-            log.info("pod %s unschedulable under policy %s: %s", pod.key, st.name, msg)
-            self.recorder.failure(pod, "FailedScheduling", msg, code=decision.status.code)
+            self.nominator.remove(pod.key)  # the Binding clears status.nominatedNodeName (API server, v1.35+)
+            self.binder.start(qpi, st, chain, state, decision)
+            return decision
+        error = decision.status.code == Code.ERROR
+        self.queue.add_unschedulable(qpi, decision.unschedulable_plugins, error=error,
+                                     pending_plugins=decision.pending_plugins)
+        st.dirty = True
+        msg = decision.message or decision.status.message()
+        log.info("pod %s unschedulable under policy %s: %s", pod.key, st.name, msg)
+        self.recorder.failure(pod, "FailedScheduling", msg, code=decision.status.code)
+        if decision.nominated_node:
+            self.nominate(pod, decision.nominated_node)
         return decision
 
-    # ------------------------------------------------------------------ binding
-    def decision_annotation(self, policy: str, d: Decision) -> str:
-        return orjson.dumps({
-            "policy": policy, "node": d.node, "nodes": d.num_all_nodes, "evaluated": d.evaluated,
-            "feasible": d.feasible, "at": now_rfc3339(),
-            "top": [{"node": s.node, "total": s.total, "scores": {k: v[1] for k, v in s.plugins.items()},
-                     **({"details": _rounded(s.details)} if s.details else {})}
-                    for s in d.top[:3]],
-            "failures": dict(sorted(d.failures.items(), key=lambda kv: -kv[1])[:8]),
-        }).decode()
+    def nominate(self, pod: PodInfo, node: str) -> None:
+        """A PostFilter nominated ``node``: the pod counts there for pods of lower or equal
+        priority, is tried there first next time, and status.nominatedNodeName says so."""
+        self.nominator.add(pod, node)
+        pod.nominated_node_name = node
+        self.recorder.nominate(pod, node)
 
-    def _forget_assumed(self, key: str) -> None:
+    # ------------------------------------------------------------------ binding (see binder.py)
+    def forget_assumed(self, key: str) -> None:
         if key in self.table.assumed:
             self.table.remove_pod(key)
 
-    def _bind_failed(self, qpi: QueuedPodInfo, node: str, why: str) -> None:
-        log.warning("binding %s to %s failed: %s; requeued with backoff", qpi.key, node, why)
-        self._forget_assumed(qpi.key)
-        self.queue.add_unschedulable(qpi, error=True)
-        self.recorder.failure(qpi.pod, "FailedScheduling", f"Binding rejected: {why}", code=Code.ERROR)
-        self.wake()
-
-    async def _bind(self, qpi: QueuedPodInfo, st: PolicyState, d: Decision) -> None:
-        pod, node = qpi.pod, d.node
+    def bound(self, qpi: QueuedPodInfo, st: PolicyState, node: str) -> None:
+        """The binding cycle succeeded."""
+        pod = qpi.pod
         key = pod.key
-        async with self._bind_sem:
-            t0 = time.perf_counter()
-            try:
-                await self.client.bind(pod.namespace, pod.name, node, uid=pod.uid or None,
-                                       annotations={DECISION_ANNOTATION: self.decision_annotation(st.name, d)})
-            except ApiError as e:
-                self.telemetry.bind_errors.labels(str(e.status)).inc()
-                if e.status in (404, 409):
-                    # deleted, already bound, or replaced by a new pod of that name: the watch has the truth
-                    log.info("binding %s to %s not needed: %s", key, node, e)
-                    self._forget_assumed(key)
-                    self.queue.done(key)
-                    return
-                self._bind_failed(qpi, node, str(e))
-                return
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-                self.telemetry.bind_errors.labels("transport").inc()
-                self._bind_failed(qpi, node, f"{type(e).__name__}: {e}")
-                return
-            except Exception as e:  # a bug must not strand the pod: requeue it like any failure
-                log.exception("binding %s to %s: unexpected error", key, node)
-                self.telemetry.bind_errors.labels("internal").inc()
-                self._bind_failed(qpi, node, f"{type(e).__name__}: {e}")
-                return
-            self.telemetry.binding_duration.observe(time.perf_counter() - t0)
         self.queue.done(key)
         self.bound_by_us += 1
         st.scheduled += 1

@@ -1,13 +1,17 @@
 """The operator's framework Handle: what plugins may ask of the world outside the pure core,
-answered from the engine's caches (namespace labels, workload selectors, metric sources)."""
+answered from the engine's caches (namespace labels, workload selectors, metric sources, the
+waiting pods), and the one call that reaches the API server: ``bind_pod``, for Bind plugins in
+the binding cycle."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
+from ..framework.binding import WaitingPods
 from ..framework.interface import Handle
 from ..framework.metricview import SOURCE as METRICS_SOURCE
 from ..framework.podinfo import PodInfo
+from ..framework.status import Status
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -30,6 +34,14 @@ class OperatorHandle(Handle):
 
     def source(self, name: str):
         return self.engine.sources.view(name)
+
+    def waiting_pods(self) -> WaitingPods:
+        return self.engine.waiting
+
+    async def bind_pod(self, pod: PodInfo, node_name: str, annotations: Mapping[str, str]) -> Status:
+        from .binder import post_binding
+
+        return await post_binding(self.engine, pod, node_name, dict(annotations))
 
 
 class PolicyHandle(OperatorHandle):

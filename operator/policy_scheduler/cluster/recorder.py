@@ -96,6 +96,10 @@ class EventRecorder:
         cond_reason = "SchedulerError" if code == Code.ERROR else "Unschedulable"
         self._spawn(self._patch_condition(pod, cond_reason, msg))
 
+    def nominate(self, pod: PodInfo, node: str) -> None:
+        """Write status.nominatedNodeName (a PostFilter's nomination), off the loop."""
+        self._spawn(self._patch_status(pod, {"status": {"nominatedNodeName": node}}, "nominatedNodeName"))
+
     def forget(self, pod_key: str) -> None:
         """The pod is bound or gone: its next failure, if any, is reported anew."""
         self._last_failure.pop(pod_key, None)
@@ -145,6 +149,9 @@ class EventRecorder:
     async def _patch_condition(self, pod: PodInfo, reason: str, msg: str) -> None:
         body = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
                                            "message": msg, "lastTransitionTime": now_rfc3339()}]}}
+        await self._patch_status(pod, body, "PodScheduled condition")
+
+    async def _patch_status(self, pod: PodInfo, body: dict, what: str) -> None:
         async with self._side_sem:
             try:
                 await self.client.strategic_patch(
@@ -152,4 +159,4 @@ class EventRecorder:
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 self.telemetry.events_dropped.labels("condition").inc()
                 if not (isinstance(e, ApiError) and e.status == 404):  # pod gone meanwhile
-                    log.warning("PodScheduled condition for %s not written: %s", pod.key, e)
+                    log.warning("%s for %s not written: %s", what, pod.key, e)

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Sequence
 from pydantic import ValidationError
 
 from ..api.models import SchedulingPolicySpec, duration_seconds
+from ..framework.events import METRICS_REFRESH
 from ..framework.metricview import MetricsView, Sample, SeriesKey, node_key
 from ..framework.registry import Registry
 from ..plugins import default_registry
@@ -50,7 +51,7 @@ DEFAULT_TIMEOUT = 5.0
 DEFAULT_TTL = 120.0
 DEFAULT_USAGE_LAG = 60.0
 FORGET_AFTER_TTLS = 10  # a node's value older than this many ttls is forgotten: missing
-EVENT = "MetricsRefresh"  # queue event label: metric plugins' rejections may be lifted
+EVENT = METRICS_REFRESH  # the queue event: metric plugins' rejections may be lifted
 
 
 class QueryError(Exception):

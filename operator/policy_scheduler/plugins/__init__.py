@@ -45,6 +45,18 @@ def default_registry() -> Registry:
     return _default
 
 
+def registry_with(modules: list[str]) -> tuple[Registry, list[str]]:
+    """The built-in plugins plus the out-of-tree ones of ``modules`` (a new registry; the
+    default one is left as it is). Returns it and the names added."""
+    if not modules:
+        return default_registry(), []
+    reg = Registry()
+    base = default_registry()
+    for name in base.names():
+        reg.register(base.get(name))  # type: ignore[arg-type]
+    return reg, load_plugin_modules(modules, reg)
+
+
 def load_plugin_modules(names: list[str], registry: Registry) -> list[str]:
     """Out-of-tree plugins: import each module (dotted name) and register its ``PLUGIN`` (or
     every class in its ``PLUGINS``) in ``registry``. Returns the registered plugin names."""
