@@ -39,6 +39,7 @@ from pydantic import ValidationError
 
 from ..api.models import SchedulingPolicySpec, duration_seconds
 from ..framework.events import METRICS_REFRESH
+from ..framework.interface import ReadsMetrics
 from ..framework.metricview import MetricsView, Sample, SeriesKey, node_key
 from ..framework.registry import Registry
 from ..plugins import default_registry
@@ -318,15 +319,14 @@ class PrometheusMetricSources(MetricSources):
         plugins: set[str] = set()
         for ref in spec.plugins:
             cls = registry.get(ref.name)
-            queries = getattr(cls, "metric_queries", None)
-            if cls is None or queries is None or cls.Args is None:
+            if cls is None or not issubclass(cls, ReadsMetrics) or cls.Args is None:
                 continue
             try:
                 args = cls.Args.model_validate(ref.args or {})
             except ValidationError:
                 continue  # the chain builder reports it
             plugins.add(cls.NAME)
-            keys.extend(k for k in queries(args) if k not in keys)
+            keys.extend(k for k in cls.metric_queries(args) if k not in keys)
         return keys, plugins
 
     def _config(self, spec: SchedulingPolicySpec) -> SourceConfig:
