@@ -15,7 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .events import DEFAULT_REGISTRATION, ClusterEventWithHint
-from .interface import (EXTENSION_POINTS, MAX_NODE_SCORE, REJECTING_POINTS, BindPlugin, EnqueueExtensions,
+from .interface import (EXTENSION_POINTS, MAX_NODE_SCORE, REJECTING_POINTS, BindPlugin, DescribesNodes,
+                        EnqueueExtensions,
                         FilterPlugin, Handle, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin,
                         PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin,
                         ReservePlugin, ScorePlugin)
@@ -95,6 +96,9 @@ class Chain:
     resolved: list[ResolvedPlugin] = field(default_factory=list)
     # plugin name -> its registrations, for the plugins that can reject (upstream's hint map)
     events: dict[str, tuple[ClusterEventWithHint, ...]] = field(default_factory=dict)
+    # plugins implementing the optional DescribesNodes protocol (checked once here: a runtime
+    # protocol check costs microseconds, too much for every cycle)
+    describers: list[Plugin] = field(default_factory=list)
 
     def plugin(self, name: str) -> Plugin | None:
         for p in self.plugins:
@@ -264,6 +268,7 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
         percentage_of_nodes_to_score=spec.percentage_of_nodes_to_score,
         resolved=resolved,
         events=events,
+        describers=[p for _, _, p in instances if isinstance(p, DescribesNodes)],
     )
 
 

@@ -204,6 +204,7 @@ class _InFlight:
     latest: PodInfo | None = None  # newest version received while in flight
     updated: bool = False  # an update that may make it schedulable arrived while in flight
     deleted: bool = False
+    ended: bool = False
 
 
 class _NoProfile:
@@ -246,6 +247,7 @@ class SchedulingQueue:
         self._unschedulable: dict[str, QueuedPodInfo] = {}
         self._gated: set[str] = set()  # keys of the pool pods a PreEnqueue plugin holds
         self._in_flight: dict[str, _InFlight] = {}
+        self._flight_order: deque[_InFlight] = deque()  # in pop order; ended ones dropped lazily
         self._cycle = 0
         self._events: deque[tuple[int, ClusterEvent, Any, Any]] = deque()  # in-flight events
         self._event_seq = 0
@@ -525,19 +527,27 @@ class SchedulingQueue:
         self._active_n -= 1
         qpi.attempts += 1
         self._cycle += 1
-        self._in_flight[qpi.key] = _InFlight(qpi, self._cycle, self._event_seq)
+        rec = self._in_flight[qpi.key] = _InFlight(qpi, self._cycle, self._event_seq)
+        self._flight_order.append(rec)
         qpi.unschedulable_plugins = set()
         qpi.pending_plugins = set()
         return qpi
 
     def _end_flight(self, key: str) -> _InFlight | None:
         rec = self._in_flight.pop(key, None)
-        if not self._in_flight:
+        if rec is None:
+            return None
+        rec.ended = True
+        order = self._flight_order
+        while order and order[0].ended:
+            order.popleft()
+        if not order:
             self._events.clear()
-        elif rec is not None and self._events:
-            oldest = next(iter(self._in_flight.values())).event_seq
-            while self._events and self._events[0][0] <= oldest:
-                self._events.popleft()
+        elif self._events:  # events older than the oldest flight are of no use any more
+            oldest = order[0].event_seq
+            events = self._events
+            while events and events[0][0] <= oldest:
+                events.popleft()
         return rec
 
     def done(self, key: str) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .chain import Chain
-from .interface import MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, DescribesNodes, FilterResult, NodeToStatus
+from .interface import MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, FilterResult, NodeToStatus
 from .nodetable import NodeTable
 from .nominator import Nominator
 from .podinfo import PodInfo
@@ -131,9 +131,7 @@ def describe_top(chain: Chain, state: CycleState, pod: PodInfo, nodes: NodeTable
     kept in ``NodeScore.details`` for explain. Called once per cycle for the first
     DESCRIBED_NODES nodes (``rows``: theirs, in ``top``'s order); a plugin returns None (or None
     per node) when it has nothing to say."""
-    for p in chain.plugins:
-        if not isinstance(p, DescribesNodes):
-            continue
+    for p in chain.describers:
         try:
             out = p.describe(state, pod, nodes, rows[:DESCRIBED_NODES])
         except Exception:  # explain details are best effort: never fail a placement for them
