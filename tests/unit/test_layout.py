@@ -85,3 +85,24 @@ def test_every_builtin_plugin_that_can_reject_declares_its_events():
             assert issubclass(cls, EnqueueExtensions), f"{cls.NAME} can reject but lists no events"
         else:
             assert not issubclass(cls, EnqueueExtensions), f"{cls.NAME} cannot reject: its events would be unused"
+
+
+def test_the_pure_core_does_not_import_plugins():
+    """framework/ is the contract plugins are written against; it must not depend on them (the
+    built-in registry lives in plugins/, and the chain builder takes a registry)."""
+    for f in sorted((PKG / "framework").glob("*.py")):
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                mod = node.module or ""
+                if node.level == 2:  # from ..x import / from .. import x
+                    targets = [mod.split(".")[0]] if mod else [a.name for a in node.names]
+                elif node.level == 0 and mod.startswith("policy_scheduler"):
+                    parts = mod.split(".")
+                    targets = [parts[1]] if len(parts) > 1 else [a.name for a in node.names]
+                else:
+                    continue
+                assert "plugins" not in targets, f"framework/{f.name} imports from plugins"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    assert not a.name.startswith("policy_scheduler.plugins"), f"framework/{f.name} imports {a.name}"

@@ -13,6 +13,7 @@ the watch says where the pod is.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -116,21 +117,25 @@ class Binder:
         e = self.engine
         pod, node = qpi.pod, decision.node
         assert node is not None
-        e.table.add_pod(pod, node, assumed=True)
+        # upstream assume(): a copy with spec.nodeName set is what the cache counts (and what
+        # hints see); the queued pod keeps no node, in case it comes back
+        assumed = copy.copy(pod)
+        assumed.node_name = node
+        e.table.add_pod(assumed, node, assumed=True)
         status = run_reserve(chain, state, pod, node)
         if status.is_success:
             status = run_permit(chain, state, pod, node, e.waiting)
         if not status.is_success and status.code != Code.WAIT:
-            self._failed(qpi, chain, state, node, status, broadcast=False)
+            self._failed(qpi, chain, state, assumed, status, broadcast=False)
             return False
         state.write(BINDING_ANNOTATIONS, {DECISION_ANNOTATION: decision_annotation(st.name, decision)})
-        e.spawn(self._bind(qpi, st, chain, state, node))
+        e.spawn(self._bind(qpi, st, chain, state, assumed))
         return True
 
     # ------------------------------------------------------------------ the binding task
     async def _bind(self, qpi: QueuedPodInfo, st: "PolicyState", chain: "Chain", state: CycleState,
-                    node: str) -> None:
-        pod = qpi.pod
+                    assumed: PodInfo) -> None:
+        pod, node = qpi.pod, assumed.node_name
         try:
             status = await wait_on_permit(self.engine.waiting, pod)  # outside the bind slots
             if status.is_success:
@@ -148,15 +153,15 @@ class Binder:
             log.exception("binding cycle of %s failed", pod.key)
             status = Status.error(f"binding cycle failed: {type(exc).__name__}: {exc}")
         if not status.is_success:
-            self._failed(qpi, chain, state, node, status, broadcast=True)
+            self._failed(qpi, chain, state, assumed, status, broadcast=True)
             return
         self.engine.bound(qpi, st, node)
 
     # ------------------------------------------------------------------ failures
-    def _failed(self, qpi: QueuedPodInfo, chain: "Chain", state: CycleState, node: str, status: Status,
+    def _failed(self, qpi: QueuedPodInfo, chain: "Chain", state: CycleState, assumed: PodInfo, status: Status,
                 broadcast: bool) -> None:
         e = self.engine
-        pod = qpi.pod
+        pod, node = qpi.pod, assumed.node_name
         run_unreserve(chain, state, pod, node)
         e.forget_assumed(pod.key)
         rejected = status.is_rejected
@@ -171,6 +176,6 @@ class Binder:
             e.queue.add_unschedulable(qpi, error=True)
         e.recorder.failure(pod, "FailedScheduling", msg, code=status.code)
         if broadcast:  # the room it held is free again: pods waiting for it may fit now
-            e.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE, pod, None,
+            e.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE, assumed, None,
                                                   pre_check=lambda q: q.key != pod.key)
         e.wake()

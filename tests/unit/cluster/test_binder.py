@@ -1,0 +1,190 @@
+"""cluster/binder.py against the in-memory client: the binding cycle in the operator (assume,
+Reserve, Permit, then the binding task), how each API answer to the Binding is handled, and that
+every failure unreserves, forgets the assumption and requeues."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fakeclient import FakeClient
+
+from policy_scheduler.cluster.binder import DECISION_ANNOTATION
+from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.framework.interface import PermitPlugin, ReservePlugin
+from policy_scheduler.framework.queue import ACTIVE, BACKOFF, UNSCHEDULABLE
+from policy_scheduler.framework.status import Status
+from policy_scheduler.plugins import registry_with
+
+CALLS: list[tuple[str, str]] = []
+
+
+class Recorder(ReservePlugin, PermitPlugin):
+    """Test plugin: logs reserve/unreserve/permit; a pod labelled ``reserve=no`` is refused at
+    Reserve, ``permit=no`` at Permit."""
+
+    NAME = "Recorder"
+
+    def reserve(self, state, pod, node):
+        CALLS.append(("reserve", pod.name))
+        return Status.unschedulable("no reservation") if pod.labels.get("reserve") == "no" else Status.success()
+
+    def unreserve(self, state, pod, node):
+        CALLS.append(("unreserve", pod.name))
+
+    def permit(self, state, pod, node):
+        CALLS.append(("permit", pod.name))
+        if pod.labels.get("permit") == "no":
+            return Status.unschedulable("not allowed"), 0.0
+        return Status.success(), 0.0
+
+
+PLUGINS = [Recorder]
+
+
+def node(name):
+    alloc = {"cpu": "4", "memory": "32Gi", "pods": "110"}
+    return {"metadata": {"name": name}, "status": {"allocatable": alloc, "capacity": alloc}}
+
+
+def pod(name, **labels):
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels},
+            "spec": {"schedulerName": "policy-scheduler",
+                     "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Pending"}}
+
+
+def make_engine() -> Engine:
+    """An engine with one policy and one node (call inside a running loop: it writes status)."""
+    CALLS.clear()
+    registry, _ = registry_with([__name__])
+    e = Engine(FakeClient(), registry=registry)
+    e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1},
+                          "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "Recorder"}]}})
+    e.on_node("ADDED", node("n1"))
+    return e
+
+
+async def schedule(e: Engine, body) -> None:
+    e.on_pod("ADDED", body)
+    qpi = e.queue.pop()
+    e.schedule(qpi)
+    for _ in range(5):  # let the binding task run
+        await asyncio.sleep(0)
+
+
+def run(body):
+    """Run ``body(engine)`` (a coroutine function) on a fresh engine; returns the engine."""
+    async def go():
+        e = make_engine()
+        await body(e)
+        return e
+    return asyncio.run(go())
+
+
+def test_success_binds_with_the_decision_annotation_and_counts():
+    engine = run(lambda e: schedule(e, pod("a")))
+    binds = engine.client.calls_of("bind")
+    assert len(binds) == 1 and binds[0].body["target"]["name"] == "n1"
+    assert '"node":"n1"' in binds[0].body["metadata"]["annotations"][DECISION_ANNOTATION]
+    assert engine.bound_by_us == 1 and not engine.queue.is_in_flight("ns/a")
+    assert "ns/a" in engine.table.assumed  # until the watch confirms it
+    assert CALLS == [("reserve", "a"), ("permit", "a")]
+
+
+@pytest.mark.parametrize("status, message, requeued", [
+    (409, 'Operation cannot be fulfilled on pods/binding "a": pod a has non-empty .spec.schedulingGates', BACKOFF),
+    (500, "etcdserver: request timed out", BACKOFF),
+    (403, "pods/binding is forbidden", BACKOFF),
+    (409, 'Operation cannot be fulfilled on pods/binding "a": pod a is already assigned to node "n2"', None),
+    (409, "Precondition failed: UID in precondition: uid-a, UID in object meta: other", None),
+    (404, 'pods "a" not found', None),
+])
+def test_binding_answers(status, message, requeued):
+    async def body(e):
+        e.client.fail("bind", status, {"kind": "Status", "code": status, "message": message})
+        await schedule(e, pod("a"))
+    engine = run(body)
+    assert "ns/a" not in engine.table.pod_node  # the assumption is forgotten either way
+    assert CALLS[-1] == ("unreserve", "a")
+    assert engine.queue.state_of("ns/a") == requeued  # None: dropped, the watch has the truth
+    assert not engine.queue.is_in_flight("ns/a")
+    if requeued:
+        q = engine.queue.get("ns/a")
+        assert q.consecutive_errors_count == 1 and q.unschedulable_plugins == set()
+
+
+def test_reserve_and_permit_rejections_requeue_with_the_plugin_recorded():
+    async def body(e):
+        await schedule(e, pod("r", reserve="no"))
+        await schedule(e, pod("p", permit="no"))
+    engine = run(body)
+    assert CALLS == [("reserve", "r"), ("unreserve", "r"), ("reserve", "p"), ("permit", "p"), ("unreserve", "p")]
+    assert engine.client.calls_of("bind") == []
+    for key in ("ns/r", "ns/p"):
+        assert engine.queue.state_of(key) == UNSCHEDULABLE
+        assert engine.queue.get(key).unschedulable_plugins == {"Recorder"}
+        assert key not in engine.table.pod_node
+    assert engine.table.requested[0, 0] == 0  # nothing left reserved on the node
+
+
+def _waiting_huge_pod(e):
+    """A 3.5-cpu pod rejected by NodeResourcesFit (1 of the node's 4 cpus is taken), its
+    backoff over: only an event can move it now."""
+    huge = pod("huge")
+    huge["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3500m"
+    e.on_pod("ADDED", huge)
+    d = e.schedule(e.queue.pop())
+    assert not d.scheduled and e.queue.state_of("ns/huge") == UNSCHEDULABLE
+    e.queue.get("ns/huge").backoff_expiry = 0
+
+
+def test_a_deleted_assigned_pod_wakes_a_pod_rejected_for_resources():
+    async def body(e):
+        await schedule(e, pod("small"))
+        _waiting_huge_pod(e)
+        bound = {**pod("small"), "spec": {**pod("small")["spec"], "nodeName": "n1"}}
+        e.on_pod("MODIFIED", bound)  # our binding comes back: an assigned pod was added, no use to huge
+        assert e.queue.state_of("ns/huge") == UNSCHEDULABLE
+        e.on_pod("DELETED", bound)
+        assert e.queue.state_of("ns/huge") == ACTIVE  # AssignedPodDelete, NodeResourcesFit's hint: Queue
+    run(body)
+
+
+def test_a_failed_binding_lets_other_waiting_pods_retry():
+    async def body(e):
+        await schedule(e, pod("small"))
+        _waiting_huge_pod(e)
+        e.client.fail("bind", 500, times=1)
+        await schedule(e, pod("c"))
+    engine = run(body)
+    # c's binding failed: the room it held is free again, so the waiting pod is moved
+    assert engine.queue.state_of("ns/huge") == ACTIVE
+    assert engine.queue.state_of("ns/c") == BACKOFF
+
+
+def test_gated_pod_is_never_decided():
+    engine = run(lambda e: asyncio.sleep(0))
+    engine.client.calls.clear()
+    body = pod("g")
+    body["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    engine.on_pod("ADDED", body)
+    assert engine.queue.pop() is None and engine.queue.counts()["gated"] == 1
+    assert engine.client.calls == []  # no condition patch, no event
+    ungated = pod("g")
+    ungated["metadata"]["resourceVersion"] = "2"
+    engine.on_pod("MODIFIED", ungated)
+    assert engine.queue.pop().pod.name == "g"
+
+
+def test_failure_event_names_the_plugin():
+    async def body(e):
+        e.recorder.start()
+        await schedule(e, pod("p", permit="no"))
+        await asyncio.sleep(0.05)
+        await e.recorder.stop()
+    engine = run(body)
+    notes = [c.body["note"] for c in engine.client.calls_of("post") if c.body.get("reason") == "FailedScheduling"]
+    assert notes == ['plugin "Recorder" rejected the pod: not allowed']
+    cond = [c.body for c in engine.client.calls_of("strategic_patch")][0]["status"]["conditions"][0]
+    assert cond["reason"] == "Unschedulable"
