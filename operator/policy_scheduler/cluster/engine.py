@@ -67,9 +67,10 @@ log = logging.getLogger("policy_scheduler")
 
 # What wakes the pods that no plugin rejected but the engine did (pseudo rejectors).
 PSEUDO_EVENTS = {
-    # no usable policy: a policy created or changed (a wildcard for that policy's pods), or a
-    # namespace's labels (a policy's namespaceSelector)
-    POLICY_SELECTION: (ClusterEventWithHint(NAMESPACE_LABELS),),
+    # no usable policy: a policy created or changed (a wildcard for that policy's pods), a
+    # namespace's labels (a policy's namespaceSelector), or the pod's labels (which name its policy)
+    POLICY_SELECTION: (ClusterEventWithHint(NAMESPACE_LABELS),
+                       ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE_POD_LABEL))),
     # a spec that cannot be parsed: only the pod's own update can fix it
     POD_SPEC: (ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE)),),
 }
@@ -391,7 +392,9 @@ class Engine:
         st.dirty = True
         msg = decision.message or decision.status.message()
         log.info("pod %s unschedulable under policy %s: %s", pod.key, st.name, msg)
-        self.recorder.failure(pod, "FailedScheduling", msg, code=decision.status.code)
+        # a spec that cannot be parsed is reported once, not at every periodic retry
+        self.recorder.failure(pod, "FailedScheduling", msg, code=decision.status.code,
+                              once=POD_SPEC in decision.unschedulable_plugins)
         if decision.nominated_node:
             self.nominate(pod, decision.nominated_node)
         return decision

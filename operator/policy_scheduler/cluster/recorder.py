@@ -84,12 +84,12 @@ class EventRecorder:
         except asyncio.QueueFull:
             self.telemetry.events_dropped.labels("event-queue-full").inc()
 
-    def failure(self, pod: PodInfo, reason: str, msg: str, code: Code | None) -> None:
+    def failure(self, pod: PodInfo, reason: str, msg: str, code: Code | None, once: bool = False) -> None:
         """A Warning event and a PodScheduled=False condition, unless this pod was reported the
-        same message within the last minute."""
+        same message within the last minute (``once``: ever, while it stays pending)."""
         last = self._last_failure.get(pod.key)
         now = time.monotonic()
-        if last is not None and last[0] == msg and now - last[1] < FAILURE_REPEAT_AFTER:
+        if last is not None and last[0] == msg and (once or now - last[1] < FAILURE_REPEAT_AFTER):
             return  # same message recently: no new event, no new condition write
         self._last_failure[pod.key] = (msg, now)
         self.event(pod, "Warning", reason, "Scheduling", msg)

@@ -8,9 +8,10 @@ moves a waiting pod only on an event registered by a plugin that rejected it, an
 plugin's hint says QUEUE.
 
 Objects handed to hints: for node events ``NodeSpec`` (old is None on Add, new is None on
-Delete); for pod events ``PodInfo``; for namespace events ``NamespaceChange``; for policy and
-metrics events the policy name (a str). Hints must be cheap and must not raise; one that raises
-counts as QUEUE, so a buggy hint cannot strand a pod.
+Delete); for pod events ``PodInfo``; for namespace events ``NamespaceChange`` as new (old is
+None); policy and metrics events carry nothing (None, None: the engine narrows them to the
+policy's pods itself). Hints must be cheap and must not raise; one that raises counts as QUEUE,
+so a buggy hint cannot strand a pod.
 """
 
 from __future__ import annotations

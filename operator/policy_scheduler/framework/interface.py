@@ -154,8 +154,8 @@ class EnqueueExtensions:
     """upstream EnqueueExtensions: the cluster events that may make a pod this plugin rejected
     schedulable, each with an optional hint. A plugin that can reject (PreEnqueue, PreFilter,
     Filter, Reserve, Permit) and does not derive from this gets DEFAULT_REGISTRATION: every
-    event. An empty list: pods it rejected move only on their own update, on a wildcard event
-    and on the periodic flush."""
+    event. An empty list: pods it rejected move only on a wildcard event (e.g. their policy
+    changed) and on the periodic flush; their own updates, too, go through the hints."""
 
     def events_to_register(self) -> Sequence[ClusterEventWithHint]:
         raise NotImplementedError

@@ -325,7 +325,7 @@ class SchedulingQueue:
                 st = p.pre_enqueue(qpi.pod)
             except Exception as e:  # a broken PreEnqueue gates the pod and says why
                 log.exception("PreEnqueue plugin %s failed on pod %s", p.NAME, qpi.key)
-                st = Status.error(f"running PreEnqueue plugin {p.NAME!r}: {type(e).__name__}: {e}")
+                st = Status.error(f'running PreEnqueue plugin "{p.NAME}": {type(e).__name__}: {e}')
             if not st.is_success:
                 qpi.gating_plugin = p.NAME
                 qpi.gating_message = st.message()

@@ -412,7 +412,10 @@ _REJECTION_CODES = np.array([int(Code.UNSCHEDULABLE), int(Code.UNSCHEDULABLE_AND
 
 
 def _add_nominated(nominator: Nominator | None, pod: PodInfo, nodes: NodeTable) -> list[str]:
-    """Count the nominated pods of equal or higher priority on their nodes for this cycle."""
+    """Count the nominated pods of equal or higher priority on their nodes while filtering.
+    Upstream adds them per node inside Filter (PreFilter state updated through AddPod); here
+    they are in the table from PreFilter on, which gives PreFilter-computed state (spread
+    counts, affinity terms) the same view, and taken out again before scoring."""
     if not nominator:
         return []
     added = []

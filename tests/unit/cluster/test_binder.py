@@ -188,3 +188,40 @@ def test_failure_event_names_the_plugin():
     assert notes == ['plugin "Recorder" rejected the pod: not allowed']
     cond = [c.body for c in engine.client.calls_of("strategic_patch")][0]["status"]["conditions"][0]
     assert cond["reason"] == "Unschedulable"
+
+
+def test_a_pod_without_a_usable_policy_moves_when_relabelled_to_one():
+    async def body(engine):
+        lost = pod("lost", **{"policy-scheduler.io/policy": "missing"})
+        engine.on_pod("ADDED", lost)
+        assert engine.schedule(engine.queue.pop()) is None
+        assert engine.queue.state_of("ns/lost") == UNSCHEDULABLE
+        engine.queue.get("ns/lost").backoff_expiry = 0
+        found = pod("lost", **{"policy-scheduler.io/policy": "default"})
+        found["metadata"]["resourceVersion"] = "2"
+        engine.on_pod("MODIFIED", found)
+        qpi = engine.queue.pop()
+        assert qpi is not None and qpi.policy == "default"
+    run(body)
+
+
+def test_an_unparseable_pod_is_reported_once_and_waits_for_its_update():
+    async def body(e):
+        e.recorder.start()
+        bad = pod("bad")
+        bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+        e.on_pod("ADDED", bad)
+        for i in range(3):  # the periodic flush retries it: the same message is not posted again
+            if i:  # minutes later: past the recorder's one-minute repeat window and the pool's 5 minutes
+                msg, at = e.recorder._last_failure["ns/bad"]
+                e.recorder._last_failure["ns/bad"] = (msg, at - 400)
+                e.queue.get("ns/bad").timestamp -= 301
+                e.queue.flush_unschedulable_leftover()
+                e.queue.get("ns/bad").backoff_expiry = 0
+            d = e.schedule(e.queue.pop())
+            assert not d.scheduled and e.queue.state_of("ns/bad") == UNSCHEDULABLE
+        await asyncio.sleep(0.1)
+        await e.recorder.stop()
+    engine = run(body)
+    notes = [c.body["note"] for c in engine.client.calls_of("post") if c.body.get("reason") == "FailedScheduling"]
+    assert len(notes) == 1 and "invalid pod spec: spec.containers[0].resources.requests.cpu" in notes[0]
