@@ -58,6 +58,7 @@ from .kubeclient import ApiError, KubeClient
 from .policies import PLURAL_PATH, POLICY_SELECTION, PolicyState, PolicyStore, policy_name
 from .policy_status import PolicyStatusWriter
 from .recorder import EventRecorder, now_rfc3339
+from .tasks import Tasks
 from .telemetry import Telemetry
 from .workloads import WorkloadIndex
 
@@ -117,7 +118,7 @@ class Engine:
         self.status_writer = PolicyStatusWriter(client, self.policy_store.policies, self.queue, self.sources,
                                                 self.telemetry, interval=status_interval, side_sem=side_sem)
         self.binder = Binder(self, bind_concurrency)
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = Tasks()
         self._wake = asyncio.Event()
         self._stopping = False
         self._first_seen: dict[str, float] = {}
@@ -137,10 +138,7 @@ class Engine:
         return st.chain if st is not None else None
 
     def spawn(self, coro) -> asyncio.Task:
-        t = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
-        return t
+        return self._tasks.spawn(coro)
 
     def wake(self) -> None:
         self._wake.set()
@@ -358,11 +356,7 @@ class Engine:
         await self.sources.stop()
         await self.recorder.stop()
         await self.status_writer.stop()
-        tasks = list(self._tasks)
-        for t in tasks:
-            if not t.done():
-                t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
 
     def schedule(self, qpi: QueuedPodInfo) -> Decision | None:
         """One scheduling cycle: the policy's chain on the snapshot; then Reserve and Permit and

@@ -20,6 +20,7 @@ from .kubeclient import ApiError, KubeClient
 from .policies import PLURAL_PATH, PolicyState
 from .recorder import now_rfc3339
 from .telemetry import Telemetry
+from .tasks import Tasks
 
 log = logging.getLogger("policy_scheduler")
 
@@ -39,7 +40,7 @@ class PolicyStatusWriter:
         self.telemetry = telemetry
         self.interval = interval
         self._side_sem = side_sem or asyncio.Semaphore(32)
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = Tasks()
 
     def policy_status(self, st: PolicyState) -> dict[str, Any]:
         """The status object of one policy (without lastTransitionTimes)."""
@@ -97,9 +98,7 @@ class PolicyStatusWriter:
 
     def write_soon(self, st: PolicyState) -> None:
         """Write the policy's status in a task of its own (on the running loop)."""
-        t = asyncio.get_running_loop().create_task(self.write(st))
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self.write(st))
 
     async def run(self) -> None:
         """The batch loop, until cancelled: every ``interval``, the pending-pods gauge and every
@@ -114,8 +113,4 @@ class PolicyStatusWriter:
 
     async def stop(self) -> None:
         """Cancel the writes started by ``write_soon``."""
-        tasks = list(self._tasks)
-        for t in tasks:
-            if not t.done():
-                t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel_all()

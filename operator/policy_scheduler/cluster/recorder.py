@@ -23,6 +23,7 @@ from ..framework.podinfo import PodInfo
 from ..framework.status import Code
 from .kubeclient import ApiError, KubeClient
 from .telemetry import Telemetry
+from .tasks import Tasks
 
 log = logging.getLogger("policy_scheduler")
 
@@ -67,14 +68,11 @@ class EventRecorder:
         self.max_delay = max_delay
         self._side_sem = side_sem or asyncio.Semaphore(32)
         self._events: asyncio.Queue = asyncio.Queue(queue_size)
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = Tasks()
         self._last_failure: dict[str, tuple[str, float]] = {}  # pod key -> (message, time posted)
 
     def _spawn(self, coro) -> asyncio.Task:
-        t = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
-        return t
+        return self._tasks.spawn(coro)
 
     # ------------------------------------------------------------------ what the scheduler calls
     def event(self, pod: PodInfo, type_: str, reason: str, action: str, note: str) -> None:
@@ -111,11 +109,7 @@ class EventRecorder:
 
     async def stop(self) -> None:
         """Stop the workers and pending condition patches; queued events are not posted."""
-        tasks = list(self._tasks)
-        for t in tasks:
-            if not t.done():
-                t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
 
     # ------------------------------------------------------------------ writers
     async def _event_worker(self) -> None:

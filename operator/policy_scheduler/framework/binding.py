@@ -185,6 +185,19 @@ async def wait_on_permit(waiting: WaitingPods, pod: "PodInfo") -> Status:
         waiting.remove(pod.uid)
 
 
+async def _guarded(point: str, plugin: str, pod: "PodInfo", call) -> Status:
+    """Await a bind-side plugin call: Success or Skip as they are; anything else, or an
+    exception (other than PodGone), becomes an Error naming the plugin."""
+    try:
+        st = await call
+    except PodGone:
+        raise
+    except Exception as e:
+        log.exception("%s plugin %s failed on pod %s", point, plugin, pod.key)
+        return _error(point, plugin, e)
+    return st if st.is_success or st.is_skip else _error(point, plugin, st)
+
+
 async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: str,
                       waiting: WaitingPods) -> Status:
     """WaitOnPermit, PreBind, Bind (the first plugin that does not Skip binds), PostBind.
@@ -194,28 +207,16 @@ async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: s
     if not st.is_success:
         return st
     for p in chain.pre_bind:
-        try:
-            st = await p.pre_bind(state, pod, node)
-        except PodGone:
-            raise
-        except Exception as e:
-            log.exception("PreBind plugin %s failed on pod %s", p.NAME, pod.key)
-            return _error("PreBind", p.NAME, e)
-        if not st.is_success and not st.is_skip:
-            return _error("PreBind", p.NAME, st)
+        st = await _guarded("PreBind", p.NAME, pod, p.pre_bind(state, pod, node))
+        if st.code == Code.ERROR:
+            return st
     bound = False
     for p in chain.bind:
-        try:
-            st = await p.bind(state, pod, node)
-        except PodGone:
-            raise
-        except Exception as e:
-            log.exception("Bind plugin %s failed on pod %s", p.NAME, pod.key)
-            return _error("Bind", p.NAME, e)
+        st = await _guarded("Bind", p.NAME, pod, p.bind(state, pod, node))
         if st.is_skip:
             continue
-        if not st.is_success:
-            return _error("Bind", p.NAME, st)
+        if st.code == Code.ERROR:
+            return st
         bound = True
         break
     if not bound:

@@ -65,11 +65,11 @@ def table(nodes, pods=None):
     t = NodeTable()
     for n in nodes:
         t.upsert_node(n)
-    for node, ps in (pods or {}).items():
+    for node_name, ps in (pods or {}).items():
         if isinstance(ps, int):
             ps = [{}] * ps
         for i, kw in enumerate(ps):
-            t.add_pod(make_pod(name=f"{node}-{i}", **kw), node)
+            t.add_pod(make_pod(name=f"{node_name}-{i}", **kw), node_name)
     return t
 
 
