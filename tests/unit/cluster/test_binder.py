@@ -11,7 +11,7 @@ from fakeclient import FakeClient
 
 from policy_scheduler.cluster.binder import DECISION_ANNOTATION
 from policy_scheduler.cluster.engine import Engine
-from policy_scheduler.framework.interface import PermitPlugin, ReservePlugin
+from policy_scheduler.framework.interface import PermitPlugin, PostFilterPlugin, ReservePlugin
 from policy_scheduler.framework.queue import ACTIVE, BACKOFF, UNSCHEDULABLE
 from policy_scheduler.framework.status import Status
 from policy_scheduler.plugins import registry_with
@@ -225,3 +225,56 @@ def test_an_unparseable_pod_is_reported_once_and_waits_for_its_update():
     engine = run(body)
     notes = [c.body["note"] for c in engine.client.calls_of("post") if c.body.get("reason") == "FailedScheduling"]
     assert len(notes) == 1 and "invalid pod spec: spec.containers[0].resources.requests.cpu" in notes[0]
+
+
+class Nominate(PostFilterPlugin):
+    """Test PostFilter: nominates node n1 for any pod that does not fit."""
+
+    NAME = "Nominate"
+
+    def post_filter(self, state, pod, nodes, statuses):
+        CALLS.append(("postFilter", f"{pod.name}:{statuses.get('n1').reasons}"))
+        return Status.success(), "n1"
+
+
+PLUGINS.append(Nominate)
+
+
+def test_a_postfilter_nomination_is_written_counted_and_tried_first():
+    async def body(e):
+        e.on_policy("MODIFIED", {"metadata": {"name": "default", "generation": 2}, "spec": {"plugins": [
+            {"name": "NodeResourcesFit"}, {"name": "Nominate"}]}})
+        e.on_node("ADDED", node("n2"))
+        filler = pod("filler")  # n2 is the busier node: without the nomination a pod would go to n1
+        filler["spec"]["nodeName"] = "n2"
+        filler["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
+        e.on_pod("ADDED", filler)
+        big = pod("big")
+        big["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "5"
+        big["spec"]["priority"] = 100
+        e.on_pod("ADDED", big)
+        d = e.schedule(e.queue.pop())
+        assert not d.scheduled and d.nominated_node == "n1"
+        await asyncio.sleep(0)
+        # status.nominatedNodeName is written, and the nomination holds room on n1 for pods of
+        # lower or equal priority
+        patches = [c for c in e.client.calls_of("strategic_patch") if "nominatedNodeName" in c.body["status"]]
+        assert patches and patches[0].body == {"status": {"nominatedNodeName": "n1"}}
+        assert e.nominator.node_of("ns/big") == "n1"
+        low = pod("low")
+        low["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
+        e.on_pod("ADDED", low)
+        d = e.schedule(e.queue.pop())
+        assert d.node == "n2"  # n1 is held for "big": counted there, it leaves no room for 3 cpu
+        e.nominator.remove("ns/big")
+        e.forget_assumed("ns/low")
+        e.queue.done("ns/low")
+        e.table.remove_pod("ns/low")
+        again = pod("again")
+        again["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
+        e.on_pod("ADDED", again)
+        assert e.schedule(e.queue.pop()).node == "n1"  # without the nomination: the emptier n1
+        # next time, "big" tries its nominated node first: it still does not fit, the scan runs
+        assert e.queue.get("ns/big").pod.nominated_node_name == "n1"
+    run(body)
+    assert ("postFilter", "big:('Insufficient cpu',)") in CALLS
