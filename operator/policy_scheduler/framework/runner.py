@@ -182,6 +182,7 @@ class _Cycle:
 
     def __init__(self, chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleState) -> None:
         self.chain, self.pod, self.nodes, self.rng, self.state = chain, pod, nodes, rng, state
+        self.pending: set[str] = set()  # Filter plugins that answered Pending for some node
 
     # ------------------------------------------------------------------------ PreFilter
     def pre_filter(self) -> tuple[np.ndarray, list[str]]:
@@ -242,9 +243,16 @@ class _Cycle:
             bad = ~ok
             if isinstance(res.code, np.ndarray):
                 codes = np.asarray(res.code)[bad]
+                internal = bool(((codes < _UNSCHED) | ((codes > _UNRESOLVABLE) & (codes != _PENDING))).any())
+                pending = bool((codes == _PENDING).any())
             else:
-                codes = np.full(int(bad.sum()), int(res.code), dtype=np.int8)
-            if (codes == int(Code.ERROR)).any() or not np.isin(codes, _REJECTION_CODES).all():
+                code = int(res.code)
+                codes = np.full(int(bad.sum()), code, dtype=np.int8)
+                internal = code not in _REJECTION_CODES
+                pending = code == _PENDING
+            if pending:
+                self.pending.add(p.NAME)
+            if internal:
                 # not a rejection: an internal error (e.g. state PreFilter should have written)
                 msg = "; ".join(r for r, mk in res.reasons if (np.asarray(mk, dtype=bool) & bad).any())
                 raise _Abort(plugin_error("filter", p.NAME, Status(Code.ERROR, (msg or "error",))))
@@ -293,14 +301,14 @@ class _Cycle:
                 found += len(rows)
                 pos += chunk
                 chunk *= 2
-        finally:  # upstream advances the start even when a filter errored
-            n_failed_all = failures.summarize(cutoff)[0]
-            processed_all = found + n_failed_all
-            chain.next_start_node_index = (chain.next_start_node_index + processed_all) % n_all
-        feasible = np.concatenate(feasible_parts) if feasible_parts else np.zeros(0, dtype=np.int64)
+        except _Abort:  # upstream advances the start even when a filter errored
+            n_failed = failures.summarize(cutoff)[0]
+            chain.next_start_node_index = (chain.next_start_node_index + found + n_failed) % n_all
+            raise
         n_failed, hist, codes, rejecting = failures.summarize(cutoff)
-        pending = {plugin for plugin, pos, cds, _ in failures.records
-                   if (cds[pos <= cutoff] if cutoff is not None else cds).tolist().count(int(Code.PENDING))}
+        chain.next_start_node_index = (chain.next_start_node_index + found + n_failed) % n_all
+        feasible = np.concatenate(feasible_parts) if feasible_parts else np.zeros(0, dtype=np.int64)
+        pending = self.pending & rejecting  # (plugins whose Pending rows all fell past the cut-off drop out)
         rejecting.update(narrowing)  # upstream's UnschedulablePlugins starts as the narrowing plugins
         absent = n_all - m
         absent_reason = f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]" if absent else ""
@@ -407,8 +415,8 @@ class _Cycle:
         return int(feasible[pick]), top, top_rows
 
 
-_REJECTION_CODES = np.array([int(Code.UNSCHEDULABLE), int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE),
-                             int(Code.PENDING)], dtype=np.int8)
+_UNSCHED, _UNRESOLVABLE, _PENDING = int(Code.UNSCHEDULABLE), int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE), int(Code.PENDING)
+_REJECTION_CODES = frozenset((_UNSCHED, _UNRESOLVABLE, _PENDING))
 
 
 def _add_nominated(nominator: Nominator | None, pod: PodInfo, nodes: NodeTable) -> list[str]:
