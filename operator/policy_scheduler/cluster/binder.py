@@ -169,12 +169,13 @@ class Binder:
         log.warning("pod %s not bound to %s: %s; requeued%s", pod.key, node, msg,
                     "" if rejected else " with backoff")
         if rejected:
-            e.queue.add_unschedulable(qpi, {status.plugin} if status.plugin else (),
-                                      pending_plugins={status.plugin} if status.code == Code.PENDING and status.plugin
-                                      else ())
+            where = e.queue.add_unschedulable(
+                qpi, {status.plugin} if status.plugin else (),
+                pending_plugins={status.plugin} if status.code == Code.PENDING and status.plugin else ())
         else:
-            e.queue.add_unschedulable(qpi, error=True)
-        e.recorder.failure(pod, "FailedScheduling", msg, code=status.code)
+            where = e.queue.add_unschedulable(qpi, error=True)
+        if where is not None:  # None: the pod was deleted meanwhile, nobody to tell
+            e.recorder.failure(pod, "FailedScheduling", msg, code=status.code)
         if broadcast:  # the room it held is free again: pods waiting for it may fit now
             e.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE, assumed, None,
                                                   pre_check=lambda q: q.key != pod.key)

@@ -203,6 +203,8 @@ class Engine:
         phase = (body.get("status") or {}).get("phase")
         if event == "DELETED" or (node and phase in ("Succeeded", "Failed")):
             self._forget_pending(key)
+            if event == "DELETED" and meta.get("uid"):  # upstream: RejectWaitingPod on delete
+                self.waiting.reject(str(meta["uid"]), "", f"pod {key} was deleted")
             old = self.table.remove_pod(key)
             if old is not None:  # its room is free: pods waiting for it may fit now
                 self._move(ASSIGNED_POD_DELETE, old, None)

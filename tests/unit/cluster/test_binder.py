@@ -13,7 +13,7 @@ from policy_scheduler.cluster.binder import DECISION_ANNOTATION
 from policy_scheduler.cluster.engine import Engine
 from policy_scheduler.framework.interface import PermitPlugin, PostFilterPlugin, ReservePlugin
 from policy_scheduler.framework.queue import ACTIVE, BACKOFF, UNSCHEDULABLE
-from policy_scheduler.framework.status import Status
+from policy_scheduler.framework.status import Code, Status
 from policy_scheduler.plugins import registry_with
 
 CALLS: list[tuple[str, str]] = []
@@ -278,3 +278,29 @@ def test_a_postfilter_nomination_is_written_counted_and_tried_first():
         assert e.queue.get("ns/big").pod.nominated_node_name == "n1"
     run(body)
     assert ("postFilter", "big:('Insufficient cpu',)") in CALLS
+
+
+class Hold(PermitPlugin):
+    """Test Permit: every pod waits (for a minute)."""
+
+    NAME = "Hold"
+
+    def permit(self, state, pod, node):
+        return Status(Code.WAIT), 60.0
+
+
+PLUGINS.append(Hold)
+
+
+def test_deleting_a_pod_that_waits_at_permit_rejects_it_and_frees_its_room():
+    async def body(e):
+        e.on_policy("MODIFIED", {"metadata": {"name": "default", "generation": 2}, "spec": {"plugins": [
+            {"name": "NodeResourcesFit"}, {"name": "Hold"}]}})
+        await schedule(e, pod("w"))
+        assert len(e.waiting) == 1 and "ns/w" in e.table.assumed
+        e.on_pod("DELETED", pod("w"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(e.waiting) == 0 and "ns/w" not in e.table.pod_node
+        assert e.client.calls_of("bind") == [] and not e.queue.is_in_flight("ns/w") and "ns/w" not in e.queue
+    run(body)
