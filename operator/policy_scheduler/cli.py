@@ -10,16 +10,24 @@ import os
 import sys
 
 from . import SCHEDULER_NAME, __version__
+from .logs import LOG_FORMATS
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper()),
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    if level != "debug":
-        # kopf logs every handler run at INFO: one line per watch event is noise, and costs CPU
-        logging.getLogger("kopf").setLevel(logging.WARNING)
+def _setup_logging(level: str, log_format: str = "text") -> None:
+    """Text or JSON lines on stderr, for every logger (kopf's included): see logs.py."""
+    from .logs import setup
+
+    setup(level, log_format)
+
+
+def _startup_error(a: argparse.Namespace, msg: str) -> None:
+    """A reason not to start: plain on stderr, or a JSON line with --log-format json."""
+    if a.log_format == "json":
+        logging.getLogger("policy_scheduler").error(msg)
+    else:
+        print(f"policy-scheduler: {msg}", file=sys.stderr)
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -32,17 +40,16 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     from .plugins import registry_with
 
-    _setup_logging(a.log_level)
+    _setup_logging(a.log_level, a.log_format)
     try:
         creds = load_credentials(a.kubeconfig)
     except (RuntimeError, KeyError, ValueError) as e:
-        print(f"policy-scheduler: cannot load credentials: {e}", file=sys.stderr)
+        _startup_error(a, f"cannot load credentials: {e}")
         return 2
     try:
         registry, added = registry_with(a.plugin_module)
     except Exception as e:  # an import error, or a name that clashes: say which module
-        print(f"policy-scheduler: cannot load plugin modules {a.plugin_module}: {type(e).__name__}: {e}",
-              file=sys.stderr)
+        _startup_error(a, f"cannot load plugin modules {a.plugin_module}: {type(e).__name__}: {e}")
         return 2
     if added:
         logging.getLogger("policy_scheduler").info("out-of-tree plugins registered: %s", ", ".join(added))
@@ -196,7 +203,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only schedule pods of this namespace (repeatable; default: all). Bound pods of every "
                         "namespace still count against node capacity.")
     r.add_argument("--scheduler-name", default=SCHEDULER_NAME, help="spec.schedulerName of the pods to schedule")
-    r.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    r.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                   help="least severe level logged (default info); debug adds every decision (policy, node, "
+                        "top scores), every binding, queue moves and kopf's own logs")
+    r.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                   help="text (default): '<time> <LEVEL> <logger>: <message>' then the line's fields as "
+                        "key=value; json: one JSON object per line with ts (RFC 3339 UTC, milliseconds), level, "
+                        "logger, msg, the line's fields (pod, policy, node, ...) and exc for a traceback. "
+                        "Applies to every logger, kopf's included")
     r.add_argument("--qps", type=float, default=500.0, help="client requests per second to the API server "
                                                             "(bindings, events, status); 0 = unlimited")
     r.add_argument("--burst", type=int, default=1000, help="client burst above --qps")
