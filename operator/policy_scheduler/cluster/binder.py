@@ -29,6 +29,7 @@ from ..framework.podinfo import PodInfo
 from ..framework.queue import QueuedPodInfo
 from ..framework.runner import Decision
 from ..framework.status import Code, Status
+from ..logs import fields
 from .kubeclient import ApiError
 from .recorder import now_rfc3339
 
@@ -167,7 +168,8 @@ class Binder:
         rejected = status.is_rejected
         msg = failure_message(status)
         log.warning("pod %s not bound to %s: %s; requeued%s", pod.key, node, msg,
-                    "" if rejected else " with backoff")
+                    "" if rejected else " with backoff",
+                    extra=fields(pod=pod.key, node=node, plugin=status.plugin or None, code=str(status.code)))
         if rejected:
             where = e.queue.add_unschedulable(
                 qpi, {status.plugin} if status.plugin else (),

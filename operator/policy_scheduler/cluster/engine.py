@@ -49,6 +49,7 @@ from ..framework.queue import QueuedPodInfo, SchedulingQueue
 from ..framework.registry import Registry
 from ..framework.runner import POD_SPEC, Decision, schedule_one
 from ..framework.status import Code
+from ..logs import MAX_MESSAGE_LEN, decision_fields, failure_fields, fields, truncate
 from ..metricsources.manager import MetricSources
 from ..plugins.priority_sort import PrioritySort
 from .binder import DECISION_ANNOTATION, Binder
@@ -378,6 +379,9 @@ class Engine:
         result = "scheduled" if decision.scheduled else (
             "error" if decision.status.code == Code.ERROR else "unschedulable")
         self.telemetry.attempt(result, st.name, decision.duration)
+        if log.isEnabledFor(logging.DEBUG):  # the fields cost more than the decision's bookkeeping: only on demand
+            log.debug("pod %s decided under policy %s: node %s (%d/%d feasible)", pod.key, st.name, decision.node,
+                      decision.feasible, decision.evaluated, extra=decision_fields(pod.key, st.name, decision))
         if decision.scheduled:
             self.nominator.remove(pod.key)  # the Binding clears status.nominatedNodeName (API server, v1.35+)
             self.binder.start(qpi, st, chain, state, decision)
@@ -387,7 +391,8 @@ class Engine:
                                      pending_plugins=decision.pending_plugins)
         st.dirty = True
         msg = decision.message or decision.status.message()
-        log.info("pod %s unschedulable under policy %s: %s", pod.key, st.name, msg)
+        log.info("pod %s unschedulable under policy %s: %s", pod.key, st.name, truncate(msg, MAX_MESSAGE_LEN),
+                 extra=failure_fields(pod.key, st.name, decision.unschedulable_plugins, decision.failures, msg))
         # a spec that cannot be parsed is reported once, not at every periodic retry
         self.recorder.failure(pod, "FailedScheduling", msg, code=decision.status.code,
                               once=POD_SPEC in decision.unschedulable_plugins)
@@ -422,3 +427,6 @@ class Engine:
         self.recorder.forget(key)
         self._pod_policy.pop(key, None)
         self.recorder.event(pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {key} to {node}")
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("pod %s bound to %s under policy %s", key, node, st.name,
+                      extra=fields(pod=key, node=node, policy=st.name))
