@@ -461,7 +461,7 @@ async def start_scheduler(which: str, cluster: localcluster.LocalCluster, run_di
                 *a.operator_arg]
         p = start_popen(args, run_dir / "policy-scheduler.log")
         return Proc(p.pid, run_dir / "policy-scheduler.log", lambda: terminate(p),
-                    f"http://127.0.0.1:{port}/metrics", "policy_scheduler_schedule_attempts_total")
+                    f"http://127.0.0.1:{port}/metrics", "scheduler_schedule_attempts_total")
     args = [sys.executable, str(Path(__file__).resolve()), "binder", "--kubeconfig", kc, "--qps", str(a.qps),
             "--burst", str(a.burst), "--concurrency", str(a.bind_concurrency)]
     p = start_popen(args, run_dir / "binder.log")

@@ -62,7 +62,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         sources.registry = registry
         engine = Engine(client, scheduler_name=a.scheduler_name,
                         namespaces=set(a.namespace) if a.namespace else None,
-                        bind_concurrency=a.bind_concurrency, sources=sources, registry=registry)
+                        bind_concurrency=a.bind_concurrency, sources=sources, registry=registry,
+                        plugin_metrics_sample_percent=a.plugin_metrics_sample_percent)
         if a.metrics_port:
             start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.telemetry.registry)
         liveness = f"http://{a.health_address}:{a.health_port}/healthz" if a.health_port else None
@@ -217,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--bind-concurrency", type=int, default=64, help="bindings in flight at once")
     r.add_argument("--metrics-port", type=int, default=8081, help="Prometheus /metrics port (0 = off)")
     r.add_argument("--metrics-address", default="0.0.0.0")
+    r.add_argument("--plugin-metrics-sample-percent", type=float, default=10.0, metavar="PCT",
+                   help="share of scheduling cycles whose plugin calls are timed one by one "
+                        "(scheduler_plugin_execution_duration_seconds; default 10, as kube-scheduler)")
     r.add_argument("--health-port", type=int, default=8080, help="liveness /healthz port (0 = off)")
     r.add_argument("--health-address", default="0.0.0.0")
     r.add_argument("--prometheus-url", default=None, type=_url,

@@ -7,7 +7,8 @@ from pathlib import Path
 import policy_scheduler
 
 PKG = Path(policy_scheduler.__file__).resolve().parent
-FORBIDDEN = ("kopf", "kubernetes", "aiohttp", "prometheus_api_client", "requests", "urllib", "socket", "http")
+FORBIDDEN = ("kopf", "kubernetes", "aiohttp", "prometheus_api_client", "prometheus_client", "requests", "urllib",
+             "socket", "http")
 
 
 def test_import_operator_is_the_standard_library():

@@ -42,6 +42,7 @@ log = logging.getLogger("policy_scheduler")
 
 DECISION_ANNOTATION = "policy-scheduler.io/decision"
 GATED_CONFLICT = "has non-empty .spec.schedulingGates"
+CYCLE_START = "policy-scheduler.io/cycle-start"  # CycleState key: perf_counter at the start of the attempt
 
 
 def _rounded(v: Any) -> Any:
@@ -123,6 +124,7 @@ class Binder:
         assumed = copy.copy(pod)
         assumed.node_name = node
         e.table.add_pod(assumed, node, assumed=True)
+        state.write(CYCLE_START, time.perf_counter() - decision.duration)
         status = run_reserve(chain, state, pod, node)
         if status.is_success:
             status = run_permit(chain, state, pod, node, e.waiting)
@@ -156,7 +158,12 @@ class Binder:
         if not status.is_success:
             self._failed(qpi, chain, state, assumed, status, broadcast=True)
             return
+        self._count_attempt(state, st.name, "scheduled")  # upstream: once bound, scheduling + binding
         self.engine.bound(qpi, st, node)
+
+    def _count_attempt(self, state: CycleState, policy: str | None, result: str) -> None:
+        started = state.read(CYCLE_START)
+        self.engine.telemetry.attempt(result, policy, None if started is None else time.perf_counter() - started)
 
     # ------------------------------------------------------------------ failures
     def _failed(self, qpi: QueuedPodInfo, chain: "Chain", state: CycleState, assumed: PodInfo, status: Status,
@@ -166,6 +173,7 @@ class Binder:
         run_unreserve(chain, state, pod, node)
         e.forget_assumed(pod.key)
         rejected = status.is_rejected
+        self._count_attempt(state, qpi.policy, "unschedulable" if rejected else "error")
         msg = failure_message(status)
         log.warning("pod %s not bound to %s: %s; requeued%s", pod.key, node, msg,
                     "" if rejected else " with backoff",

@@ -92,7 +92,7 @@ class Engine:
                  namespaces: set[str] | None = None, bind_concurrency: int = 64,
                  status_interval: float = 2.0, telemetry: Telemetry | None = None,
                  rng: random.Random | None = None, sources: MetricSources | None = None,
-                 registry: Registry | None = None) -> None:
+                 registry: Registry | None = None, plugin_metrics_sample_percent: float | None = None) -> None:
         self.client = client
         self.scheduler_name = scheduler_name
         self.scope = namespaces  # None: every namespace
@@ -112,6 +112,11 @@ class Engine:
                                         namespaces=self.namespaces, telemetry=self.telemetry,
                                         on_change=self._policy_changed)
         self.resolve_policy = self.policy_store.resolve_policy
+        # metrics: a profile label names an existing policy (else "unknown"); queue moves read at scrape time
+        self.telemetry.known_policies = self.policy_store.policies
+        self.telemetry.queue_incoming.source = lambda: self.queue.incoming
+        if plugin_metrics_sample_percent is not None:
+            self.telemetry.plugin_sample_percent = plugin_metrics_sample_percent
         # pods without a usable policy still get the implicit plugins (SchedulingGates holds them)
         self.queue.fallback = build_chain({"plugins": []}, self.policy_store.registry, OperatorHandle(self))
         self.recorder = EventRecorder(client, scheduler_name=scheduler_name, telemetry=self.telemetry,
@@ -122,7 +127,6 @@ class Engine:
         self._tasks = Tasks()
         self._wake = asyncio.Event()
         self._stopping = False
-        self._first_seen: dict[str, float] = {}
         self._pod_policy: dict[str, str] = {}  # pending pod key -> policy it was queued under
         self.bound_by_us = 0
         self.informers: list[Informer] = []
@@ -258,7 +262,6 @@ class Engine:
             self.nominator.add(pod, pod.nominated_node_name)
         elif self.nominator.node_of(key) is not None:
             self.nominator.remove(key)
-        self._first_seen.setdefault(key, time.monotonic())
         self._pod_policy[key] = policy
         active = self.queue.active_count
         self.queue.add(pod, policy)  # for a known pod: an update (which may ungate it)
@@ -268,7 +271,6 @@ class Engine:
     def _forget_pending(self, key: str) -> None:
         self.queue.delete(key)
         self.nominator.remove(key)
-        self._first_seen.pop(key, None)
         self.recorder.forget(key)
         pol = self._pod_policy.pop(key, None)
         if pol:
@@ -374,11 +376,11 @@ class Engine:
             return None
         qpi.policy = st.name
         chain = st.chain
-        state = CycleState()
+        state = CycleState(self.telemetry.cycle_recorder(st.name))
         decision = schedule_one(chain, pod, self.table, self.rng, state, self.nominator)
-        result = "scheduled" if decision.scheduled else (
-            "error" if decision.status.code == Code.ERROR else "unschedulable")
-        self.telemetry.attempt(result, st.name, decision.duration)
+        if not decision.scheduled:  # a scheduled one counts when bound (or failed) in the binding cycle
+            self.telemetry.attempt("error" if decision.status.code == Code.ERROR else "unschedulable", st.name,
+                                   decision.duration)
         if log.isEnabledFor(logging.DEBUG):  # the fields cost more than the decision's bookkeeping: only on demand
             log.debug("pod %s decided under policy %s: node %s (%d/%d feasible)", pod.key, st.name, decision.node,
                       decision.feasible, decision.evaluated, extra=decision_fields(pod.key, st.name, decision))
@@ -421,9 +423,8 @@ class Engine:
         st.scheduled += 1
         st.last_scheduled_time = now_rfc3339()
         st.dirty = True
-        seen = self._first_seen.pop(key, None)
-        if seen is not None:
-            self.telemetry.e2e_duration.observe(time.monotonic() - seen)
+        if qpi.initial_attempt_timestamp is not None:  # the queue's clock: time.monotonic
+            self.telemetry.scheduled(qpi.attempts, time.monotonic() - qpi.initial_attempt_timestamp)
         self.recorder.forget(key)
         self._pod_policy.pop(key, None)
         self.recorder.event(pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {key} to {node}")

@@ -101,13 +101,14 @@ class PolicyStatusWriter:
         self._tasks.spawn(self.write(st))
 
     async def run(self) -> None:
-        """The batch loop, until cancelled: every ``interval``, the pending-pods gauge and every
-        policy's status (written only when changed)."""
+        """The batch loop, until cancelled: every ``interval``, the pending-pods and
+        unschedulable-pods gauges and every policy's status (written only when changed)."""
         while True:
             await asyncio.sleep(self.interval)
             c = self.queue.counts()
             for q, v in c.items():
                 self.telemetry.pending.labels(q).set(v)
+            self.telemetry.set_unschedulable(self.queue.unschedulable_plugin_counts())
             for st in list(self.policies.values()):
                 await self.write(st)  # writes only what changed
 

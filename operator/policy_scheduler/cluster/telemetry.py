@@ -1,49 +1,217 @@
-"""Telemetry: the operator's own metrics, exported on /metrics (names mirror kube-scheduler's, prefixed).
+"""Telemetry: the operator's own metrics, exported on /metrics.
+
+Where kube-scheduler has a metric of the same meaning, it has kube-scheduler's name, labels,
+label values and buckets (pkg/scheduler/metrics/metrics.go, v1.37), with ``profile`` = the policy
+name, so dashboards and alerts written for kube-scheduler work as they are. The operator's own
+metrics keep the ``policy_scheduler_`` prefix.
+
+A ``profile`` label only ever takes the name of a policy that exists (``known_policies``, the
+engine's policy store), else ``unknown``: pods naming random policies add no series. Labelled
+children are looked up once per label set and cached, so the scheduling loop pays a dict lookup
+and an observe per metric.
 
 Not to be confused with metricsources/ (the Prometheus data the usage-aware plugins read) or
 framework/metricview.py (the plugins' read-only view of those values)."""
 
 from __future__ import annotations
 
-from typing import Any
+import random
+from typing import Any, Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
-_LATENCY = tuple(0.0005 * 2**i for i in range(16))  # 0.5 ms .. ~16 s
+from ..framework.instrumentation import DEFAULT_SAMPLE_PERCENT, CycleRecorder
+from ..framework.status import Code
+
+UNKNOWN = "unknown"  # the profile label of a policy that does not exist
+
+
+def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
+    """Prometheus' ExponentialBuckets (what upstream's buckets are made of)."""
+    return tuple(start * factor ** i for i in range(count))
+
+
+_LATENCY = exponential_buckets(0.0005, 2, 16)  # 0.5 ms .. ~16 s (binding requests)
+ATTEMPT_BUCKETS = exponential_buckets(0.001, 2, 15)
+SLI_BUCKETS = exponential_buckets(0.01, 2, 20)
+EXTENSION_POINT_BUCKETS = exponential_buckets(0.0001, 2, 12)
+PLUGIN_BUCKETS = exponential_buckets(0.00001, 1.5, 20)
+MAX_ATTEMPTS_LABEL = 15  # upstream getAttemptsLabel: "15+" from 15 attempts on
+
+
+def attempts_label(attempts: int) -> str:
+    return f"{MAX_ATTEMPTS_LABEL}+" if attempts >= MAX_ATTEMPTS_LABEL else str(attempts)
+
+
+def event_label(label: str) -> str:
+    """A cluster event's label for ``queue_incoming_pods_total``: the per-policy suffix of our
+    own events (``PolicyChange/<name>``) is dropped, so the series stay few."""
+    return label.split("/", 1)[0]
+
+
+class _QueueIncoming:
+    """``scheduler_queue_incoming_pods_total{queue,event}``, read at scrape time from the
+    queue's own counters (``SchedulingQueue.incoming``): the loop pays one dict increment per
+    move, nothing here."""
+
+    NAME = "scheduler_queue_incoming_pods"
+    HELP = "Number of pods added to scheduling queues by event and queue type."
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Mapping[tuple[str, str], int]] | None = None
+
+    def describe(self):
+        return [CounterMetricFamily(self.NAME, self.HELP, labels=["queue", "event"])]
+
+    def collect(self):
+        fam = CounterMetricFamily(self.NAME, self.HELP, labels=["queue", "event"])
+        totals: dict[tuple[str, str], int] = {}
+        if self.source is not None:
+            for (queue, event), n in dict(self.source()).items():  # a copy: the loop keeps counting
+                key = (queue, event_label(event))
+                totals[key] = totals.get(key, 0) + n
+        for (queue, event), n in sorted(totals.items()):
+            fam.add_metric([queue, event], n)
+        yield fam
+
+
+class TelemetryRecorder(CycleRecorder):
+    """A cycle's timings into the Telemetry's histograms, for one profile; ``sampled`` fixed
+    (the Telemetry keeps one of each per profile and picks one per cycle)."""
+
+    __slots__ = ("_points", "_plugins", "_point_metric", "_plugin_metric", "_profile")
+
+    def __init__(self, telemetry: "Telemetry", profile: str, sampled: bool) -> None:
+        super().__init__(sampled)
+        self._profile = profile
+        self._point_metric = telemetry.extension_point_duration
+        self._plugin_metric = telemetry.plugin_duration
+        self._points: dict[tuple[str, Code], Any] = {}
+        self._plugins = telemetry._plugin_children  # shared: the plugin histogram has no profile
+
+    def point(self, point: str, code: Code, seconds: float) -> None:
+        child = self._points.get((point, code))
+        if child is None:
+            child = self._points[(point, code)] = self._point_metric.labels(point, str(code), self._profile)
+        child.observe(seconds)
+
+    def plugin(self, plugin: str, point: str, code: Code, seconds: float) -> None:
+        key = (plugin, point, code)
+        child = self._plugins.get(key)
+        if child is None:
+            child = self._plugins[key] = self._plugin_metric.labels(plugin, point, str(code))
+        child.observe(seconds)
 
 
 class Telemetry:
     """The operator's own metrics, exported on /metrics."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *,
+                 plugin_sample_percent: float = DEFAULT_SAMPLE_PERCENT,
+                 known_policies: Mapping[str, Any] | None = None, rng: random.Random | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.attempts = Counter("policy_scheduler_schedule_attempts", "Scheduling attempts by result.",
-                                ["result", "policy"], registry=r)
-        self.attempt_duration = Histogram("policy_scheduler_scheduling_attempt_duration_seconds",
-                                          "Time of one scheduling cycle (decision only).", ["result"],
-                                          buckets=_LATENCY, registry=r)
+        # kube-scheduler's metrics
+        self.attempts = Counter("scheduler_schedule_attempts",
+                                "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod "
+                                "could not be scheduled, while 'error' means an internal scheduler problem.",
+                                ["result", "profile"], registry=r)
+        self.attempt_duration = Histogram("scheduler_scheduling_attempt_duration_seconds",
+                                          "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+                                          ["result", "profile"], buckets=ATTEMPT_BUCKETS, registry=r)
+        self.sli_duration = Histogram("scheduler_pod_scheduling_sli_duration_seconds",
+                                      "E2e latency for a pod being scheduled, from the time the pod enters the "
+                                      "scheduling queue and might involve multiple scheduling attempts.",
+                                      ["attempts"], buckets=SLI_BUCKETS, registry=r)
+        self.extension_point_duration = Histogram(
+            "scheduler_framework_extension_point_duration_seconds",
+            "Latency for running all plugins of a specific extension point.",
+            ["extension_point", "status", "profile"], buckets=EXTENSION_POINT_BUCKETS, registry=r)
+        self.plugin_duration = Histogram(
+            "scheduler_plugin_execution_duration_seconds",
+            "Duration for running a plugin at a specific extension point (sampled scheduling cycles).",
+            ["plugin", "extension_point", "status"], buckets=PLUGIN_BUCKETS, registry=r)
+        self.pending = Gauge("scheduler_pending_pods",
+                             "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; "
+                             "'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in "
+                             "unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is "
+                             "the number of unschedulable pods that the scheduler never attempted to schedule "
+                             "because they are gated.", ["queue"], registry=r)
+        self.unschedulable = Gauge("scheduler_unschedulable_pods",
+                                   "The number of unschedulable pods broken down by plugin name. A pod will "
+                                   "increment the gauge for all plugins that caused it to not schedule and so this "
+                                   "metric have meaning only when broken down by plugin.",
+                                   ["plugin", "profile"], registry=r)
+        self.queue_incoming = _QueueIncoming()
+        r.register(self.queue_incoming)
+        # the operator's own
         self.binding_duration = Histogram("policy_scheduler_binding_duration_seconds",
                                           "Time of the pods/binding request.", buckets=_LATENCY, registry=r)
-        self.e2e_duration = Histogram("policy_scheduler_pod_scheduling_duration_seconds",
-                                      "From first seen pending to bound.", buckets=_LATENCY, registry=r)
         self.bind_errors = Counter("policy_scheduler_binding_errors", "Failed bindings by HTTP status.",
                                    ["code"], registry=r)
-        self.pending = Gauge("policy_scheduler_pending_pods", "Pods in the scheduling queue by sub-queue.",
-                             ["queue"], registry=r)
         self.nodes = Gauge("policy_scheduler_nodes", "Nodes in the scheduler's cache.", registry=r)
         self.policies = Gauge("policy_scheduler_policies", "SchedulingPolicies by readiness.", ["ready"], registry=r)
         self.events_dropped = Counter("policy_scheduler_events_dropped",
                                       "Kubernetes Events or status writes that failed.", ["kind"], registry=r)
-        self._attempt_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
-    def attempt(self, result: str, policy: str, seconds: float | None = None) -> None:
+        self.known_policies: Mapping[str, Any] = known_policies if known_policies is not None else {}
+        self.plugin_sample_percent = plugin_sample_percent
+        self._rng = rng or random.Random()  # never the engine's: sampling must not shift its tie-breaking
+        self._attempt_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._sli_children: dict[str, Any] = {}
+        self._plugin_children: dict[tuple[str, str, Code], Any] = {}
+        self._recorders: dict[tuple[str, bool], TelemetryRecorder] = {}
+        self._unschedulable_set: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------------ labels
+    def profile(self, policy: str | None) -> str:
+        """The ``profile`` label of ``policy``: its name if it exists, else ``unknown``."""
+        return policy if policy is not None and policy in self.known_policies else UNKNOWN
+
+    # ------------------------------------------------------------------ the scheduling loop
+    def attempt(self, result: str, policy: str | None, seconds: float | None = None) -> None:
         """Count one scheduling attempt (and its duration, when given); the labelled children are
-        looked up once per (result, policy), not per pod."""
-        children = self._attempt_children.get((result, policy))
+        looked up once per (result, profile), not per pod."""
+        profile = self.profile(policy)
+        children = self._attempt_children.get((result, profile))
         if children is None:
-            children = self._attempt_children[(result, policy)] = (
-                self.attempts.labels(result, policy), self.attempt_duration.labels(result))
+            children = self._attempt_children[(result, profile)] = (
+                self.attempts.labels(result, profile), self.attempt_duration.labels(result, profile))
         children[0].inc()
         if seconds is not None:
             children[1].observe(seconds)
+
+    def scheduled(self, attempts: int, seconds: float) -> None:
+        """A pod was bound: ``seconds`` since it first entered activeQ, after ``attempts`` attempts."""
+        label = attempts_label(attempts)
+        child = self._sli_children.get(label)
+        if child is None:
+            child = self._sli_children[label] = self.sli_duration.labels(label)
+        child.observe(seconds)
+
+    def cycle_recorder(self, policy: str | None) -> TelemetryRecorder:
+        """The recorder for one cycle of ``policy``'s pod: plugin calls timed in
+        ``plugin_sample_percent`` % of cycles (upstream samples 10 %)."""
+        pct = self.plugin_sample_percent
+        sampled = pct >= 100 or (pct > 0 and self._rng.random() * 100 < pct)
+        profile = self.profile(policy)
+        rec = self._recorders.get((profile, sampled))
+        if rec is None:
+            rec = self._recorders[(profile, sampled)] = TelemetryRecorder(self, profile, sampled)
+        return rec
+
+    # ------------------------------------------------------------------ the status loop
+    def set_unschedulable(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """``scheduler_unschedulable_pods`` from (policy, plugin) -> pods in the unschedulable
+        pool (gated ones included, under their PreEnqueue plugin). Series that had pods and have
+        none any more go to 0, as upstream's gauge does."""
+        by_label: dict[tuple[str, str], int] = {}
+        for (policy, plugin), n in counts.items():
+            key = (plugin, self.profile(policy))
+            by_label[key] = by_label.get(key, 0) + n
+        for key in self._unschedulable_set - by_label.keys():
+            self.unschedulable.labels(*key).set(0)
+        for key, n in by_label.items():
+            self.unschedulable.labels(*key).set(n)
+        self._unschedulable_set |= by_label.keys()

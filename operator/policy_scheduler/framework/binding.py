@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from time import perf_counter
 from typing import TYPE_CHECKING, Iterator
 
+from .instrumentation import BIND, PERMIT, POST_BIND, PRE_BIND, RESERVE, UNRESERVE
 from .interface import CycleState, PodGone
 from .status import Code, Status
 
@@ -124,12 +126,28 @@ class WaitingPods:
 def run_reserve(chain: "Chain", state: CycleState, pod: "PodInfo", node: str) -> Status:
     """Every Reserve plugin in order; the first failure stops the run (the caller unreserves).
     A rejection keeps its code and gets the plugin's name; anything else is an Error."""
+    rec = state.recorder
+    t0 = perf_counter()
+    st = _reserve(chain, state, pod, node)
+    rec.point(RESERVE, st.code, perf_counter() - t0)
+    return st
+
+
+def _reserve(chain: "Chain", state: CycleState, pod: "PodInfo", node: str) -> Status:
+    rec = state.recorder
+    sampled = rec.sampled
     for p in chain.reserve:
+        t = perf_counter() if sampled else 0.0
         try:
             st = p.reserve(state, pod, node)
         except Exception as e:
             log.exception("Reserve plugin %s failed on pod %s", p.NAME, pod.key)
-            return _error("Reserve", p.NAME, e)
+            st = _error("Reserve", p.NAME, e)
+            if sampled:
+                rec.plugin(p.NAME, RESERVE, Code.ERROR, perf_counter() - t)
+            return st
+        if sampled:
+            rec.plugin(p.NAME, RESERVE, st.code, perf_counter() - t)
         if st.is_success:
             continue
         if st.is_rejected:
@@ -140,11 +158,18 @@ def run_reserve(chain: "Chain", state: CycleState, pod: "PodInfo", node: str) ->
 
 def run_unreserve(chain: "Chain", state: CycleState, pod: "PodInfo", node: str) -> None:
     """Every Reserve plugin's unreserve, in reverse order; errors are logged, never raised."""
+    rec = state.recorder
+    sampled = rec.sampled
+    t0 = perf_counter()
     for p in reversed(chain.reserve):
+        t = perf_counter() if sampled else 0.0
         try:
             p.unreserve(state, pod, node)
         except Exception:
             log.exception("Unreserve of plugin %s failed on pod %s", p.NAME, pod.key)
+        if sampled:  # upstream reports Success for every Unreserve call
+            rec.plugin(p.NAME, UNRESERVE, Code.SUCCESS, perf_counter() - t)
+    rec.point(UNRESERVE, Code.SUCCESS, perf_counter() - t0)
 
 
 # -------------------------------------------------------------------------------------- Permit
@@ -152,13 +177,28 @@ def run_unreserve(chain: "Chain", state: CycleState, pod: "PodInfo", node: str) 
 def run_permit(chain: "Chain", state: CycleState, pod: "PodInfo", node: str, waiting: WaitingPods) -> Status:
     """upstream RunPermitPlugins: Success; Wait (the pod is parked in ``waiting`` with each
     waiting plugin's timeout, capped at 15 minutes); a rejection in the plugin's name; or Error."""
+    rec = state.recorder
+    t0 = perf_counter()
+    st = _permit(chain, state, pod, node, waiting)
+    rec.point(PERMIT, st.code, perf_counter() - t0)
+    return st
+
+
+def _permit(chain: "Chain", state: CycleState, pod: "PodInfo", node: str, waiting: WaitingPods) -> Status:
+    rec = state.recorder
+    sampled = rec.sampled
     timeouts: dict[str, float] = {}
     for p in chain.permit:
+        t = perf_counter() if sampled else 0.0
         try:
             st, timeout = p.permit(state, pod, node)
         except Exception as e:
             log.exception("Permit plugin %s failed on pod %s", p.NAME, pod.key)
+            if sampled:
+                rec.plugin(p.NAME, PERMIT, Code.ERROR, perf_counter() - t)
             return _error("Permit", p.NAME, e)
+        if sampled:
+            rec.plugin(p.NAME, PERMIT, st.code, perf_counter() - t)
         if st.is_success:
             continue
         if st.is_rejected:
@@ -185,16 +225,24 @@ async def wait_on_permit(waiting: WaitingPods, pod: "PodInfo") -> Status:
         waiting.remove(pod.uid)
 
 
-async def _guarded(point: str, plugin: str, pod: "PodInfo", call) -> Status:
+async def _guarded(point: str, plugin: str, pod: "PodInfo", call, state: CycleState | None = None) -> Status:
     """Await a bind-side plugin call: Success or Skip as they are; anything else, or an
-    exception (other than PodGone), becomes an Error naming the plugin."""
+    exception (other than PodGone), becomes an Error naming the plugin. In a sampled cycle
+    (``state``'s recorder) the call is timed, with the plugin's own status code."""
+    rec = state.recorder if state is not None else None
+    sampled = rec is not None and rec.sampled
+    t = perf_counter() if sampled else 0.0
     try:
         st = await call
     except PodGone:
         raise
     except Exception as e:
         log.exception("%s plugin %s failed on pod %s", point, plugin, pod.key)
+        if sampled:
+            rec.plugin(plugin, point, Code.ERROR, perf_counter() - t)
         return _error(point, plugin, e)
+    if sampled:
+        rec.plugin(plugin, point, st.code, perf_counter() - t)
     return st if st.is_success or st.is_skip else _error(point, plugin, st)
 
 
@@ -206,24 +254,42 @@ async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: s
     st = await wait_on_permit(waiting, pod)
     if not st.is_success:
         return st
+    rec = state.recorder
+    sampled = rec.sampled
+    t0 = perf_counter()
     for p in chain.pre_bind:
-        st = await _guarded("PreBind", p.NAME, pod, p.pre_bind(state, pod, node))
+        st = await _guarded(PRE_BIND, p.NAME, pod, p.pre_bind(state, pod, node), state)
         if st.code == Code.ERROR:
+            rec.point(PRE_BIND, st.code, perf_counter() - t0)
             return st
+    t1 = perf_counter()
+    rec.point(PRE_BIND, Code.SUCCESS, t1 - t0)
     bound = False
-    for p in chain.bind:
-        st = await _guarded("Bind", p.NAME, pod, p.bind(state, pod, node))
-        if st.is_skip:
-            continue
-        if st.code == Code.ERROR:
+    try:
+        for p in chain.bind:
+            st = await _guarded(BIND, p.NAME, pod, p.bind(state, pod, node), state)
+            if st.is_skip:
+                continue
+            if st.code == Code.ERROR:
+                return st
+            bound = True
+            break
+        if not bound:
+            st = Status.error("no Bind plugin bound the pod: every Bind plugin returned Skip")
             return st
-        bound = True
-        break
-    if not bound:
-        return Status.error("no Bind plugin bound the pod: every Bind plugin returned Skip")
+    except PodGone:
+        st = Status(Code.ERROR)
+        raise
+    finally:
+        rec.point(BIND, st.code, perf_counter() - t1)
+    t2 = perf_counter()
     for p in chain.post_bind:
+        t = perf_counter() if sampled else 0.0
         try:
             p.post_bind(state, pod, node)
         except Exception:  # informational: a failing PostBind does not undo the binding
             log.exception("PostBind plugin %s failed on pod %s", p.NAME, pod.key)
+        if sampled:  # upstream reports Success for every PostBind call
+            rec.plugin(p.NAME, POST_BIND, Code.SUCCESS, perf_counter() - t)
+    rec.point(POST_BIND, Code.SUCCESS, perf_counter() - t2)
     return Status.success()

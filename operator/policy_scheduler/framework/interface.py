@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .events import ClusterEventWithHint
+from .instrumentation import NOOP, CycleRecorder
 from .status import Code, Status
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,12 +41,13 @@ class CycleState:
     """Per-cycle scratch space shared by the plugins of one scheduling attempt and, after it, by
     the same pod's binding cycle (Reserve, Permit, PreBind, Bind, PostBind)."""
 
-    __slots__ = ("_data", "skip_filter", "skip_score")
+    __slots__ = ("_data", "skip_filter", "skip_score", "recorder")
 
-    def __init__(self) -> None:
+    def __init__(self, recorder: CycleRecorder = NOOP) -> None:
         self._data: dict[str, Any] = {}
         self.skip_filter: set[str] = set()  # plugins whose PreFilter returned Skip
         self.skip_score: set[str] = set()  # plugins whose PreScore returned Skip
+        self.recorder = recorder  # the cycle's timings (instrumentation.py); upstream recordPluginMetrics
 
     def write(self, key: str, value: Any) -> None:
         self._data[key] = value

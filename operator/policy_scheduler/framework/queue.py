@@ -253,6 +253,12 @@ class SchedulingQueue:
         self._event_seq = 0
         self.moved_by_event: dict[str, int] = {}  # event label -> pods it moved out of the pool
         self.skipped_by_hint: dict[str, int] = {}  # event label -> pool pods it left in place
+        # (sub-queue, event label) -> pods that entered it (upstream scheduler_queue_incoming_pods_total)
+        self.incoming: dict[tuple[str, str], int] = {}
+
+    def _count_in(self, queue: str, event: str) -> None:
+        key = (queue, event)
+        self.incoming[key] = self.incoming.get(key, 0) + 1
 
     # ---- profiles ------------------------------------------------------------------------
 
@@ -335,7 +341,9 @@ class SchedulingQueue:
         qpi.gating_message = ""
         return None
 
-    def _gate(self, qpi: QueuedPodInfo) -> str:
+    def _gate(self, qpi: QueuedPodInfo, event: str) -> str:
+        if qpi.key not in self._gated:  # a gated pod that stays gated did not enter anything
+            self._count_in(GATED, event)
         self._drop_from_pool(qpi.key)
         self._backoff.remove(qpi.key)
         self._remove_active(qpi.key, qpi.policy)
@@ -364,7 +372,7 @@ class SchedulingQueue:
     def _to_active(self, qpi: QueuedPodInfo, event: str) -> str:
         """upstream moveToActiveQ: PreEnqueue first; a gated pod goes to the pool instead."""
         if self._run_pre_enqueue(qpi) is not None:
-            return self._gate(qpi)
+            return self._gate(qpi, event)
         if qpi.initial_attempt_timestamp is None:
             qpi.initial_attempt_timestamp = self._clock()
         self._drop_from_pool(qpi.key)
@@ -372,6 +380,7 @@ class SchedulingQueue:
         self._remove_active(qpi.key, qpi.policy)
         self._heap(qpi.policy).push(qpi)
         self._active_n += 1
+        self._count_in(ACTIVE, event)
         log.debug("pod %s moved to the %s queue (event %s)", qpi.key, ACTIVE, event)
         return ACTIVE
 
@@ -381,9 +390,10 @@ class SchedulingQueue:
         either (SchedulerPopFromBackoffQ), so a pod gated meanwhile stays in the pool."""
         if not immediately and self.is_backing_off(qpi):
             if self._run_pre_enqueue(qpi) is not None:
-                return self._gate(qpi)
+                return self._gate(qpi, event)
             self._drop_from_pool(qpi.key)
             self._backoff.push(qpi)
+            self._count_in(BACKOFF, event)
             log.debug("pod %s moved to the %s queue (event %s)", qpi.key, BACKOFF, event)
             return BACKOFF
         return self._to_active(qpi, event)
@@ -603,6 +613,7 @@ class SchedulingQueue:
         if best != _SKIP:
             return self._requeue(qpi, best == _IMMEDIATELY, EVENT_ATTEMPT_FAILURE)
         self._unschedulable[key] = qpi
+        self._count_in(UNSCHEDULABLE, EVENT_ATTEMPT_FAILURE)
         log.debug("pod %s moved to the %s queue (event %s)", key, UNSCHEDULABLE, EVENT_ATTEMPT_FAILURE)
         return UNSCHEDULABLE
 
@@ -738,6 +749,16 @@ class SchedulingQueue:
         pods = [q for h in self._active.values() for q in h.items()]
         pods += self._backoff.items() + list(self._unschedulable.values())
         return pods if policy is None else [q for q in pods if q.policy == policy]
+
+    def unschedulable_plugin_counts(self) -> dict[tuple[str, str], int]:
+        """(policy, plugin) -> pods in the unschedulable pool that plugin rejected (or gates, or
+        answered Pending for): upstream's scheduler_unschedulable_pods."""
+        out: dict[tuple[str, str], int] = {}
+        for q in list(self._unschedulable.values()):
+            for plugin in q.unschedulable_plugins | q.pending_plugins:
+                key = (q.policy, plugin)
+                out[key] = out.get(key, 0) + 1
+        return out
 
     def counts(self, policy: str | None = None) -> dict[str, int]:
         """Pending pods per sub-queue (the pending_pods gauge), optionally for one policy; the

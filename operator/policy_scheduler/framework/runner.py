@@ -16,11 +16,13 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
+from time import perf_counter
 
 import numpy as np
 
 from .chain import Chain
-from .interface import MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, FilterResult, NodeToStatus
+from .instrumentation import FILTER, POST_FILTER, PRE_FILTER, PRE_SCORE, SCORE, SCORE_NORMALIZE, CycleRecorder
+from .interface import MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, FilterResult, NodeToStatus, ScorePlugin
 from .nodetable import NodeTable
 from .nominator import Nominator
 from .podinfo import PodInfo
@@ -183,6 +185,22 @@ class _Cycle:
     def __init__(self, chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleState) -> None:
         self.chain, self.pod, self.nodes, self.rng, self.state = chain, pod, nodes, rng, state
         self.pending: set[str] = set()  # Filter plugins that answered Pending for some node
+        self.rec: CycleRecorder = state.recorder
+
+    def timed(self, point: str, fn, *args):
+        """``fn(*args)`` as one extension point: its duration and how it ended (Success, or the
+        status of the ``_Abort`` it raised) go to the cycle's recorder."""
+        t = perf_counter()
+        code = Code.ERROR
+        try:
+            out = fn(*args)
+            code = Code.SUCCESS
+            return out
+        except _Abort as a:
+            code = a.status.code
+            raise
+        finally:
+            self.rec.point(point, code, perf_counter() - t)
 
     # ------------------------------------------------------------------------ PreFilter
     def pre_filter(self) -> tuple[np.ndarray, list[str]]:
@@ -193,11 +211,18 @@ class _Cycle:
         allowed: set[str] | None = None
         narrowing: list[str] = []
         rejected: Status | None = None  # an Unschedulable PreFilter status; later PreFilters still run
+        rec = self.rec
+        sampled = rec.sampled
         for p in chain.pre_filter:
+            t = perf_counter() if sampled else 0.0
             try:
                 st, result = p.pre_filter(state, pod, nodes)
             except Exception as e:
+                if sampled:
+                    rec.plugin(p.NAME, PRE_FILTER, Code.ERROR, perf_counter() - t)
                 raise _Abort(plugin_error("PreFilter", p.NAME, e)) from None
+            if sampled:
+                rec.plugin(p.NAME, PRE_FILTER, st.code, perf_counter() - t)
             if st.is_skip:
                 state.skip_filter.add(p.NAME)
                 continue
@@ -225,16 +250,24 @@ class _Cycle:
     # ------------------------------------------------------------------------ Filter
     def _run_filters(self, rows: np.ndarray, rpos: np.ndarray, failures: _Failures) -> tuple[np.ndarray, np.ndarray]:
         """Filter plugins in order over ``rows``; each gets the rows every earlier one passed.
-        Records rejections; an error aborts the cycle."""
+        Records rejections; an error aborts the cycle. In a sampled cycle each call is timed:
+        Success when every row passed, Error, or the first rejected row's code."""
+        rec = self.rec
+        sampled = rec.sampled
         for p in self.chain.filter:
             if len(rows) == 0:
                 break
             if p.NAME in self.state.skip_filter:
                 continue
+            t = perf_counter() if sampled else 0.0
             try:
                 res: FilterResult = p.filter(self.state, self.pod, self.nodes, rows)
             except Exception as e:
+                if sampled:
+                    rec.plugin(p.NAME, FILTER, Code.ERROR, perf_counter() - t)
                 raise _Abort(plugin_error("filter", p.NAME, e)) from None
+            if sampled:
+                rec.plugin(p.NAME, FILTER, _filter_code(res), perf_counter() - t)
             if res.error is not None:
                 raise _Abort(plugin_error("filter", p.NAME, res.error))
             ok = np.asarray(res.passed, dtype=bool)
@@ -342,18 +375,34 @@ class _Cycle:
         """PostFilter plugins in order until one succeeds. Returns (the text they add to the
         FitError message, the node a plugin nominated)."""
         post_msg, nominated = "", None
-        for p in self.chain.post_filter:
-            try:
-                pst, node = p.post_filter(self.state, self.pod, self.nodes, statuses)
-            except Exception as e:
-                raise _Abort(plugin_error("PostFilter", p.NAME, e)) from None
-            if pst.code == Code.ERROR:
-                raise _Abort(plugin_error("PostFilter", p.NAME, pst))
-            if pst.reasons:
-                post_msg = pst.message()
-            if pst.is_success:
-                nominated = node or None
-                break
+        rec = self.rec
+        sampled = rec.sampled
+        t0 = perf_counter()
+        code = Code.UNSCHEDULABLE  # upstream: no PostFilter plugin succeeded
+        try:
+            for p in self.chain.post_filter:
+                t = perf_counter() if sampled else 0.0
+                try:
+                    pst, node = p.post_filter(self.state, self.pod, self.nodes, statuses)
+                except Exception as e:
+                    if sampled:
+                        rec.plugin(p.NAME, POST_FILTER, Code.ERROR, perf_counter() - t)
+                    raise _Abort(plugin_error("PostFilter", p.NAME, e)) from None
+                if sampled:
+                    rec.plugin(p.NAME, POST_FILTER, pst.code, perf_counter() - t)
+                if pst.code == Code.ERROR:
+                    raise _Abort(plugin_error("PostFilter", p.NAME, pst))
+                if pst.reasons:
+                    post_msg = pst.message()
+                if pst.is_success:
+                    nominated = node or None
+                    code = Code.SUCCESS
+                    break
+        except _Abort:
+            code = Code.ERROR
+            raise
+        finally:
+            rec.point(POST_FILTER, code, perf_counter() - t0)
         return post_msg, nominated
 
     # ------------------------------------------------------------------------ PreScore, Score
@@ -361,26 +410,48 @@ class _Cycle:
         """PreScore, Score and NormalizeScore for every plugin (in range [0, 100]), weighted.
         Returns (total per feasible node, normalized scores plugins x nodes, (plugin, weight))."""
         chain, state, pod, nodes = self.chain, self.state, self.pod, self.nodes
-        for p in chain.pre_score:
-            try:
-                st = p.pre_score(state, pod, nodes, feasible)
-            except Exception as e:
-                raise _Abort(plugin_error("PreScore", p.NAME, e)) from None
-            if st.is_skip:
-                state.skip_score.add(p.NAME)
-            elif not st.is_success:
-                raise _Abort(plugin_error("PreScore", p.NAME, st))
+        rec = self.rec
+        sampled = rec.sampled
+        t0 = perf_counter()
+        try:
+            for p in chain.pre_score:
+                t = perf_counter() if sampled else 0.0
+                try:
+                    st = p.pre_score(state, pod, nodes, feasible)
+                except Exception as e:
+                    if sampled:
+                        rec.plugin(p.NAME, PRE_SCORE, Code.ERROR, perf_counter() - t)
+                    raise _Abort(plugin_error("PreScore", p.NAME, e)) from None
+                if sampled:
+                    rec.plugin(p.NAME, PRE_SCORE, st.code, perf_counter() - t)
+                if st.is_skip:
+                    state.skip_score.add(p.NAME)
+                elif not st.is_success:
+                    raise _Abort(plugin_error("PreScore", p.NAME, st))
+        except _Abort as a:
+            rec.point(PRE_SCORE, a.status.code, perf_counter() - t0)
+            raise
+        rec.point(PRE_SCORE, Code.SUCCESS, perf_counter() - t0)
+        return self.timed(SCORE, self._score, feasible)
+
+    def _score(self, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
+        chain, state, pod, nodes = self.chain, self.state, self.pod, self.nodes
+        rec = self.rec
+        sampled = rec.sampled
         # as upstream, every Score plugin runs before the normalized scores are range-checked
         scored: list[tuple[str, int]] = []
         norms: list[np.ndarray] = []
         for p, weight in chain.score:
             if p.NAME in state.skip_score:
                 continue
-            try:
-                raw = np.asarray(p.score(state, pod, nodes, feasible), dtype=np.int64)
-                norms.append(np.asarray(p.normalize_score(state, pod, nodes, feasible, raw), dtype=np.int64))
-            except Exception as e:
-                raise _Abort(plugin_error("Score", p.NAME, e)) from None
+            if sampled:
+                norms.append(self._timed_score(p, feasible))
+            else:
+                try:
+                    raw = np.asarray(p.score(state, pod, nodes, feasible), dtype=np.int64)
+                    norms.append(np.asarray(p.normalize_score(state, pod, nodes, feasible, raw), dtype=np.int64))
+                except Exception as e:
+                    raise _Abort(plugin_error("Score", p.NAME, e)) from None
             scored.append((p.NAME, weight))
         if not scored:
             return np.ones(len(feasible), dtype=np.int64), np.zeros((0, len(feasible)), dtype=np.int64), scored
@@ -394,6 +465,26 @@ class _Cycle:
                 f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing", name))
         weights = np.array([w for _, w in scored], dtype=np.int64)
         return weights @ mat, mat, scored
+
+    def _timed_score(self, p, feasible: np.ndarray) -> np.ndarray:
+        """Score and NormalizeScore of one plugin in a sampled cycle, each call timed (the
+        latter only when the plugin normalizes)."""
+        state, pod, nodes, rec = self.state, self.pod, self.nodes, self.rec
+        point = SCORE
+        t = perf_counter()
+        try:
+            raw = np.asarray(p.score(state, pod, nodes, feasible), dtype=np.int64)
+            t1 = perf_counter()
+            rec.plugin(p.NAME, SCORE, Code.SUCCESS, t1 - t)
+            if type(p).normalize_score is _BASE_NORMALIZE:
+                return np.asarray(p.normalize_score(state, pod, nodes, feasible, raw), dtype=np.int64)
+            point, t = SCORE_NORMALIZE, t1
+            norm = np.asarray(p.normalize_score(state, pod, nodes, feasible, raw), dtype=np.int64)
+            rec.plugin(p.NAME, SCORE_NORMALIZE, Code.SUCCESS, perf_counter() - t)
+            return norm
+        except Exception as e:
+            rec.plugin(p.NAME, point, Code.ERROR, perf_counter() - t)
+            raise _Abort(plugin_error("Score", p.NAME, e)) from None
 
     # ------------------------------------------------------------------------ select
     def select_host(self, feasible: np.ndarray, total: np.ndarray, mat: np.ndarray,
@@ -417,6 +508,20 @@ class _Cycle:
 
 _UNSCHED, _UNRESOLVABLE, _PENDING = int(Code.UNSCHEDULABLE), int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE), int(Code.PENDING)
 _REJECTION_CODES = frozenset((_UNSCHED, _UNRESOLVABLE, _PENDING))
+_BASE_NORMALIZE = ScorePlugin.normalize_score
+
+
+def _filter_code(res: FilterResult) -> Code:
+    """One Filter call's status for the plugin timing: Error, Success when every row passed,
+    else the code of the first rejected row."""
+    if res.error is not None:
+        return Code.ERROR
+    passed = np.asarray(res.passed, dtype=bool)
+    if passed.all():
+        return Code.SUCCESS
+    if isinstance(res.code, np.ndarray):
+        return Code(int(np.asarray(res.code)[~passed][0]))
+    return Code(int(res.code))
 
 
 def _add_nominated(nominator: Nominator | None, pod: PodInfo, nodes: NodeTable) -> list[str]:
@@ -436,10 +541,15 @@ def _add_nominated(nominator: Nominator | None, pod: PodInfo, nodes: NodeTable) 
 
 
 def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Random | None = None,
-                 state: CycleState | None = None, nominator: Nominator | None = None) -> Decision:
+                 state: CycleState | None = None, nominator: Nominator | None = None,
+                 recorder: CycleRecorder | None = None) -> Decision:
+    """One scheduling cycle. Extension points (and, in sampled cycles, plugin calls) are
+    reported to ``recorder`` (default: the state's, which records nothing unless set)."""
     start = time.perf_counter()
     rng = rng or random
     state = state or CycleState()
+    if recorder is not None:
+        state.recorder = recorder
     n_all = nodes.n
     if pod.parse_error:
         st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (f"invalid pod spec: {pod.parse_error}",), POD_SPEC)
@@ -473,10 +583,10 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
 def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
     pod, nodes, chain, state = cycle.pod, cycle.nodes, cycle.chain, cycle.state
     n_all = nodes.n
-    candidates, narrowing = cycle.pre_filter()
+    candidates, narrowing = cycle.timed(PRE_FILTER, cycle.pre_filter)
 
     if pod.nominated_node_name:
-        row = cycle.evaluate_nominated_node(candidates)
+        row = cycle.timed(FILTER, cycle.evaluate_nominated_node, candidates)
         if row is not None:
             for key in added:  # nominated pods count for filtering only
                 nodes.remove_pod(key)
@@ -486,7 +596,7 @@ def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
             return Decision(pod.key, nodes.names[row], Status.success(), n_all, evaluated=1, feasible=1,
                             top=top, duration=time.perf_counter() - start)
 
-    scan = cycle.find_feasible_nodes(candidates, narrowing)
+    scan = cycle.timed(FILTER, cycle.find_feasible_nodes, candidates, narrowing)
     for key in added:
         nodes.remove_pod(key)
     added.clear()

@@ -26,11 +26,15 @@ class Queue:
 
     def __init__(self) -> None:
         self.by_policy: dict[str, dict[str, int]] = {}
+        self.rejected: dict[tuple[str, str], int] = {}  # (policy, plugin) -> pods in the pool
 
     def counts(self, policy: str | None = None) -> dict[str, int]:
         if policy is not None:
             return dict(self.by_policy.get(policy, EMPTY))
         return {k: sum(c[k] for c in self.by_policy.values()) for k in EMPTY}
+
+    def unschedulable_plugin_counts(self) -> dict[tuple[str, str], int]:
+        return dict(self.rejected)
 
 
 class Sources(MetricSources):
@@ -140,7 +144,7 @@ def test_a_deleted_policy_is_not_written_and_other_failures_are_counted():
     assert paths.count(f"{PLURAL_PATH}/gone/status") == 1  # never again after the 404
     assert paths.count(f"{PLURAL_PATH}/p/status") == 2  # the failed write, then the batch's retry only
     assert telemetry.registry.get_sample_value("policy_scheduler_events_dropped_total", {"kind": "status"}) == 1
-    assert telemetry.registry.get_sample_value("policy_scheduler_pending_pods", {"queue": "active"}) == 0
+    assert telemetry.registry.get_sample_value("scheduler_pending_pods", {"queue": "active"}) == 0
 
 
 def test_write_soon_writes_in_a_task_and_stop_cancels():
@@ -155,3 +159,27 @@ def test_write_soon_writes_in_a_task_and_stop_cancels():
 
     asyncio.run(main())
     assert len(client.calls_of("merge_patch")) == 1
+
+
+def test_the_status_loop_sets_unschedulable_pods_per_plugin_and_existing_policy():
+    """scheduler_unschedulable_pods{plugin,profile}: a policy that does not exist is `unknown`;
+    a series whose pods left the pool goes to 0."""
+    client, queue, telemetry, store, writer = setup()
+    telemetry.known_policies = store.policies  # as the engine sets it
+    store.on_policy("ADDED", policy("p", GOOD))
+    queue.rejected = {("p", "NodeResourcesFit"): 2, ("nope-1", "PolicySelection"): 1,
+                      ("nope-2", "PolicySelection"): 3}
+
+    async def tick():
+        task = asyncio.get_running_loop().create_task(writer.run())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(tick())
+    get = telemetry.registry.get_sample_value
+    assert get("scheduler_unschedulable_pods", {"plugin": "NodeResourcesFit", "profile": "p"}) == 2
+    assert get("scheduler_unschedulable_pods", {"plugin": "PolicySelection", "profile": "unknown"}) == 4
+    queue.rejected = {}
+    asyncio.run(tick())
+    assert get("scheduler_unschedulable_pods", {"plugin": "NodeResourcesFit", "profile": "p"}) == 0
