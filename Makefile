@@ -58,7 +58,7 @@ crd: venv
 	$(VENV)/bin/policy-scheduler crd > crds/schedulingpolicies.yaml
 
 bench-decide: venv
-	$(PY) bench/decide.py
+	$(PY) bench/decide.py --plugin-timing
 
 bench-load-aware: venv
 	$(PY) bench/load_aware.py

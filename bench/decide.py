@@ -16,11 +16,16 @@ Reported per size: median / p90 / p99 / max decision time (also per kind of meas
 memory (RSS growth for building the table and for the measured run, tracemalloc peak of one
 decision), and the share of decision time per plugin and extension point over all pods and over
 the plain ones (a separate pass with timed plugin methods). ``--profile`` adds a cProfile pass
-and prints the functions with the most own time. The last line of output is one JSON object
-with every figure.
+and prints the functions with the most own time. ``--plugin-timing`` adds a pass that decides
+every pod several times in a row, in rotating order, with the operator's metrics recorder
+(cluster/telemetry.py) and without: no recorder, extension points only (0 % of cycles with
+per-plugin timing), upstream's 10 % sample, and 100 %; it prints the median and mean per mode
+and the overhead of per-plugin timing (10 % against 0 %, same pods, same run). The last line of
+output is one JSON object with every figure.
 
     .venv/bin/python bench/decide.py [--nodes 1000 5000] [--pods-per-node 10] [--pods 2000]
                                      [--warmup 100] [--workloads 50] [--seed 1] [--profile]
+                                     [--plugin-timing]
 """
 
 from __future__ import annotations
@@ -404,6 +409,44 @@ def profile_pass(chain, table: NodeTable, stream: PodStream, count: int, rng: ra
     return out.getvalue()
 
 
+TIMING_MODES = (("none", None), ("points", 0.0), ("sampled-10%", 10.0), ("all-100%", 100.0))
+
+
+def plugin_timing_pass(chain, table: NodeTable, stream: PodStream, count: int, rng: random.Random) -> dict[str, Any]:
+    """Each pod decided once per mode (rotating which goes first), the first decision applied.
+    Modes: no recorder; the operator's recorder with 0 % / 10 % / 100 % of cycles timing their
+    plugin calls (extension points are timed in all three)."""
+    from policy_scheduler.cluster.telemetry import Telemetry
+
+    recorders = {}
+    for name, pct in TIMING_MODES:
+        if pct is not None:
+            t = Telemetry(plugin_sample_percent=pct, known_policies={"default": None}, rng=random.Random(7))
+            recorders[name] = t.cycle_recorder
+    times: dict[str, list[float]] = {name: [] for name, _ in TIMING_MODES}
+    names = [name for name, _ in TIMING_MODES]
+    for i in range(count):
+        pod = stream.next()
+        first = None
+        for k in range(len(names)):
+            name = names[(i + k) % len(names)]
+            rec = recorders[name]("default") if name in recorders else None
+            t0 = time.perf_counter_ns()
+            d = schedule_one(chain, pod, table, rng, recorder=rec)
+            times[name].append((time.perf_counter_ns() - t0) / 1e6)
+            first = first or d
+        if first.node is not None:
+            table.add_pod(pod, first.node, assumed=True)
+    out: dict[str, Any] = {"pods": count, "modes": {}}
+    for name in names:
+        v = np.array(times[name])
+        out["modes"][name] = {"median_ms": float(np.median(v)), "mean_ms": float(v.mean())}
+    base, with_ = out["modes"]["points"], out["modes"]["sampled-10%"]
+    out["plugin_timing_overhead_mean"] = with_["mean_ms"] / base["mean_ms"] - 1
+    out["plugin_timing_overhead_median"] = with_["median_ms"] / base["median_ms"] - 1
+    return out
+
+
 def worker(args: argparse.Namespace) -> None:
     n = args.nodes[0]
     rnd = random.Random(args.seed)
@@ -461,6 +504,16 @@ def worker(args: argparse.Namespace) -> None:
         print(f"   {name:<32}{point:<16}{ms:>11.3f}{100 * share:>6.1f}%{pms:>14.3f}{100 * pshare:>6.1f}%")
     print("   by point (all pods):  " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in
                                                  sorted(a["per_point"].items(), key=lambda kv: -kv[1])))
+    if args.plugin_timing:
+        pt = plugin_timing_pass(chain, table, stream, args.pods, rng)
+        result["plugin_timing"] = pt
+        print(f"\n   metrics recorder ({args.pods} more pods, each decided once per mode, same run):")
+        print(f"   {'mode':<14}{'median ms':>10}{'mean ms':>10}")
+        for name, v in pt["modes"].items():
+            print(f"   {name:<14}{v['median_ms']:>10.3f}{v['mean_ms']:>10.3f}")
+        print(f"   per-plugin timing in 10 % of cycles against 0 % (extension points timed in both): "
+              f"{100 * pt['plugin_timing_overhead_mean']:+.2f}% of mean decision time, "
+              f"{100 * pt['plugin_timing_overhead_median']:+.2f}% of median (budget 3%)")
     if args.profile:
         print(f"\n   cProfile ({args.pods} more pods), functions by own time:")
         print(profile_pass(chain, table, stream, args.pods, rng))
@@ -478,6 +531,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--workloads", type=int, default=50, help="number of workloads (default 50)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--profile", action="store_true", help="add a cProfile pass per size")
+    ap.add_argument("--plugin-timing", action="store_true",
+                    help="add a pass measuring the metrics recorder: per-plugin timing with and without")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -491,7 +546,8 @@ def main() -> int:
     for n in args.nodes:  # one process per size: clean caches and honest RSS figures
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--nodes", str(n),
                "--pods-per-node", str(args.pods_per_node), "--pods", str(args.pods), "--warmup", str(args.warmup),
-               "--workloads", str(args.workloads), "--seed", str(args.seed)] + (["--profile"] if args.profile else [])
+               "--workloads", str(args.workloads), "--seed", str(args.seed)]
+        cmd += (["--profile"] if args.profile else []) + (["--plugin-timing"] if args.plugin_timing else [])
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
             for line in proc.stdout:
                 if line.startswith(RESULT_PREFIX):
