@@ -1,0 +1,121 @@
+"""The operator's /metrics after a burst, on the real control plane: kube-scheduler's metric names
+and labels, values that moved (attempts = pods, durations > 0, per-plugin series for every
+plugin of the policy), and a profile label that pods naming random policies cannot grow."""
+
+from __future__ import annotations
+
+import urllib.request
+import uuid
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import localcluster
+from conftest import OperatorProcess
+from helpers import apply_policy, pod, ready_condition, wait_bound, wait_for
+
+SCHED = "observability-scheduler"
+POLICY = "obs-policy"
+LABEL = "policy-scheduler.io/policy"
+PODS = 50
+PLUGINS = [{"name": "NodeResourcesFit"}, {"name": "NodeAffinity"}, {"name": "TaintToleration"},
+           {"name": "ImageLocality"}]
+
+
+@pytest.fixture(scope="module")
+def obs(cluster, crd):
+    port = localcluster.free_port()
+    # every cycle times its plugins here (default 10 %), so 50 pods surely give every plugin a series
+    op = OperatorProcess(cluster, SCHED, extra=["--metrics-port", str(port), "--metrics-address", "127.0.0.1",
+                                                "--plugin-metrics-sample-percent", "100"]).start()
+    yield op, f"http://127.0.0.1:{port}/metrics"
+    op.stop()
+
+
+def scrape(url: str) -> dict[str, list[tuple[dict, float]]]:
+    """Sample name -> [(labels, value)]."""
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    out: dict[str, list[tuple[dict, float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return out
+
+
+def value(m, name: str, **labels) -> float | None:
+    vals = [v for lb, v in m.get(name, []) if all(lb.get(k) == x for k, x in labels.items())]
+    return sum(vals) if vals else None
+
+
+def test_metrics_after_a_burst(core, namespace, nodes, policies, obs):
+    op, url = obs
+    for i in range(3):
+        nodes(f"obs-{i}", cpu="16", labels={"e2e": "obs"})
+    apply_policy(policies, POLICY, PLUGINS)
+    try:
+        wait_for(lambda: (ready_condition(policies, POLICY) or {}).get("status") == "True", 30,
+                 what=f"policy {POLICY} Ready")
+        names = [f"obs{i}" for i in range(PODS)]
+        for n in names:
+            core.create_namespaced_pod(namespace, pod(n, namespace, scheduler=SCHED, labels={LABEL: POLICY},
+                                                      nodeSelector={"e2e": "obs"}))
+        wait_bound(core, namespace, names, 90)
+        # the binding's bookkeeping follows the API answer; the pending gauge every 2 s
+        m = wait_for(lambda: (lambda m: m if value(m, "scheduler_schedule_attempts_total", result="scheduled",
+                                                   profile=POLICY) == PODS
+                              and "scheduler_pending_pods" in m else None)(scrape(url)),
+                     15, 0.5, what="the attempts of every pod and the pending gauge")
+
+        attempt = dict(result="scheduled", profile=POLICY)
+        assert value(m, "scheduler_scheduling_attempt_duration_seconds_count", **attempt) == PODS
+        assert value(m, "scheduler_scheduling_attempt_duration_seconds_sum", **attempt) > 0
+        assert value(m, "scheduler_pod_scheduling_sli_duration_seconds_count") == PODS
+        assert value(m, "scheduler_pod_scheduling_sli_duration_seconds_sum") > 0
+        for plugin, point in (("NodeResourcesFit", "Filter"), ("NodeAffinity", "Filter"),
+                              ("TaintToleration", "Filter"), ("NodeResourcesFit", "Score"),
+                              ("TaintToleration", "Score"), ("ImageLocality", "Score"),
+                              ("DefaultBinder", "Bind")):
+            n = value(m, "scheduler_plugin_execution_duration_seconds_count", plugin=plugin, extension_point=point)
+            assert n and n >= PODS, (plugin, point, n)
+            assert value(m, "scheduler_plugin_execution_duration_seconds_sum", plugin=plugin,
+                         extension_point=point) > 0
+        for point in ("PreFilter", "Filter", "Score", "Reserve", "Permit", "PreBind", "Bind", "PostBind"):
+            n = value(m, "scheduler_framework_extension_point_duration_seconds_count", extension_point=point,
+                      status="Success", profile=POLICY)
+            assert n == PODS, (point, n)
+        assert {lb["queue"] for lb, _ in m["scheduler_pending_pods"]} >= {"active", "backoff", "unschedulable",
+                                                                           "gated"}
+        assert value(m, "scheduler_queue_incoming_pods_total", queue="active", event="UnscheduledPodAdd") >= PODS
+
+        # pods naming policies that do not exist: counted, under profile "unknown", no new series
+        def profiles(m) -> set[str]:
+            return {lb["profile"] for samples in m.values() for lb, _ in samples if "profile" in lb}
+
+        def series_with_profile(m) -> int:
+            return sum(1 for samples in m.values() for lb, _ in samples if "profile" in lb)
+
+        random_names = [f"nope-{uuid.uuid4().hex[:12]}" for _ in range(100)]
+        for i, name in enumerate(random_names):
+            core.create_namespaced_pod(namespace, pod(f"lost{i}", namespace, scheduler=SCHED, labels={LABEL: name}))
+        m1 = wait_for(lambda: (lambda m: m if (value(m, "scheduler_schedule_attempts_total", result="unschedulable",
+                                                     profile="unknown") or 0) >= 100 else None)(scrape(url)),
+                      30, 0.5, what="the attempts of the pods without a policy")
+        existing = {p["metadata"]["name"] for p in policies.list_cluster_custom_object(
+            "policy-scheduler.io", "v1alpha1", "schedulingpolicies")["items"]}
+        assert profiles(m1) <= existing | {"unknown"}
+        assert not profiles(m1) & set(random_names)
+        wait_for(lambda: value(scrape(url), "scheduler_unschedulable_pods", plugin="PolicySelection",
+                               profile="unknown") == 100, 10, 0.5, what="the unschedulable gauge")
+        m2 = scrape(url)
+        # a second round of 100 other names adds nothing at all
+        for i in range(100):
+            core.create_namespaced_pod(namespace, pod(f"lost2-{i}", namespace, scheduler=SCHED,
+                                                      labels={LABEL: f"nope-{uuid.uuid4().hex[:12]}"}))
+        wait_for(lambda: value(scrape(url), "scheduler_unschedulable_pods", plugin="PolicySelection",
+                               profile="unknown") == 200, 15, 0.5, what="the unschedulable gauge")
+        m3 = scrape(url)
+        assert series_with_profile(m3) == series_with_profile(m2)
+        assert profiles(m3) == profiles(m2)
+    finally:
+        policies.delete_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", POLICY)
