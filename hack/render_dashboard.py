@@ -4,15 +4,18 @@
 What it does, and stops again, failure or not (Ctrl-C and SIGTERM included):
 
 1. a local control plane (etcd + kube-apiserver, hack/localcluster.py) in `.local/render-<time>/`,
-   the CRD, the `default` policy (policies/default.yaml) and 2 nodes;
+   the CRD, the `default` policy (policies/default.yaml) and a node;
 2. a real Prometheus (the `prometheus` binary; `bash hack/ensure-prometheus.sh` installs the
    Debian package when it is missing) on a free loopback port with a temporary config and data
    directory, scraping the operator every second (job `policy-scheduler`);
 3. `policy-scheduler run --metrics-port <free port>`;
-4. a burst in phases, marked on every image: idle; 200 pods while only the 2 nodes exist (80 fit,
-   the rest wait as unschedulable), plus pods that can never fit (64 cpu) and pods with a
-   scheduling gate; 100 more nodes (the waiting pods move on NodeAdd and are bound); 2,000 pods
-   at once; a quiet tail;
+4. a warm-up before the plotted window, so that the series the burst moves exist already (rate()
+   cannot see the jump of a counter's first sample): pods that can never fit (64 cpu) and pods
+   with a scheduling gate (both stay), pods that fit only on a node added right after their
+   failure or after their backoff, then those pods and the third node deleted; then a burst in
+   phases, marked on every image: idle; 200 pods while only the 2 nodes exist (about 80 fit, the
+   rest wait as unschedulable); 100 more nodes (the waiting pods move on NodeAdd and are bound);
+   2,000 pods at once; a quiet tail;
 5. each rendered panel's own PromQL, read from the dashboard JSON with the template variables
    substituted (`$job` = the scrape job, `$profile` = `.*`, `$__rate_interval` = `--rate-window`),
    through Prometheus's `/api/v1/query_range`, drawn with matplotlib into `docs/img/dashboard-*.png`.
@@ -265,20 +268,29 @@ def stop_proc(p: subprocess.Popen | None) -> None:
         p.wait(5)
 
 
-def scrape_value(url: str, name: str) -> float:
-    """Sum of a metric's samples on a /metrics page (0 when absent or unreachable)."""
+def scrape_value(url: str, name: str, **labels: str) -> float:
+    """Sum of a metric's samples with these labels on a /metrics page (0 when absent or unreachable)."""
     try:
         text = http_get(url, 5).decode()
     except OSError:
         return 0.0
+    want = [f'{k}="{v}"' for k, v in labels.items()]
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
+        if (line.startswith(name + "{") or line.startswith(name + " ")) and all(w in line for w in want):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
 
 # ------------------------------------------------------------------------------------ the burst
+def seconds(duration: str) -> float:
+    """A Prometheus duration such as 10s, 1m or 500ms, in seconds."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)", duration)
+    if not m:
+        raise ValueError(f"not a duration: {duration!r} (e.g. 10s, 1m)")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
 def node(i: int) -> dict:
     name = f"node-{i:04d}"
     alloc = {"cpu": NODE_CPU, "memory": NODE_MEM, "pods": NODE_PODS}
@@ -362,7 +374,7 @@ async def burst(a: argparse.Namespace, cluster, prom: Prometheus, run_dir: Path,
         await client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                   "metadata": {"name": NAMESPACE}})
         await install_policy(client)
-        await create_all(client, "/api/v1/nodes", [node(i) for i in range(2)])
+        await create_all(client, "/api/v1/nodes", [node(0)])
         with open(log, "ab") as f:
             op = subprocess.Popen(
                 [sys.executable, "-m", "policy_scheduler.cli", "run", "--kubeconfig", str(cluster.admin_kubeconfig),
@@ -370,29 +382,54 @@ async def burst(a: argparse.Namespace, cluster, prom: Prometheus, run_dir: Path,
                 stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         progress(f"operator started (pid {op.pid}, metrics on :{a.metrics_port}); waiting for the first scrapes")
         deadline = time.monotonic() + 60
-        while not prom.query(f'policy_scheduler_nodes{{job="{JOB}"}} == 2'):
+        while not prom.query(f'policy_scheduler_nodes{{job="{JOB}"}} == 1'):
             if op.poll() is not None:
                 raise RuntimeError(f"the operator exited:\n{localcluster.tail(log, 30)}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"Prometheus has no policy_scheduler_nodes == 2 after 60s; log {log}")
+                raise RuntimeError(f"Prometheus has no policy_scheduler_nodes == 1 after 60s; log {log}")
             await asyncio.sleep(0.5)
         metrics_url = f"http://127.0.0.1:{a.metrics_port}/metrics"
+        pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+
+        # warm-up, before the plotted window, so that the series the phases move exist already (a
+        # counter's series appears per label set, e.g. queue and event, and rate() cannot see the
+        # jump of its first sample): pods that never fit and gated ones, which stay; then pods that
+        # fit only on a node added right after their failure (NodeAdd into backoff, BackoffComplete)
+        # or after their backoff (NodeAdd into active); then the warm-up's pods and third node are
+        # deleted, which leaves 2 empty nodes
+        progress(f"warm-up: {a.unschedulable} pods that never fit, {a.gated} gated; 3 pods bound on nodes added "
+                 f"for them, then deleted")
+        await create_all(client, pods_path, [pod(f"huge-{i}", cpu="64") for i in range(a.unschedulable)]
+                         + [pod(f"gated-{i}", gated=True) for i in range(a.gated)] + [pod("warmup-0")])
+        await wait_bound(metrics_url, 1, op, log)
+        for i, backoff_over in ((1, False), (2, True)):  # 3950m: more than any existing node has free
+            failed = scrape_value(metrics_url, "scheduler_schedule_attempts_total", result="unschedulable")
+            await client.post(pods_path, pod(f"warmup-{i}", cpu="3950m"))
+            deadline = time.monotonic() + 30
+            while scrape_value(metrics_url, "scheduler_schedule_attempts_total", result="unschedulable") <= failed:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"warm-up: warmup-{i} was not found unschedulable in 30s; log {log}")
+                await asyncio.sleep(0.1)
+            if backoff_over:
+                await asyncio.sleep(2.5)  # a first failure backs off 1 s
+            await client.post("/api/v1/nodes", node(i))
+            await wait_bound(metrics_url, 1 + i, op, log)
+        for i in range(3):
+            await client.request("DELETE", f"{pods_path}/warmup-{i}", body={"gracePeriodSeconds": 0})
+        await client.request("DELETE", f"/api/v1/nodes/{node(2)['metadata']['name']}")
+        await asyncio.sleep(3 + seconds(a.rate_window))  # the warm-up leaves every rate window
         start = time.time()
         await asyncio.sleep(a.idle)
 
-        pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
         marks.append((time.time(), f"{a.early_pods} pods, 2 nodes"))
-        progress(f"phase 1: {a.early_pods} pods on 2 nodes, {a.unschedulable} that never fit, {a.gated} gated")
-        await create_all(client, pods_path,
-                         [pod(f"early-{i:04d}") for i in range(a.early_pods)]
-                         + [pod(f"huge-{i}", cpu="64") for i in range(a.unschedulable)]
-                         + [pod(f"gated-{i}", gated=True) for i in range(a.gated)])
+        progress(f"phase 1: {a.early_pods} pods on 2 nodes")
+        await create_all(client, pods_path, [pod(f"early-{i:04d}") for i in range(a.early_pods)])
         await asyncio.sleep(a.phase)
 
         marks.append((time.time(), f"+{a.nodes} nodes"))
         progress(f"phase 2: {a.nodes} more nodes")
-        await create_all(client, "/api/v1/nodes", [node(i) for i in range(2, 2 + a.nodes)])
-        await wait_bound(metrics_url, a.early_pods, op, log)
+        await create_all(client, "/api/v1/nodes", [node(i) for i in range(3, 3 + a.nodes)])  # 2: the warm-up's
+        await wait_bound(metrics_url, 2 + a.early_pods, op, log)
         await asyncio.sleep(a.phase)
 
         marks.append((time.time(), f"{a.pods:,} pods"))
@@ -400,7 +437,7 @@ async def burst(a: argparse.Namespace, cluster, prom: Prometheus, run_dir: Path,
         t = time.monotonic()
         await create_all(client, pods_path, [pod(f"burst-{i:05d}") for i in range(a.pods)])
         created = time.monotonic() - t
-        await wait_bound(metrics_url, a.early_pods + a.pods, op, log)
+        await wait_bound(metrics_url, 2 + a.early_pods + a.pods, op, log)
         progress(f"  {a.pods} pods created in {created:.1f}s, all bound {time.monotonic() - t:.1f}s after the "
                  f"first; tail {a.tail:.0f}s")
         await asyncio.sleep(a.tail)
@@ -452,10 +489,10 @@ def render(dash: dict, prom: Prometheus, start: float, end: float, marks: list, 
             ax.plot(xs, ys, label=name, linewidth=1.3)
         for t, label in marks:
             ax.axvline(t - start, color="0.55", linestyle="--", linewidth=0.8)
-            ax.annotate(label, (t - start, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -11),
-                        textcoords="offset points", fontsize=7.5, color="0.35")
+            ax.annotate(label, (t - start, 1.0), xycoords=("data", "axes fraction"), xytext=(2, 2),
+                        textcoords="offset points", fontsize=7.5, color="0.35", va="bottom")
         shown = f" (top {len(lines)} of {total} by peak)" if total > len(lines) else ""
-        ax.set_title(f"{title}{shown}", fontsize=10.5, loc="left")
+        ax.set_title(f"{title}{shown}", fontsize=10.5, loc="left", pad=16)
         ax.set_xlabel(f"seconds since start   ·   {title_note}", fontsize=8.5)
         ax.set_ylabel(ylabel, fontsize=9)
         ax.set_xlim(0, end - start)
@@ -472,7 +509,7 @@ def render(dash: dict, prom: Prometheus, start: float, end: float, marks: list, 
             if many:
                 ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
             else:
-                ax.legend(fontsize=8, loc="upper right", frameon=False)
+                ax.legend(fontsize=8, loc="best", framealpha=0.85, edgecolor="none")
         else:
             ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", color="0.5")
         fig.tight_layout()
@@ -490,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="only check the dashboard JSON (no cluster)")
     ap.add_argument("--dashboard", type=Path, default=DASHBOARD)
-    ap.add_argument("--nodes", type=int, default=100, help="nodes added in phase 2 (2 exist from the start)")
+    ap.add_argument("--nodes", type=int, default=100, help="nodes added in phase 2 (2 exist before)")
     ap.add_argument("--pods", type=int, default=2000, help="pods of the burst (phase 3)")
     ap.add_argument("--early-pods", type=int, default=200, help="pods created while only 2 nodes exist (80 fit)")
     ap.add_argument("--unschedulable", type=int, default=5, help="pods asking for 64 cpu: never fit")
@@ -501,6 +538,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-window", default="10s", help="replaces $__rate_interval")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
     a = ap.parse_args(argv)
+    try:
+        seconds(a.rate_window)
+    except ValueError as e:
+        ap.error(str(e))
 
     dash = load_dashboard(a.dashboard)
     problems = check_dashboard(dash)
