@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -108,12 +109,15 @@ def test_metrics_after_a_burst(core, namespace, nodes, policies, obs):
         wait_for(lambda: value(scrape(url), "scheduler_unschedulable_pods", plugin="PolicySelection",
                                profile="unknown") == 100, 10, 0.5, what="the unschedulable gauge")
         m2 = scrape(url)
-        # a second round of 100 other names adds nothing at all
-        for i in range(100):
+        # a second round of 900 other names (1,000 random names in all) adds nothing at all
+        def create(i: int) -> None:
             core.create_namespaced_pod(namespace, pod(f"lost2-{i}", namespace, scheduler=SCHED,
                                                       labels={LABEL: f"nope-{uuid.uuid4().hex[:12]}"}))
+
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(create, range(900)))
         wait_for(lambda: value(scrape(url), "scheduler_unschedulable_pods", plugin="PolicySelection",
-                               profile="unknown") == 200, 15, 0.5, what="the unschedulable gauge")
+                               profile="unknown") == 1000, 60, 0.5, what="the unschedulable gauge")
         m3 = scrape(url)
         assert series_with_profile(m3) == series_with_profile(m2)
         assert profiles(m3) == profiles(m2)
