@@ -324,26 +324,11 @@ async def create_all(client, path: str, bodies: list[dict], concurrency: int = 1
 
 
 async def install_policy(client) -> None:
-    import yaml
-    from policy_scheduler.cluster.kubeclient import ApiError
+    """The CRD and the default policy: the benchmark's own routine (bench/throughput.py)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from throughput import install_policy as install  # noqa: E402
 
-    crd = yaml.safe_load((ROOT / "crds" / "schedulingpolicies.yaml").read_text())
-    await client.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
-    policy = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
-    deadline = time.monotonic() + 30
-    while True:
-        conds = ((await client.get(path)).get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
-            try:
-                await client.post("/apis/policy-scheduler.io/v1alpha1/schedulingpolicies", policy)
-                return
-            except ApiError as e:  # the new resource's endpoint can lag Established briefly
-                if e.status != 404 or time.monotonic() > deadline:
-                    raise
-        if time.monotonic() > deadline:
-            raise RuntimeError("the SchedulingPolicy CRD was not Established after 30s")
-        await asyncio.sleep(0.2)
+    await install(client)
 
 
 async def wait_bound(metrics_url: str, want: int, op: subprocess.Popen, log: Path, stall: float = 60) -> float:
