@@ -258,14 +258,9 @@ class Prometheus:
 
 
 def stop_proc(p: subprocess.Popen | None) -> None:
-    if p is None or p.poll() is not None:
-        return
-    p.terminate()
-    try:
-        p.wait(20)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(5)
+    """SIGTERM, then SIGKILL after 20 s: the benchmark's own ``terminate``."""
+    if p is not None:
+        bench().terminate(p)
 
 
 def scrape_value(url: str, name: str, **labels: str) -> float:
@@ -323,12 +318,18 @@ async def create_all(client, path: str, bodies: list[dict], concurrency: int = 1
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-async def install_policy(client) -> None:
-    """The CRD and the default policy: the benchmark's own routine (bench/throughput.py)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from throughput import install_policy as install  # noqa: E402
+def bench():
+    """bench/throughput.py, whose cluster helpers this script shares."""
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    import throughput
 
-    await install(client)
+    return throughput
+
+
+async def install_policy(client) -> None:
+    """The CRD and the default policy: the benchmark's own routine."""
+    await bench().install_policy(client)
 
 
 async def wait_bound(metrics_url: str, want: int, op: subprocess.Popen, log: Path, stall: float = 60) -> float:
