@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from .. import SCHEDULER_NAME
 from .models import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, SchedulingPolicySpec, SchedulingPolicyStatus
 
 _DROP = {"title", "default"}
@@ -69,6 +70,8 @@ def crd() -> dict[str, Any]:
     spec["properties"]["plugins"]["items"]["properties"]["args"] = {
         "type": "object", "nullable": True, "x-kubernetes-preserve-unknown-fields": True,
         "description": "Plugin args; validated against the plugin's own schema when the chain is built."}
+    # defaulted by the API server, so `kubectl get -o wide` shows every policy's owner
+    spec["properties"]["schedulerName"]["default"] = SCHEDULER_NAME
     status = _schema(SchedulingPolicyStatus)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -92,6 +95,7 @@ def crd() -> dict[str, Any]:
                      "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason"},
                     {"name": "Unschedulable", "type": "integer", "priority": 1, "jsonPath": ".status.unschedulable"},
                     {"name": "Chain", "type": "string", "priority": 1, "jsonPath": ".status.pluginSummary"},
+                    {"name": "Scheduler", "type": "string", "priority": 1, "jsonPath": ".spec.schedulerName"},
                 ],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",

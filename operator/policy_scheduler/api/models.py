@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .. import SCHEDULER_NAME
 from ..framework.chain import ChainSpec, DisabledRef, PluginRef
 
 GROUP = "policy-scheduler.io"
@@ -20,6 +21,8 @@ KIND = "SchedulingPolicy"
 PLURAL = "schedulingpolicies"
 SINGULAR = "schedulingpolicy"
 SHORT_NAMES = ["spol"]
+# a DNS-1123 subdomain, as a pod's spec.schedulerName must be
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class _Model(BaseModel):
@@ -101,6 +104,11 @@ class SchedulingPolicySpec(_Model):
     prometheus: PrometheusSpec | None = Field(
         default=None, description="Metric source of the usage-aware plugins (LoadAware, MetricThreshold, "
                                   "MetricScore); unset: the operator's --prometheus-* defaults.")
+    scheduler_name: str = Field(
+        default=SCHEDULER_NAME, alias="schedulerName", max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
+        description="The policy-scheduler instance that owns this policy: the one run with this "
+                    "--scheduler-name. Only it loads the policy, schedules its pods and writes its status; "
+                    f"other instances leave it alone. Default {SCHEDULER_NAME}.")
 
     def chain_spec(self) -> ChainSpec:
         return ChainSpec(plugins=self.plugins, disabled=self.disabled,

@@ -7,7 +7,13 @@ policy keeps the last valid chain (pods keep being scheduled with it) and report
 the status. The store does no I/O: the engine is told through ``on_change`` (it writes the
 status and requeues the waiting pods).
 
-A pod selects its policy by the ``policy-scheduler.io/policy`` label, or ``default`` without it.
+A pod selects its policy by the ``policy-scheduler.io/policy`` label, or ``default`` (the
+operator's --default-policy) without it.
+
+A policy belongs to one operator instance: the one whose --scheduler-name is the policy's
+``spec.schedulerName`` (default ``policy-scheduler``). Other instances keep only its name and
+owner (``foreign``), to tell a pod why they do not use it; they never build it, schedule with it
+or write its status.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from pydantic import ValidationError
 
-from .. import POLICY_LABEL
+from .. import POLICY_LABEL, SCHEDULER_NAME
 from ..api.models import SchedulingPolicySpec
 from ..framework.chain import Chain, ChainError, build_chain
 from ..framework.interface import Handle
@@ -76,7 +82,11 @@ class PolicyStore:
     def __init__(self, sources: MetricSources, handle_for: Callable[[str], Handle], *,
                  registry: Registry | None = None, namespaces: Mapping[str, Mapping[str, str]] | None = None,
                  telemetry: Telemetry | None = None,
-                 on_change: Callable[[PolicyState], None] | None = None) -> None:
+                 on_change: Callable[[PolicyState], None] | None = None,
+                 scheduler_name: str = SCHEDULER_NAME, default_policy: str = DEFAULT_POLICY) -> None:
+        self.scheduler_name = scheduler_name
+        self.default_policy = default_policy
+        self.foreign: dict[str, str] = {}  # policies of other instances: name -> their spec.schedulerName
         self.registry = registry if registry is not None else default_registry()
         self.sources = sources
         self.handle_for = handle_for
@@ -89,6 +99,7 @@ class PolicyStore:
         meta = body.get("metadata") or {}
         name = meta.get("name", "")
         if event == "DELETED":
+            self.foreign.pop(name, None)
             st = self.policies.pop(name, None)
             self.sources.policy_deleted(name)
             if st is not None:
@@ -96,8 +107,18 @@ class PolicyStore:
                 self._update_gauge()
             return
         gen = int(meta.get("generation") or 0)
-        st = self.policies.get(name)
         spec = body.get("spec")
+        owner = str((spec.get("schedulerName") if isinstance(spec, dict) else None) or SCHEDULER_NAME)
+        if owner != self.scheduler_name:
+            if self.foreign.get(name) != owner:
+                log.info("SchedulingPolicy %s belongs to scheduler %s (spec.schedulerName); left alone", name, owner)
+            self.foreign[name] = owner
+            if self.policies.pop(name, None) is not None:  # handed over to another instance
+                self.sources.policy_deleted(name)
+                self._update_gauge()
+            return
+        self.foreign.pop(name, None)
+        st = self.policies.get(name)
         if st is not None and st.generation == gen and st.spec_raw == spec:
             return  # our own status write, or a resync
         if st is None:
@@ -142,15 +163,23 @@ class PolicyStore:
         self.telemetry.policies.labels("true").set(ready)
         self.telemetry.policies.labels("false").set(len(self.policies) - ready)
 
+    def policy_name(self, pod: PodInfo) -> str:
+        """The policy a pod asks for: its policy label, else this instance's default policy."""
+        return pod.labels.get(POLICY_LABEL) or self.default_policy
+
     def resolve_policy(self, pod: PodInfo) -> tuple[PolicyState | None, str]:
         """The policy ``pod`` is scheduled with, or None and why none can be used."""
-        name = policy_name(pod)
+        name = self.policy_name(pod)
         st = self.policies.get(name)
         if st is None:
+            owner = self.foreign.get(name)
+            if owner is not None:
+                return None, (f"SchedulingPolicy {name!r} belongs to scheduler {owner!r} (its spec.schedulerName), "
+                              f"not to {self.scheduler_name!r}")
             if POLICY_LABEL in pod.labels:
                 return None, f"SchedulingPolicy {name!r} (label {POLICY_LABEL}) does not exist"
             return None, (f"no SchedulingPolicy selects this pod: it has no {POLICY_LABEL} label "
-                          f"and there is no policy named {DEFAULT_POLICY!r}")
+                          f"and there is no policy named {self.default_policy!r}")
         if st.chain is None:
             return None, f"SchedulingPolicy {name!r} is not Ready: {'; '.join(st.errors)}"
         if st.namespace_selector is not None and not st.namespace_selector.matches(

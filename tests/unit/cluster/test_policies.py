@@ -118,3 +118,46 @@ def test_chains_are_built_from_the_given_registry():
     reg.register(NodeName)
     s.on_policy("ADDED", policy("q", {"plugins": [{"name": "NodeName"}]}))
     assert s.policies["q"].ready
+
+
+# ------------------------------------------------------------------ instances own their policies
+
+
+def test_an_instance_loads_only_the_policies_that_name_it():
+    t = Telemetry()
+    s, changed = store(telemetry=t, scheduler_name="batch", default_policy="batch-default")
+    s.on_policy("ADDED", policy("theirs", GOOD))  # no schedulerName: policy-scheduler's
+    s.on_policy("ADDED", policy("other", {**GOOD, "schedulerName": "gpu"}))
+    s.on_policy("ADDED", policy("batch-default", {**GOOD, "schedulerName": "batch"}))
+    assert set(s.policies) == {"batch-default"} and changed == [s.policies["batch-default"]]
+    assert s.foreign == {"theirs": "policy-scheduler", "other": "gpu"}
+    assert ready_gauge(t, "true") == 1
+
+    assert s.resolve_policy(pod())[0] is s.policies["batch-default"]  # the instance's default policy
+    st, why = s.resolve_policy(pod({POLICY_LABEL: "theirs"}))
+    assert st is None and why == ("SchedulingPolicy 'theirs' belongs to scheduler 'policy-scheduler' "
+                                  "(its spec.schedulerName), not to 'batch'")
+    assert s.resolve_policy(pod({POLICY_LABEL: "nope"}))[1] == (
+        f"SchedulingPolicy 'nope' (label {POLICY_LABEL}) does not exist")
+    s.on_policy("DELETED", policy("batch-default", {}))
+    assert "no policy named 'batch-default'" in s.resolve_policy(pod())[1]
+
+
+def test_a_policy_handed_to_another_instance_is_dropped_and_one_handed_over_is_taken():
+    t = Telemetry()
+    s, changed = store(telemetry=t)
+    s.on_policy("ADDED", policy("p", GOOD))
+    assert "p" in s.policies and ready_gauge(t, "true") == 1
+    s.on_policy("MODIFIED", policy("p", {**GOOD, "schedulerName": "batch"}, gen=2))
+    assert "p" not in s.policies and s.foreign == {"p": "batch"} and ready_gauge(t, "true") == 0
+    s.on_policy("MODIFIED", policy("p", {**GOOD, "schedulerName": "policy-scheduler"}, gen=3))
+    assert s.policies["p"].ready and s.foreign == {} and changed[-1] is s.policies["p"]
+    s.on_policy("MODIFIED", policy("q", {**GOOD, "schedulerName": "batch"}))
+    s.on_policy("DELETED", policy("q", {}))
+    assert s.foreign == {}
+
+
+def test_an_invalid_scheduler_name_is_an_error_of_the_owner():
+    s, _ = store(scheduler_name="Bad_Name")
+    s.on_policy("ADDED", policy("p", {**GOOD, "schedulerName": "Bad_Name"}))
+    assert s.policies["p"].errors and s.policies["p"].errors[0].startswith("spec.schedulerName:")
