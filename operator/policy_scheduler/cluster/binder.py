@@ -84,8 +84,13 @@ async def post_binding(engine: "Engine", pod: PodInfo, node: str, annotations: d
     got scheduling gates behind our back is an error, requeued and gated on its next try."""
     t0 = time.perf_counter()
     telemetry = engine.telemetry
+    left = engine.leadership.time_left()
+    if left is not None and left <= 0:  # not (or no longer) the leader: a deposed leader never binds
+        return Status.error("not bound: this replica does not hold the leader lease")
     try:
-        await engine.client.bind(pod.namespace, pod.name, node, uid=pod.uid or None, annotations=annotations)
+        bind = engine.client.bind(pod.namespace, pod.name, node, uid=pod.uid or None, annotations=annotations)
+        # a leader's binding may not outlive its lease: past the renew deadline another replica may lead
+        await (bind if left is None else asyncio.wait_for(bind, timeout=left))
     except ApiError as e:
         telemetry.bind_errors.labels(str(e.status)).inc()
         text = str(e)

@@ -54,9 +54,10 @@ from ..metricsources.manager import MetricSources
 from ..plugins.priority_sort import PrioritySort
 from .binder import DECISION_ANNOTATION, Binder
 from .handle import OperatorHandle, PolicyHandle
-from .informer import Informer
+from .informer import Backoff, Informer
+from .leader import Leadership
 from .kubeclient import ApiError, KubeClient
-from .policies import PLURAL_PATH, POLICY_SELECTION, PolicyState, PolicyStore, policy_name
+from .policies import DEFAULT_POLICY, PLURAL_PATH, POLICY_SELECTION, PolicyState, PolicyStore
 from .policy_status import PolicyStatusWriter
 from .recorder import EventRecorder, now_rfc3339
 from .tasks import Tasks
@@ -92,8 +93,13 @@ class Engine:
                  namespaces: set[str] | None = None, bind_concurrency: int = 64,
                  status_interval: float = 2.0, telemetry: Telemetry | None = None,
                  rng: random.Random | None = None, sources: MetricSources | None = None,
-                 registry: Registry | None = None, plugin_metrics_sample_percent: float | None = None) -> None:
+                 registry: Registry | None = None, plugin_metrics_sample_percent: float | None = None,
+                 leadership: Leadership | None = None, sync_timeout: float = 60.0,
+                 default_policy: str = DEFAULT_POLICY) -> None:
         self.client = client
+        # who may act: the elected leader only (leader.py); without election, always this process
+        self.leadership = leadership or Leadership()
+        self.sync_timeout = sync_timeout
         self.scheduler_name = scheduler_name
         self.scope = namespaces  # None: every namespace
         self.table = NodeTable()
@@ -110,7 +116,8 @@ class Engine:
         side_sem = asyncio.Semaphore(32)  # condition and status patches
         self.policy_store = PolicyStore(self.sources, lambda name: PolicyHandle(self, name), registry=registry,
                                         namespaces=self.namespaces, telemetry=self.telemetry,
-                                        on_change=self._policy_changed)
+                                        on_change=self._policy_changed, scheduler_name=scheduler_name,
+                                        default_policy=default_policy)
         self.resolve_policy = self.policy_store.resolve_policy
         # metrics: a profile label names an existing policy (else "unknown"); queue moves read at scrape time
         self.telemetry.known_policies = self.policy_store.policies
@@ -119,10 +126,13 @@ class Engine:
             self.telemetry.plugin_sample_percent = plugin_metrics_sample_percent
         # pods without a usable policy still get the implicit plugins (SchedulingGates holds them)
         self.queue.fallback = build_chain({"plugins": []}, self.policy_store.registry, OperatorHandle(self))
+        may_write = self.leadership.valid  # a standby (or a deposed leader) writes nothing
         self.recorder = EventRecorder(client, scheduler_name=scheduler_name, telemetry=self.telemetry,
-                                      pods_waiting=lambda: self.queue.counts()["active"] > 0, side_sem=side_sem)
+                                      pods_waiting=lambda: self.queue.counts()["active"] > 0, side_sem=side_sem,
+                                      may_write=may_write)
         self.status_writer = PolicyStatusWriter(client, self.policy_store.policies, self.queue, self.sources,
-                                                self.telemetry, interval=status_interval, side_sem=side_sem)
+                                                self.telemetry, interval=status_interval, side_sem=side_sem,
+                                                may_write=may_write)
         self.binder = Binder(self, bind_concurrency)
         self._tasks = Tasks()
         self._wake = asyncio.Event()
@@ -130,7 +140,11 @@ class Engine:
         self._pod_policy: dict[str, str] = {}  # pending pod key -> policy it was queued under
         self.bound_by_us = 0
         self.informers: list[Informer] = []
-        self.synced = False
+        self.policies_listed: bool = False
+        self.policies_error: str | None = None
+        self.synced = False  # every informer listed and every SchedulingPolicy loaded
+        self.scheduling = False  # the scheduling loop runs (this process leads)
+        self.crashed: BaseException | None = None  # why the loop died, if it did
 
     @property
     def policies(self) -> dict[str, PolicyState]:
@@ -257,7 +271,7 @@ class Engine:
         if key in self.table.assumed:
             return  # our binding of it is in flight
         pod = parse_pod(body)
-        policy = policy_name(pod)
+        policy = self.policy_store.policy_name(pod)
         if pod.nominated_node_name:
             self.nominator.add(pod, pod.nominated_node_name)
         elif self.nominator.node_of(key) is not None:
@@ -289,9 +303,44 @@ class Engine:
         self._move(policy_change_event(name), pre_check=lambda q: q.policy == name)
 
     # ------------------------------------------------------------------ the loop
+    def sync_status(self) -> dict[str, str]:
+        """What the cache still waits for: informer (or ``schedulingpolicies``) -> why; empty when synced."""
+        waiting = {inf.name: inf.last_error or "listing" for inf in self.informers if not inf.synced.is_set()}
+        if not self.policies_listed:
+            waiting["schedulingpolicies"] = self.policies_error or "listing"
+        return waiting
+
+    async def _list_policies(self) -> set[str]:
+        """The names of the existing SchedulingPolicies; retried with backoff until the LIST works."""
+        backoff = Backoff()
+        while True:
+            try:
+                listed = await self.client.get(PLURAL_PATH)
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                self.policies_error = f"list failed: {e}"
+                delay = backoff.next()
+                log.warning("schedulingpolicies: %s; retrying in %.1fs", self.policies_error, delay)
+                await asyncio.sleep(delay)
+                continue
+            self.policies_error = None
+            return {(i.get("metadata") or {}).get("name") for i in listed.get("items") or []}
+
+    async def _wait_policies(self, policy_timeout: float) -> None:
+        names = await self._list_policies()
+        deadline = time.monotonic() + policy_timeout
+        while names - set(self.policies) - set(self.policy_store.foreign) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        missing = names - set(self.policies) - set(self.policy_store.foreign)
+        if missing:
+            log.warning("SchedulingPolicies %s listed but not delivered by the watch within %.0fs; "
+                        "starting without them", ", ".join(sorted(missing)), policy_timeout)
+        self.policies_listed = True
+
     async def sync(self, policy_timeout: float = 15.0) -> None:
         """Start the informers and wait until nodes, pods and namespaces are listed and every
-        existing SchedulingPolicy has been delivered (by kopf): no decision before that."""
+        existing SchedulingPolicy has been delivered (by kopf): no decision before that.
+        Past ``sync_timeout`` the operator says which informer is stuck and why, and keeps
+        waiting (readiness fails meanwhile)."""
         t0 = time.monotonic()
         self.informers = [
             Informer(self.client, "/api/v1/nodes", self.on_node, "nodes"),
@@ -306,21 +355,53 @@ class Engine:
         ]
         for inf in self.informers:
             self.spawn(inf.run())
-        await asyncio.gather(*(inf.synced.wait() for inf in self.informers))
+        waiting = asyncio.gather(self._wait_policies(policy_timeout), *(inf.synced.wait() for inf in self.informers))
         try:
-            listed = await self.client.get(PLURAL_PATH)
-            names = {(i.get("metadata") or {}).get("name") for i in listed.get("items") or []}
-        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            log.warning("cannot list SchedulingPolicies (%s); starting without waiting for them", e)
-            names = set()
-        deadline = time.monotonic() + policy_timeout
-        while names - set(self.policies) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+            while True:
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiting), timeout=self.sync_timeout)
+                    break
+                except asyncio.TimeoutError:
+                    stuck = self.sync_status()
+                    log.error("cache not synced after %.0fs; not ready until it is. Waiting for: %s",
+                              time.monotonic() - t0, "; ".join(f"{k} ({v})" for k, v in sorted(stuck.items())),
+                              extra=fields(waiting=sorted(stuck)))
+        finally:
+            if not waiting.done():
+                waiting.cancel()
+        self.synced = True
         log.info("cache synced in %.1fs: %d nodes, %d bound pods, %d pending, %d policies",
                  time.monotonic() - t0, self.table.n, len(self.table.pod_node), len(self.queue), len(self.policies))
 
     async def run(self) -> None:
-        """Sync, then pop, decide, assume, bind asynchronously; until ``stop``."""
+        """Sync; wait for leadership (a standby stays here, its cache kept warm by the watches);
+        then pop, decide, assume, bind asynchronously; until ``stop`` or leadership is lost.
+        Should it die, ``crashed`` says why (liveness fails)."""
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:
+            self.crashed = e
+            raise
+
+    def health(self) -> tuple[bool, bool, dict[str, Any]]:
+        """(live, ready, details) for the probes: live unless the loop died; ready once the cache
+        is synced (a standby) and, on the leader, once the scheduling loop runs."""
+        lead = self.leadership.describe()
+        waiting = self.sync_status() if not self.synced else {}
+        live = self.crashed is None
+        ready = live and self.synced and (self.scheduling or not self.leadership.leading)
+        details: dict[str, Any] = {
+            "live": live, "ready": ready, "synced": self.synced, "scheduling": self.scheduling,
+            **({"waiting": waiting} if waiting else {}), **lead,
+            "nodes": self.table.n, "queued": len(self.queue), "bound": self.bound_by_us,
+            "policies": sorted(self.policies)}
+        if self.crashed is not None:
+            details["error"] = f"the scheduling loop died: {type(self.crashed).__name__}: {self.crashed}"
+        return live, ready, details
+
+    async def _run(self) -> None:
         await self.sync()
         await self.sources.start()
         # the cache is built: keep the collector from re-scanning it (full collections over tens of
@@ -328,13 +409,24 @@ class Engine:
         gc.collect()
         gc.freeze()
         gc.set_threshold(20000, 50, 100)
+        if not self.leadership.leading:
+            log.info("cache synced; standing by until this replica leads")
+        await self.leadership.wait_acquired()
+        if self._stopping:
+            return
+        for st in self.policies.values():  # the previous leader wrote them: ours replace them
+            st.dirty = True
         self.recorder.start()
-        self.synced = True
         last_flush = time.monotonic()
         status_task = self.spawn(self.status_writer.run())
+        self.scheduling = True
+        log.info("scheduling: %d pods waiting", len(self.queue))
         n = 0
         try:
             while not self._stopping:
+                if not self.leadership.valid():  # a renewal is overdue: decide nothing more
+                    await asyncio.sleep(0.1)
+                    continue
                 if time.monotonic() - last_flush > 30:
                     last_flush = time.monotonic()
                     if self.queue.flush_unschedulable_leftover():
@@ -353,6 +445,7 @@ class Engine:
                 if n % 8 == 0:
                     await asyncio.sleep(0)  # let watch events and bindings in
         finally:
+            self.scheduling = False
             status_task.cancel()
 
     async def stop(self) -> None:

@@ -4,13 +4,16 @@ A scheduler must not decide before its cache holds every bound pod and every nod
 WaitForCacheSync), or it overcommits nodes whose pods it has not seen yet. An informer LISTs
 (paginated), hands every object to the handler, sets ``synced``, then WATCHes from the list's
 resourceVersion. On 410 Gone or a broken stream it re-LISTs and reports objects that vanished
-meanwhile as DELETED, so the cache never keeps a ghost.
+meanwhile as DELETED, so the cache never keeps a ghost. A failed LIST or WATCH is retried with
+exponential backoff and jitter (``Backoff``, as client-go's reflector); ``last_error`` says why.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import time
 from typing import Any, Callable, Mapping
 
 import aiohttp
@@ -35,15 +38,16 @@ class Gone(Exception):
 
 class Informer:
     def __init__(self, client: KubeClient, path: str, handler: Handler, name: str, *, page: int = 1000,
-                 watch_timeout: int = 300, retry: float = 1.0) -> None:
+                 watch_timeout: int = 300, backoff: "Backoff | None" = None) -> None:
         self.client = client
         self.path = path
         self.handler = handler
         self.name = name
         self.page = page
         self.watch_timeout = watch_timeout
-        self.retry = retry
+        self.backoff = backoff or Backoff()
         self.synced = asyncio.Event()
+        self.last_error: str | None = None  # why the last LIST or WATCH failed (readiness, stuck sync)
         self.known: set[str] = set()
         self.resource_version = ""
         self.events = 0
@@ -125,6 +129,7 @@ class Informer:
                     if not self.synced.is_set():
                         log.info("%s informer synced: %d objects", self.name, len(self.known))
                     self.synced.set()
+                    self.last_error = None
                     need_list = False
                 await self.watch()  # returns when the server ends the watch: resume from our version
             except Gone:
@@ -133,6 +138,34 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
-                log.warning("%s informer: %s; retrying in %.0fs", self.name, e, self.retry)
+                what = "list" if need_list else "watch"
+                self.last_error = f"{what} failed: {e}" if str(e) else f"{what} failed: {type(e).__name__}"
+                delay = self.backoff.next()
+                log.warning("%s informer: %s; retrying in %.1fs", self.name, self.last_error, delay)
                 need_list = True
-                await asyncio.sleep(self.retry)
+                await asyncio.sleep(delay)
+
+
+class Backoff:
+    """client-go's reflector backoff: from ``initial`` doubling up to ``cap``, each delay
+    stretched by up to ``jitter`` (1.0: up to twice as long), back to ``initial`` after
+    ``reset`` seconds without a failure. Many replicas (or informers) that lost the API server
+    together do not come back in step."""
+
+    def __init__(self, initial: float = 0.8, cap: float = 30.0, factor: float = 2.0, jitter: float = 1.0,
+                 reset: float = 120.0, rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.initial, self.cap, self.factor, self.jitter, self.reset = initial, cap, factor, jitter, reset
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self._step = 0.0
+        self._last: float | None = None
+
+    def next(self) -> float:
+        now = self.clock()
+        if self._last is None or now - self._last > self.reset:
+            self._step = self.initial
+        else:
+            self._step = min(self._step * self.factor, self.cap)
+        self._last = now
+        return self._step * (1 + self.jitter * self.rng.random())

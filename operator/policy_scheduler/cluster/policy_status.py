@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import aiohttp
 
@@ -32,8 +32,9 @@ class PolicyStatusWriter:
 
     def __init__(self, client: KubeClient, policies: Mapping[str, PolicyState], queue: SchedulingQueue,
                  sources: MetricSources, telemetry: Telemetry, *, interval: float = 2.0,
-                 side_sem: asyncio.Semaphore | None = None) -> None:
+                 side_sem: asyncio.Semaphore | None = None, may_write: Callable[[], bool] = lambda: True) -> None:
         self.client = client
+        self.may_write = may_write  # False on a standby or a deposed leader: nothing is written
         self.policies = policies
         self.queue = queue
         self.sources = sources
@@ -71,7 +72,9 @@ class PolicyStatusWriter:
         return status
 
     async def write(self, st: PolicyState) -> None:
-        """Write the policy's status if it changed since the last write."""
+        """Write the policy's status if it changed since the last write (and we lead)."""
+        if not self.may_write():
+            return
         status = self.policy_status(st)
         last = st.last_written or {}
         before = {c["type"]: c for c in last.get("conditions") or []}

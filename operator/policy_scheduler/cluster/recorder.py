@@ -5,7 +5,8 @@ recorder does) and are posted by a few workers. While pods wait in the active qu
 have the API server first: an event waits until the burst is over, or at most EVENT_MAX_DELAY
 seconds. A scheduling failure (``failure``) posts a Warning event and patches the pod's
 PodScheduled condition, once per distinct message a minute. Nothing here raises into the
-scheduler: failed writes are logged and counted in telemetry (``events_dropped``).
+scheduler: failed writes are logged and counted in telemetry (``events_dropped``). Nothing is
+written unless ``may_write()`` (the leader's lease is valid).
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ class EventRecorder:
     def __init__(self, client: KubeClient, *, scheduler_name: str, telemetry: Telemetry,
                  pods_waiting: Callable[[], bool], instance: str | None = None,
                  side_sem: asyncio.Semaphore | None = None, workers: int = EVENT_WORKERS,
-                 queue_size: int = EVENT_QUEUE_SIZE, max_delay: float = EVENT_MAX_DELAY) -> None:
+                 queue_size: int = EVENT_QUEUE_SIZE, max_delay: float = EVENT_MAX_DELAY,
+                 may_write: Callable[[], bool] = lambda: True) -> None:
         self.client = client
+        self.may_write = may_write  # False on a standby or a deposed leader: nothing is written
         self.scheduler_name = scheduler_name
         self.instance = instance or f"{scheduler_name}-{socket.gethostname()}"
         self.telemetry = telemetry
@@ -124,6 +127,8 @@ class EventRecorder:
 
     async def _post_event(self, pod: PodInfo, type_: str, reason: str, action: str, note: str,
                           event_time: str) -> None:
+        if not self.may_write():
+            return
         body = {
             "apiVersion": "events.k8s.io/v1", "kind": "Event",
             # named as upstream's recorder does: <object>.<hex timestamp>
@@ -146,6 +151,8 @@ class EventRecorder:
         await self._patch_status(pod, body, "PodScheduled condition")
 
     async def _patch_status(self, pod: PodInfo, body: dict, what: str) -> None:
+        if not self.may_write():
+            return
         async with self._side_sem:
             try:
                 await self.client.strategic_patch(

@@ -152,6 +152,11 @@ class Telemetry:
                                    ["code"], registry=r)
         self.nodes = Gauge("policy_scheduler_nodes", "Nodes in the scheduler's cache.", registry=r)
         self.policies = Gauge("policy_scheduler_policies", "SchedulingPolicies by readiness.", ["ready"], registry=r)
+        # client-go's leader election metric, under its name (k8s.io/client-go/tools/leaderelection)
+        self.leader = Gauge("leader_election_master_status",
+                            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+                            "backup, 1 indicates master. 'name' is the string used to identify the lease.",
+                            ["name"], registry=r)
         self.events_dropped = Counter("policy_scheduler_events_dropped",
                                       "Kubernetes Events or status writes that failed.", ["kind"], registry=r)
 
