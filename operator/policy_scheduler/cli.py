@@ -13,6 +13,10 @@ from . import SCHEDULER_NAME, __version__
 from .logs import LOG_FORMATS
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+KUBECONFIG_HELP = ("kubeconfig file (default: $KUBECONFIG, several files merged as kubectl does, else "
+                   "~/.kube/config, else the in-cluster service account). Client certificates, tokens, token "
+                   "files and exec credential plugins; expiring tokens are renewed")
+CONTEXT_HELP = "kubeconfig context to use (default: the kubeconfig's current-context)"
 
 
 def _setup_logging(level: str, log_format: str = "text") -> None:
@@ -42,7 +46,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     _setup_logging(a.log_level, a.log_format)
     try:
-        creds = load_credentials(a.kubeconfig)
+        creds = load_credentials(a.kubeconfig, a.context)
     except (RuntimeError, KeyError, ValueError) as e:
         _startup_error(a, f"cannot load credentials: {e}")
         return 2
@@ -71,7 +75,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             "policy-scheduler %s starting: scheduler name %s, API %s, namespaces %s", __version__,
             a.scheduler_name, creds.server, ",".join(a.namespace) if a.namespace else "all")
         # kopf handles SIGTERM/SIGINT itself in the main thread: cleanup stops the engine
-        await run_operator(engine, kubeconfig=a.kubeconfig, liveness=liveness)
+        await run_operator(engine, kubeconfig=a.kubeconfig, context=a.context, liveness=liveness)
 
     asyncio.run(main())
     return 0
@@ -127,24 +131,28 @@ def _print_decision(d: dict) -> None:
 
 
 def cmd_explain(a: argparse.Namespace) -> int:
-    from kubernetes import client, config
+    from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     from .cluster.engine import DECISION_ANNOTATION
+    from .cluster.kubeclient import client_configuration
 
     if "/" in a.pod:
         ns, name = a.pod.split("/", 1)
     else:
         ns, name = "default", a.pod
     try:
-        api = config.new_client_from_config(a.kubeconfig) if a.kubeconfig or os.environ.get("KUBECONFIG") \
-            else (config.load_incluster_config() or client.ApiClient())
-        core = client.CoreV1Api(api)
+        cfg = client_configuration(a.kubeconfig, a.context)
+    except RuntimeError as e:  # no kubeconfig, unknown context, a failing exec plugin
+        print(f"policy-scheduler explain: cannot load credentials: {e}", file=sys.stderr)
+        return 1
+    try:
+        core = client.CoreV1Api(client.ApiClient(cfg))
         pod = core.read_namespaced_pod(name, ns)
     except ApiException as e:
         print(f"policy-scheduler explain: cannot read pod {ns}/{name}: HTTP {e.status} {e.reason}", file=sys.stderr)
         return 1
-    except Exception as e:  # config errors: no kubeconfig, unreachable server
+    except Exception as e:  # an unreachable server
         print(f"policy-scheduler explain: {e}", file=sys.stderr)
         return 1
     print(f"pod {ns}/{name}: scheduler {pod.spec.scheduler_name}, node {pod.spec.node_name or '(none)'}")
@@ -198,8 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run the scheduler (the operator)",
                        description="Watch nodes, pods, namespaces and SchedulingPolicies; schedule pending pods "
                                    "of this scheduler and bind them. Install the CRD first (crds/).")
-    r.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, "
-                                                      "or the in-cluster service account)")
+    r.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)
+    r.add_argument("--context", default=None, help=CONTEXT_HELP)
     r.add_argument("--namespace", "-n", action="append", default=[],
                    help="only schedule pods of this namespace (repeatable; default: all). Bound pods of every "
                         "namespace still count against node capacity.")
@@ -248,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Shows the latest decision for a pod: the chosen node, per-plugin weighted "
                                    "scores of the top nodes, and how many nodes each filter reason removed.")
     e.add_argument("pod", help="NAMESPACE/POD")
-    e.add_argument("--kubeconfig", default=None)
+    e.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)
+    e.add_argument("--context", default=None, help=CONTEXT_HELP)
     e.add_argument("--output", "-o", choices=("text", "json"), default="text")
     e.set_defaults(fn=cmd_explain)
     return p

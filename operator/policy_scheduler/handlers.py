@@ -15,7 +15,7 @@ import kopf
 
 from .api.models import GROUP, PLURAL, VERSION
 from .cluster.engine import Engine
-from .cluster.kubeclient import connection_parts
+from .cluster.kubeclient import load_credentials
 
 
 def _type(event) -> str:
@@ -30,18 +30,22 @@ def _report_engine_exit(task: asyncio.Task) -> None:
             exc_info=task.exception())
 
 
-def build_registry(engine: Engine, kubeconfig: str | None = None) -> kopf.OperatorRegistry:
+def build_registry(engine: Engine, kubeconfig: str | None = None,
+                   context: str | None = None) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     state: dict = {}
 
     @kopf.on.login(registry=registry)
     async def login(**_):
-        # the same kubeconfig / service account as our own client (certificates or tokens)
-        p = connection_parts(kubeconfig)
-        token = p.token_file.read_text().strip() if p.token_file else p.token
-        return kopf.ConnectionInfo(server=p.server, ca_data=p.ca_data, insecure=p.insecure or None,
-                                   certificate_data=p.cert_data, private_key_data=p.key_data, token=token,
-                                   scheme="Bearer" if token else None, default_namespace=p.namespace)
+        # the same resolution and credentials as our own client (kubeconfig or service account:
+        # certificates, tokens, exec plugins), loaded afresh in a thread since an exec plugin may run;
+        # kopf logs in again at `expiration` (a token that expires) or on a 401
+        c = await asyncio.to_thread(load_credentials, kubeconfig, context)
+        scheme, _, token = (c.authorization or "").partition(" ")
+        return kopf.ConnectionInfo(server=c.server, ca_data=c.ca_data, insecure=c.insecure or None,
+                                   certificate_data=c.cert_data, private_key_data=c.key_data,
+                                   scheme=scheme or None, token=token or None, default_namespace=c.namespace,
+                                   expiration=c.expiration)
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_):
@@ -77,9 +81,9 @@ def build_registry(engine: Engine, kubeconfig: str | None = None) -> kopf.Operat
     return registry
 
 
-async def run_operator(engine: Engine, *, kubeconfig: str | None = None, liveness: str | None = None,
-                       stop_flag=None, ready_flag=None) -> None:
+async def run_operator(engine: Engine, *, kubeconfig: str | None = None, context: str | None = None,
+                       liveness: str | None = None, stop_flag=None, ready_flag=None) -> None:
     """Run kopf with our registry until ``stop_flag`` (or cancellation)."""
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    await kopf.operator(registry=build_registry(engine, kubeconfig), clusterwide=True, standalone=True,
+    await kopf.operator(registry=build_registry(engine, kubeconfig, context), clusterwide=True, standalone=True,
                         liveness_endpoint=liveness, stop_flag=stop_flag, ready_flag=ready_flag)

@@ -85,7 +85,7 @@ class Informer:
                   "timeoutSeconds": str(self.watch_timeout)}
         timeout = aiohttp.ClientTimeout(total=None, sock_read=self.watch_timeout + 30)
         async with self.client.session.get(self.client.creds.server + self.path, params=params, timeout=timeout,
-                                           headers=self.client.creds.auth_header()) as resp:
+                                           headers=await self.client.creds.auth_header_async()) as resp:
             if resp.status == 410:
                 raise Gone()
             if resp.status >= 400:

@@ -2,27 +2,47 @@
 
 Used on the hot path (bindings, events, status patches), where the generated clients cost
 several times more CPU per call and raise on the Status that a successful Binding returns.
-Credentials come from a kubeconfig (client certificate or bearer token) or the in-cluster
-service account. A token bucket limits requests to ``qps`` with ``burst``.
+A token bucket limits requests to ``qps`` with ``burst``.
+
+Where to connect and how to authenticate is resolved by the ``kubernetes`` library's own
+loaders, as kubectl resolves it: ``--kubeconfig``, else ``$KUBECONFIG`` (several files, merged:
+the first file to set a value wins), else ``~/.kube/config``, else the in-cluster service
+account; ``--context`` picks a context. Credentials are client certificates, tokens, token files,
+exec credential plugins and auth providers. A token that expires (an exec plugin's
+``expirationTimestamp``, a token file, the service account's token) is refreshed through the
+library's ``refresh_api_key_hook`` when due; the async callers do that in a thread, since an exec
+plugin is a subprocess.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import contextlib
+import datetime
+import logging
+import math
 import os
 import ssl
-import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
-import yaml
+from kubernetes.client import Configuration
+from kubernetes.config import incluster_config
+from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.kube_config import (ENV_KUBECONFIG_PATH_SEPARATOR, FileOrData, KubeConfigLoader,
+                                           KubeConfigMerger)
 
-SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+log = logging.getLogger(__name__)
+
+DEFAULT_KUBECONFIG = "~/.kube/config"
+TOKEN_FILE_PERIOD = 60.0  # seconds a token read from a file is used before it is read again
+EXPIRY_MARGIN = 300.0  # a token is renewed this long before it expires (at most half its remaining life)
+RETRY_PERIOD = 10.0  # seconds before a failed renewal is tried again (the old token stays in use)
 
 
 class ApiError(Exception):
@@ -37,102 +57,310 @@ class ApiError(Exception):
         return self.body.get("reason", "") if isinstance(self.body, dict) else ""
 
 
-TOKEN_FILE_PERIOD = 60.0  # seconds a token read from a file is used before it is read again
+class CredentialsError(RuntimeError):
+    """No usable kubeconfig / service account, an unknown context, a failing exec plugin: one line."""
 
 
-@dataclass
-class Credentials:
-    server: str
-    ssl_context: ssl.SSLContext | bool
-    token: str | None = None
-    token_file: Path | None = None
-    _token_read_at: float | None = None
-
-    def auth_header(self) -> dict[str, str]:
-        if self.token_file is not None and (
-                self._token_read_at is None or time.monotonic() - self._token_read_at >= TOKEN_FILE_PERIOD):
-            # bound tokens rotate: re-read the file, as client-go does, at most once a minute
-            try:
-                self.token = self.token_file.read_text().strip()
-            except OSError:
-                pass
-            self._token_read_at = time.monotonic()
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+def _one_line(s: str) -> str:
+    return " ".join(str(s).split())
 
 
-def _data_or_file(entry: dict, key: str) -> bytes | None:
-    if entry.get(f"{key}-data"):
-        return base64.b64decode(entry[f"{key}-data"])
-    if entry.get(key):
-        return Path(entry[key]).expanduser().read_bytes()
+@contextlib.contextmanager
+def _library_errors():
+    """Collect, and keep out of the logs, what the kubernetes library reports with
+    ``logging.error`` in this thread: it logs a failing exec plugin instead of raising."""
+    root = logging.getLogger()
+    me = threading.get_ident()
+    errors: list[str] = []
+
+    def grab(record: logging.LogRecord) -> bool:
+        if record.thread == me and record.name == "root" and record.levelno >= logging.ERROR:
+            errors.append(record.getMessage())
+            return False
+        return True
+
+    null = logging.NullHandler()  # so that logging.error() does not call basicConfig() on an empty root
+    root.addFilter(grab)
+    root.addHandler(null)
+    try:
+        yield errors
+    finally:
+        root.removeFilter(grab)
+        root.removeHandler(null)
+
+
+class _KubeConfigLoader(KubeConfigLoader):
+    """The library's kubeconfig loader, with three corrections: a failing exec plugin is an error
+    (the library logs it and goes on unauthenticated), a ``tokenFile`` is read again every
+    TOKEN_FILE_PERIOD (as client-go does), and a user's relative client-certificate / client-key
+    paths resolve against the directory of the file that defines the user (the library takes the
+    cluster's file, which differs when $KUBECONFIG merges several files)."""
+
+    token_from_file = False
+
+    def _load_from_exec_plugin(self):
+        if "exec" not in self._user:
+            return None
+        with _library_errors() as errors:
+            ok = super()._load_from_exec_plugin()
+        if not ok:
+            cmd = self._user["exec"].safe_get("command")
+            why = "; ".join(e.removeprefix("exec: ") for e in errors) or "no token or certificate in its output"
+            raise ConfigException(f"exec plugin {cmd!r} failed: {why}")
+        return ok
+
+    def _load_user_token(self):
+        ok = super()._load_user_token()
+        self.token_from_file = bool(ok and not self._user.safe_get("token") and self._user.safe_get("tokenFile"))
+        if self.token_from_file:
+            # an expiry makes the library's refresh hook read the file again once it is due
+            self.expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=TOKEN_FILE_PERIOD)
+        return ok
+
+    def _load_cluster_info(self):
+        if (self._user and "cert_file" not in self.__dict__
+                and str(self._cluster.safe_get("server") or "").startswith("https")):
+            base = self._get_base_path(self._user.path)
+            self.cert_file = FileOrData(self._user, "client-certificate", file_base_path=base,
+                                        temp_file_path=self._temp_file_path).as_file()
+            self.key_file = FileOrData(self._user, "client-key", file_base_path=base,
+                                       temp_file_path=self._temp_file_path).as_file()
+        super()._load_cluster_info()
+
+
+def _names(items) -> list[str]:
+    return [str(i["name"]) for i in items or [] if "name" in i]
+
+
+def _load_kubeconfig(paths: list[str], context: str | None, cfg: Configuration) -> tuple[KubeConfigLoader, str]:
+    where = "kubeconfig " + ENV_KUBECONFIG_PATH_SEPARATOR.join(paths)
+    try:
+        merged = KubeConfigMerger(ENV_KUBECONFIG_PATH_SEPARATOR.join(paths))
+    except Exception as e:  # unreadable file, invalid YAML, an empty file
+        raise CredentialsError(f"{where}: {_one_line(e)}") from None
+    if merged.config is None:
+        raise CredentialsError(f"{where}: no configuration found")
+    contexts = _names(merged.config.value.get("contexts"))
+    if context is None:
+        # kubectl: the first file that sets current-context wins (the library takes the last one)
+        context = next((c for c in (merged.config_files[p].get("current-context") for p in merged.paths) if c), None)
+        if not context:
+            raise CredentialsError(f"{where}: no current-context; pick one with --context "
+                                   f"(contexts: {', '.join(contexts) or 'none'})")
+    if context not in contexts:
+        raise CredentialsError(f"{where}: context {context!r} not found (contexts: {', '.join(contexts) or 'none'})")
+    where += f", context {context}"
+    try:
+        loader = _KubeConfigLoader(merged.config, active_context=context, config_base_path=None,
+                                   config_persister=merged.save_changes)
+        loader.load_and_set(cfg)
+    except Exception as e:
+        raise CredentialsError(f"{where}: {_one_line(e)}") from None
+    user = loader._user
+    if user and "auth-provider" in user and "token" not in loader.__dict__:
+        name = user["auth-provider"].safe_get("name")
+        raise CredentialsError(f"{where}: auth-provider {name!r} gave no token")
+    return loader, where
+
+
+def _load_incluster(cfg: Configuration) -> incluster_config.InClusterConfigLoader:
+    loader = incluster_config.InClusterConfigLoader(token_filename=incluster_config.SERVICE_TOKEN_FILENAME,
+                                                    cert_filename=incluster_config.SERVICE_CERT_FILENAME)
+    try:
+        loader.load_and_set(cfg)
+    except Exception as e:
+        raise CredentialsError(f"in-cluster service account: {_one_line(e)}") from None
+    return loader
+
+
+def _resolve(kubeconfig: str | os.PathLike | None, context: str | None, cfg: Configuration):
+    """Fill ``cfg`` from the first source that exists; return (loader, description)."""
+    if kubeconfig:
+        path = Path(kubeconfig).expanduser()
+        if not path.is_file():
+            raise CredentialsError(f"kubeconfig {path}: no such file")
+        return _load_kubeconfig([str(path)], context, cfg)
+    env = os.environ.get("KUBECONFIG", "")
+    if env:
+        listed = [os.path.expanduser(p) for p in env.split(ENV_KUBECONFIG_PATH_SEPARATOR) if p]
+        paths = [p for p in listed if os.path.exists(p)]
+        if not paths:
+            raise CredentialsError(f"$KUBECONFIG={env}: no such file")
+        return _load_kubeconfig(paths, context, cfg)
+    default = os.path.expanduser(DEFAULT_KUBECONFIG)
+    if os.path.exists(default):
+        return _load_kubeconfig([default], context, cfg)
+    if os.environ.get(incluster_config.SERVICE_HOST_ENV_NAME):
+        if context:
+            raise CredentialsError(f"context {context!r}: no kubeconfig (--kubeconfig, $KUBECONFIG, "
+                                   f"{DEFAULT_KUBECONFIG}) to look it up in")
+        return _load_incluster(cfg), "in-cluster service account"
+    raise CredentialsError(f"no kubeconfig: pass --kubeconfig, set $KUBECONFIG or create {DEFAULT_KUBECONFIG} "
+                           "(or run in a pod with a service account)")
+
+
+def client_configuration(kubeconfig: str | os.PathLike | None = None,
+                         context: str | None = None) -> Configuration:
+    """A ``kubernetes.client.Configuration`` for the generated clients (``ApiClient(cfg)``),
+    resolved as :func:`load_credentials` resolves it, token refresh included."""
+    cfg = Configuration()
+    _resolve(kubeconfig, context, cfg)
+    return cfg
+
+
+def _read(path: str | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+def _expiry_epoch(loader) -> float | None:
+    """When the current token expires (unix time), if it does: the library keeps that as
+    ``expiry`` (exec plugins, auth providers, our token files) or ``token_expires_at``
+    (in-cluster: naive local time, a minute after the file was read)."""
+    exp = loader.__dict__.get("expiry")
+    if isinstance(exp, datetime.datetime):
+        return exp.timestamp()  # the library's are timezone-aware
+    exp = loader.__dict__.get("token_expires_at")
+    if isinstance(exp, datetime.datetime):
+        return exp.timestamp()
     return None
 
 
-@dataclass
-class ConnectionParts:
-    """What a kubeconfig context (or the in-cluster service account) says about a connection."""
+def _renew_at(expires: float | None, now: float) -> float:
+    if expires is None:
+        return math.inf
+    left = expires - now
+    if left <= 0:  # renewal gave an expired token (or failed): try again, but not on every request
+        return now + RETRY_PERIOD
+    return expires - min(EXPIRY_MARGIN, left / 2)
+
+
+@dataclass(eq=False)
+class Credentials:
+    """Server URL, TLS context and the Authorization header for our aiohttp client.
+
+    ``auth_header()`` is a dict lookup unless the token is due for renewal; then it runs the
+    library's refresh hook (which may run an exec plugin). Async code calls
+    ``await auth_header_async()``, which does that renewal in a thread.
+    """
 
     server: str
+    ssl_context: ssl.SSLContext | bool
+    token: str | None = None  # a static bearer token (when not loaded from a kubeconfig)
+    namespace: str | None = None
     ca_data: bytes | None = None
-    insecure: bool = False
     cert_data: bytes | None = None
     key_data: bytes | None = None
-    token: str | None = None
-    token_file: Path | None = None
-    namespace: str | None = None
+    insecure: bool = False
+    source: str = ""  # e.g. "kubeconfig /home/me/.kube/config, context kind"
+    config: Configuration | None = None  # the library's configuration, with its refresh hook
+    loader: Any = None
+    _header: dict[str, str] = field(default_factory=dict)
+    _renew_at: float = math.inf
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _alock: asyncio.Lock | None = None
+    _alock_loop: Any = None
+
+    def __post_init__(self) -> None:
+        if self.token and not self._header:
+            self._header = {"Authorization": f"Bearer {self.token}"}
+
+    # -- the token -------------------------------------------------------------------------
+    @property
+    def authorization(self) -> str | None:
+        """The Authorization header value ("Bearer ...", "Basic ..."), renewed if due."""
+        return self.auth_header().get("Authorization")
+
+    @property
+    def expiration(self) -> datetime.datetime | None:
+        """When the current token should be replaced (its expiry less a margin), if it expires
+        by itself: exec plugins and auth providers. Token files are re-read in place instead."""
+        loader = self.loader
+        if loader is None or getattr(loader, "token_from_file", False) or "expiry" not in loader.__dict__:
+            return None
+        if not math.isfinite(self._renew_at):
+            return None
+        return datetime.datetime.fromtimestamp(self._renew_at, datetime.timezone.utc)
+
+    def renewal_due(self) -> bool:
+        return time.time() >= self._renew_at
+
+    def _take_token(self) -> None:
+        """Copy the token out of the library's configuration; schedule the next renewal."""
+        cfg = self.config
+        if cfg is None:
+            return
+        key = cfg.api_key.get("BearerToken") or cfg.api_key.get("authorization")
+        if key:
+            prefix = cfg.api_key_prefix.get("BearerToken")
+            value = f"{prefix} {key}" if prefix else key
+            self._header = {"Authorization": value.strip()}
+        if cfg.refresh_api_key_hook is not None:
+            self._renew_at = _renew_at(_expiry_epoch(self.loader), time.time())
+
+    def renew(self) -> None:
+        """Run the library's refresh hook if renewal is due (blocking: it may run an exec plugin).
+        A failure is logged and the current token kept; it is tried again after RETRY_PERIOD."""
+        with self._lock:
+            if not self.renewal_due() or self.config is None or self.config.refresh_api_key_hook is None:
+                return
+            try:
+                self.config.refresh_api_key_hook(self.config)
+            except Exception as e:
+                self._renew_at = time.time() + RETRY_PERIOD
+                log.error("cannot renew the API token (%s): %s", self.source or self.server, _one_line(e))
+                return
+            self._take_token()
+
+    def auth_header(self) -> dict[str, str]:
+        if time.time() >= self._renew_at:
+            self.renew()
+        return dict(self._header)
+
+    async def auth_header_async(self) -> dict[str, str]:
+        """``auth_header()`` for the event loop: a renewal runs in a thread, one at a time."""
+        if time.time() >= self._renew_at:
+            loop = asyncio.get_running_loop()
+            if self._alock is None or self._alock_loop is not loop:
+                self._alock, self._alock_loop = asyncio.Lock(), loop
+            async with self._alock:
+                if self.renewal_due():
+                    await asyncio.to_thread(self.renew)
+        return dict(self._header)
 
 
-def connection_parts(kubeconfig: str | os.PathLike | None = None, context: str | None = None) -> ConnectionParts:
-    """Read ``kubeconfig`` (else $KUBECONFIG, ~/.kube/config) or the in-cluster service account."""
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if not path and (SA_DIR / "token").exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        host = os.environ["KUBERNETES_SERVICE_HOST"]
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        if ":" in host:
-            host = f"[{host}]"
-        return ConnectionParts(f"https://{host}:{port}", ca_data=(SA_DIR / "ca.crt").read_bytes(),
-                               token_file=SA_DIR / "token")
-    path = Path(path or "~/.kube/config").expanduser()
-    try:
-        cfg = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise RuntimeError(f"cannot read kubeconfig {path}: {e}") from None
-    ctx_name = context or cfg.get("current-context")
-    ctxs = {c["name"]: c["context"] for c in cfg.get("contexts") or []}
-    if ctx_name not in ctxs:
-        raise RuntimeError(f"kubeconfig {path}: context {ctx_name!r} not found")
-    c = ctxs[ctx_name]
-    cluster = {x["name"]: x["cluster"] for x in cfg.get("clusters") or []}[c["cluster"]]
-    user = {x["name"]: x["user"] for x in cfg.get("users") or []}.get(c.get("user"), {}) or {}
-    return ConnectionParts(
-        server=cluster["server"].rstrip("/"),
-        ca_data=_data_or_file(cluster, "certificate-authority"),
-        insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        cert_data=_data_or_file(user, "client-certificate"),
-        key_data=_data_or_file(user, "client-key"),
-        token=user.get("token"),
-        token_file=Path(user["tokenFile"]) if user.get("tokenFile") else None,
-        namespace=c.get("namespace"),
-    )
+def _ssl_context(cfg: Configuration) -> ssl.SSLContext | bool:
+    if not cfg.host.startswith("https"):
+        return True
+    if cfg.verify_ssl:
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+    else:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if cfg.cert_file and cfg.key_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    return ctx
 
 
 def load_credentials(kubeconfig: str | os.PathLike | None = None, context: str | None = None) -> Credentials:
-    """Credentials (TLS context, token) for our aiohttp client."""
-    parts = connection_parts(kubeconfig, context)
-    sslctx: ssl.SSLContext | bool = True
-    if parts.server.startswith("https"):
-        if parts.insecure:
-            sslctx = ssl.create_default_context()
-            sslctx.check_hostname = False
-            sslctx.verify_mode = ssl.CERT_NONE
-        else:
-            sslctx = ssl.create_default_context(cadata=parts.ca_data.decode() if parts.ca_data else None)
-        if parts.cert_data and parts.key_data:
-            with tempfile.TemporaryDirectory() as d:  # ssl wants files; they are read at once
-                (Path(d) / "c.pem").write_bytes(parts.cert_data)
-                (Path(d) / "k.pem").write_bytes(parts.key_data)
-                sslctx.load_cert_chain(str(Path(d) / "c.pem"), str(Path(d) / "k.pem"))
-    return Credentials(parts.server, sslctx, token=parts.token, token_file=parts.token_file)
+    """Credentials (server, TLS context, token) for our aiohttp client, resolved as kubectl does
+    (see the module docstring). Raises CredentialsError with a one-line reason."""
+    cfg = Configuration()
+    loader, source = _resolve(kubeconfig, context, cfg)
+    for setting, key in (("tls-server-name", "tls_server_name"), ("proxy-url", "proxy")):
+        if loader.__dict__.get(key):
+            raise CredentialsError(f"{source}: {setting} is not supported")
+    try:
+        creds = Credentials(
+            server=cfg.host.rstrip("/"), ssl_context=_ssl_context(cfg),
+            namespace=(loader.current_context["context"].get("namespace")
+                       if isinstance(loader, KubeConfigLoader) else None),
+            ca_data=_read(cfg.ssl_ca_cert), cert_data=_read(cfg.cert_file), key_data=_read(cfg.key_file),
+            insecure=not cfg.verify_ssl, source=source, config=cfg, loader=loader)
+    except (OSError, ssl.SSLError) as e:
+        raise CredentialsError(f"{source}: {_one_line(e)}") from None
+    creds._take_token()
+    return creds
 
 
 class TokenBucket:
@@ -183,7 +411,7 @@ class KubeClient:
                       content_type: str = "application/json") -> Any:
         """Send one request; return the decoded JSON body, raise ApiError for HTTP >= 400."""
         await self.bucket.take()
-        headers = {**self.creds.auth_header(), "Accept": "application/json"}
+        headers = {**(await self.creds.auth_header_async()), "Accept": "application/json"}
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
