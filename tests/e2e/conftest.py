@@ -86,12 +86,14 @@ class OperatorProcess:
     """`policy-scheduler run` against the test cluster, with its own scheduler name and log file."""
 
     def __init__(self, cluster, scheduler_name: str, extra: list[str] | None = None, kubeconfig: str | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, kubeconfig_flag: bool = True):
+        """``kubeconfig_flag=False`` passes no --kubeconfig: the operator resolves $KUBECONFIG,
+        ~/.kube/config, ... itself (set them in ``env``)."""
         self.cluster = cluster
         self.env = env
         self.scheduler_name = scheduler_name
         self.extra = extra or []
-        self.kubeconfig = kubeconfig or str(cluster.kubeconfig_path)
+        self.kubeconfig = (kubeconfig or str(cluster.kubeconfig_path)) if kubeconfig_flag else None
         OPERATOR_LOGS.mkdir(parents=True, exist_ok=True)
         self.log_path = OPERATOR_LOGS / f"{scheduler_name}.log"
         self.proc: subprocess.Popen | None = None
@@ -99,7 +101,8 @@ class OperatorProcess:
     def start(self) -> "OperatorProcess":
         logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "policy_scheduler.cli", "run", "--kubeconfig", self.kubeconfig,
+            [sys.executable, "-m", "policy_scheduler.cli", "run",
+             *(["--kubeconfig", self.kubeconfig] if self.kubeconfig else []),
              "--scheduler-name", self.scheduler_name, "--metrics-port", "0", "--health-port", "0", *self.extra],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=None if self.env is None else {**os.environ, **self.env})
