@@ -35,16 +35,15 @@ def _startup_error(a: argparse.Namespace, msg: str) -> None:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from prometheus_client import start_http_server
-
-    from .cluster.engine import Engine
-    from .cluster.kubeclient import KubeClient, load_credentials
-    from .handlers import run_operator
-    from .metricsources.prometheus import PrometheusMetricSources
-
+    from .cluster.kubeclient import load_credentials
     from .plugins import registry_with
 
     _setup_logging(a.log_level, a.log_format)
+    if a.leader_elect:
+        problems = _election_config(a).check()
+        if problems:
+            _startup_error(a, "invalid leader election flags: " + "; ".join(problems))
+            return 2
     try:
         creds = load_credentials(a.kubeconfig, a.context)
     except (RuntimeError, KeyError, ValueError) as e:
@@ -57,28 +56,76 @@ def cmd_run(a: argparse.Namespace) -> int:
         return 2
     if added:
         logging.getLogger("policy_scheduler").info("out-of-tree plugins registered: %s", ", ".join(added))
+    return asyncio.run(serve(a, creds, registry))
 
-    async def main() -> None:
-        client = KubeClient(creds, qps=a.qps, burst=a.burst)
-        sources = PrometheusMetricSources(a.prometheus_url, refresh=a.prometheus_refresh_interval,
-                                          timeout=a.prometheus_query_timeout, ttl=a.prometheus_ttl,
-                                          usage_lag=a.prometheus_usage_lag)
-        sources.registry = registry
-        engine = Engine(client, scheduler_name=a.scheduler_name,
-                        namespaces=set(a.namespace) if a.namespace else None,
-                        bind_concurrency=a.bind_concurrency, sources=sources, registry=registry,
-                        plugin_metrics_sample_percent=a.plugin_metrics_sample_percent)
-        if a.metrics_port:
-            start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.telemetry.registry)
-        liveness = f"http://{a.health_address}:{a.health_port}/healthz" if a.health_port else None
-        logging.getLogger("policy_scheduler").info(
-            "policy-scheduler %s starting: scheduler name %s, API %s, namespaces %s", __version__,
-            a.scheduler_name, creds.server, ",".join(a.namespace) if a.namespace else "all")
-        # kopf handles SIGTERM/SIGINT itself in the main thread: cleanup stops the engine
-        await run_operator(engine, kubeconfig=a.kubeconfig, context=a.context, liveness=liveness)
 
-    asyncio.run(main())
-    return 0
+def _election_config(a: argparse.Namespace):
+    from .cluster.leader import ElectionConfig
+
+    return ElectionConfig(name=a.leader_elect_resource_name or a.scheduler_name,
+                          namespace=a.leader_elect_resource_namespace,
+                          lease_duration=a.leader_elect_lease_duration, renew_deadline=a.leader_elect_renew_deadline,
+                          retry_period=a.leader_elect_retry_period)
+
+
+async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Event | None = None,
+                on_engine=None) -> int:
+    """`policy-scheduler run` once its flags, credentials and plugins are loaded: the engine, its
+    leader election, the probe and metrics endpoints, and kopf, until SIGTERM/SIGINT (kopf's own
+    handlers) or ``stop_flag``. 0 on a stop; 1 when leadership was lost (as kube-scheduler, the
+    process exits and its restart runs as a standby). ``on_engine(engine)`` sees the engine."""
+    from prometheus_client import start_http_server
+
+    from .cluster.engine import Engine
+    from .cluster.kubeclient import KubeClient
+    from .cluster.leader import LeaderElector
+    from .handlers import run_operator
+    from .health import HealthServer
+    from .metricsources.prometheus import PrometheusMetricSources
+
+    log = logging.getLogger("policy_scheduler")
+    client = KubeClient(creds, qps=a.qps, burst=a.burst)
+    sources = PrometheusMetricSources(a.prometheus_url, refresh=a.prometheus_refresh_interval,
+                                      timeout=a.prometheus_query_timeout, ttl=a.prometheus_ttl,
+                                      usage_lag=a.prometheus_usage_lag)
+    sources.registry = registry
+    leadership = LeaderElector(client, _election_config(a)) if a.leader_elect else None
+    engine = Engine(client, scheduler_name=a.scheduler_name, namespaces=set(a.namespace) if a.namespace else None,
+                    bind_concurrency=a.bind_concurrency, sources=sources, registry=registry,
+                    plugin_metrics_sample_percent=a.plugin_metrics_sample_percent, leadership=leadership,
+                    sync_timeout=a.cache_sync_timeout, default_policy=a.default_policy)
+    if on_engine is not None:
+        on_engine(engine)
+    stop_flag = stop_flag or asyncio.Event()
+    lost = False
+
+    def leadership_lost() -> None:
+        # kube-scheduler exits at once; kopf is given a few seconds to stop, then the process goes
+        nonlocal lost
+        lost = True
+        log.critical("leader election lost: stopped scheduling; exiting")
+        stop_flag.set()
+        asyncio.get_running_loop().call_later(10.0, os._exit, 1)
+
+    engine.on_leadership_lost = leadership_lost
+    if a.metrics_port:
+        start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.telemetry.registry)
+    health = HealthServer(engine.health, a.health_address, a.health_port) if a.health_port else None
+    if health is not None:
+        await health.start()
+    election = (f"leader election on Lease {leadership.lease} as {leadership.config.identity}"
+                if leadership else "no leader election")
+    log.info("policy-scheduler %s starting: scheduler name %s, API %s (%s), namespaces %s, %s", __version__,
+             a.scheduler_name, creds.server, creds.source, ",".join(a.namespace) if a.namespace else "all",
+             election)
+    try:
+        # kopf handles SIGTERM/SIGINT itself in the main thread: its cleanup stops the engine, which
+        # releases the Lease
+        await run_operator(engine, kubeconfig=a.kubeconfig, context=a.context, stop_flag=stop_flag)
+    finally:
+        if health is not None:
+            await health.stop()
+    return 1 if lost else 0
 
 
 def cmd_crd(a: argparse.Namespace) -> int:
@@ -188,6 +235,14 @@ def _duration(v: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _bool(v: str) -> bool:
+    if v.lower() in ("true", "1", "yes"):
+        return True
+    if v.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{v!r} is not true or false")
+
+
 def _url(v: str) -> str:
     if not v.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"{v!r} is not an http(s) URL")
@@ -195,6 +250,9 @@ def _url(v: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .cluster.leader import LEASE_DURATION, RENEW_DEADLINE, RESOURCE_NAMESPACE, RETRY_PERIOD
+    from .cluster.policies import DEFAULT_POLICY
+
     p = argparse.ArgumentParser(
         prog="policy-scheduler",
         description="A Kubernetes scheduler whose policies are SchedulingPolicy custom resources. "
@@ -211,7 +269,35 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--namespace", "-n", action="append", default=[],
                    help="only schedule pods of this namespace (repeatable; default: all). Bound pods of every "
                         "namespace still count against node capacity.")
-    r.add_argument("--scheduler-name", default=SCHEDULER_NAME, help="spec.schedulerName of the pods to schedule")
+    r.add_argument("--scheduler-name", default=SCHEDULER_NAME,
+                   help="spec.schedulerName of the pods to schedule; this instance also loads only the "
+                        "SchedulingPolicies whose spec.schedulerName is this name, and writes only their status "
+                        f"(default {SCHEDULER_NAME})")
+    r.add_argument("--default-policy", default=DEFAULT_POLICY, metavar="NAME",
+                   help="the policy of pods without the policy-scheduler.io/policy label "
+                        f"(default {DEFAULT_POLICY!r})")
+    le = r.add_argument_group(
+        "leader election", "Replicas share a coordination.k8s.io Lease: one leads and schedules, the others keep "
+                           "their caches warm and take over when it stops renewing. Same flags and defaults as "
+                           "kube-scheduler's.")
+    le.add_argument("--leader-elect", type=_bool, nargs="?", const=True, default=True, metavar="true|false",
+                    help="run for leader before scheduling (default true); --leader-elect=false for a single "
+                         "instance that needs no Lease")
+    le.add_argument("--leader-elect-lease-duration", type=_duration, default=LEASE_DURATION, metavar="DURATION",
+                    help="how long a standby waits, after it last saw the Lease renewed, before it takes the "
+                         "Lease (default 15s)")
+    le.add_argument("--leader-elect-renew-deadline", type=_duration, default=RENEW_DEADLINE, metavar="DURATION",
+                    help="how long the leader retries renewing before it stops scheduling and exits; shorter "
+                         "than the lease duration (default 10s)")
+    le.add_argument("--leader-elect-retry-period", type=_duration, default=RETRY_PERIOD, metavar="DURATION",
+                    help="time between attempts to take or renew the Lease (default 2s)")
+    le.add_argument("--leader-elect-resource-name", default=None, metavar="NAME",
+                    help="the Lease's name (default: --scheduler-name)")
+    le.add_argument("--leader-elect-resource-namespace", default=RESOURCE_NAMESPACE, metavar="NAMESPACE",
+                    help=f"the Lease's namespace (default {RESOURCE_NAMESPACE}, as kube-scheduler's)")
+    r.add_argument("--cache-sync-timeout", type=_duration, default=60.0, metavar="DURATION",
+                   help="time the informers have to list everything; past it the operator logs which one is "
+                        "stuck and why (e.g. 403 on list services), stays unready and keeps retrying (default 1m)")
     r.add_argument("--log-level", choices=LOG_LEVELS, default="info",
                    help="least severe level logged (default info); debug adds every decision (policy, node, "
                         "top scores), every binding, queue moves and kopf's own logs")
@@ -229,7 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--plugin-metrics-sample-percent", type=float, default=10.0, metavar="PCT",
                    help="share of scheduling cycles whose plugin calls are timed one by one "
                         "(scheduler_plugin_execution_duration_seconds; default 10, as kube-scheduler)")
-    r.add_argument("--health-port", type=int, default=8080, help="liveness /healthz port (0 = off)")
+    r.add_argument("--health-port", type=int, default=8080,
+                   help="probe port (0 = off): /healthz and /livez for liveness (fail only when the scheduling "
+                        "loop died), /readyz for readiness (passes once the cache is synced and, on the leader, "
+                        "the loop runs)")
     r.add_argument("--health-address", default="0.0.0.0")
     r.add_argument("--prometheus-url", default=None, type=_url,
                    help="Prometheus of the metric plugins (LoadAware, MetricThreshold, MetricScore) for policies "

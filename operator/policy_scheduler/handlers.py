@@ -1,4 +1,4 @@
-"""kopf wiring, and nothing else: SchedulingPolicy events in, chain rebuilds out; login; probes.
+"""kopf wiring, and nothing else: SchedulingPolicy events in, chain rebuilds out; login.
 
 Only ``on.event`` is used: it writes nothing to the watched objects (no annotations, no
 finalizers). Pods, nodes and namespaces reach the cache through the engine's own LIST+WATCH
@@ -70,20 +70,13 @@ def build_registry(engine: Engine, kubeconfig: str | None = None,
     async def policy_event(event, **_):
         engine.on_policy(_type(event), event["object"])
 
-    @kopf.on.probe(id="scheduler", registry=registry)
-    async def probe(**_):
-        task = state.get("loop")
-        if task is not None and task.done():  # liveness fails, so the kubelet restarts the operator
-            raise RuntimeError("the scheduling loop has stopped")
-        return {"synced": engine.synced, "nodes": engine.table.n, "queued": len(engine.queue),
-                "bound": engine.bound_by_us, "policies": sorted(engine.policies)}
-
     return registry
 
 
 async def run_operator(engine: Engine, *, kubeconfig: str | None = None, context: str | None = None,
-                       liveness: str | None = None, stop_flag=None, ready_flag=None) -> None:
-    """Run kopf with our registry until ``stop_flag`` (or cancellation)."""
+                       stop_flag=None, ready_flag=None) -> None:
+    """Run kopf with our registry until ``stop_flag`` (or cancellation). The probes are served
+    by health.py, not by kopf."""
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     await kopf.operator(registry=build_registry(engine, kubeconfig, context), clusterwide=True, standalone=True,
-                        liveness_endpoint=liveness, stop_flag=stop_flag, ready_flag=ready_flag)
+                        stop_flag=stop_flag, ready_flag=ready_flag)

@@ -86,20 +86,24 @@ class OperatorProcess:
     """`policy-scheduler run` against the test cluster, with its own scheduler name and log file."""
 
     def __init__(self, cluster, scheduler_name: str, extra: list[str] | None = None, kubeconfig: str | None = None,
-                 env: dict[str, str] | None = None, kubeconfig_flag: bool = True):
+                 env: dict[str, str] | None = None, kubeconfig_flag: bool = True, log_name: str | None = None):
         """``kubeconfig_flag=False`` passes no --kubeconfig: the operator resolves $KUBECONFIG,
-        ~/.kube/config, ... itself (set them in ``env``)."""
+        ~/.kube/config, ... itself (set them in ``env``). ``log_name``: the log file's name, for
+        replicas of one scheduler name (default: the scheduler name)."""
         self.cluster = cluster
         self.env = env
         self.scheduler_name = scheduler_name
         self.extra = extra or []
         self.kubeconfig = (kubeconfig or str(cluster.kubeconfig_path)) if kubeconfig_flag else None
         OPERATOR_LOGS.mkdir(parents=True, exist_ok=True)
-        self.log_path = OPERATOR_LOGS / f"{scheduler_name}.log"
+        self.log_path = OPERATOR_LOGS / f"{log_name or scheduler_name}.log"
         self.proc: subprocess.Popen | None = None
+        self._offset = 0  # where this process's lines start in the (appended) log file
 
-    def start(self) -> "OperatorProcess":
+    def start(self, wait: bool = True) -> "OperatorProcess":
+        """Start the process; with ``wait``, until its cache is synced (see ``wait_synced``)."""
         logf = open(self.log_path, "ab")
+        self._offset = logf.tell()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "policy_scheduler.cli", "run",
              *(["--kubeconfig", self.kubeconfig] if self.kubeconfig else []),
@@ -107,14 +111,21 @@ class OperatorProcess:
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=None if self.env is None else {**os.environ, **self.env})
         logf.close()
-        wait_for(lambda: "cache synced" in self.log() or self.proc.poll() is not None, 60,
-                 what=f"operator {self.scheduler_name} to sync")
-        assert self.proc.poll() is None, f"operator exited:\n{self.log()[-3000:]}"
+        if wait:
+            self.wait_synced()
         return self
 
+    def wait_synced(self, timeout: float = 60) -> None:
+        wait_for(lambda: "cache synced in" in self.log() or self.proc.poll() is not None, timeout,
+                 what=f"operator {self.scheduler_name} to sync")
+        assert self.proc.poll() is None, f"operator exited:\n{self.log()[-3000:]}"
+
     def log(self) -> str:
+        """What the current process logged (earlier runs with the same log file are skipped)."""
         try:
-            return self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as f:
+                f.seek(self._offset)
+                return f.read().decode(errors="replace")
         except OSError:
             return ""
 

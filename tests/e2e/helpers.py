@@ -49,6 +49,12 @@ def pod(name: str, namespace: str, cpu: str | None = "100m", memory: str | None 
 GROUP, VERSION, PLURAL = "policy-scheduler.io", "v1alpha1", "schedulingpolicies"
 
 
+# leader election timings for tests that restart an operator after SIGKILL (the new process waits
+# for the old one's lease to expire): 3 s instead of kube-scheduler's 15 s
+FAST_ELECTION = ["--leader-elect-lease-duration", "3s", "--leader-elect-renew-deadline", "2s",
+                 "--leader-elect-retry-period", "500ms"]
+
+
 def apply_policy(objs, name: str, plugins: list, **spec) -> dict:
     """Create or replace a SchedulingPolicy."""
     from kubernetes.client.rest import ApiException

@@ -124,7 +124,8 @@ def calls(log: Path, key: str) -> list[str]:
 def test_binding_cycle_runs_plugins_in_order(core, namespace, nodes, probe_operator, policies, tmp_path):
     log = tmp_path / "probe.log"
     apply_policy(policies, "probe", [{"name": "NodeResourcesFit"},
-                                     {"name": "BindingProbe", "args": {"log": str(log), "timeoutSeconds": 1}}])
+                                     {"name": "BindingProbe", "args": {"log": str(log), "timeoutSeconds": 1}}],
+                 schedulerName="probe-scheduler")
     nodes("probe-0", cpu="8", labels={"e2e": "probe"})
 
     def mk(name: str, mode: str = "") -> None:

@@ -44,7 +44,7 @@ def test_json_logs_with_decision_and_failure_fields(core, namespace, nodes, poli
     nodes("log-other", cpu="4")  # not selected by the pods: a second reason in the failure
     apply_policy(policies, POLICY, [{"name": "NodeAffinity"}, {"name": "TaintToleration"},
                                     {"name": "NodeResourcesFit", "weight": 2},
-                                    {"name": "NodeResourcesBalancedAllocation"}])
+                                    {"name": "NodeResourcesBalancedAllocation"}], schedulerName=SCHEDULER)
     try:
         wait_for(lambda: (ready_condition(policies, POLICY) or {}).get("status") == "True", 30,
                  what=f"policy {POLICY} Ready")

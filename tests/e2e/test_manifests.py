@@ -53,6 +53,9 @@ OPERATOR_CALLS = {
     ("events.k8s.io", "events", "create"),
     ("policy-scheduler.io", "schedulingpolicies/status", "patch"),
 }
+# Leader election (cluster/leader.py): its Lease in kube-system, named after the scheduler name.
+LEASE_NAMESPACE, LEASE_NAME = "kube-system", "policy-scheduler"
+LEASE_CALLS = {("coordination.k8s.io", "leases", v) for v in ("create", "get", "update")}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +64,10 @@ def installed(api, crd):
     file order; the Deployment is left to the tests (server-side dry run only)."""
     docs = [d for d in manifest_docs() if d["kind"] != "Deployment"]
     for d in docs:
-        utils.create_from_dict(api, d)
+        if d["kind"] == "PodDisruptionBudget":  # kubernetes' utils has no create for policy/v1
+            client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(d["metadata"]["namespace"], d)
+        else:
+            utils.create_from_dict(api, d)
     yield docs
     for d in reversed(docs):  # the Namespace last; without a namespace controller it stays Terminating
         meta = d["metadata"]
@@ -77,6 +83,12 @@ def installed(api, crd):
                 client.RbacAuthorizationV1Api(api).delete_cluster_role(meta["name"])
             elif kind == "ClusterRoleBinding":
                 client.RbacAuthorizationV1Api(api).delete_cluster_role_binding(meta["name"])
+            elif kind == "Role":
+                client.RbacAuthorizationV1Api(api).delete_namespaced_role(meta["name"], meta["namespace"])
+            elif kind == "RoleBinding":
+                client.RbacAuthorizationV1Api(api).delete_namespaced_role_binding(meta["name"], meta["namespace"])
+            elif kind == "PodDisruptionBudget":
+                client.PolicyV1Api(api).delete_namespaced_pod_disruption_budget(meta["name"], meta["namespace"])
             else:
                 raise AssertionError(f"no cleanup for {kind}")
         except ApiException as e:
@@ -86,19 +98,25 @@ def installed(api, crd):
 
 def test_layout_installs_in_one_go():
     """`kubectl apply -f crds/ -f manifests/` walks the directory in name order: the Namespace
-    must come first and everything namespaced must live in it."""
+    must come first and everything namespaced must live in it, but for the leader-election Role
+    and RoleBinding, which live with the Lease in kube-system (as kube-scheduler's)."""
     docs = manifest_docs()
     assert docs[0]["kind"] == "Namespace"
     ns = docs[0]["metadata"]["name"]
     assert ns == "policy-scheduler-system"
     assert sorted(d["kind"] for d in docs) == sorted(
-        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"])
+        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+         "Role", "RoleBinding", "PodDisruptionBudget"])
     for d in docs:
-        if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        if d["kind"] in ("Role", "RoleBinding"):
+            assert d["metadata"]["namespace"] == LEASE_NAMESPACE, d["kind"]
+        elif d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == ns, d["kind"]
     sa, binding, dep = the("ServiceAccount"), the("ClusterRoleBinding"), the("Deployment")
     assert binding["roleRef"]["name"] == the("ClusterRole")["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": ns}]
+    assert the("RoleBinding")["subjects"] == binding["subjects"]
+    assert the("RoleBinding")["roleRef"]["name"] == the("Role")["metadata"]["name"]
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
 
 
@@ -122,11 +140,21 @@ def test_objects_are_accepted(cluster, api, core, installed, tmp_path):
     dep = the("Deployment")
     apps = client.AppsV1Api(api)
     got = apps.create_namespaced_deployment(ns, dep, dry_run="All")
-    assert got.spec.replicas == 1 and got.spec.strategy.type == "Recreate"
+    # two replicas with leader election, rolled one at a time, a new one Ready before an old one goes
+    assert got.spec.replicas == 2 and got.spec.strategy.type == "RollingUpdate"
+    assert got.spec.strategy.rolling_update.max_unavailable == 0
     c = got.spec.template.spec.containers[0]
     assert c.image == "policy-scheduler:0.1.0" and c.args[:3] == ["run", "--log-level", "info"]
+    assert not any(x.startswith("--leader-elect") for x in c.args)  # kube-scheduler's defaults
     assert {p.name: p.container_port for p in c.ports} == {"health": 8080, "metrics": 8081}
-    assert c.liveness_probe.http_get.path == c.readiness_probe.http_get.path == "/healthz"
+    assert c.liveness_probe.http_get.path == "/healthz" and c.readiness_probe.http_get.path == "/readyz"
+    spread = got.spec.template.spec.topology_spread_constraints
+    assert [(t.topology_key, t.when_unsatisfiable, t.max_skew) for t in spread] == [
+        ("kubernetes.io/hostname", "DoNotSchedule", 1)]
+    assert spread[0].label_selector.match_labels == got.spec.selector.match_labels
+    pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget(the("PodDisruptionBudget")["metadata"]["name"],
+                                                                        ns)
+    assert pdb.spec.min_available == 1 and pdb.spec.selector.match_labels == got.spec.selector.match_labels
     with pytest.raises(ApiException) as e:
         apps.read_namespaced_deployment(dep["metadata"]["name"], ns)
     assert e.value.status == 404
@@ -160,20 +188,28 @@ def test_service_account_is_granted_exactly_that(api, installed):
     user = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
     authz = client.AuthorizationV1Api(api)
 
-    def allowed(group: str, resource: str, verb: str) -> bool:
+    def allowed(group: str, resource: str, verb: str, namespace: str = "default", name: str | None = None) -> bool:
         res, _, sub = resource.partition("/")
         review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
             user=user, groups=["system:serviceaccounts", f"system:serviceaccounts:{sa['namespace']}",
                                "system:authenticated"],
             resource_attributes=client.V1ResourceAttributes(group=group, resource=res, subresource=sub or None,
-                                                            verb=verb, namespace="default")))
+                                                            verb=verb, namespace=namespace, name=name)))
         return authz.create_subject_access_review(review).status.allowed
 
     for call in sorted(OPERATOR_CALLS):
         assert allowed(*call), call
+    # the Lease: create, then get and update of the one named after the scheduler, in kube-system only
+    for call in sorted(LEASE_CALLS):
+        assert allowed(*call, namespace=LEASE_NAMESPACE, name=LEASE_NAME), call
+        assert not allowed(*call, namespace="default", name=LEASE_NAME), call
+    for verb in ("get", "update"):
+        assert not allowed("coordination.k8s.io", "leases", verb, namespace=LEASE_NAMESPACE, name="kube-scheduler")
+    for verb in ("delete", "list", "watch", "patch"):
+        assert not allowed("coordination.k8s.io", "leases", verb, namespace=LEASE_NAMESPACE, name=LEASE_NAME)
     for call in [("", "pods", "get"), ("", "pods", "delete"), ("", "pods", "patch"), ("", "nodes", "patch"),
                  ("", "secrets", "list"), ("", "events", "create"), ("events.k8s.io", "events", "patch"),
-                 ("policy-scheduler.io", "schedulingpolicies", "patch"), ("coordination.k8s.io", "leases", "create")]:
+                 ("policy-scheduler.io", "schedulingpolicies", "patch")]:
         assert not allowed(*call), call
 
 
@@ -223,25 +259,21 @@ class InProcessOperator:
             self.error = e
 
     async def _run(self) -> None:
-        from policy_scheduler.cluster.engine import Engine
-        from policy_scheduler.cluster.kubeclient import KubeClient, load_credentials
-        from policy_scheduler.handlers import run_operator
+        from policy_scheduler.cli import serve
+        from policy_scheduler.cluster.kubeclient import load_credentials
+        from policy_scheduler.plugins import default_registry
 
-        a = self.args  # built exactly as cli.cmd_run builds it
-        client_ = KubeClient(load_credentials(a.kubeconfig), qps=a.qps, burst=a.burst)
-        self.engine = Engine(client_, scheduler_name=a.scheduler_name,
-                             namespaces=set(a.namespace) if a.namespace else None,
-                             bind_concurrency=a.bind_concurrency)
+        a = self.args  # run exactly as cli.cmd_run runs it (leader election, probes, kopf)
         self.stop_flag = asyncio.Event()
         self.loop = asyncio.get_running_loop()
-        await run_operator(self.engine, kubeconfig=a.kubeconfig, stop_flag=self.stop_flag,
-                           liveness=f"http://{a.health_address}:{a.health_port}/healthz")
+        self.exit_code = await serve(a, load_credentials(a.kubeconfig, a.context), default_registry(),
+                                     stop_flag=self.stop_flag, on_engine=lambda e: setattr(self, "engine", e))
 
     def start(self, log: LogRecorder) -> None:
         self.thread.start()
         try:
-            wait_for(lambda: (self.engine is not None and self.engine.synced) or not self.thread.is_alive(), 60,
-                     what="in-process operator to sync")
+            wait_for(lambda: (self.engine is not None and self.engine.scheduling) or not self.thread.is_alive(), 60,
+                     what="in-process operator to lead and schedule")
         except AssertionError as e:
             raise AssertionError(f"{e}\n{log.text()[-3000:]}") from None
         assert self.thread.is_alive(), f"operator stopped: {self.error!r}\n{log.text()[-3000:]}"
@@ -288,9 +320,17 @@ def rbac_nodes(core):
         core.delete_node(n)
 
 
-def test_operator_needs_nothing_more(core, policies, namespace, sa_kubeconfig, rbac_nodes, log_recorder):
+def test_operator_needs_nothing_more(api, core, policies, namespace, sa_kubeconfig, rbac_nodes, log_recorder):
+    # this instance's scheduler name is its Lease's name: added to the Role, as docs/operations.md says
+    role = the("Role")
+    rules = copy.deepcopy(role["rules"])
+    for r in rules:
+        if "resourceNames" in r:
+            r["resourceNames"].append(SCHEDULER)
+    client.RbacAuthorizationV1Api(api).patch_namespaced_role(role["metadata"]["name"], LEASE_NAMESPACE,
+                                                             {"rules": rules})
     apply_policy(policies, POLICY, [{"name": "NodeUnschedulable"}, {"name": "NodeAffinity", "weight": 1},
-                                    {"name": "NodeResourcesFit", "weight": 1}])
+                                    {"name": "NodeResourcesFit", "weight": 1}], schedulerName=SCHEDULER)
     threads_before = set(threading.enumerate())
     op = InProcessOperator(sa_kubeconfig, localcluster.free_port())
     try:
@@ -333,15 +373,19 @@ def test_operator_needs_nothing_more(core, policies, namespace, sa_kubeconfig, r
         wait_for(counted, 30, what="policy status: 3 scheduled, 1 pending")
         assert ready_condition(policies, POLICY)["status"] == "True"
 
-        # the Deployment's probe path answers from the operator's event loop
+        # the Deployment's probe paths answer from the operator's event loop
         with urllib.request.urlopen(f"http://127.0.0.1:{op.args.health_port}/healthz", timeout=5) as r:
-            assert json.loads(r.read())["scheduler"]["synced"] is True
+            assert r.status == 200 and json.loads(r.read())["live"] is True
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.args.health_port}/readyz", timeout=5) as r:
+            ready = json.loads(r.read())
+        assert ready["synced"] is True and ready["leader"] is True and ready["lease"] == f"kube-system/{SCHEDULER}"
     finally:
         op.stop()
         policies.delete_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", POLICY)
 
     assert not op.thread.is_alive(), "operator thread did not stop"
     assert op.error is None, repr(op.error)
+    assert op.exit_code == 0
     assert op.loop.is_closed()
     gc.collect()  # kopf's handler executor lets its worker threads go when it is collected
     try:

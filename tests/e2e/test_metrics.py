@@ -80,7 +80,7 @@ def mpolicies(policies, mop):
     def make(name: str, plugins: list, prometheus: dict | None = None, **spec) -> str:
         if prometheus is not None:
             spec["prometheus"] = prometheus
-        apply_policy(policies, name, plugins, **spec)
+        apply_policy(policies, name, plugins, schedulerName=SCHED, **spec)
         made.append(name)
         return name
 

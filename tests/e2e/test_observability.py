@@ -53,7 +53,7 @@ def test_metrics_after_a_burst(core, namespace, nodes, policies, obs):
     op, url = obs
     for i in range(3):
         nodes(f"obs-{i}", cpu="16", labels={"e2e": "obs"})
-    apply_policy(policies, POLICY, PLUGINS)
+    apply_policy(policies, POLICY, PLUGINS, schedulerName=SCHED)
     try:
         wait_for(lambda: (ready_condition(policies, POLICY) or {}).get("status") == "True", 30,
                  what=f"policy {POLICY} Ready")

@@ -13,7 +13,7 @@ import yaml
 from kubernetes import client
 
 import localcluster
-from helpers import (GROUP, PLURAL, VERSION, apply_policy, events_for, pod, policy_status, ready_condition,
+from helpers import (FAST_ELECTION, GROUP, PLURAL, VERSION, apply_policy, events_for, pod, policy_status, ready_condition,
                      wait_bound, wait_for)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -232,13 +232,22 @@ def test_explain_shows_the_decision(cluster, core, namespace, nodes, example_pol
     assert re.search(r"\d+  node\(s\) didn't match Pod's node affinity/selector", out.stdout), out.stdout
 
 
-def test_sigkill_mid_burst_binds_every_pod_exactly_once(cluster, core, namespace, nodes, crd, example_policies):
+def own_default(policies, scheduler: str) -> None:
+    """A copy of policies/default.yaml owned by ``scheduler`` (and named after it): its --default-policy."""
+    spec = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())["spec"]
+    apply_policy(policies, scheduler, spec.pop("plugins"), **{**spec, "schedulerName": scheduler})
+
+
+def test_sigkill_mid_burst_binds_every_pod_exactly_once(cluster, core, namespace, nodes, crd, policies):
     from conftest import OperatorProcess
 
     n_nodes, n_pods = 8, 300
     for i in range(n_nodes):
         nodes(f"crash-{i}", cpu="4", memory="16Gi", pods="110", labels={"e2e": "crash"})
-    op = OperatorProcess(cluster, "policy-scheduler-crash").start()
+    own_default(policies, "policy-scheduler-crash")
+    # short lease timings: the restarted process waits for the killed one's lease to expire
+    op = OperatorProcess(cluster, "policy-scheduler-crash", extra=FAST_ELECTION + [
+        "--default-policy", "policy-scheduler-crash"]).start()
     try:
         names = [f"burst-{i:03d}" for i in range(n_pods)]
         # 300 x 100m = 30 cpu on 32: tight, so any double counting or missed pod overcommits a node
@@ -259,6 +268,7 @@ def test_sigkill_mid_burst_binds_every_pod_exactly_once(cluster, core, namespace
         placed = wait_bound(core, namespace, names, 120)
     finally:
         op.stop()
+        policies.delete_cluster_custom_object(GROUP, VERSION, PLURAL, "policy-scheduler-crash")
     pods = {p.metadata.name: p for p in core.list_namespaced_pod(namespace).items}
     used: dict[str, int] = {}
     for name, node_name in placed.items():
@@ -274,7 +284,7 @@ def test_sigkill_mid_burst_binds_every_pod_exactly_once(cluster, core, namespace
           f"max node use {max(used.values())}m of 4000m")
 
 
-def test_a_rejected_binding_is_requeued_not_lost(cluster, api, core, namespace, nodes, crd, example_policies):
+def test_a_rejected_binding_is_requeued_not_lost(cluster, api, core, namespace, nodes, crd, policies):
     """A bind the API refuses (403: the operator's role lacks pods/binding) is reported and retried
     with backoff; once the permission is granted the same pod binds. Nothing is dropped."""
     from conftest import OperatorProcess
@@ -297,7 +307,9 @@ def test_a_rejected_binding_is_requeued_not_lost(cluster, api, core, namespace, 
     kc.write_text(localcluster.kubeconfig_text(cluster.server, (cluster.state_dir / "pki" / "ca.crt").read_bytes(),
                                                {"token": token}))
     nodes("nb-0", labels={"e2e": "nb"})
-    op = OperatorProcess(cluster, "policy-scheduler-nobind", kubeconfig=str(kc)).start()
+    own_default(policies, "policy-scheduler-nobind")
+    op = OperatorProcess(cluster, "policy-scheduler-nobind", kubeconfig=str(kc),
+                         extra=["--default-policy", "policy-scheduler-nobind", "--leader-elect=false"]).start()
     try:
         core.create_namespaced_pod(namespace, pod("refused", namespace, scheduler="policy-scheduler-nobind",
                                                   **sel("nb")))
@@ -312,5 +324,6 @@ def test_a_rejected_binding_is_requeued_not_lost(cluster, api, core, namespace, 
         assert op.proc.poll() is None
     finally:
         op.stop()
+        policies.delete_cluster_custom_object(GROUP, VERSION, PLURAL, "policy-scheduler-nobind")
         rbac.delete_cluster_role_binding(name)
         rbac.delete_cluster_role(name)

@@ -31,7 +31,7 @@ import logging
 import random
 import time
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import aiohttp
 
@@ -145,6 +145,8 @@ class Engine:
         self.synced = False  # every informer listed and every SchedulingPolicy loaded
         self.scheduling = False  # the scheduling loop runs (this process leads)
         self.crashed: BaseException | None = None  # why the loop died, if it did
+        self.on_leadership_lost: Callable[[], None] | None = None  # the operator exits (cli.py)
+        self._election: asyncio.Task | None = None
 
     @property
     def policies(self) -> dict[str, PolicyState]:
@@ -409,11 +411,15 @@ class Engine:
         gc.collect()
         gc.freeze()
         gc.set_threshold(20000, 50, 100)
-        if not self.leadership.leading:
-            log.info("cache synced; standing by until this replica leads")
+        if self.leadership.elected:  # as kube-scheduler: only a replica with a synced cache runs for leader
+            self._election = asyncio.get_running_loop().create_task(self._elect())
+            if not self.leadership.leading:
+                log.info("cache synced; standing by until this replica leads")
         await self.leadership.wait_acquired()
         if self._stopping:
             return
+        if self.leadership.elected:
+            self.telemetry.leader.labels(self.leadership.config.name).set(1)
         for st in self.policies.values():  # the previous leader wrote them: ours replace them
             st.dirty = True
         self.recorder.start()
@@ -448,13 +454,32 @@ class Engine:
             self.scheduling = False
             status_task.cancel()
 
+    async def _elect(self) -> None:
+        """The leader election (leader.py). It returns only when leadership is lost: stop
+        scheduling at once, and let the operator exit."""
+        el = self.leadership
+        self.telemetry.leader.labels(el.config.name).set(0)
+        await el.run()
+        self.telemetry.leader.labels(el.config.name).set(0)
+        self._stopping = True
+        self.wake()
+        if self.on_leadership_lost is not None:
+            self.on_leadership_lost()
+
     async def stop(self) -> None:
+        """Stop the loop and every task; then give up the Lease (held or not, a standby's
+        election ends too), so a standby takes over at once."""
         self._stopping = True
         self.wake()
         await self.sources.stop()
         await self.recorder.stop()
         await self.status_writer.stop()
         await self._tasks.cancel_all()
+        if self._election is not None:
+            self._election.cancel()
+            await asyncio.gather(self._election, return_exceptions=True)
+            if self.leadership.elected:
+                self.telemetry.leader.labels(self.leadership.config.name).set(0)
 
     def schedule(self, qpi: QueuedPodInfo) -> Decision | None:
         """One scheduling cycle: the policy's chain on the snapshot; then Reserve and Permit and

@@ -107,7 +107,7 @@ class ElectionConfig:
 class Leadership:
     """What the engine asks of leader election. This one: no election, always the leader."""
 
-    elected = True  # whether an election runs at all
+    elected = False  # whether an election runs at all (``run`` is then the election)
 
     def __init__(self) -> None:
         self._acquired = asyncio.Event()
