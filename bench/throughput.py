@@ -458,7 +458,8 @@ async def start_scheduler(which: str, cluster: localcluster.LocalCluster, run_di
         args = [sys.executable, "-m", "policy_scheduler.cli", "run", "--kubeconfig", kc, "--qps", str(a.qps),
                 "--burst", str(a.burst), "--bind-concurrency", str(a.bind_concurrency),
                 "--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--health-port", "0",
-                *a.operator_arg]
+                # kube-scheduler runs with leaderElect: false here (hack/localcluster.py): so do we
+                "--leader-elect=false", *a.operator_arg]
         p = start_popen(args, run_dir / "policy-scheduler.log")
         return Proc(p.pid, run_dir / "policy-scheduler.log", lambda: terminate(p),
                     f"http://127.0.0.1:{port}/metrics", "scheduler_schedule_attempts_total")
