@@ -43,6 +43,14 @@ def readyz(port: int) -> tuple[int, dict]:
         return 0, {}
 
 
+def master_status(port: int, lease: str) -> float | None:
+    """leader_election_master_status{name=lease} from the operator's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    m = re.search(rf'^leader_election_master_status{{name="{re.escape(lease)}"}} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else None
+
+
 def lease_holder(api, name: str) -> str:
     try:
         return client.CoordinationV1Api(api).read_namespaced_lease(name, "kube-system").spec.holder_identity or ""
@@ -141,8 +149,10 @@ def test_two_replicas_one_binds_and_a_killed_leader_is_replaced(cluster, api, co
     for i in range(n_nodes):
         nodes(f"ha-{i:03d}", cpu=str(cpu), memory="64Gi", pods="110", labels={"e2e": "ha"})
     ports = [localcluster.free_port(), localcluster.free_port()]
+    mports = [localcluster.free_port(), localcluster.free_port()]
     reps = [OperatorProcess(cluster, sched, log_name=f"{sched}-{i}", extra=[
-        "--default-policy", sched, "--health-port", str(ports[i]), "--health-address", "127.0.0.1"])
+        "--default-policy", sched, "--health-port", str(ports[i]), "--health-address", "127.0.0.1",
+        "--metrics-port", str(mports[i]), "--metrics-address", "127.0.0.1"])
         for i in range(2)]
     for r in reps:  # started together
         r.start(wait=False)
@@ -152,9 +162,11 @@ def test_two_replicas_one_binds_and_a_killed_leader_is_replaced(cluster, api, co
         wait_for(lambda: sum("successfully acquired lease" in r.log() for r in reps) == 1, 30, what="one leader")
         leader, standby = (reps if "successfully acquired lease" in reps[0].log() else reps[::-1])
         lport, sport = (ports if leader is reps[0] else ports[::-1])
-        assert "is held by" in standby.log()
+        lmport, smport = (mports if leader is reps[0] else mports[::-1])
+        wait_for(lambda: "is held by" in standby.log(), 10, what="the standby to see the leader")
         assert wait_for(lambda: readyz(sport)[0] == 200, 30, what="the standby ready")
         assert readyz(lport)[1]["leader"] is True and readyz(sport)[1]["leader"] is False
+        assert master_status(lmport, sched) == 1 and master_status(smport, sched) == 0
 
         # 2,000 pods of 1 cpu on 200 x 12 cpu: 2,000 of 2,400 cpu
         sel = {"nodeSelector": {"e2e": "ha"}}
@@ -210,7 +222,7 @@ def test_two_replicas_one_binds_and_a_killed_leader_is_replaced(cluster, api, co
         assert set(events.values()) == {1}, "a pod was scheduled twice"
         print(f"{by_standby} pods bound by the new leader; Scheduled events of {len(events)}/2,380 pods "
               f"(the rest were queued in the killed process)")
-        assert readyz(sport)[1]["leader"] is True
+        assert readyz(sport)[1]["leader"] is True and master_status(smport, sched) == 1
     finally:
         for r in reps:
             r.stop()
@@ -334,5 +346,6 @@ def test_two_instances_leave_each_other_s_policies_alone(cluster, core, namespac
     finally:
         for op in ops:
             op.stop()
-        for name in ("team-a", "team-b"):
-            policies.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+    assert lease_holder(core.api_client, a) == "" == lease_holder(core.api_client, b)  # released on SIGTERM
+    for name in ("team-a", "team-b"):
+        policies.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)

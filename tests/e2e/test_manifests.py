@@ -379,6 +379,8 @@ def test_operator_needs_nothing_more(api, core, policies, namespace, sa_kubeconf
         with urllib.request.urlopen(f"http://127.0.0.1:{op.args.health_port}/readyz", timeout=5) as r:
             ready = json.loads(r.read())
         assert ready["synced"] is True and ready["leader"] is True and ready["lease"] == f"kube-system/{SCHEDULER}"
+        assert op.engine.telemetry.registry.get_sample_value("leader_election_master_status",
+                                                             {"name": SCHEDULER}) == 1
     finally:
         op.stop()
         policies.delete_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", POLICY)
