@@ -136,20 +136,6 @@ def test_decision_fields_have_the_top_three_nodes_with_weighted_scores():
                          for n, t in (("n1", 452), ("n2", 439), ("n3", 427))]}
 
 
-@pytest.fixture
-def restore_logging():
-    import sys
-    import threading
-
-    root = logging.getLogger()
-    saved = (root.handlers[:], root.level, logging.getLogger("kopf").level, sys.excepthook, threading.excepthook)
-    yield
-    root.handlers[:], lvl, kopf_level, sys.excepthook, threading.excepthook = saved
-    root.setLevel(lvl)
-    logging.getLogger("kopf").setLevel(kopf_level)
-    logging.captureWarnings(False)
-
-
 def test_setup_sends_every_logger_and_warnings_through_one_json_handler(restore_logging):
     out = io.StringIO()
     logs.setup("info", "json", stream=out)

@@ -317,20 +317,6 @@ def test_in_cluster_service_account_token_is_read_again(tmp_path, monkeypatch, p
 
 # ----------------------------------------------------------------------------- the commands
 
-@pytest.fixture
-def restore_logging():
-    """`run` sets up logging for the process (handlers, levels, hooks, warnings): undo it."""
-    import threading
-
-    root = logging.getLogger()
-    saved = (root.handlers[:], root.level, logging.getLogger("kopf").level, sys.excepthook, threading.excepthook)
-    yield
-    root.handlers[:], lvl, kopf_level, sys.excepthook, threading.excepthook = saved
-    root.setLevel(lvl)
-    logging.getLogger("kopf").setLevel(kopf_level)
-    logging.captureWarnings(False)
-
-
 def test_run_exits_2_on_an_unknown_context(tmp_path, capsys, restore_logging):
     path = simple(tmp_path / "config")
     assert cli.main(["run", "--kubeconfig", str(path), "--context", "nope", "--metrics-port", "0",
