@@ -17,6 +17,6 @@ RUN groupadd --system --gid 10001 policy-scheduler \
 USER 10001:10001
 
 # /healthz and /metrics
-EXPOSE 8080 8081
+EXPOSE 8080 8081 9443
 ENTRYPOINT ["policy-scheduler"]
 CMD ["run"]

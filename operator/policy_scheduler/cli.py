@@ -110,9 +110,30 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
     engine.on_leadership_lost = leadership_lost
     if a.metrics_port:
         start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.telemetry.registry)
-    health = HealthServer(engine.health, a.health_address, a.health_port) if a.health_port else None
-    if health is not None:
-        await health.start()
+    webhooks = None
+    if a.webhook_port:
+        from .cluster.admission import WebhookServer
+
+        svc_ns, svc = a.webhook_service
+        hosts = [f"{svc}.{svc_ns}.svc", f"{svc}.{svc_ns}.svc.cluster.local", f"{svc}.{svc_ns}", svc,
+                 *a.webhook_host]
+        webhooks = WebhookServer(engine, address=a.webhook_address, port=a.webhook_port, secret=a.webhook_secret,
+                                 hosts=hosts, configuration=a.webhook_configuration or None,
+                                 manage_certs=a.webhook_manage_certs)
+
+    def health():
+        live, ready, details = engine.health()
+        if webhooks is not None:  # a replica behind the webhook Service serves admission too
+            details["webhooks"] = webhooks.describe()
+            ready = ready and webhooks.serving
+            details["ready"] = ready
+        return live, ready, details
+
+    server = HealthServer(health, a.health_address, a.health_port) if a.health_port else None
+    if server is not None:
+        await server.start()
+    if webhooks is not None:
+        await webhooks.start()
     election = (f"leader election on Lease {leadership.lease} as {leadership.config.identity}"
                 if leadership else "no leader election")
     log.info("policy-scheduler %s starting: scheduler name %s, API %s (%s), namespaces %s, %s", __version__,
@@ -123,8 +144,10 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
         # releases the Lease
         await run_operator(engine, kubeconfig=a.kubeconfig, context=a.context, stop_flag=stop_flag)
     finally:
-        if health is not None:
-            await health.stop()
+        if webhooks is not None:
+            await webhooks.stop()
+        if server is not None:
+            await server.stop()
     return 1 if lost else 0
 
 
@@ -243,6 +266,13 @@ def _bool(v: str) -> bool:
     raise argparse.ArgumentTypeError(f"{v!r} is not true or false")
 
 
+def _namespaced(v: str) -> tuple[str, str]:
+    ns, sep, name = v.partition("/")
+    if not sep or not ns or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"{v!r} is not NAMESPACE/NAME")
+    return ns, name
+
+
 def _url(v: str) -> str:
     if not v.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"{v!r} is not an http(s) URL")
@@ -295,6 +325,31 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the Lease's name (default: --scheduler-name)")
     le.add_argument("--leader-elect-resource-namespace", default=RESOURCE_NAMESPACE, metavar="NAMESPACE",
                     help=f"the Lease's namespace (default {RESOURCE_NAMESPACE}, as kube-scheduler's)")
+    wh = r.add_argument_group(
+        "admission webhooks", "Served by every replica over HTTPS with a certificate the operator makes and keeps in "
+                              "a Secret; the caBundle is written into the webhook configurations (manifests/). "
+                              "Off unless --webhook-port is set.")
+    wh.add_argument("--webhook-port", type=int, default=0,
+                    help="HTTPS port of the admission webhooks: policy validation, pod defaulting in namespaces "
+                         "labelled policy-scheduler.io/inject=enabled, tenancy (default 0: off)")
+    wh.add_argument("--webhook-address", default="0.0.0.0")
+    wh.add_argument("--webhook-secret", type=_namespaced, default=("policy-scheduler-system",
+                                                                   "policy-scheduler-webhook-tls"),
+                    metavar="NAMESPACE/NAME",
+                    help="the Secret holding the CA and serving certificate (created if missing; default "
+                         "policy-scheduler-system/policy-scheduler-webhook-tls)")
+    wh.add_argument("--webhook-service", type=_namespaced, default=("policy-scheduler-system",
+                                                                    "policy-scheduler-webhook"),
+                    metavar="NAMESPACE/NAME", help="the webhook Service: its DNS names go in the certificate")
+    wh.add_argument("--webhook-host", action="append", default=[], metavar="HOST",
+                    help="another DNS name or IP address for the certificate (repeatable), for webhook "
+                         "configurations that call a URL")
+    wh.add_argument("--webhook-configuration", default="policy-scheduler", metavar="NAME",
+                    help="the Validating- and MutatingWebhookConfiguration whose caBundle the operator writes "
+                         "(default policy-scheduler; empty: none)")
+    wh.add_argument("--webhook-manage-certs", type=_bool, nargs="?", const=True, default=True, metavar="true|false",
+                    help="create and renew the certificates (default true); false: only read the Secret, e.g. "
+                         "one cert-manager fills")
     r.add_argument("--cache-sync-timeout", type=_duration, default=60.0, metavar="DURATION",
                    help="time the informers have to list everything; past it the operator logs which one is "
                         "stuck and why (e.g. 403 on list services), stays unready and keeps retrying (default 1m)")

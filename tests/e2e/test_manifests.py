@@ -12,6 +12,7 @@ import logging
 import re
 import subprocess
 import threading
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -53,6 +54,14 @@ OPERATOR_CALLS = {
     ("events.k8s.io", "events", "create"),
     ("policy-scheduler.io", "schedulingpolicies/status", "patch"),
 }
+# The admission webhooks' caBundle (cluster/admission.py), in the operator's own configurations.
+WEBHOOK_CONFIG_CALLS = {("admissionregistration.k8s.io", r, v) for r in ("validatingwebhookconfigurations",
+                                                                          "mutatingwebhookconfigurations")
+                        for v in ("get", "update")}
+WEBHOOK_CONFIG_NAME = "policy-scheduler"
+# Their certificate Secret (cluster/certs.py), in the operator's namespace.
+SECRET_NAME = "policy-scheduler-webhook-tls"
+SECRET_CALLS = {("", "secrets", v) for v in ("create", "get", "update")}
 # Leader election (cluster/leader.py): its Lease in kube-system, named after the scheduler name.
 LEASE_NAMESPACE, LEASE_NAME = "kube-system", "policy-scheduler"
 LEASE_CALLS = {("coordination.k8s.io", "leases", v) for v in ("create", "get", "update")}
@@ -62,7 +71,9 @@ LEASE_CALLS = {("coordination.k8s.io", "leases", v) for v in ("create", "get", "
 def installed(api, crd):
     """Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding and Service created for real, in
     file order; the Deployment is left to the tests (server-side dry run only)."""
-    docs = [d for d in manifest_docs() if d["kind"] != "Deployment"]
+    # the Deployment and the webhook configurations are only dry-run: the configurations would send
+    # the session's other pods and policies to a Service without endpoints
+    docs = [d for d in manifest_docs() if d["kind"] not in ("Deployment", *WEBHOOK_CONFIG_KINDS)]
     for d in docs:
         if d["kind"] == "PodDisruptionBudget":  # kubernetes' utils has no create for policy/v1
             client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(d["metadata"]["namespace"], d)
@@ -96,6 +107,9 @@ def installed(api, crd):
                 raise
 
 
+WEBHOOK_CONFIG_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+
+
 def test_layout_installs_in_one_go():
     """`kubectl apply -f crds/ -f manifests/` walks the directory in name order: the Namespace
     must come first and everything namespaced must live in it, but for the leader-election Role
@@ -105,26 +119,41 @@ def test_layout_installs_in_one_go():
     ns = docs[0]["metadata"]["name"]
     assert ns == "policy-scheduler-system"
     assert sorted(d["kind"] for d in docs) == sorted(
-        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-         "Role", "RoleBinding", "PodDisruptionBudget"])
+        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "Service",
+         "Role", "RoleBinding", "Role", "RoleBinding", "PodDisruptionBudget", *WEBHOOK_CONFIG_KINDS])
     for d in docs:
-        if d["kind"] in ("Role", "RoleBinding"):
+        if d["kind"] in ("Role", "RoleBinding") and "leader-election" in d["metadata"]["name"]:
             assert d["metadata"]["namespace"] == LEASE_NAMESPACE, d["kind"]
-        elif d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        elif d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", *WEBHOOK_CONFIG_KINDS):
             assert d["metadata"]["namespace"] == ns, d["kind"]
     sa, binding, dep = the("ServiceAccount"), the("ClusterRoleBinding"), the("Deployment")
     assert binding["roleRef"]["name"] == the("ClusterRole")["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": ns}]
-    assert the("RoleBinding")["subjects"] == binding["subjects"]
-    assert the("RoleBinding")["roleRef"]["name"] == the("Role")["metadata"]["name"]
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Role"}
+    for rb in (d for d in docs if d["kind"] == "RoleBinding"):
+        assert rb["subjects"] == binding["subjects"]
+        assert rb["metadata"]["namespace"] == roles[rb["roleRef"]["name"]]["metadata"]["namespace"]
+    # every webhook: Ignore on failure, served by the webhook Service on a path the operator serves
+    svc = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "policy-scheduler-webhook")
+    for cfg in (d for d in docs if d["kind"] in WEBHOOK_CONFIG_KINDS):
+        assert cfg["metadata"]["name"] == WEBHOOK_CONFIG_NAME
+        for w in cfg["webhooks"]:
+            assert w["failurePolicy"] == "Ignore" and w["sideEffects"] == "None", w["name"]
+            ref = w["clientConfig"]["service"]
+            assert (ref["name"], ref["namespace"]) == (svc["metadata"]["name"], ns)
+            assert ref["path"] in ("/validate/schedulingpolicies", "/validate/pods", "/mutate/pods")
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
 
 
 def test_cluster_role_is_exactly_the_operators_calls():
     granted = {(g, r, v) for rule in the("ClusterRole")["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == OPERATOR_CALLS
-    assert all("resourceNames" not in r and "nonResourceURLs" not in r for r in the("ClusterRole")["rules"])
+    assert granted == OPERATOR_CALLS | WEBHOOK_CONFIG_CALLS
+    for r in the("ClusterRole")["rules"]:
+        assert "nonResourceURLs" not in r
+        # names only where the calls name objects of ours: the webhook configurations
+        assert r.get("resourceNames", [WEBHOOK_CONFIG_NAME]) == [WEBHOOK_CONFIG_NAME]
+        assert ("resourceNames" in r) == (r["apiGroups"] == ["admissionregistration.k8s.io"])
 
 
 def test_objects_are_accepted(cluster, api, core, installed, tmp_path):
@@ -146,7 +175,8 @@ def test_objects_are_accepted(cluster, api, core, installed, tmp_path):
     c = got.spec.template.spec.containers[0]
     assert c.image == "policy-scheduler:0.1.0" and c.args[:3] == ["run", "--log-level", "info"]
     assert not any(x.startswith("--leader-elect") for x in c.args)  # kube-scheduler's defaults
-    assert {p.name: p.container_port for p in c.ports} == {"health": 8080, "metrics": 8081}
+    assert {p.name: p.container_port for p in c.ports} == {"health": 8080, "metrics": 8081, "webhook": 9443}
+    assert c.args[c.args.index("--webhook-port") + 1] == "9443"
     assert c.liveness_probe.http_get.path == "/healthz" and c.readiness_probe.http_get.path == "/readyz"
     spread = got.spec.template.spec.topology_spread_constraints
     assert [(t.topology_key, t.when_unsatisfiable, t.max_skew) for t in spread] == [
@@ -194,7 +224,7 @@ def test_service_account_is_granted_exactly_that(api, installed):
             user=user, groups=["system:serviceaccounts", f"system:serviceaccounts:{sa['namespace']}",
                                "system:authenticated"],
             resource_attributes=client.V1ResourceAttributes(group=group, resource=res, subresource=sub or None,
-                                                            verb=verb, namespace=namespace, name=name)))
+                                                            verb=verb, namespace=namespace or None, name=name)))
         return authz.create_subject_access_review(review).status.allowed
 
     for call in sorted(OPERATOR_CALLS):
@@ -207,6 +237,17 @@ def test_service_account_is_granted_exactly_that(api, installed):
         assert not allowed("coordination.k8s.io", "leases", verb, namespace=LEASE_NAMESPACE, name="kube-scheduler")
     for verb in ("delete", "list", "watch", "patch"):
         assert not allowed("coordination.k8s.io", "leases", verb, namespace=LEASE_NAMESPACE, name=LEASE_NAME)
+    # the webhooks: their two configurations, and the certificate Secret in the operator's namespace
+    for call in sorted(WEBHOOK_CONFIG_CALLS):
+        assert allowed(*call, namespace="", name=WEBHOOK_CONFIG_NAME), call
+        assert not allowed(*call, namespace="", name="someone-elses"), call
+    for call in sorted(SECRET_CALLS):
+        assert allowed(*call, namespace=sa["namespace"], name=SECRET_NAME), call
+        assert not allowed(*call, namespace="default", name=SECRET_NAME), call
+    for verb in ("get", "update"):
+        assert not allowed("", "secrets", verb, namespace=sa["namespace"], name="other-secret")
+    for verb in ("list", "watch", "delete"):
+        assert not allowed("", "secrets", verb, namespace=sa["namespace"], name=SECRET_NAME)
     for call in [("", "pods", "get"), ("", "pods", "delete"), ("", "pods", "patch"), ("", "nodes", "patch"),
                  ("", "secrets", "list"), ("", "events", "create"), ("events.k8s.io", "events", "patch"),
                  ("policy-scheduler.io", "schedulingpolicies", "patch")]:
@@ -215,6 +256,14 @@ def test_service_account_is_granted_exactly_that(api, installed):
 
 # ---------------------------------------------------------------------------------------------
 # the operator in this process, as the ServiceAccount
+
+
+def readyz_body(port: int) -> dict:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return json.loads(e.read())
 
 
 class LogRecorder(logging.Handler):
@@ -240,12 +289,13 @@ class InProcessOperator:
     """`policy-scheduler run` on its own thread and event loop, stopped through kopf's stop flag
     (kopf installs no signal handlers off the main thread)."""
 
-    def __init__(self, kubeconfig: Path, health_port: int) -> None:
+    def __init__(self, kubeconfig: Path, health_port: int, webhook_port: int = 0) -> None:
         from policy_scheduler.cli import build_parser
 
         self.args = build_parser().parse_args([
             "run", "--kubeconfig", str(kubeconfig), "--scheduler-name", SCHEDULER,
-            "--health-port", str(health_port), "--health-address", "127.0.0.1", "--metrics-port", "0"])
+            "--health-port", str(health_port), "--health-address", "127.0.0.1", "--metrics-port", "0",
+            "--webhook-port", str(webhook_port), "--webhook-address", "127.0.0.1", "--webhook-host", "127.0.0.1"])
         self.engine = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop_flag: asyncio.Event | None = None
@@ -322,7 +372,7 @@ def rbac_nodes(core):
 
 def test_operator_needs_nothing_more(api, core, policies, namespace, sa_kubeconfig, rbac_nodes, log_recorder):
     # this instance's scheduler name is its Lease's name: added to the Role, as docs/operations.md says
-    role = the("Role")
+    role = next(d for d in manifest_docs() if d["kind"] == "Role" and "leader-election" in d["metadata"]["name"])
     rules = copy.deepcopy(role["rules"])
     for r in rules:
         if "resourceNames" in r:
@@ -331,8 +381,19 @@ def test_operator_needs_nothing_more(api, core, policies, namespace, sa_kubeconf
                                                              {"rules": rules})
     apply_policy(policies, POLICY, [{"name": "NodeUnschedulable"}, {"name": "NodeAffinity", "weight": 1},
                                     {"name": "NodeResourcesFit", "weight": 1}], schedulerName=SCHEDULER)
+    # the webhook configurations of manifests/, calling the in-process operator by URL (no Service
+    # network here): it creates the certificate Secret and writes their caBundle
+    wport = localcluster.free_port()
+    admission = client.AdmissionregistrationV1Api(api)
+    configs = {d["kind"]: copy.deepcopy(d) for d in manifest_docs() if d["kind"] in WEBHOOK_CONFIG_KINDS}
+    for cfg in configs.values():
+        for w in cfg["webhooks"]:
+            path = w["clientConfig"].pop("service")["path"]
+            w["clientConfig"]["url"] = f"https://127.0.0.1:{wport}{path}"
+    admission.create_validating_webhook_configuration(configs["ValidatingWebhookConfiguration"])
+    admission.create_mutating_webhook_configuration(configs["MutatingWebhookConfiguration"])
     threads_before = set(threading.enumerate())
-    op = InProcessOperator(sa_kubeconfig, localcluster.free_port())
+    op = InProcessOperator(sa_kubeconfig, localcluster.free_port(), webhook_port=wport)
     try:
         op.start(log_recorder)
         labels = {"policy-scheduler.io/policy": POLICY}
@@ -381,9 +442,26 @@ def test_operator_needs_nothing_more(api, core, policies, namespace, sa_kubeconf
         assert ready["synced"] is True and ready["leader"] is True and ready["lease"] == f"kube-system/{SCHEDULER}"
         assert op.engine.telemetry.registry.get_sample_value("leader_election_master_status",
                                                              {"name": SCHEDULER}) == 1
+
+        # secrets create (the webhook certificates), webhook configurations get/update (caBundle)
+        wait_for(lambda: readyz_body(op.args.health_port).get("webhooks", {}).get("serving"), 30,
+                 what="the webhooks serving")
+        sa_ns = the("ServiceAccount")["metadata"]["namespace"]
+        ca = core.read_namespaced_secret(SECRET_NAME, sa_ns).data["ca.crt"]
+        assert admission.read_validating_webhook_configuration(WEBHOOK_CONFIG_NAME).webhooks[0].client_config.ca_bundle == ca
+        assert admission.read_mutating_webhook_configuration(WEBHOOK_CONFIG_NAME).webhooks[0].client_config.ca_bundle == ca
+        with pytest.raises(ApiException) as refused:  # the API server called the webhook over TLS
+            apply_policy(policies, "rbac-bad", [{"name": "NodeResourcesFit", "weight": -5}], schedulerName=SCHEDULER)
+        assert refused.value.status == 422 and "spec.plugins[0].weight" in refused.value.body
     finally:
         op.stop()
         policies.delete_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", POLICY)
+        admission.delete_validating_webhook_configuration(WEBHOOK_CONFIG_NAME)
+        admission.delete_mutating_webhook_configuration(WEBHOOK_CONFIG_NAME)
+        try:
+            core.delete_namespaced_secret(SECRET_NAME, the("ServiceAccount")["metadata"]["namespace"])
+        except ApiException:
+            pass
 
     assert not op.thread.is_alive(), "operator thread did not stop"
     assert op.error is None, repr(op.error)

@@ -47,6 +47,12 @@ def policy_name(pod: PodInfo) -> str:
     return pod.labels.get(POLICY_LABEL) or DEFAULT_POLICY
 
 
+class PolicyInvalid(Exception):
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
 @dataclass
 class PolicyState:
     name: str
@@ -125,19 +131,14 @@ class PolicyStore:
             st = self.policies[name] = PolicyState(name)
         st.generation, st.spec_raw, st.dirty = gen, spec, True
         try:
-            parsed = SchedulingPolicySpec.model_validate(spec or {})
-            ns_selector = (None if parsed.namespace_selector is None else LabelSelector.parse(
-                parsed.namespace_selector.model_dump(by_alias=True, exclude_none=True), "spec.namespaceSelector"))
-            chain = build_chain(parsed.chain_spec(), self.registry, handle=self.handle_for(name))
+            parsed, ns_selector, chain = self._build(spec, self.handle_for(name))
             problems = self.sources.policy_updated(name, parsed)
             if problems:
                 raise ChainError(problems)
-        except ValidationError as e:
-            st.errors = [f"spec.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
+        except PolicyInvalid as e:
+            st.errors = e.errors
         except ChainError as e:
             st.errors = [f"spec.{x}" for x in e.errors]
-        except SelectorError as e:
-            st.errors = [str(e)]
         else:
             if st.chain is not None:
                 chain.next_start_node_index = st.chain.next_start_node_index
@@ -156,6 +157,34 @@ class PolicyStore:
         self._update_gauge()
         if self.on_change is not None:
             self.on_change(st)
+
+    def _build(self, spec: Any, handle: Handle) -> tuple[SchedulingPolicySpec, LabelSelector | None, Chain]:
+        """Parse and validate ``spec`` and build its chain; PolicyInvalid lists every problem,
+        each with its field path (``spec.…``)."""
+        try:
+            parsed = SchedulingPolicySpec.model_validate(spec or {})
+            ns_selector = (None if parsed.namespace_selector is None else LabelSelector.parse(
+                parsed.namespace_selector.model_dump(by_alias=True, exclude_none=True), "spec.namespaceSelector"))
+            chain = build_chain(parsed.chain_spec(), self.registry, handle=handle)
+        except ValidationError as e:
+            raise PolicyInvalid([f"spec.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+                                 for err in e.errors()]) from None
+        except ChainError as e:
+            raise PolicyInvalid([f"spec.{x}" for x in e.errors]) from None
+        except SelectorError as e:
+            raise PolicyInvalid([str(e)]) from None
+        return parsed, ns_selector, chain
+
+    def validate(self, spec: Any) -> list[str]:
+        """The problems of ``spec`` (empty: valid), exactly as ``on_policy`` would report them on
+        the status, without keeping anything (the admission webhook's check)."""
+        try:
+            self._build(spec, Handle())
+        except PolicyInvalid as e:
+            return e.errors
+        except Exception as e:  # a plugin constructor's bug must not break admission
+            return [f"spec: cannot build the chain: {type(e).__name__}: {e}"]
+        return []
 
     def _update_gauge(self) -> None:
         """The readiness gauge: policies by ready true/false."""

@@ -1,0 +1,256 @@
+"""Admission webhooks, served by the operator (every replica: a standby's cache is warm too).
+
+- ``/validate/schedulingpolicies``: the chain builder's own validation (PolicyStore.validate), so
+  `kubectl apply` of a bad policy fails with the field path in the message. Policies that belong
+  to another instance (spec.schedulerName) are left to it.
+- ``/mutate/pods``: in namespaces that opt in (the MutatingWebhookConfiguration's
+  namespaceSelector, label ``policy-scheduler.io/inject: enabled``), a new pod that names no
+  scheduler (or ``default-scheduler``) gets ``spec.schedulerName`` and, without one, the policy
+  label: the namespace's ``policy-scheduler.io/default-policy`` label, else ``--default-policy``.
+- ``/validate/pods``: a pod of ours that names a policy whose ``spec.namespaceSelector`` does not
+  admit its namespace is refused, with a message naming the policy and the namespace.
+
+All three are ``failurePolicy: Ignore`` in manifests/: a down operator never blocks a pod or a
+policy; the scheduler's own checks (``Ready=False``, ``NoPolicy`` events) still catch everything.
+
+kopf's admission support is not used: its managed configurations cannot carry a namespaceSelector
+or one failurePolicy per webhook, and its self-signed certificate is per process, where replicas
+behind one Service need one certificate (certs.py keeps it in a Secret).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import ssl
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from .. import POLICY_LABEL, SCHEDULER_NAME
+from .certs import Bundle, ensure_bundle
+from .kubeclient import ApiError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import Engine
+
+log = logging.getLogger("policy_scheduler.webhooks")
+
+INJECT_LABEL = "policy-scheduler.io/inject"  # namespace label: "enabled" opts its pods in (manifests/)
+DEFAULT_POLICY_LABEL = "policy-scheduler.io/default-policy"  # namespace label: the policy set on its pods
+MAX_MESSAGE = 4000
+RECHECK_CERTS = 12 * 3600.0  # seconds between checks of the serving certificate's expiry
+
+
+def _escape(key: str) -> str:
+    """A JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def review(request: dict[str, Any], allowed: bool, *, message: str = "", code: int = 403, reason: str = "",
+           patch: list[dict] | None = None) -> dict[str, Any]:
+    """The AdmissionReview (admission.k8s.io/v1) answering ``request``."""
+    resp: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": allowed}
+    if not allowed:
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE - 4] + " ..."
+        resp["status"] = {"code": code, "message": message, **({"reason": reason} if reason else {})}
+    if patch:
+        resp["patchType"] = "JSONPatch"
+        resp["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
+
+
+class Admission:
+    """The three decisions, on the engine's cache (pure: no I/O)."""
+
+    def __init__(self, engine: "Engine") -> None:
+        self.engine = engine
+
+    def validate_policy(self, req: dict[str, Any]) -> dict[str, Any]:
+        obj = req.get("object") or {}
+        name = (obj.get("metadata") or {}).get("name", "")
+        spec = obj.get("spec")
+        owner = (spec.get("schedulerName") if isinstance(spec, dict) else None) or SCHEDULER_NAME
+        if owner != self.engine.scheduler_name:
+            return review(req, True)  # another instance's policy: its own webhook, or its Ready=False
+        errors = self.engine.policy_store.validate(spec)
+        if not errors:
+            return review(req, True)
+        return review(req, False, code=422, reason="Invalid",
+                      message=f'SchedulingPolicy "{name}" is invalid: ' + "; ".join(errors))
+
+    def mutate_pod(self, req: dict[str, Any]) -> dict[str, Any]:
+        pod = req.get("object") or {}
+        spec = pod.get("spec") or {}
+        if spec.get("schedulerName") not in (None, "", "default-scheduler"):
+            return review(req, True)  # the pod chose a scheduler: not ours to change
+        ns = req.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
+        patch: list[dict] = [{"op": "add", "path": "/spec/schedulerName", "value": self.engine.scheduler_name}]
+        labels = (pod.get("metadata") or {}).get("labels")
+        if not (labels or {}).get(POLICY_LABEL):
+            policy = (self.engine.namespaces.get(ns) or {}).get(DEFAULT_POLICY_LABEL) \
+                or self.engine.policy_store.default_policy
+            if labels is None:
+                patch.append({"op": "add", "path": "/metadata/labels", "value": {POLICY_LABEL: policy}})
+            else:
+                patch.append({"op": "add", "path": f"/metadata/labels/{_escape(POLICY_LABEL)}", "value": policy})
+        return review(req, True, patch=patch)
+
+    def validate_pod(self, req: dict[str, Any]) -> dict[str, Any]:
+        pod = req.get("object") or {}
+        if (pod.get("spec") or {}).get("schedulerName") != self.engine.scheduler_name:
+            return review(req, True)
+        name = ((pod.get("metadata") or {}).get("labels") or {}).get(POLICY_LABEL)
+        ns = req.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
+        st = self.engine.policies.get(name) if name else None
+        labels = self.engine.namespaces.get(ns)
+        if st is None or st.namespace_selector is None or labels is None:
+            return review(req, True)  # nothing known against it: the scheduler still checks
+        if st.namespace_selector.matches(labels):
+            return review(req, True)
+        return review(req, False, code=403, reason="Forbidden",
+                      message=f'SchedulingPolicy "{name}" does not admit pods of namespace "{ns}" '
+                              f"(its spec.namespaceSelector); label {POLICY_LABEL} names it")
+
+
+class WebhookServer:
+    """HTTPS server of the admission webhooks, with the certificate of the Secret, and the
+    caBundle written into the webhook configurations."""
+
+    def __init__(self, engine: "Engine", *, address: str, port: int, secret: tuple[str, str],
+                 hosts: list[str], configuration: str | None, manage_certs: bool = True) -> None:
+        self.engine = engine
+        self.client = engine.client
+        self.admission = Admission(engine)
+        self.address, self.port = address, port
+        self.secret = secret
+        self.hosts = hosts
+        self.configuration = configuration
+        self.manage_certs = manage_certs
+        self.serving = False
+        self.error: str | None = "starting"
+        self.requests = 0
+        self._ssl: ssl.SSLContext | None = None
+        self._runner: web.AppRunner | None = None
+        self._task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ requests
+    async def _handle(self, request: web.Request, decide) -> web.Response:
+        try:
+            body = await request.json(loads=orjson.loads)
+            req = body.get("request") or {}
+        except (ValueError, AttributeError):
+            return web.json_response({"error": "not an AdmissionReview"}, status=400)
+        self.requests += 1
+        try:
+            out = decide(req)
+        except Exception as e:  # a bug must not break admission: allow, and say so
+            log.exception("admission %s of %s failed", request.path, req.get("name") or "")
+            out = review(req, True)
+            out["response"]["warnings"] = [f"policy-scheduler webhook error: {type(e).__name__}"]
+        return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+    def _app(self) -> web.Application:
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        for path, decide in (("/validate/schedulingpolicies", self.admission.validate_policy),
+                             ("/mutate/pods", self.admission.mutate_pod),
+                             ("/validate/pods", self.admission.validate_pod)):
+            async def handler(request: web.Request, decide=decide) -> web.Response:
+                return await self._handle(request, decide)
+            app.router.add_post(path, handler)
+        return app
+
+    # ------------------------------------------------------------------ certificates
+    def _load(self, bundle: Bundle) -> None:
+        ctx = self._ssl or ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        with tempfile.TemporaryDirectory() as d:  # ssl reads files (in a private dir); read at once
+            cert, key = Path(d) / "tls.crt", Path(d) / "tls.key"
+            cert.write_bytes(bundle.cert)
+            key.write_bytes(bundle.key)
+            ctx.load_cert_chain(str(cert), str(key))
+        self._ssl = ctx
+
+    async def _inject(self, ca: bytes) -> None:
+        """Write the CA bundle into our Validating and Mutating webhook configurations."""
+        if not self.configuration:
+            return
+        want = base64.b64encode(ca).decode()
+        for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+            path = f"/apis/admissionregistration.k8s.io/v1/{kind}/{self.configuration}"
+            for _ in range(5):
+                try:
+                    cfg = await self.client.request("GET", path)
+                except ApiError as e:
+                    if e.status == 404:
+                        log.info("no %s %s: its caBundle is not written", kind[:-1], self.configuration)
+                        break
+                    raise
+                hooks = cfg.get("webhooks") or []
+                if all((h.get("clientConfig") or {}).get("caBundle") == want for h in hooks):
+                    break
+                for h in hooks:
+                    h.setdefault("clientConfig", {})["caBundle"] = want
+                try:
+                    await self.client.request("PUT", path, cfg)
+                except ApiError as e:
+                    if e.status == 409:
+                        continue
+                    raise
+                log.info("caBundle written into %s %s", kind[:-1], self.configuration)
+                break
+
+    async def _prepare(self) -> None:
+        ns, name = self.secret
+        bundle = await ensure_bundle(self.client, ns, name, self.hosts, manage=self.manage_certs)
+        self._load(bundle)
+        await self._inject(bundle.ca_cert)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Serve in the background: certificates first (retried with backoff), then HTTPS."""
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        from .informer import Backoff
+
+        backoff = Backoff(initial=1.0, cap=60.0)
+        while True:
+            try:
+                await self._prepare()
+                break
+            except asyncio.CancelledError:
+                raise
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, RuntimeError) as e:
+                self.error = f"certificates: {e}"
+                delay = backoff.next()
+                log.warning("admission webhooks not serving: %s; retrying in %.0fs", self.error, delay)
+                await asyncio.sleep(delay)
+        self._runner = web.AppRunner(self._app(), access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.address, self.port, ssl_context=self._ssl).start()
+        self.serving, self.error = True, None
+        log.info("admission webhooks on https://%s:%d (certificate for %s)", self.address, self.port,
+                 ", ".join(self.hosts))
+        while True:  # the serving certificate is re-issued before it expires; new connections get it
+            await asyncio.sleep(RECHECK_CERTS)
+            try:
+                await self._prepare()
+            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, RuntimeError) as e:
+                log.warning("webhook certificate check failed: %s", e)
+
+    def describe(self) -> dict[str, Any]:
+        return {"serving": self.serving, **({"error": self.error} if self.error else {}), "requests": self.requests}
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
