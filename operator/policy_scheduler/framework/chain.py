@@ -3,12 +3,12 @@ and weight before any scheduling, and lay the plugins out per extension point.
 
 Like upstream's multiPoint, each listed plugin runs at every extension point it implements, in
 list order; ``disabled`` opts a plugin out of single points. Errors name the field, e.g.
-``plugins[2].args.scoringStrategy.type: Input should be 'LeastAllocated', ...``.
+``plugins[2].args.scoringStrategy.type: Unsupported value: "Bogus": supported values: ...``
+(paths relative to the policy's spec; at most ``MAX_ERRORS`` are reported).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,6 +21,8 @@ from .interface import (EXTENSION_POINTS, MAX_NODE_SCORE, REJECTING_POINTS, Bind
                         PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin,
                         ReservePlugin, ScorePlugin)
 from .registry import Registry
+from .validation import (MAX_DISABLED, MAX_PLUGIN_NAME, MAX_PLUGINS, FieldErrors, cap_errors,
+                         split_field_message, validation_errors)
 
 MAX_TOTAL_SCORE = 2**63 - 1
 MAX_WEIGHT = 2**31 - 1  # upstream's weight is an int32
@@ -41,7 +43,8 @@ class PluginRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, description="Registry name of the plugin, e.g. NodeResourcesFit.")
+    name: str = Field(min_length=1, max_length=MAX_PLUGIN_NAME,
+                      description="Registry name of the plugin, e.g. NodeResourcesFit.")
     weight: int | None = Field(default=None, description="Score weight (default 1; 0 means 1, as upstream).")
     args: dict[str, Any] | None = Field(default=None, description="Plugin args; validated against the plugin's schema.")
 
@@ -51,15 +54,15 @@ class DisabledRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=MAX_PLUGIN_NAME)
     point: PointName = "*"
 
 
 class ChainSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    plugins: list[PluginRef] = Field(default_factory=list)
-    disabled: list[DisabledRef] = Field(default_factory=list)
+    plugins: list[PluginRef] = Field(default_factory=list, max_length=MAX_PLUGINS)
+    disabled: list[DisabledRef] = Field(default_factory=list, max_length=MAX_DISABLED)
     percentage_of_nodes_to_score: int | None = Field(default=None, alias="percentageOfNodesToScore", ge=0, le=100)
 
 
@@ -138,26 +141,13 @@ def plugin_events(plugin: Plugin) -> tuple[ClusterEventWithHint, ...]:
     return DEFAULT_REGISTRATION
 
 
-_FIELD_MSG = re.compile(r"^([A-Za-z_][\w.\[\]]*): (.*)$", re.S)
-
-
-def _pydantic_errors(prefix: str, e: ValidationError) -> list[str]:
-    """One "path: message" line per error. A validator that names a field itself ("field.sub: msg")
-    gets that field joined onto the path, so every message names the full field."""
+def _constructor_errors(where: str, e: Exception) -> list[str]:
+    """A plugin constructor's ValueError under ``<where>.args`` (its own "field: detail" joined on)."""
+    msgs = e.errors if isinstance(e, FieldErrors) else [str(e)]
     out = []
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err.get("loc", ()))
-        msg = str(err.get("msg", ""))
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
-        m = _FIELD_MSG.match(msg)
-        if m and err.get("type") == "value_error":
-            fld, msg = m.group(1), m.group(2)
-            if not loc or fld.startswith(loc + "."):
-                loc = fld
-            elif not (loc == fld or loc.endswith("." + fld)):
-                loc = f"{loc}.{fld}"
-        out.append(f"{prefix}.{loc}: {msg}" if loc else f"{prefix}: {msg}")
+    for m in msgs:
+        fm = split_field_message(m)
+        out.append(f"{where}.args.{fm[0]}: {fm[1]}" if fm else f"{where}.args: {m}")
     return out
 
 
@@ -172,7 +162,7 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
         try:
             spec = ChainSpec.model_validate(spec)
         except ValidationError as e:
-            raise ChainError(_pydantic_errors("spec", e)) from None
+            raise ChainError(cap_errors(validation_errors(e, "spec"))) from None
 
     seen: dict[str, int] = {}
     classes: list[tuple[int, PluginRef, type[Plugin]]] = []
@@ -204,7 +194,7 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
             try:
                 args = cls.Args.model_validate(ref.args or {})
             except ValidationError as e:
-                errors.extend(_pydantic_errors(f"{where}.args", e))
+                errors.extend(validation_errors(e, f"{where}.args"))
                 continue
         elif ref.args:
             errors.append(f"{where}.args: plugin {ref.name} takes no args")
@@ -217,7 +207,7 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
         try:
             plugin = cls(args, handle)
         except (ValueError, TypeError) as e:  # plugin-level validation beyond the schema
-            errors.append(f"{where}.args: {e}")
+            errors.extend(_constructor_errors(where, e))
             continue
         instances.append((i, ref, plugin))
 
@@ -255,7 +245,7 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
         errors.append("plugins: only one queue sort plugin can be enabled, found "
                       + ", ".join(p.NAME for p in points["queueSort"]))
     if errors:
-        raise ChainError(errors)
+        raise ChainError(cap_errors(errors))
     return Chain(
         plugins=[p for _, _, p in instances],
         queue_sort=points["queueSort"][0] if points["queueSort"] else None,  # type: ignore[arg-type]

@@ -32,9 +32,11 @@ MIN_NODE_SCORE = 0
 
 
 class PluginArgs(BaseModel):
-    """Base for every plugin's typed args: unknown fields are rejected."""
+    """Base for every plugin's typed args: unknown fields are rejected, and values are not
+    coerced (``"5"`` is not an integer, ``1`` is not a boolean), as upstream's strict decoding of
+    a KubeSchedulerConfiguration; integers are accepted where a number is expected."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
 
 class CycleState:

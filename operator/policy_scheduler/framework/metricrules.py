@@ -6,7 +6,7 @@ for explain, and what a node without fresh values gets.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -15,12 +15,16 @@ from .events import ActionType, ClusterEvent, ClusterEventWithHint, METRICS_REFR
 from .interface import MAX_NODE_SCORE, CycleState, PluginArgs
 from .metricview import FRESH, MISSING, STATE_NAMES, MetricsView, SeriesKey, ages
 from .nodetable import NodeTable
+from .labels import validate_label_name
 from .podinfo import PodInfo
+from .validation import MAX_LABEL_KEY, MAX_NAME, MAX_PODS_REQUESTING, MAX_QUERY, duplicate, invalid, raise_if
 
 OnMissingMetrics = Literal["Neutral", "Exclude", "FallbackToRequests"]
 # the score of a node without fresh values under onMissingMetrics: Neutral
 NEUTRAL_SCORE = MAX_NODE_SCORE // 2
-LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# a metric's name in reasons, explain and the status
+METRIC_NAME_PATTERN = r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$"
 
 
 def metric_plugin_events() -> list[ClusterEventWithHint]:
@@ -30,25 +34,36 @@ def metric_plugin_events() -> list[ClusterEventWithHint]:
 
 
 def check_label_name(v: str) -> str:
-    if not LABEL_NAME.match(v):
-        raise ValueError(f"{v!r} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+    """A Prometheus label name (the field validator of ``nodeLabel``)."""
+    if len(v) > MAX_NAME or not LABEL_NAME.fullmatch(v):
+        raise ValueError(invalid("nodeLabel", v, "must be a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"))
     return v
 
 
 class MetricRule(PluginArgs):
     """One metric: a PromQL instant vector keyed by node, and what to do without fresh values."""
 
-    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$",
+    name: str = Field(min_length=1, max_length=63, pattern=METRIC_NAME_PATTERN,
                       description="Short name used in reasons, explain and the policy status.")
-    query: str = Field(min_length=1)
-    node_label: str = Field(default="instance", alias="nodeLabel")
-    pods_requesting: list[str] = Field(default_factory=list, alias="podsRequesting")
+    query: str = Field(min_length=1, max_length=MAX_QUERY)
+    node_label: str = Field(default="instance", alias="nodeLabel", max_length=MAX_NAME)
+    pods_requesting: list[Annotated[str, Field(max_length=MAX_LABEL_KEY)]] = Field(
+        default_factory=list, alias="podsRequesting", max_length=MAX_PODS_REQUESTING)
     on_missing_metrics: OnMissingMetrics = Field(default="Neutral", alias="onMissingMetrics")
 
     @field_validator("node_label")
     @classmethod
     def _label(cls, v: str) -> str:
         return check_label_name(v)
+
+    @field_validator("pods_requesting")
+    @classmethod
+    def _resource_names(cls, v: list[str]) -> list[str]:
+        errs: list[str] = []
+        for i, r in enumerate(v):
+            errs += validate_label_name(r, f"podsRequesting[{i}]")
+        raise_if(errs)
+        return v
 
     @property
     def key(self) -> SeriesKey:
@@ -59,11 +74,14 @@ class MetricRule(PluginArgs):
 
 
 def unique_names(rules: list[MetricRule]) -> None:
-    seen: dict[str, int] = {}
+    """Each metric's name at most once (``metrics[i].name: Duplicate value``)."""
+    seen: set[str] = set()
+    errs = []
     for i, r in enumerate(rules):
         if r.name in seen:
-            raise ValueError(f"metrics[{i}].name: Duplicate value: {r.name!r} (also metrics[{seen[r.name]}])")
-        seen[r.name] = i
+            errs.append(duplicate(f"metrics[{i}].name", r.name))
+        seen.add(r.name)
+    raise_if(errs)
 
 
 def rule_values(view: MetricsView | None, rule: MetricRule, nodes: NodeTable,

@@ -8,13 +8,14 @@ NodeResourcesBalancedAllocation and the metric plugins' FallbackToRequests score
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
+from pydantic import Field
 
 from .interface import MAX_NODE_SCORE, PluginArgs
+from .labels import qualified_name_errors
 from .nodetable import CPU, MEMORY, NodeTable
 from .podinfo import PodInfo
+from .validation import MAX_LABEL_KEY
 
 LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"
@@ -24,42 +25,13 @@ MAX_CUSTOM_PRIORITY_SCORE = 10  # shape point scores are 0..10, scaled by MaxNod
 MAX_UTILIZATION = 100
 
 # ---------------------------------------------------------------------------- resource names
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-
-
-def qualified_name_error(value: str) -> str | None:
-    """apimachinery IsQualifiedName (what ValidateLabelName checks): ``[prefix/]name`` with a
-    DNS-1123 subdomain prefix (at most 253 chars) and a name of at most 63 chars."""
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix:
-            return "prefix part must be non-empty"
-        if len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix):
-            return "prefix part must be a lowercase RFC 1123 subdomain"
-    else:
-        return ("a qualified name must consist of alphanumeric characters, '-', '_' or '.', "
-                "with an optional DNS subdomain prefix and '/'")
-    if not name:
-        return "name part must be non-empty"
-    if len(name) > 63:
-        return "name part must be no more than 63 characters"
-    if not _QUALIFIED_NAME.match(name):
-        return ("name part must consist of alphanumeric characters, '-', '_' or '.', "
-                "and must start and end with an alphanumeric character")
-    return None
-
 
 def is_extended_resource_name(name: str) -> bool:
     """v1helper.IsExtendedResourceName: outside the kubernetes.io namespace, has a "/" prefix,
     not a quota "requests." name, and "requests.<name>" is a qualified name."""
     if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
         return False
-    return qualified_name_error("requests." + name) is None
+    return not qualified_name_errors("requests." + name)
 
 
 def is_scalar_resource_name(name: str) -> bool:
@@ -78,7 +50,7 @@ def go_div(num: np.ndarray, den: np.ndarray | int) -> np.ndarray:
 class ResourceSpec(PluginArgs):
     """A resource to score and its weight; weight 0 (or unset) is defaulted to 1."""
 
-    name: str
+    name: str = Field(max_length=MAX_LABEL_KEY)
     weight: int = 0
 
 

@@ -27,6 +27,7 @@ from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.resources import ResourceSpec, default_resources, is_scalar_resource_name
 from ..framework.status import Status
+from ..framework.validation import MAX_RESOURCES, duplicate, invalid, raise_if
 
 _NATIVE = ("cpu", "memory", "ephemeral-storage")
 
@@ -35,7 +36,7 @@ class NodeResourcesBalancedAllocationArgs(PluginArgs):
     """Defaulted (empty -> cpu, memory; weight 0 -> 1) then validated as upstream
     ValidateNodeResourcesBalancedAllocationArgs: no duplicate names, every weight 1."""
 
-    resources: list[ResourceSpec] = Field(default_factory=list)
+    resources: list[ResourceSpec] = Field(default_factory=list, max_length=MAX_RESOURCES)
 
     @model_validator(mode="after")
     def _default_and_validate(self) -> "NodeResourcesBalancedAllocationArgs":
@@ -44,12 +45,11 @@ class NodeResourcesBalancedAllocationArgs(PluginArgs):
         seen: set[str] = set()
         for i, r in enumerate(self.resources):
             if r.name in seen:
-                errs.append(f"resources[{i}].name: Duplicate value: {r.name!r}")
+                errs.append(duplicate(f"resources[{i}].name", r.name))
             seen.add(r.name)
             if r.weight != 1:
-                errs.append(f"resources[{i}].weight: Invalid value: {r.weight}: must be 1")
-        if errs:
-            raise ValueError("; ".join(errs))
+                errs.append(invalid(f"resources[{i}].weight", r.weight, "must be 1"))
+        raise_if(errs)
         return self
 
 

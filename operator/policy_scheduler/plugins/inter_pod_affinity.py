@@ -65,6 +65,7 @@ from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podcount import PodMatchCounter, selector_matcher
 from ..framework.podinfo import AffinityTerm, PodInfo
 from ..framework.status import Code, Status
+from ..framework.validation import invalid
 
 ERR_AFFINITY = "node(s) didn't match pod affinity rules"
 ERR_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
@@ -87,7 +88,7 @@ class InterPodAffinityArgs(PluginArgs):
     @classmethod
     def _weight_range(cls, v: int) -> int:
         if not 0 <= v <= 100:
-            raise ValueError(f"hardPodAffinityWeight: Invalid value: {v}: not in valid range [0, 100]")
+            raise ValueError(invalid("hardPodAffinityWeight", v, "not in valid range [0, 100]"))
         return v
 
 

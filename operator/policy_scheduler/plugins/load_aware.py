@@ -49,35 +49,34 @@ from ..framework.podinfo import PodInfo
 from ..framework.quantity import QuantityError, resource_value
 from ..framework.resources import requests_scores
 from ..framework.status import Status
+from ..framework.validation import MAX_NAME, MAX_QUERY, MAX_SHORT, invalid, raise_if
 
-PROM_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+PROM_DURATION = re.compile(r"([0-9]+(ms|s|m|h|d|w|y))+")
 
 
 class _Percentages(PluginArgs):
-    cpu: float
-    memory: float
+    cpu: float = Field(allow_inf_nan=False)
+    memory: float = Field(allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _range(self) -> "_Percentages":
-        for name in ("cpu", "memory"):
-            v = getattr(self, name)
-            if not 0 <= v <= 100:
-                raise ValueError(f"{name}: Invalid value: {v:g}: must be a percentage in [0, 100]")
+        raise_if([invalid(name, getattr(self, name), "must be a percentage in [0, 100]")
+                  for name in ("cpu", "memory") if not 0 <= getattr(self, name) <= 100])
         return self
 
 
 class Thresholds(_Percentages):
     """Usage above which a node is filtered out, in percent; 0 turns the check off."""
 
-    cpu: float = 80
-    memory: float = 90
+    cpu: float = Field(default=80, allow_inf_nan=False)
+    memory: float = Field(default=90, allow_inf_nan=False)
 
 
 class ScalingFactors(_Percentages):
     """Share of its request an in-flight pod without a limit is counted at, in percent."""
 
-    cpu: float = 85
-    memory: float = 70
+    cpu: float = Field(default=85, allow_inf_nan=False)
+    memory: float = Field(default=70, allow_inf_nan=False)
 
 
 class Weights(PluginArgs):
@@ -90,16 +89,18 @@ class Weights(PluginArgs):
 class Quantities(PluginArgs):
     """What an in-flight pod with neither limit nor request counts as."""
 
-    cpu: str = "250m"
-    memory: str = "200Mi"
+    cpu: str = Field(default="250m", max_length=MAX_SHORT)
+    memory: str = Field(default="200Mi", max_length=MAX_SHORT)
 
     @model_validator(mode="after")
     def _parse(self) -> "Quantities":
+        errs = []
         for name in ("cpu", "memory"):
             try:
                 resource_value(name, getattr(self, name))
             except QuantityError as e:
-                raise ValueError(f"{name}: Invalid value: {getattr(self, name)!r}: {e}") from None
+                errs.append(invalid(name, getattr(self, name), str(e)))
+        raise_if(errs)
         return self
 
 
@@ -107,10 +108,10 @@ class LoadAwareArgs(PluginArgs):
     usage_thresholds: Thresholds = Field(default_factory=Thresholds, alias="usageThresholds")
     resource_weights: Weights = Field(default_factory=Weights, alias="resourceWeights")
     on_missing_metrics: OnMissingMetrics = Field(default="FallbackToRequests", alias="onMissingMetrics")
-    node_label: str = Field(default="instance", alias="nodeLabel")
-    rate_window: str = Field(default="1m", alias="rateWindow")
-    cpu_query: str | None = Field(default=None, alias="cpuQuery", min_length=1)
-    memory_query: str | None = Field(default=None, alias="memoryQuery", min_length=1)
+    node_label: str = Field(default="instance", alias="nodeLabel", max_length=MAX_NAME)
+    rate_window: str = Field(default="1m", alias="rateWindow", max_length=MAX_SHORT)
+    cpu_query: str | None = Field(default=None, alias="cpuQuery", min_length=1, max_length=MAX_QUERY)
+    memory_query: str | None = Field(default=None, alias="memoryQuery", min_length=1, max_length=MAX_QUERY)
     estimated_scaling_factors: ScalingFactors = Field(default_factory=ScalingFactors,
                                                       alias="estimatedScalingFactors")
     estimated_defaults: Quantities = Field(default_factory=Quantities, alias="estimatedDefaults")
@@ -123,14 +124,15 @@ class LoadAwareArgs(PluginArgs):
     @field_validator("rate_window")
     @classmethod
     def _window(cls, v: str) -> str:
-        if not PROM_DURATION.match(v):
-            raise ValueError(f"{v!r} is not a PromQL duration (e.g. 1m, 30s)")
+        if len(v) > MAX_SHORT or not PROM_DURATION.fullmatch(v):
+            raise ValueError(invalid("rateWindow", v, "must be a PromQL duration (e.g. 1m, 30s)"))
         return v
 
     @model_validator(mode="after")
     def _weights(self) -> "LoadAwareArgs":
         if self.resource_weights.cpu + self.resource_weights.memory == 0:
-            raise ValueError("resourceWeights: Invalid value: at least one weight must be positive")
+            raise ValueError(invalid("resourceWeights", self.resource_weights.model_dump(),
+                                     "at least one weight must be positive"))
         return self
 
     def queries(self) -> tuple[SeriesKey, SeriesKey]:

@@ -32,6 +32,7 @@ from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.resources import requests_scores
 from ..framework.status import Status
+from ..framework.validation import MAX_METRICS
 
 _EQUAL_WEIGHTS = np.array([1, 1], dtype=np.int64)
 
@@ -42,7 +43,7 @@ class ScoreRule(MetricRule):
 
 
 class MetricScoreArgs(PluginArgs):
-    metrics: list[ScoreRule] = Field(min_length=1)
+    metrics: list[ScoreRule] = Field(min_length=1, max_length=MAX_METRICS)
 
     @model_validator(mode="after")
     def _unique(self) -> "MetricScoreArgs":

@@ -26,6 +26,7 @@ from ..framework.metricview import SOURCE
 from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.status import Status
+from ..framework.validation import MAX_METRICS, go_value, invalid, required
 
 
 def fmt(v: float) -> str:
@@ -33,21 +34,21 @@ def fmt(v: float) -> str:
 
 
 class ThresholdRule(MetricRule):
-    reject_above: float | None = Field(default=None, alias="rejectAbove")
-    reject_below: float | None = Field(default=None, alias="rejectBelow")
+    reject_above: float | None = Field(default=None, alias="rejectAbove", allow_inf_nan=False)
+    reject_below: float | None = Field(default=None, alias="rejectBelow", allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _bounds(self) -> "ThresholdRule":
         if self.reject_above is None and self.reject_below is None:
-            raise ValueError("rejectAbove: Required value: set rejectAbove, rejectBelow or both")
+            raise ValueError(required("rejectAbove", "set rejectAbove, rejectBelow or both"))
         if self.reject_above is not None and self.reject_below is not None and self.reject_below > self.reject_above:
-            raise ValueError(f"rejectBelow: Invalid value: {self.reject_below:g}: above rejectAbove "
-                             f"({self.reject_above:g}) every node would be rejected")
+            raise ValueError(invalid("rejectBelow", self.reject_below,
+                                     f"above rejectAbove ({go_value(self.reject_above)}): every node would be rejected"))
         return self
 
 
 class MetricThresholdArgs(PluginArgs):
-    metrics: list[ThresholdRule] = Field(min_length=1)
+    metrics: list[ThresholdRule] = Field(min_length=1, max_length=MAX_METRICS)
 
     @model_validator(mode="after")
     def _unique(self) -> "MetricThresholdArgs":

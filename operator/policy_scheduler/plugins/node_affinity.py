@@ -30,15 +30,14 @@ nodeSelector, its required terms and the profile's added required selector, and 
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs,
                                    PreFilterPlugin, PreScorePlugin, ScorePlugin, default_normalize_score)
-from ..framework.labels import NodeSelector, NodeSelectorTerm, Requirement, SelectorError
+from ..framework.labels import NodeAffinitySpec, NodeSelector, NodeSelectorTerm, Requirement
 from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.status import Code, Status
@@ -161,67 +160,30 @@ def preferred_score(nodes: NodeTable, terms: WeightedTerms, rows: np.ndarray) ->
     return out
 
 
-def _parse_added_affinity(d: Mapping[str, Any]) -> tuple[NodeSelector | None, WeightedTerms]:
-    """Parse an ``addedAffinity`` (v1.NodeAffinity); raises SelectorError naming the field."""
-    where = "addedAffinity"
-    if not isinstance(d, Mapping):
-        raise SelectorError(f"{where}: must be an object")
-    for k in d:
-        if k not in (_REQUIRED, _PREFERRED):
-            raise SelectorError(f"{where}.{k}: unknown field")
+def _parse_added_affinity(a: NodeAffinitySpec) -> tuple[NodeSelector | None, WeightedTerms]:
+    """The parsed ``addedAffinity`` (already validated by NodeAffinitySpec). An empty required term
+    list matches no node, as upstream; preferred terms with weight 0 or an empty preference are
+    dropped (NewPreferredSchedulingTerms skips them)."""
+    d = a.as_dict()
     required = None
-    if d.get(_REQUIRED) is not None:
-        ns = d[_REQUIRED]
-        w = f"{where}.{_REQUIRED}"
-        if not isinstance(ns, Mapping):
-            raise SelectorError(f"{w}: must be an object")
-        terms = ns.get("nodeSelectorTerms") or []
-        if not isinstance(terms, list):
-            raise SelectorError(f"{w}.nodeSelectorTerms: must be a list")
-        # An empty term list is accepted upstream and then matches no node.
-        required = NodeSelector(tuple(_checked_term(t, f"{w}.nodeSelectorTerms[{i}]") for i, t in enumerate(terms)))
+    if _REQUIRED in d:
+        terms = d[_REQUIRED].get("nodeSelectorTerms") or []
+        required = NodeSelector(tuple(NodeSelectorTerm.parse(t, f"addedAffinity.{_REQUIRED}.nodeSelectorTerms[{i}]")
+                                      for i, t in enumerate(terms)))
     preferred = []
-    prefs = d.get(_PREFERRED) or []
-    if not isinstance(prefs, list):
-        raise SelectorError(f"{where}.{_PREFERRED}: must be a list")
-    for i, p in enumerate(prefs):
-        w = f"{where}.{_PREFERRED}[{i}]"
-        if not isinstance(p, Mapping):
-            raise SelectorError(f"{w}: must be an object")
-        weight = p.get("weight", 0)
-        if not isinstance(weight, int) or isinstance(weight, bool):
-            raise SelectorError(f"{w}.weight: must be an integer")
-        pref = p.get("preference") or {}
-        if not isinstance(pref, Mapping):
-            raise SelectorError(f"{w}.preference: must be an object")
+    for i, p in enumerate(d.get(_PREFERRED) or []):
+        weight, pref = p.get("weight", 0), p.get("preference") or {}
         if weight == 0 or not (pref.get("matchExpressions") or pref.get("matchFields")):
-            continue  # NewPreferredSchedulingTerms skips these without parsing them
-        preferred.append((weight, _checked_term(pref, f"{w}.preference")))
+            continue
+        preferred.append((weight, NodeSelectorTerm.parse(pref, f"addedAffinity.{_PREFERRED}[{i}].preference")))
     return required, tuple(preferred)
 
 
-def _checked_term(d: Any, where: str) -> NodeSelectorTerm:
-    """NodeSelectorTerm.parse plus upstream's check that Gt/Lt values are integers."""
-    term = NodeSelectorTerm.parse(d, where)
-    for i, r in enumerate(term.expressions):
-        if r.operator in ("Gt", "Lt") and parse_int64(r.values[0]) is None:
-            raise SelectorError(f"{where}.matchExpressions[{i}].values[0]: "
-                                f"for 'Gt', 'Lt' operators, the value must be an integer")
-    return term
-
-
 class NodeAffinityArgs(PluginArgs):
-    added_affinity: dict[str, Any] | None = Field(default=None, alias="addedAffinity")
+    """upstream NodeAffinityArgs, validated as ValidateNodeAffinityArgs: the added required
+    selector and preferred terms must parse (operators, values, keys and values as labels)."""
 
-    @field_validator("added_affinity")
-    @classmethod
-    def _valid_added_affinity(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v is not None:
-            try:
-                _parse_added_affinity(v)
-            except SelectorError as e:
-                raise ValueError(str(e)) from None
-        return v
+    added_affinity: NodeAffinitySpec | None = Field(default=None, alias="addedAffinity")
 
 
 class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):

@@ -1,8 +1,8 @@
 """NodeLabelMatch: pin one workload's pods to nodes carrying a given label (this project's own
 plugin; no upstream counterpart).
 
-Args select the workload by ``podNamePattern`` (a regular expression that must match the whole
-pod name) and/or ``podSelector`` (a metav1.LabelSelector on the pod's labels; ``{}`` selects
+Args select the workload by ``podNamePattern`` (an RE2 regular expression that must match the
+whole pod name; RE2 matches in linear time, so no pattern can stall the scheduling loop) and/or ``podSelector`` (a metav1.LabelSelector on the pod's labels; ``{}`` selects
 every pod); when both are given a pod must satisfy both. ``nodeLabel`` (``key`` and ``value``)
 names the label the nodes must carry.
 
@@ -18,64 +18,54 @@ name cannot change).
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs,
                                    PreFilterPlugin)
-from ..framework.labels import LabelSelector, SelectorError
+from ..framework.labels import LabelSelectorSpec, validate_label_name, validate_label_value
 from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.status import Code, Status
+from ..framework.validation import (MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_PATTERN, compile_user_regex, invalid,
+                                    raise_if, regex_error, required)
 
 NAME = "NodeLabelMatch"
 
 
 class NodeLabel(PluginArgs):
-    key: str
-    value: str
+    """The label the workload's nodes must carry: a valid label key and value."""
 
-    @field_validator("key")
-    @classmethod
-    def _key_not_empty(cls, v: str) -> str:
-        if not v:
-            raise ValueError("nodeLabel.key: must not be empty")
-        return v
+    key: str = Field(max_length=MAX_LABEL_KEY)
+    value: str = Field(max_length=MAX_LABEL_VALUE)
+
+    @model_validator(mode="after")
+    def _valid_label(self) -> "NodeLabel":
+        raise_if(validate_label_name(self.key, "key") + validate_label_value(self.value, "value"))
+        return self
 
 
 class NodeLabelMatchArgs(PluginArgs):
-    pod_name_pattern: str | None = Field(default=None, alias="podNamePattern")
-    pod_selector: dict[str, Any] | None = Field(default=None, alias="podSelector")
+    pod_name_pattern: str | None = Field(
+        default=None, alias="podNamePattern", max_length=MAX_PATTERN,
+        description="RE2 regular expression the whole pod name must match.")
+    pod_selector: LabelSelectorSpec | None = Field(default=None, alias="podSelector")
     node_label: NodeLabel = Field(alias="nodeLabel")
 
     @field_validator("pod_name_pattern")
     @classmethod
     def _valid_pattern(cls, v: str | None) -> str | None:
         if v is not None:
-            try:
-                re.compile(v)
-            except re.error as e:
-                raise ValueError(f"podNamePattern: invalid regular expression {v!r}: {e}") from None
-        return v
-
-    @field_validator("pod_selector")
-    @classmethod
-    def _valid_selector(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v is not None:
-            try:
-                LabelSelector.parse(v, "podSelector")
-            except SelectorError as e:
-                raise ValueError(str(e)) from None
+            why = regex_error(v)
+            if why is not None:
+                raise ValueError(invalid("podNamePattern", v, why))
         return v
 
     @model_validator(mode="after")
     def _selects_a_workload(self) -> "NodeLabelMatchArgs":
         if self.pod_name_pattern is None and self.pod_selector is None:
-            raise ValueError("podNamePattern or podSelector: at least one is required")
+            raise ValueError(required("podNamePattern", "at least one of podNamePattern and podSelector is required"))
         return self
 
 
@@ -85,8 +75,9 @@ class NodeLabelMatch(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
 
     def __init__(self, args: NodeLabelMatchArgs, handle) -> None:
         super().__init__(args, handle)
-        self.pattern = re.compile(args.pod_name_pattern) if args.pod_name_pattern is not None else None
-        self.selector = LabelSelector.parse(args.pod_selector, "podSelector") if args.pod_selector is not None else None
+        # RE2: matching is linear in the pod name, whatever the pattern (no backtracking)
+        self.pattern = compile_user_regex(args.pod_name_pattern) if args.pod_name_pattern is not None else None
+        self.selector = args.pod_selector.selector() if args.pod_selector is not None else None
         self.key = args.node_label.key
         self.value = args.node_label.value
         self.reason = f"node(s) didn't have label {self.key}={self.value} required for workload"

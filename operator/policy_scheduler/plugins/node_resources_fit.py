@@ -31,6 +31,8 @@ down (Queue).
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 from pydantic import Field, model_validator
 
@@ -46,6 +48,7 @@ from ..framework.interface import (
     PreScorePlugin,
     ScorePlugin,
 )
+from ..framework.labels import validate_label_name
 from ..framework.nodetable import CPU, EPHEMERAL, MEMORY, PODS, NodeSpec, NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.resources import (
@@ -58,25 +61,29 @@ from ..framework.resources import (
     default_resources,
     is_extended_resource_name,
     is_scalar_resource_name,
-    qualified_name_error,
     score_resources,
 )
 from ..framework.status import Code, Status
+from ..framework.validation import (MAX_LABEL_KEY, MAX_NAMES, MAX_RESOURCES, MAX_SHAPE_POINTS, MAX_SHORT, forbidden,
+                                    invalid, not_supported, raise_if, required)
 
 
 # ---------------------------------------------------------------------------- args
+ResourceName = Annotated[str, Field(max_length=MAX_LABEL_KEY)]
+
+
 class UtilizationShapePoint(PluginArgs):
     utilization: int
     score: int
 
 
 class RequestedToCapacityRatioParam(PluginArgs):
-    shape: list[UtilizationShapePoint] = Field(default_factory=list)
+    shape: list[UtilizationShapePoint] = Field(default_factory=list, max_length=MAX_SHAPE_POINTS)
 
 
 class ScoringStrategy(PluginArgs):
-    type: str = ""
-    resources: list[ResourceSpec] = Field(default_factory=list)
+    type: str = Field(default="", max_length=MAX_SHORT, json_schema_extra={"enum": list(SCORING_STRATEGY_TYPES)})
+    resources: list[ResourceSpec] = Field(default_factory=list, max_length=MAX_RESOURCES)
     requested_to_capacity_ratio: RequestedToCapacityRatioParam | None = Field(
         default=None, alias="requestedToCapacityRatio")
 
@@ -85,28 +92,28 @@ def _shape_errors(shape: list[UtilizationShapePoint], path: str) -> list[str]:
     """validateFunctionShape: at least one point, utilization strictly increasing,
     utilization in [0, 100], score in [0, 10]."""
     if not shape:
-        return [f"{path}: Required value: at least one point must be specified"]
+        return [required(path, "at least one point must be specified")]
     errs = []
     for i in range(1, len(shape)):
         if shape[i - 1].utilization >= shape[i].utilization:
-            errs.append(f"{path}[{i}].utilization: Invalid value: {shape[i].utilization}: "
-                        "values must be sorted in increasing order")
+            errs.append(invalid(f"{path}[{i}].utilization", shape[i].utilization,
+                                "values must be sorted in increasing order"))
             break
     for i, p in enumerate(shape):
         if not 0 <= p.utilization <= MAX_UTILIZATION:
-            errs.append(f"{path}[{i}].utilization: Invalid value: {p.utilization}: "
-                        f"not in valid range [0, {MAX_UTILIZATION}]")
+            errs.append(invalid(f"{path}[{i}].utilization", p.utilization, f"not in valid range [0, {MAX_UTILIZATION}]"))
         if not 0 <= p.score <= MAX_CUSTOM_PRIORITY_SCORE:
-            errs.append(f"{path}[{i}].score: Invalid value: {p.score}: "
-                        f"not in valid range [0, {MAX_CUSTOM_PRIORITY_SCORE}]")
+            errs.append(invalid(f"{path}[{i}].score", p.score, f"not in valid range [0, {MAX_CUSTOM_PRIORITY_SCORE}]"))
     return errs
 
 
 class NodeResourcesFitArgs(PluginArgs):
-    """KubeSchedulerConfiguration NodeResourcesFitArgs, defaulted then validated as upstream."""
+    """KubeSchedulerConfiguration NodeResourcesFitArgs, defaulted then validated as upstream
+    ValidateNodeResourcesFitArgs."""
 
-    ignored_resources: list[str] = Field(default_factory=list, alias="ignoredResources")
-    ignored_resource_groups: list[str] = Field(default_factory=list, alias="ignoredResourceGroups")
+    ignored_resources: list[ResourceName] = Field(default_factory=list, alias="ignoredResources", max_length=MAX_NAMES)
+    ignored_resource_groups: list[ResourceName] = Field(
+        default_factory=list, alias="ignoredResourceGroups", max_length=MAX_NAMES)
     scoring_strategy: ScoringStrategy | None = Field(default=None, alias="scoringStrategy")
 
     @model_validator(mode="after")
@@ -117,35 +124,28 @@ class NodeResourcesFitArgs(PluginArgs):
         s.resources = default_resources(s.resources)
         errs = []
         for i, res in enumerate(self.ignored_resources):
-            e = qualified_name_error(res)
-            if e:
-                errs.append(f"ignoredResources[{i}]: Invalid value: {res!r}: {e}")
+            errs += validate_label_name(res, f"ignoredResources[{i}]")
         for i, group in enumerate(self.ignored_resource_groups):
             if "/" in group:
-                errs.append(f"ignoredResourceGroups[{i}]: Invalid value: {group!r}: "
-                            "resource group name can't contain '/'")
-            e = qualified_name_error(group)
-            if e:
-                errs.append(f"ignoredResourceGroups[{i}]: Invalid value: {group!r}: {e}")
+                errs.append(invalid(f"ignoredResourceGroups[{i}]", group, "resource group name can't contain '/'"))
+            errs += validate_label_name(group, f"ignoredResourceGroups[{i}]")
         if s.type not in SCORING_STRATEGY_TYPES:
-            errs.append(f"scoringStrategy.type: Unsupported value: {s.type!r}: supported values: "
-                        + ", ".join(f'"{t}"' for t in SCORING_STRATEGY_TYPES))
+            errs.append(not_supported("scoringStrategy.type", s.type, sorted(SCORING_STRATEGY_TYPES)))
         for i, r in enumerate(s.resources):
             if not 0 < r.weight <= 100:
-                errs.append(f"scoringStrategy.resources[{i}].weight: Invalid value: {r.weight}: "
-                            f"resource weight of {r.name} not in valid range (0, 100]")
+                errs.append(invalid(f"scoringStrategy.resources[{i}].weight", r.weight,
+                                    f"resource weight of {r.name} not in valid range (0, 100]"))
         if s.type == REQUESTED_TO_CAPACITY_RATIO:
             if s.requested_to_capacity_ratio is None:
-                errs.append("scoringStrategy.requestedToCapacityRatio: Required value: "
-                            "must be specified when type is RequestedToCapacityRatio")
+                errs.append(required("scoringStrategy.requestedToCapacityRatio",
+                                     "must be specified when type is RequestedToCapacityRatio"))
             else:
                 errs += _shape_errors(s.requested_to_capacity_ratio.shape,
                                       "scoringStrategy.requestedToCapacityRatio.shape")
         elif s.requested_to_capacity_ratio is not None:
-            errs.append("scoringStrategy.requestedToCapacityRatio: Forbidden: "
-                        "must be nil when type is not RequestedToCapacityRatio")
-        if errs:
-            raise ValueError("; ".join(errs))
+            errs.append(forbidden("scoringStrategy.requestedToCapacityRatio",
+                                  "must be nil when type is not RequestedToCapacityRatio"))
+        raise_if(errs)
         return self
 
 

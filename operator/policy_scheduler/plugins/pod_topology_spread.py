@@ -41,9 +41,8 @@ that "has every key" flips, or, having them, a topology-key label or its taints 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -51,12 +50,14 @@ from pydantic import Field, field_validator, model_validator
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, Handle, MAX_NODE_SCORE,
                                    PluginArgs, PreFilterPlugin, PreScorePlugin, ScorePlugin)
-from ..framework.labels import LabelSelector, NOTHING
+from ..framework.labels import NOTHING, LabelSelector, validate_label_name
 from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podcount import PodMatchCounter, selector_matcher
 from ..framework.podinfo import DO_NOT_SCHEDULE, HONOR, IGNORE, SCHEDULE_ANYWAY, PodInfo, SpreadConstraint
 from ..framework.status import Code, Status
 from ..framework.taints import NO_EXECUTE, NO_SCHEDULE, first_untolerated
+from ..framework.validation import (MAX_CONSTRAINTS, MAX_LABEL_KEY, MAX_MATCH_LABEL_KEYS, MAX_SHORT, duplicate,
+                                    forbidden, int32_errors, invalid, not_supported, raise_if, required)
 
 NAME = "PodTopologySpread"
 ERR_REASON_CONSTRAINTS_NOT_MATCH = "node(s) didn't match pod topology spread constraints"
@@ -80,43 +81,24 @@ SYSTEM_DEFAULT_CONSTRAINTS = (
 
 # ---------------------------------------------------------------------------------------- args
 
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
-
-
-def _label_name_errors(path: str, key: str) -> list[str]:
-    """apimachinery ValidateLabelName (IsQualifiedName): ``[prefix/]name``, prefix a DNS-1123
-    subdomain of at most 253 characters, name at most 63 alphanumerics, '-', '_' or '.'."""
-    parts = key.split("/")
-    if len(parts) == 1:
-        prefix, name = "", parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix:
-            return [f"{path}: Invalid value: {key!r}: prefix part must be non-empty"]
-    else:
-        return [f"{path}: Invalid value: {key!r}: a qualified name must consist of alphanumeric characters, "
-                "'-', '_' or '.', with an optional DNS subdomain prefix and '/'"]
-    errs = []
-    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
-        errs.append(f"{path}: Invalid value: {key!r}: prefix part must be a lowercase RFC 1123 subdomain")
-    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
-        errs.append(f"{path}: Invalid value: {key!r}: name part must consist of at most 63 alphanumeric "
-                    "characters, '-', '_' or '.', and must start and end with an alphanumeric character")
-    return errs
+NODE_INCLUSION_POLICIES = (HONOR, IGNORE)  # sorted, as upstream lists them
 
 
 class DefaultConstraint(PluginArgs):
     """A v1.TopologySpreadConstraint given in ``defaultConstraints`` (its selector is deduced per pod)."""
 
     max_skew: int = Field(0, alias="maxSkew")
-    topology_key: str = Field("", alias="topologyKey")
-    when_unsatisfiable: str = Field("", alias="whenUnsatisfiable")
+    topology_key: str = Field("", alias="topologyKey", max_length=MAX_LABEL_KEY)
+    when_unsatisfiable: str = Field("", alias="whenUnsatisfiable", max_length=MAX_SHORT,
+                                    json_schema_extra={"enum": [DO_NOT_SCHEDULE, SCHEDULE_ANYWAY]})
     label_selector: dict[str, Any] | None = Field(None, alias="labelSelector")
     min_domains: int | None = Field(None, alias="minDomains")
-    node_affinity_policy: str | None = Field(None, alias="nodeAffinityPolicy")
-    node_taints_policy: str | None = Field(None, alias="nodeTaintsPolicy")
-    match_label_keys: list[str] | None = Field(None, alias="matchLabelKeys")
+    node_affinity_policy: str | None = Field(None, alias="nodeAffinityPolicy", max_length=MAX_SHORT,
+                                             json_schema_extra={"enum": list(NODE_INCLUSION_POLICIES)})
+    node_taints_policy: str | None = Field(None, alias="nodeTaintsPolicy", max_length=MAX_SHORT,
+                                           json_schema_extra={"enum": list(NODE_INCLUSION_POLICIES)})
+    match_label_keys: list[Annotated[str, Field(max_length=MAX_LABEL_KEY)]] | None = Field(
+        None, alias="matchLabelKeys", max_length=MAX_MATCH_LABEL_KEYS)
 
     def to_constraint(self) -> SpreadConstraint:
         """filterTopologySpreadConstraints for a default: minDomains nil -> 1, policies nil ->
@@ -127,12 +109,48 @@ class DefaultConstraint(PluginArgs):
             node_affinity_policy=self.node_affinity_policy or HONOR,
             node_taints_policy=self.node_taints_policy or IGNORE)
 
+    def errors(self, p: str) -> list[str]:
+        """ValidatePodTopologySpreadArgs' checks of one constraint, plus those of the API server's
+        validateTopologySpreadConstraints that upstream's config validation leaves out (minDomains,
+        the node inclusion policies, matchLabelKeys): an unknown policy would silently act as
+        Ignore."""
+        errs = int32_errors(f"{p}.maxSkew", self.max_skew)
+        if self.max_skew <= 0:
+            errs.append(invalid(f"{p}.maxSkew", self.max_skew, "not in valid range (0, inf)"))
+        if not self.topology_key:
+            errs.append(required(f"{p}.topologyKey", "can not be empty"))
+        else:
+            errs += validate_label_name(self.topology_key, f"{p}.topologyKey")
+        wu = self.when_unsatisfiable
+        if not wu:
+            errs.append(required(f"{p}.whenUnsatisfiable", "can not be empty"))
+        elif wu not in (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY):
+            errs.append(not_supported(f"{p}.whenUnsatisfiable", wu, (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY)))
+        if self.label_selector is not None:
+            errs.append(forbidden(f"{p}.labelSelector",
+                                  "constraint must not define a selector, as they deduced for each pod"))
+        if self.min_domains is not None:
+            errs += int32_errors(f"{p}.minDomains", self.min_domains)
+            if self.min_domains <= 0:
+                errs.append(invalid(f"{p}.minDomains", self.min_domains, "must be greater than zero"))
+            if wu != DO_NOT_SCHEDULE:
+                errs.append(invalid(f"{p}.minDomains", self.min_domains,
+                                    f"can only use minDomains if whenUnsatisfiable={DO_NOT_SCHEDULE}, not {wu}"))
+        for name, v in (("nodeAffinityPolicy", self.node_affinity_policy),
+                        ("nodeTaintsPolicy", self.node_taints_policy)):
+            if v is not None and v not in NODE_INCLUSION_POLICIES:
+                errs.append(not_supported(f"{p}.{name}", v, NODE_INCLUSION_POLICIES))
+        for i, key in enumerate(self.match_label_keys or []):
+            errs += validate_label_name(key, f"{p}.matchLabelKeys[{i}]")
+        return errs
+
 
 class PodTopologySpreadArgs(PluginArgs):
     """PodTopologySpreadArgs, validated as upstream ValidatePodTopologySpreadArgs."""
 
-    default_constraints: list[DefaultConstraint] = Field(default_factory=list, alias="defaultConstraints")
-    defaulting_type: str = Field(SYSTEM_DEFAULTING, alias="defaultingType")
+    default_constraints: list[DefaultConstraint] = Field(default_factory=list, alias="defaultConstraints",
+                                                         max_length=MAX_CONSTRAINTS)
+    defaulting_type: str = Field(SYSTEM_DEFAULTING, alias="defaultingType", max_length=MAX_SHORT)
 
     @field_validator("defaulting_type")
     @classmethod
@@ -144,32 +162,17 @@ class PodTopologySpreadArgs(PluginArgs):
         errs: list[str] = []
         dt = self.defaulting_type
         if dt not in (SYSTEM_DEFAULTING, LIST_DEFAULTING):
-            errs.append(f'defaultingType: Unsupported value: "{dt}": supported values: "System", "List"')
+            errs.append(not_supported("defaultingType", dt, (SYSTEM_DEFAULTING, LIST_DEFAULTING)))
         elif dt == SYSTEM_DEFAULTING and self.default_constraints:
-            errs.append('defaultingType: Invalid value: "System": when .defaultConstraints are not empty')
+            errs.append(invalid("defaultingType", dt, "when .defaultConstraints are not empty"))
         seen: set[tuple[str, str]] = set()
         for i, c in enumerate(self.default_constraints):
-            p = f"defaultConstraints[{i}]"
-            if c.max_skew <= 0:
-                errs.append(f"{p}.maxSkew: Invalid value: {c.max_skew}: not in valid range (0, inf)")
-            if not c.topology_key:
-                errs.append(f"{p}.topologyKey: Required value: can not be empty")
-            else:
-                errs.extend(_label_name_errors(f"{p}.topologyKey", c.topology_key))
-            if not c.when_unsatisfiable:
-                errs.append(f"{p}.whenUnsatisfiable: Required value: can not be empty")
-            elif c.when_unsatisfiable not in (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY):
-                errs.append(f'{p}.whenUnsatisfiable: Unsupported value: "{c.when_unsatisfiable}": '
-                            'supported values: "DoNotSchedule", "ScheduleAnyway"')
-            if c.label_selector is not None:
-                errs.append(f"{p}.labelSelector: Forbidden: constraint must not define a selector, "
-                            "as they deduced for each pod")
+            errs += c.errors(f"defaultConstraints[{i}]")
             pair = (c.topology_key, c.when_unsatisfiable)
             if pair in seen:
-                errs.append(f'defaultConstraints[{i}]: Duplicate value: "{{{pair[0]}, {pair[1]}}}"')
+                errs.append(duplicate(f"defaultConstraints[{i}]", f"{{{pair[0]}, {pair[1]}}}"))
             seen.add(pair)
-        if errs:
-            raise ValueError("; ".join(errs))
+        raise_if(errs)
         return self
 
 

@@ -221,7 +221,7 @@ def test_args_for_a_plugin_without_args(registry):
 
 def test_constructor_validation_is_reported_under_args(registry):
     errors = errors_of(registry, [{"name": "FakeScore"}, {"name": "Picky", "args": {"label": "-x"}}])
-    assert errors == ["plugins[1].args: label: must not start with '-'"]
+    assert errors == ["plugins[1].args.label: must not start with '-'"]
 
 
 def test_every_problem_is_reported_at_once(registry):
@@ -242,11 +242,11 @@ def test_only_one_queue_sort(registry):
 
 
 @pytest.mark.parametrize("spec, field", [
-    ({"plugins": [{"name": ""}]}, "spec.plugins.0.name"),
-    ({"plugins": [{"name": "FakeScore", "wieght": 2}]}, "spec.plugins.0.wieght"),
+    ({"plugins": [{"name": ""}]}, "spec.plugins[0].name"),
+    ({"plugins": [{"name": "FakeScore", "wieght": 2}]}, "spec.plugins[0].wieght"),
     ({"plugins": [], "percentageOfNodesToScore": 101}, "spec.percentageOfNodesToScore"),
     ({"plugins": [], "percentageOfNodesToScore": -1}, "spec.percentageOfNodesToScore"),
-    ({"plugins": [], "disabled": [{"name": "FakeScore", "point": "scoring"}]}, "spec.disabled.0.point"),
+    ({"plugins": [], "disabled": [{"name": "FakeScore", "point": "scoring"}]}, "spec.disabled[0].point"),
     ({"plugins": [], "extra": True}, "spec.extra"),
 ])
 def test_spec_shape_errors(registry, spec, field):

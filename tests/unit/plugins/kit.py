@@ -39,6 +39,31 @@ def instance(plugin_cls, args=None, handle=None):
 
 
 # ------------------------------------------------------------------ events and queueing hints
+def arg_errors(name: str, args) -> list[str]:
+    """The problems of ``args`` for the built-in plugin ``name``, as the chain builder reports
+    them, with paths relative to the args (``hardPodAffinityWeight: Invalid value: ...``);
+    empty when the args are valid."""
+    from policy_scheduler.framework.chain import ChainError, build_chain
+    from policy_scheduler.plugins import default_registry
+
+    try:
+        build_chain({"plugins": [{"name": name, "args": args}]}, default_registry())
+    except ChainError as e:
+        prefix = "plugins[0].args"
+        errs = [x.removeprefix("spec.") for x in e.errors]
+        assert all(x.startswith(prefix) for x in errs), errs
+        return [x[len(prefix):].lstrip(".") for x in errs]
+    return []
+
+
+def refused(name: str, args, path: str, detail: str = "") -> list[str]:
+    """Assert that ``args`` are refused with an error at ``path`` (relative to args) whose
+    detail contains ``detail``; returns every error."""
+    errs = arg_errors(name, args)
+    assert any(e.startswith(path + ": ") and detail in e[len(path) + 2:] for e in errs), (path, detail, errs)
+    return errs
+
+
 def registered(plugin) -> list[tuple[str, ActionType]]:
     """The (resource, action) pairs ``plugin.events_to_register()`` lists, sorted."""
     return sorted(((r.event.resource, r.event.action) for r in plugin.events_to_register()),

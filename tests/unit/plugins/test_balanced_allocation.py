@@ -169,7 +169,7 @@ def test_args_defaults_and_weight_zero():
 
 @pytest.mark.parametrize("args, message", [
     ({"resources": [{"name": "cpu", "weight": 2}]}, "resources[0].weight: Invalid value: 2: must be 1"),
-    ({"resources": [{"name": "cpu"}, {"name": "cpu"}]}, "resources[1].name: Duplicate value: 'cpu'"),
+    ({"resources": [{"name": "cpu"}, {"name": "cpu"}]}, "resources[1].name: Duplicate value: \"cpu\""),
     ({"resource": []}, "resource"),
 ])
 def test_args_invalid(args, message):

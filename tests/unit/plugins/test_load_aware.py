@@ -286,13 +286,15 @@ def test_default_queries_read_node_exporter_series():
 @pytest.mark.parametrize("args,error", [
     ({"usageThresholds": {"cpu": 120}},
      "plugins[0].args.usageThresholds.cpu: Invalid value: 120: must be a percentage in [0, 100]"),
-    ({"nodeLabel": "node-name"}, "plugins[0].args.nodeLabel: 'node-name' is not a Prometheus label name"),
-    ({"rateWindow": "1 minute"}, "plugins[0].args.rateWindow: '1 minute' is not a PromQL duration"),
+    ({"nodeLabel": "node-name"},
+     "plugins[0].args.nodeLabel: Invalid value: \"node-name\": must be a Prometheus label name"),
+    ({"rateWindow": "1 minute"},
+     "plugins[0].args.rateWindow: Invalid value: \"1 minute\": must be a PromQL duration"),
     ({"resourceWeights": {"cpu": 0, "memory": 0}},
-     "plugins[0].args.resourceWeights: Invalid value: at least one weight must be positive"),
-    ({"onMissingMetrics": "Ignore"}, "plugins[0].args.onMissingMetrics: Input should be 'Neutral', 'Exclude' or "
-                                     "'FallbackToRequests'"),
-    ({"estimatedDefaults": {"cpu": "lots"}}, "plugins[0].args.estimatedDefaults.cpu: Invalid value: 'lots'"),
+     "plugins[0].args.resourceWeights: Invalid value: map[cpu:0 memory:0]: at least one weight must be positive"),
+    ({"onMissingMetrics": "Ignore"}, "plugins[0].args.onMissingMetrics: Unsupported value: \"Ignore\": "
+                                     "supported values: \"Neutral\", \"Exclude\", \"FallbackToRequests\""),
+    ({"estimatedDefaults": {"cpu": "lots"}}, "plugins[0].args.estimatedDefaults.cpu: Invalid value: \"lots\""),
     ({"threshold": 3}, "plugins[0].args.threshold: Extra inputs are not permitted"),
 ])
 def test_args_validation_names_the_field(args, error):

@@ -133,11 +133,11 @@ def test_in_a_chain_the_lower_value_wins_and_explain_shows_it():
 
 
 @pytest.mark.parametrize("args,error", [
-    ({"metrics": [{"name": "m", "query": "q"}]}, "plugins[0].args.metrics.0.prefer: Field required"),
+    ({"metrics": [{"name": "m", "query": "q"}]}, "plugins[0].args.metrics[0].prefer: Required value"),
     ({"metrics": [{"name": "m", "query": "q", "prefer": "Up"}]},
-     "plugins[0].args.metrics.0.prefer: Input should be 'Higher' or 'Lower'"),
+     "plugins[0].args.metrics[0].prefer: Unsupported value: \"Up\": supported values: \"Higher\", \"Lower\""),
     ({"metrics": [{"name": "m", "query": "q", "prefer": "Lower", "weight": 0}]},
-     "plugins[0].args.metrics.0.weight: Input should be greater than or equal to 1"),
+     "plugins[0].args.metrics[0].weight: Invalid value: 0: must be greater than or equal to 1"),
 ])
 def test_args_validation(args, error):
     with pytest.raises(ChainError) as e:

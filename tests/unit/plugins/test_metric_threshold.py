@@ -137,16 +137,16 @@ def test_describe_and_metric_queries():
 
 
 @pytest.mark.parametrize("args,error", [
-    ({"metrics": []}, "plugins[0].args.metrics: List should have at least 1 item"),
-    ({"metrics": [{"name": "m", "query": "q"}]}, "plugins[0].args.metrics.0.rejectAbove: Required value"),
+    ({"metrics": []}, "plugins[0].args.metrics: Required value: must have at least 1 item(s)"),
+    ({"metrics": [{"name": "m", "query": "q"}]}, "plugins[0].args.metrics[0].rejectAbove: Required value"),
     ({"metrics": [{"name": "m", "query": "q", "rejectAbove": 1, "rejectBelow": 2}]},
-     "plugins[0].args.metrics.0.rejectBelow: Invalid value: 2: above rejectAbove"),
+     "plugins[0].args.metrics[0].rejectBelow: Invalid value: 2: above rejectAbove"),
     ({"metrics": [{"name": "m", "query": "q", "rejectAbove": 1}, {"name": "m", "query": "r", "rejectAbove": 1}]},
-     "plugins[0].args.metrics[1].name: Duplicate value: 'm'"),
+     "plugins[0].args.metrics[1].name: Duplicate value: \"m\""),
     ({"metrics": [{"name": "m", "query": "", "rejectAbove": 1}]},
-     "plugins[0].args.metrics.0.query: String should have at least 1 character"),
+     "plugins[0].args.metrics[0].query: Required value"),
     ({"metrics": [{"name": "bad name", "query": "q", "rejectAbove": 1}]},
-     "plugins[0].args.metrics.0.name: String should match pattern"),
+     "plugins[0].args.metrics[0].name: Invalid value: \"bad name\": must match the regular expression"),
 ])
 def test_args_validation(args, error):
     with pytest.raises(ChainError) as e:

@@ -3,16 +3,15 @@ Score on preferred terms, args validation."""
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
 
 from policy_scheduler.framework.interface import CycleState, Handle
 from policy_scheduler.framework.nodetable import NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
-from policy_scheduler.plugins.node_affinity import (ERR_REASON_CONFLICT, ERR_REASON_ENFORCED, ERR_REASON_POD, PLUGIN,
-                                                    parse_int64)
+from policy_scheduler.plugins.node_affinity import (ERR_REASON_CONFLICT, ERR_REASON_ENFORCED, ERR_REASON_POD, NAME,
+                                                    PLUGIN, parse_int64)
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, hint, node, registered
+from kit import QUEUE, SKIP, arg_errors, hint, node, refused, registered
 
 NODE_LABELS = {
     "n1": {"zone": "a", "gpu": "4", "disk": "ssd"},
@@ -270,33 +269,116 @@ def test_score_on_a_subset_of_rows():
     assert run_score(plugin(), nodes, make_pod(preferred=PREFERRED), rows) == ([5, 0], [100, 0])
 
 
-@pytest.mark.parametrize("args, fragment", [
-    pytest.param({"addedAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [term(expr("zone", "Near", "a"))]}}},
-        "addedAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
-        ".matchExpressions[0].operator", id="bad-operator"),
-    pytest.param({"addedAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [term(expr("zone", "In"))]}}},
-        "nodeSelectorTerms[0].matchExpressions[0].values", id="in-without-values"),
+REQ = "addedAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+PREF = "addedAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def required_args(*terms):
+    return {"addedAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
+
+
+def preferred_args(*weighted):
+    return {"addedAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": w, "preference": t} for w, t in weighted]}}
+
+
+# upstream ValidateNodeAffinityArgs: nodeaffinity.NewNodeSelector / NewPreferredSchedulingTerms, i.e.
+# labels.NewRequirement per expression; its verdicts and messages
+@pytest.mark.parametrize("args, path, detail", [
+    pytest.param(required_args(term(expr("zone", "Near", "a"))), f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].operator",
+                 'Unsupported value: "Near": supported values: "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"',
+                 id="bad-operator"),
+    pytest.param(required_args(term(expr("zone", "In"))), f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values",
+                 "Invalid value: []string{}: for 'in', 'notin' operators, values set can't be empty",
+                 id="in-without-values"),
+    pytest.param(required_args(term(expr("zone", "NotIn"))), f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values",
+                 "values set can't be empty", id="notin-without-values"),
+    pytest.param(required_args(term(expr("zone", "Exists", "a"))),
+                 f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values",
+                 "values set must be empty for exists and does not exist", id="exists-with-values"),
+    pytest.param(required_args(term(expr("zone", "DoesNotExist", "a"))),
+                 f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values",
+                 "values set must be empty for exists and does not exist", id="doesnotexist-with-values"),
+    pytest.param(required_args(term(expr("gpu", "Gt", "1", "2"))),
+                 f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values",
+                 "for 'Gt', 'Lt' operators, exactly one value is required", id="gt-two-values"),
+    pytest.param(required_args(term(expr("gpu", "Lt"))), f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values",
+                 "exactly one value is required", id="lt-no-value"),
+    pytest.param(required_args(term(expr("gpu", "Gt", "1.5"))),
+                 f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values[0]",
+                 'Invalid value: "1.5": for \'Gt\', \'Lt\' operators, the value must be an integer', id="gt-float"),
+    pytest.param(required_args(term(expr("gpu", "Gt", "9223372036854775808"))),
+                 f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values[0]", "the value must be an integer",
+                 id="gt-beyond-int64"),
+    # Gt/Lt values are label values too (labels.NewRequirement): a sign is refused, as upstream
+    pytest.param(required_args(term(expr("gpu", "Lt", "-5"))),
+                 f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values[0][gpu]", 'Invalid value: "-5"',
+                 id="lt-negative"),
+    pytest.param(preferred_args((1, term(expr("gpu", "Gt", "lots")))),
+                 f"{PREF}[0].preference.matchExpressions[0].values[0]", "the value must be an integer",
+                 id="gt-non-integer"),
+    pytest.param(required_args(term(expr("-zone", "Exists"))), f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].key",
+                 'Invalid value: "-zone": name part must consist of alphanumeric characters', id="bad-key"),
+    pytest.param(required_args(term(expr("a/b/c", "Exists"))), f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].key",
+                 "a valid label key must consist of", id="key-two-slashes"),
+    pytest.param(required_args(term(expr("Example.com/zone", "Exists"))),
+                 f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].key", "prefix part a lowercase RFC 1123 subdomain",
+                 id="key-uppercase-prefix"),
+    pytest.param(required_args(term(expr("zone", "In", "a b"))),
+                 f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values[0][zone]",
+                 'Invalid value: "a b": a valid label must be an empty string', id="bad-value"),
+    pytest.param(required_args(term(expr("zone", "In", "x" * 64))),
+                 f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values[0]", "Too long: may not be more than 63 bytes",
+                 id="value-too-long"),
+    pytest.param(required_args(term(fields=[expr("metadata.name", "In", "a", "b")])),
+                 f"{REQ}.nodeSelectorTerms[0].matchFields[0].values",
+                 'Invalid value: []string{"a", "b"}: must have one element', id="field-two-values"),
+    pytest.param(required_args(term(fields=[expr("metadata.name", "Exists")])),
+                 f"{REQ}.nodeSelectorTerms[0].matchFields[0].operator",
+                 'Unsupported value: "Exists": supported values: "In", "NotIn"', id="field-operator"),
+    pytest.param(required_args(term(fields=[expr("metadata.labels", "In", "x")])),
+                 f"{REQ}.nodeSelectorTerms[0].matchFields[0].key", 'Unsupported value: "metadata.labels"',
+                 id="field-key"),
+    pytest.param(required_args(*[term(expr("zone", "Exists"))] * 33), f"{REQ}.nodeSelectorTerms",
+                 "Too many: 33: must have at most 32 items", id="too-many-terms"),
+    pytest.param(required_args(term(expr("zone", "In", *[f"z{i}" for i in range(129)]))),
+                 f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].values", "Too many: 129", id="too-many-values"),
+    pytest.param(preferred_args((2**31, term(expr("gpu", "Exists")))), f"{PREF}[0].weight",
+                 "must fit in a 32-bit integer", id="weight-beyond-int32"),
     pytest.param({"addedAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 1, "preference": term(expr("gpu", "Gt", "lots"))}]}},
-        "addedAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].values",
-        id="gt-non-integer"),
-    pytest.param({"addedAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": "heavy", "preference": term(expr("gpu", "Exists"))}]}},
-        "addedAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight", id="weight-not-int"),
-    pytest.param({"addedAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [term(fields=[expr("metadata.labels", "In", "x")])]}}},
-        "matchFields[0].key", id="field-key"),
+        {"weight": "heavy", "preference": term(expr("gpu", "Exists"))}]}}, f"{PREF}[0].weight",
+        'Invalid value: "heavy": must be an integer', id="weight-not-int"),
     pytest.param({"addedAffinity": {"requiredDuringSchedulingRequiredDuringExecution": {}}},
-                 "addedAffinity.requiredDuringSchedulingRequiredDuringExecution", id="unknown-affinity-field"),
-    pytest.param({"addedAffinity": [1]}, "addedAffinity", id="not-an-object"),
-    pytest.param({"hardAffinity": {}}, "hardAffinity", id="unknown-arg"),
+                 "addedAffinity.requiredDuringSchedulingRequiredDuringExecution", "Extra inputs are not permitted",
+                 id="unknown-affinity-field"),
+    pytest.param({"addedAffinity": [1]}, "addedAffinity", "must be an object", id="not-an-object"),
+    pytest.param({"hardAffinity": {}}, "hardAffinity", "Extra inputs are not permitted", id="unknown-arg"),
 ])
-def test_args_validation(args, fragment):
-    with pytest.raises(ValidationError) as e:
-        PLUGIN.Args.model_validate(args)
-    assert fragment in str(e.value)
+def test_args_validation(args, path, detail):
+    refused(NAME, args, path, detail)
+
+
+def test_args_validation_reports_required_and_preferred_problems_together():
+    args = {"addedAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term(expr("a", "Foo"))]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": term(expr("b", "In"))}]}}
+    assert [e.split(": ")[0] for e in arg_errors(NAME, args)] == [
+        f"{REQ}.nodeSelectorTerms[0].matchExpressions[0].operator", f"{PREF}[0].preference.matchExpressions[0].values"]
+
+
+@pytest.mark.parametrize("args", [
+    pytest.param({}, id="no-args"),
+    pytest.param(required_args(), id="no-terms"),  # accepted; matches no node
+    pytest.param(required_args({}), id="empty-term"),  # not parsed: selects nothing
+    pytest.param(required_args(term(expr("gpu", "Gt", "3")), term(expr("gpu", "Lt", "0010"))), id="ints"),
+    pytest.param(required_args(term(expr("zone", "In", "")), term(expr("zone", "DoesNotExist"))), id="empty-value"),
+    pytest.param(required_args(term(expr("example.com/zone", "NotIn", "a", "b"))), id="prefixed-key"),
+    pytest.param(required_args(term(fields=[expr("metadata.name", "NotIn", "n1")])), id="field"),
+    pytest.param(preferred_args((0, term(expr("zone", "Near", "a"))), (3, {})), id="skipped-preferred"),
+    pytest.param(preferred_args((-5, term(expr("zone", "In", "a")))), id="negative-weight"),  # upstream: no check
+])
+def test_args_accepted(args):
+    assert arg_errors(NAME, args) == []
 
 
 def test_added_preferred_terms_with_weight_zero_or_no_requirements_are_not_parsed():
@@ -314,7 +396,7 @@ def test_added_preferred_terms_with_weight_zero_or_no_requirements_are_not_parse
 def test_args_defaults_and_aliases():
     assert PLUGIN.Args.model_validate({}).added_affinity is None
     args = PLUGIN.Args.model_validate(ADDED_ZONES_AB)
-    assert args.added_affinity == ADDED_ZONES_AB["addedAffinity"]
+    assert args.added_affinity.as_dict() == ADDED_ZONES_AB["addedAffinity"]
 
 
 # ------------------------------------------------------------------ events and queueing hints

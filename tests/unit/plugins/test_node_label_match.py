@@ -1,16 +1,17 @@
 """NodeLabelMatch: pods of one workload only on nodes with a given label; args validation."""
 
+import time
+
 import numpy as np
 import pytest
-from pydantic import ValidationError
 
 from policy_scheduler.framework.interface import CycleState, Handle
 from policy_scheduler.framework.nodetable import NodeTable
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
-from policy_scheduler.plugins.node_label_match import PLUGIN
+from policy_scheduler.plugins.node_label_match import NAME, PLUGIN
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, hint, node, registered
+from kit import QUEUE, SKIP, arg_errors, hint, node, refused, registered
 
 NODES = {"web-1": {"pool": "web"}, "db-1": {"pool": "db"}, "bare": {}, "web-2": {"pool": "web", "zone": "a"}}
 REASON = "node(s) didn't have label pool=web required for workload"
@@ -99,29 +100,100 @@ def test_node_relabel_is_seen():
     assert run(pl, make_pod("web-1"), nodes) == WEB_NODES | {"bare"}
 
 
-@pytest.mark.parametrize("args, fragment", [
-    pytest.param({"podNamePattern": "web-("}, "podNamePattern", id="invalid-regex"),
+LABEL_KEY_MSG = "name part must consist of alphanumeric characters, '-', '_' or '.'"
+LABEL_VALUE_MSG = "a valid label must be an empty string or consist of alphanumeric characters"
+
+
+@pytest.mark.parametrize("args, path, detail", [
+    # podNamePattern: RE2 only (linear-time matching); what RE2 cannot compile is refused
+    pytest.param({"podNamePattern": "web-("}, "podNamePattern", "missing ): web-(", id="invalid-regex"),
+    pytest.param({"podNamePattern": "(a)\\1"}, "podNamePattern", "not a regular expression RE2 accepts",
+                 id="backreference"),
+    pytest.param({"podNamePattern": "web-(?=x)"}, "podNamePattern", "invalid perl operator: (?=", id="lookahead"),
+    pytest.param({"podNamePattern": "(?<!a)b"}, "podNamePattern", "invalid perl operator: (?<", id="lookbehind"),
+    pytest.param({"podNamePattern": "a{1001}"}, "podNamePattern", "invalid repetition size", id="huge-repeat"),
+    pytest.param({"podNamePattern": "x" * 1025}, "podNamePattern", "Too long: may not be more than 1024 bytes",
+                 id="pattern-too-long"),
+    pytest.param({"podNamePattern": 5}, "podNamePattern", "Invalid value: 5: must be a string", id="pattern-not-str"),
+    # podSelector: metav1validation.ValidateLabelSelector, values included
     pytest.param({"podSelector": {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}},
-                 "podSelector.matchExpressions[0].operator", id="selector-bad-operator"),
+                 "podSelector.matchExpressions[0].operator", 'Invalid value: "Gt": not a valid selector operator',
+                 id="selector-bad-operator"),
     pytest.param({"podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
-                 "podSelector.matchExpressions[0].values", id="selector-in-without-values"),
-    pytest.param({}, "podNamePattern or podSelector", id="no-workload"),
-    pytest.param({"podNamePattern": "x", "nodeLabel": None}, "nodeLabel", id="node-label-missing"),
-    pytest.param({"podNamePattern": "x", "nodeLabel": {"key": "pool"}}, "value", id="node-label-value-missing"),
-    pytest.param({"podNamePattern": "x", "nodeLabel": {"value": "web"}}, "key", id="node-label-key-missing"),
+                 "podSelector.matchExpressions[0].values",
+                 "Required value: must be specified when `operator` is 'In' or 'NotIn'", id="selector-in-without-values"),
+    pytest.param({"podSelector": {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}},
+                 "podSelector.matchExpressions[0].values",
+                 "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                 id="selector-exists-with-values"),
+    pytest.param({"podSelector": {"matchExpressions": [{"key": "a_", "operator": "Exists"}]}},
+                 "podSelector.matchExpressions[0].key", LABEL_KEY_MSG, id="selector-bad-key"),
+    pytest.param({"podSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": ["ok", "not ok"]}]}},
+                 "podSelector.matchExpressions[0].values[1]", LABEL_VALUE_MSG, id="selector-bad-value"),
+    pytest.param({"podSelector": {"matchLabels": {"app/x/y": "web"}}}, "podSelector.matchLabels",
+                 "a valid label key must consist of", id="selector-bad-match-label-key"),
+    pytest.param({"podSelector": {"matchLabels": {"app": "-web"}}}, "podSelector.matchLabels", LABEL_VALUE_MSG,
+                 id="selector-bad-match-label-value"),
+    pytest.param({"podSelector": {"matchLabels": {"app": "w" * 64}}}, "podSelector.matchLabels.app",
+                 "Too long: may not be more than 63 bytes", id="selector-value-too-long"),
+    pytest.param({"podSelector": {"matchLabels": {f"k{i}": "v" for i in range(65)}}}, "podSelector.matchLabels",
+                 "Too many: 65: must have at most 64 items", id="selector-too-many-labels"),
+    pytest.param({"podSelector": {"matchExpressions": [{"key": "a", "operator": "Exists"}] * 33}},
+                 "podSelector.matchExpressions", "Too many: 33", id="selector-too-many-expressions"),
+    pytest.param({"podSelector": {"matchExpressions": [{"key": "a", "operator": "In",
+                                                        "values": [str(i) for i in range(129)]}]}},
+                 "podSelector.matchExpressions[0].values", "Too many: 129", id="selector-too-many-values"),
+    pytest.param({"podSelector": {"matchLabel": {}}}, "podSelector.matchLabel", "Extra inputs are not permitted",
+                 id="selector-unknown-field"),
+    # at least one of the two
+    pytest.param({}, "podNamePattern", "Required value: at least one of podNamePattern and podSelector",
+                 id="no-workload"),
+    # nodeLabel: a label key and value
+    pytest.param({"podNamePattern": "x", "nodeLabel": None}, "nodeLabel", "must be an object",
+                 id="node-label-null"),
+    pytest.param({"podNamePattern": "x", "nodeLabel": {"key": "pool"}}, "nodeLabel.value", "Required value",
+                 id="node-label-value-missing"),
+    pytest.param({"podNamePattern": "x", "nodeLabel": {"value": "web"}}, "nodeLabel.key", "Required value",
+                 id="node-label-key-missing"),
     pytest.param({"podNamePattern": "x", "nodeLabel": {"key": "", "value": "web"}}, "nodeLabel.key",
-                 id="node-label-key-empty"),
-    pytest.param({"podNamePattern": "x", "nodeLabel": {"key": "pool", "value": "web", "op": "In"}}, "op",
-                 id="node-label-unknown-field"),
-    pytest.param({"podNamePattern": "x", "namespaces": ["a"]}, "namespaces", id="unknown-field"),
+                 'Invalid value: "": name part must be non-empty', id="node-label-key-empty"),
+    pytest.param({"podNamePattern": "x", "nodeLabel": {"key": "pool name", "value": "web"}}, "nodeLabel.key",
+                 LABEL_KEY_MSG, id="node-label-key-space"),
+    pytest.param({"podNamePattern": "x", "nodeLabel": {"key": "example.com/", "value": "web"}}, "nodeLabel.key",
+                 "name part must be non-empty", id="node-label-key-no-name"),
+    pytest.param({"podNamePattern": "x", "nodeLabel": {"key": "pool", "value": "web pool"}}, "nodeLabel.value",
+                 LABEL_VALUE_MSG, id="node-label-bad-value"),
+    pytest.param({"podNamePattern": "x", "nodeLabel": {"key": "pool", "value": "w" * 64}}, "nodeLabel.value",
+                 "Too long: may not be more than 63 bytes", id="node-label-value-too-long"),
+    pytest.param({"podNamePattern": "x", "nodeLabel": {"key": "pool", "value": "web", "op": "In"}},
+                 "nodeLabel.op", "Extra inputs are not permitted", id="node-label-unknown-field"),
+    pytest.param({"podNamePattern": "x", "namespaces": ["a"]}, "namespaces", "Extra inputs are not permitted",
+                 id="unknown-field"),
 ])
-def test_args_validation(args, fragment):
+def test_args_validation(args, path, detail):
     full = {"nodeLabel": {"key": "pool", "value": "web"}, **args}
-    if full["nodeLabel"] is None:
-        del full["nodeLabel"]
-    with pytest.raises(ValidationError) as e:
-        PLUGIN.Args.model_validate(full)
-    assert fragment in str(e.value)
+    refused(NAME, full, path, detail)
+
+
+@pytest.mark.parametrize("args", [
+    {"podNamePattern": "web-[0-9]+"},
+    {"podNamePattern": "(?i)WEB-.*"},
+    {"podNamePattern": ""},  # matches only the empty name: selects nothing, but valid
+    {"podSelector": {}},  # {} selects every pod
+    {"podSelector": {"matchLabels": {"example.com/app": ""}}},
+    {"podSelector": {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a", ""]}]}},
+])
+def test_args_accepted(args):
+    assert arg_errors(NAME, {"nodeLabel": {"key": "example.com/pool", "value": ""}, **args}) == []
+
+
+def test_a_pathological_pattern_matches_in_linear_time():
+    """(a+)+$ backtracks exponentially in Python's re on "aaa...a-x"; RE2 answers at once."""
+    pl = plugin(podNamePattern="(a+)+$")
+    name = "a" * 200 + "-x"
+    t0 = time.perf_counter()
+    assert not pl.selects(make_pod(name)) and pl.selects(make_pod("aaaa"))
+    assert time.perf_counter() - t0 < 0.05
 
 
 def test_args_accept_field_names_and_empty_label_value():
