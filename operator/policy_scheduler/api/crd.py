@@ -1,8 +1,19 @@
 """Generate the SchedulingPolicy CustomResourceDefinition from the pydantic models.
 
 pydantic emits JSON Schema; Kubernetes wants an OpenAPI v3 *structural* schema: every node typed,
-no $ref, nullable instead of a null branch, no titles. Plugin ``args`` stay open
-(x-kubernetes-preserve-unknown-fields): each plugin validates its own args when the chain is built.
+no $ref, nullable instead of a null branch, no titles. The models' size caps become maxItems /
+maxLength / maxProperties, so the API server refuses oversized policies itself.
+
+Plugin ``args`` are one schema for every plugin: the union of the built-in plugins' args fields,
+their types and size caps only (a field two plugins declare with different types, like
+``nodeLabel``, is left untyped), with ``x-kubernetes-preserve-unknown-fields`` on every object, so
+that any other field (an out-of-tree plugin's, or a typo) reaches the operator. Values (enums,
+ranges, patterns, required fields) are the plugins' to check, in upstream's words, when the chain
+is built: the policy is then stored and reported ``Ready=False`` with the field named.
+
+CEL rules (``x-kubernetes-validations``) check what the schema cannot say: plugin names unique,
+``disabled`` naming listed (or implicit) plugins, no ``weight`` on built-in plugins without a
+Score point.
 """
 
 from __future__ import annotations
@@ -12,6 +23,9 @@ from typing import Any
 import yaml
 
 from .. import SCHEDULER_NAME
+from ..framework.chain import IMPLICIT_FIRST, IMPLICIT_LAST
+from ..framework.interface import ScorePlugin
+from ..framework.registry import Registry
 from .models import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, SchedulingPolicySpec, SchedulingPolicyStatus
 
 _DROP = {"title", "default"}
@@ -64,12 +78,98 @@ def _schema(model) -> dict[str, Any]:
     return _structural(js, js.get("$defs", {}))
 
 
+# ---------------------------------------------------------------------------------------- args
+_CONFLICT: dict[str, Any] = {"conflict": True}  # a field two plugins declare differently
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """One schema accepting what both accept where they agree: properties merged, constraints
+    kept when equal and dropped when not; a different type is a conflict."""
+    if a is _CONFLICT or b is _CONFLICT or a.get("type") != b.get("type"):
+        return _CONFLICT
+    if a == b:
+        return a
+    out: dict[str, Any] = {}
+    for k in list(a) + [k for k in b if k not in a]:
+        if k == "properties":
+            pa, pb = a.get(k, {}), b.get(k, {})
+            out[k] = {n: (_merge(pa[n], pb[n]) if n in pa and n in pb else pa.get(n, pb.get(n)))
+                      for n in list(pa) + [n for n in pb if n not in pa]}
+        elif k == "items" and k in a and k in b:
+            out[k] = _merge(a[k], b[k])
+        elif k == "description":
+            out[k] = a.get(k, b.get(k))
+        elif a.get(k) == b.get(k) or k in ("type", "nullable", "x-kubernetes-preserve-unknown-fields"):
+            out[k] = a.get(k, b.get(k))
+    return out
+
+
+# what the args schema keeps of the plugins' schemas: structure, types and size caps
+_ARGS_KEYS = {"type", "nullable", "description", "properties", "items", "additionalProperties", "maxItems",
+              "maxLength", "maxProperties", "x-kubernetes-preserve-unknown-fields"}
+
+
+def _open(node: dict[str, Any]) -> dict[str, Any] | None:
+    """Args schema clean-up: conflicts dropped (an array whose items conflict goes too), only
+    structure, types and caps kept, every object with properties keeps unknown fields."""
+    if node is _CONFLICT:
+        return None
+    out = {k: v for k, v in node.items() if k in _ARGS_KEYS}
+    if "properties" in out:
+        props = {n: _open(v) for n, v in out["properties"].items()}
+        out["properties"] = {n: v for n, v in props.items() if v is not None}
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    if "items" in out:
+        items = _open(out["items"])
+        if items is None:
+            return None
+        out["items"] = items
+    if isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = _open(out["additionalProperties"]) or {
+            "x-kubernetes-preserve-unknown-fields": True}
+    return out
+
+
+def args_schema(registry: Registry) -> dict[str, Any]:
+    """The ``args`` schema: the union of the registry's plugins' args (see the module doc)."""
+    merged: dict[str, Any] = {"type": "object", "properties": {}}
+    for name in registry.names():
+        cls = registry.get(name)
+        if cls is None or cls.Args is None:
+            continue
+        merged = _merge(merged, {"type": "object", "properties": _schema(cls.Args).get("properties", {})})
+    out = _open(merged) or {"type": "object"}
+    out.update({"nullable": True, "x-kubernetes-preserve-unknown-fields": True,
+                "description": "Plugin args. The fields of the built-in plugins' args are typed here; each "
+                               "plugin validates its own args in full when the chain is built."})
+    return out
+
+
+def _cel_list(names: list[str]) -> str:
+    return "[" + ", ".join(f"'{n}'" for n in names) + "]"
+
+
 def crd() -> dict[str, Any]:
+    from ..plugins import default_registry
+
+    registry = default_registry()
     spec = _schema(SchedulingPolicySpec)
-    # args of a plugin: any object, validated by the plugin itself
-    spec["properties"]["plugins"]["items"]["properties"]["args"] = {
-        "type": "object", "nullable": True, "x-kubernetes-preserve-unknown-fields": True,
-        "description": "Plugin args; validated against the plugin's own schema when the chain is built."}
+    plugin = spec["properties"]["plugins"]["items"]
+    plugin["properties"]["args"] = args_schema(registry)
+    no_score = [n for n in registry.names() if not issubclass(registry.get(n), ScorePlugin)]  # type: ignore[arg-type]
+    plugin["x-kubernetes-validations"] = [{
+        "rule": f"!has(self.weight) || !(self.name in {_cel_list(no_score)})",
+        "message": "weight applies only to plugins with a Score extension point",
+        "fieldPath": ".weight", "reason": "FieldValueForbidden"}]
+    spec["properties"]["plugins"]["x-kubernetes-validations"] = [{
+        "rule": "self.all(p, self.exists_one(q, q.name == p.name))",
+        "message": "each plugin may be listed only once", "reason": "FieldValueDuplicate"}]
+    implicit = [n for n in IMPLICIT_FIRST + IMPLICIT_LAST if n in registry]
+    spec["x-kubernetes-validations"] = [{
+        "rule": (f"!has(self.disabled) || self.disabled.all(d, d.name in {_cel_list(implicit)} "
+                 "|| self.plugins.exists(p, p.name == d.name))"),
+        "message": f"each disabled entry must name a plugin listed in plugins, or {' or '.join(implicit)}",
+        "fieldPath": ".disabled", "reason": "FieldValueInvalid"}]
     # defaulted by the API server, so `kubectl get -o wide` shows every policy's owner
     spec["properties"]["schedulerName"]["default"] = SCHEDULER_NAME
     status = _schema(SchedulingPolicyStatus)
@@ -113,6 +213,13 @@ def crd() -> dict[str, Any]:
     }
 
 
+class _Dumper(yaml.SafeDumper):
+    """No YAML anchors and aliases for repeated sub-schemas: every node written out."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def crd_yaml() -> str:
     header = "# Generated by `policy-scheduler crd` from operator/policy_scheduler/api/models.py. Do not edit.\n"
-    return header + yaml.safe_dump(crd(), sort_keys=False, width=120)
+    return header + yaml.dump(crd(), Dumper=_Dumper, sort_keys=False, width=120)

@@ -2,7 +2,13 @@
 
 The CRD in crds/ is generated from these models (``policy-scheduler crd``); a test fails when
 the checked-in file drifts. Plugin args are validated per plugin by the chain builder (each
-plugin's own pydantic model), so the CRD keeps ``args`` schemaless.
+plugin's own pydantic model); the CRD types the args fields the built-in plugins share and keeps
+the rest open (api/crd.py).
+
+Every list and free string has a size cap (framework/validation.py), here and in the CRD. A
+validation error names its field with upstream's path syntax (``plugins[3].weight``,
+``namespaceSelector.matchExpressions[0].values``): the spec's errors are re-raised with the full
+path as their single location, so that ``spec.<path>: <detail>`` reads right.
 """
 
 from __future__ import annotations
@@ -10,10 +16,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .. import SCHEDULER_NAME
 from ..framework.chain import ChainSpec, DisabledRef, PluginRef
+from ..framework.labels import LabelSelectorRequirementSpec, LabelSelectorSpec
+from ..framework.validation import (MAX_DISABLED, MAX_METRICS, MAX_PLUGINS, MAX_SHORT, MAX_URL, cap_errors, invalid, raise_if,
+                                    split_field_message, validation_errors)
 
 GROUP = "policy-scheduler.io"
 VERSION = "v1alpha1"
@@ -29,15 +39,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class LabelSelectorRequirement(_Model):
-    key: str
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] | None = None
-
-
-class LabelSelector(_Model):
-    match_labels: dict[str, str] | None = Field(default=None, alias="matchLabels")
-    match_expressions: list[LabelSelectorRequirement] | None = Field(default=None, alias="matchExpressions")
+# metav1.LabelSelector, validated as the API server does (framework/labels.py)
+LabelSelectorRequirement = LabelSelectorRequirementSpec
+LabelSelector = LabelSelectorSpec
 
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
@@ -52,7 +56,7 @@ def duration_seconds(value: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value))
 
 
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=MAX_SHORT)]
 
 
 class PrometheusSpec(_Model):
@@ -63,7 +67,7 @@ class PrometheusSpec(_Model):
     --prometheus-url`` and the other ``--prometheus-*`` flags)."""
 
     address: str | None = Field(
-        default=None, pattern=r"^https?://[^\s/]+(/\S*)?$",
+        default=None, pattern=r"^https?://[^\s/]+(/\S*)?$", max_length=MAX_URL,
         description="Prometheus base URL, e.g. http://prometheus.monitoring:9090; unset: --prometheus-url.")
     refresh_interval: Duration | None = Field(
         default=None, alias="refreshInterval", description="Time between refreshes (default 15s).")
@@ -79,11 +83,13 @@ class PrometheusSpec(_Model):
 
     @model_validator(mode="after")
     def _positive(self) -> "PrometheusSpec":
+        errs = []
         for name, alias in (("refresh_interval", "refreshInterval"), ("query_timeout", "queryTimeout"),
                             ("ttl", "ttl")):
             v = getattr(self, name)
             if v is not None and duration_seconds(v) <= 0:
-                raise ValueError(f"{alias}: Invalid value: {v!r}: must be positive")
+                errs.append(invalid(alias, v, "must be positive"))
+        raise_if(errs)
         return self
 
 
@@ -92,9 +98,11 @@ class SchedulingPolicySpec(_Model):
     implements, as upstream's multiPoint), score weights, plugin args, and who may use it."""
 
     plugins: list[PluginRef] = Field(
-        min_length=1, description="Ordered plugin chain. Each plugin runs at every extension point it implements.")
+        min_length=1, max_length=MAX_PLUGINS,
+        description="Ordered plugin chain. Each plugin runs at every extension point it implements.")
     disabled: list[DisabledRef] = Field(
-        default_factory=list, description="Per-extension-point opt-outs for plugins listed in plugins.")
+        default_factory=list, max_length=MAX_DISABLED,
+        description="Per-extension-point opt-outs for plugins listed in plugins.")
     percentage_of_nodes_to_score: int | None = Field(
         default=None, alias="percentageOfNodesToScore", ge=0, le=100,
         description="Share of nodes to find feasible before scoring; 0 or unset: upstream's adaptive rule.")
@@ -109,6 +117,22 @@ class SchedulingPolicySpec(_Model):
         description="The policy-scheduler instance that owns this policy: the one run with this "
                     "--scheduler-name. Only it loads the policy, schedules its pods and writes its status; "
                     f"other instances leave it alone. Default {SCHEDULER_NAME}.")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _field_paths(cls, data: Any, handler: Any) -> "SchedulingPolicySpec":
+        """Re-raise validation errors with the full field path (``plugins[3].weight``) as their one
+        location and upstream's wording as their message; at most MAX_ERRORS of them."""
+        try:
+            return handler(data)
+        except ValidationError as e:
+            details = []
+            for line in cap_errors(validation_errors(e)):
+                fm = split_field_message(line)
+                path, msg = fm if fm else ("", line)
+                details.append(InitErrorDetails(type=PydanticCustomError("invalid_field", "{detail}", {"detail": msg}),
+                                                loc=(path,) if path else (), input=None))
+            raise ValidationError.from_exception_data(cls.__name__, details) from None
 
     def chain_spec(self) -> ChainSpec:
         return ChainSpec(plugins=self.plugins, disabled=self.disabled,
@@ -126,7 +150,7 @@ class Condition(_Model):
 
 class PolicyPluginStatus(_Model):
     name: str
-    points: list[str] = Field(default_factory=list)
+    points: list[str] = Field(default_factory=list, max_length=16)
     weight: int | None = None
 
 
@@ -152,13 +176,14 @@ class MetricsStatus(_Model):
     last_success_time: str | None = Field(default=None, alias="lastSuccessTime")
     in_flight_pods: int = Field(default=0, alias="inFlightPods",
                                 description="Placed pods counted at an estimate until a sample covers them.")
-    queries: list[MetricQueryStatus] = Field(default_factory=list)
+    queries: list[MetricQueryStatus] = Field(default_factory=list, max_length=4 * MAX_METRICS)
 
 
 class SchedulingPolicyStatus(_Model):
     observed_generation: int | None = Field(default=None, alias="observedGeneration")
-    conditions: list[Condition] = Field(default_factory=list)
-    plugins: list[PolicyPluginStatus] = Field(default_factory=list, description="The resolved chain.")
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
+    plugins: list[PolicyPluginStatus] = Field(default_factory=list, max_length=2 * MAX_PLUGINS,
+                                              description="The resolved chain.")
     plugin_count: int | None = Field(default=None, alias="pluginCount",
                                      description="Number of plugins in the resolved chain (PLUGINS column).")
     plugin_summary: str | None = Field(default=None, alias="pluginSummary",

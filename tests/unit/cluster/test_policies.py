@@ -63,7 +63,8 @@ def test_invalid_policies_name_the_field():
     assert errors["weight"][0].startswith("spec.plugins[1].weight: ")
     assert errors["args"] == ["spec.plugins[0].args.bogus: Extra inputs are not permitted"]
     assert errors["unknown"][0].startswith("spec.plugins[0].name: unknown plugin 'Nope'")
-    assert errors["ns"] == ["spec.namespaceSelector.matchExpressions[0].values: must be non-empty for operator In"]
+    assert errors["ns"] == ["spec.namespaceSelector.matchExpressions[0].values: Required value: "
+                            "must be specified when `operator` is 'In' or 'NotIn'"]
 
 
 def test_an_invalid_edit_keeps_the_last_valid_chain_and_generation():
