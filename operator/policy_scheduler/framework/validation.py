@@ -208,14 +208,19 @@ def split_field_message(msg: str) -> tuple[str, str] | None:
 
 
 def _nest(base: str, msg: str) -> str:
-    """A validator's message "field: detail" under ``base``: the field joins the path (unless
-    the path already ends with it)."""
+    """A validator's message "field: detail" under ``base``, the location pydantic reports: the
+    field joins the path, unless it restates the location's own last name (a field validator of
+    ``podsRequesting`` naming ``podsRequesting[1]``)."""
     fm = split_field_message(msg)
     if fm is None:
         return f"{base}: {msg}" if base else msg
     fld, detail = fm
-    if base and (base == fld or base.endswith("." + fld)):
-        return f"{base}: {detail}"
+    if base:
+        head, _, last = base.rpartition(".")
+        if fld == last or fld.startswith((last + "[", last + ".")):
+            return f"{join_path(head, fld)}: {detail}"
+        if base.endswith("." + fld):
+            return f"{base}: {detail}"
     return f"{join_path(base, fld)}: {detail}"
 
 

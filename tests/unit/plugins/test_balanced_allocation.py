@@ -183,3 +183,29 @@ def test_balance_score_two_resources():
     valid = np.array([[True, True, False, False], [True, True, True, False]])
     # col0: |.75 - .5| / 2 = .125 -> 87; col1: .25 -> 75; col2: one fraction -> std 0 -> 100; col3: none -> 100
     assert balance_score(f, valid).tolist() == [87, 75, 100, 100]
+
+
+# ------------------------------------------------------------------ args: upstream's verdicts
+# TestValidateNodeResourcesBalancedAllocationArgs
+@pytest.mark.parametrize("args, path, detail", [
+    ({"resources": [{"name": "cpu", "weight": 2}, {"name": "memory", "weight": 1}]}, "resources[0].weight",
+     "Invalid value: 2: must be 1"),
+    ({"resources": [{"name": "cpu", "weight": 1}, {"name": "cpu", "weight": 1}]}, "resources[1].name",
+     'Duplicate value: "cpu"'),
+    ({"resources": [{"name": "cpu", "weight": -1}]}, "resources[0].weight", "Invalid value: -1: must be 1"),
+    ({"resources": [{"weight": 1}]}, "resources[0].name", "Required value"),
+    ({"resources": [{"name": "cpu", "weight": "1"}]}, "resources[0].weight", "must be an integer"),
+    ({"resources": [{"name": f"r{i}.io/x", "weight": 1} for i in range(33)]}, "resources",
+     "Too many: 33: must have at most 32 items"),
+    ({"resources": [{"name": "x" * 318, "weight": 1}]}, "resources[0].name", "Too long"),
+])
+def test_args_upstream_refusals(args, path, detail):
+    kit.refused("NodeResourcesBalancedAllocation", args, path, detail)
+
+
+@pytest.mark.parametrize("args", [
+    {}, {"resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]},
+    {"resources": [{"name": "cpu"}, {"name": "nvidia.com/gpu", "weight": 0}]},  # weight 0 (unset) becomes 1
+])
+def test_args_upstream_accepts(args):
+    assert kit.arg_errors("NodeResourcesBalancedAllocation", args) == []

@@ -18,7 +18,7 @@ from policy_scheduler.plugins.inter_pod_affinity import (
     InterPodAffinityArgs,
 )
 from policy_scheduler.framework.events import NAMESPACE_LABELS, ActionType, NamespaceChange, Resource
-from kit import QUEUE, SKIP, changed, hint, node, registered
+from kit import QUEUE, SKIP, arg_errors, changed, hint, node, refused, registered
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -664,3 +664,25 @@ TEAM_A = {"matchLabels": {"team": "a"}}
 ])
 def test_namespace_hint(pod, change, want):
     assert hint(make_plugin(), NAMESPACE_LABELS.resource, NAMESPACE_LABELS.action, pod, None, change) == want
+
+
+# ------------------------------------------------------------------ args: upstream's verdicts
+# TestValidateInterPodAffinityArgs: hardPodAffinityWeight in [0, 100]; values decoded strictly
+@pytest.mark.parametrize("args, path, detail", [
+    ({"hardPodAffinityWeight": -1}, "hardPodAffinityWeight", "Invalid value: -1: not in valid range [0, 100]"),
+    ({"hardPodAffinityWeight": 101}, "hardPodAffinityWeight", "Invalid value: 101: not in valid range [0, 100]"),
+    ({"hardPodAffinityWeight": 2**40}, "hardPodAffinityWeight", "not in valid range [0, 100]"),
+    ({"hardPodAffinityWeight": "5"}, "hardPodAffinityWeight", 'Invalid value: "5": must be an integer'),
+    ({"hardPodAffinityWeight": 1.5}, "hardPodAffinityWeight", "must be an integer"),
+    ({"hardPodAffinityWeight": True}, "hardPodAffinityWeight", "Invalid value: true: must be an integer"),
+    ({"ignorePreferredTermsOfExistingPods": "yes"}, "ignorePreferredTermsOfExistingPods", "must be a boolean"),
+    ({"hardPodAffinity": 1}, "hardPodAffinity", "Extra inputs are not permitted"),
+])
+def test_args_upstream_refusals(args, path, detail):
+    refused("InterPodAffinity", args, path, detail)
+
+
+@pytest.mark.parametrize("args", [{}, {"hardPodAffinityWeight": 10}, {"hardPodAffinityWeight": 0},
+                                  {"hardPodAffinityWeight": 100, "ignorePreferredTermsOfExistingPods": True}])
+def test_args_upstream_accepts(args):
+    assert arg_errors("InterPodAffinity", args) == []

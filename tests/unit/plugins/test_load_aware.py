@@ -19,7 +19,7 @@ from policy_scheduler.plugins.load_aware import PLUGIN, LoadAware
 
 from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource
 
-from kit import QUEUE, ViewHandle, hint, node, registered
+from kit import QUEUE, ViewHandle, arg_errors, hint, node, refused, registered
 
 GI = 1024 ** 3
 NOW = 1000.0
@@ -369,3 +369,38 @@ def test_events_to_register_metrics_refresh_and_node_add_without_hints():
     assert all(r.hint is None for r in pl.events_to_register())
     assert hint(pl, METRICS_REFRESH.resource, METRICS_REFRESH.action, make_pod(), None, "policy") == QUEUE
     assert hint(pl, Resource.NODE, ActionType.ADD, make_pod(), None, node("x")) == QUEUE
+
+
+# ------------------------------------------------------------------ args: every field checked
+@pytest.mark.parametrize("args, path, detail", [
+    ({"usageThresholds": {"cpu": 100.5}}, "usageThresholds.cpu", "Invalid value: 100.5: must be a percentage in [0, 100]"),
+    ({"usageThresholds": {"memory": -1}}, "usageThresholds.memory", "Invalid value: -1: must be a percentage"),
+    ({"usageThresholds": {"cpu": float("nan")}}, "usageThresholds.cpu", "must be a finite number"),
+    ({"usageThresholds": {"cpu": float("inf")}}, "usageThresholds.cpu", "must be a finite number"),
+    ({"usageThresholds": {"cpu": "80"}}, "usageThresholds.cpu", 'Invalid value: "80": must be a number'),
+    ({"usageThresholds": {"gpu": 80}}, "usageThresholds.gpu", "Extra inputs are not permitted"),
+    ({"estimatedScalingFactors": {"cpu": 101}}, "estimatedScalingFactors.cpu", "must be a percentage in [0, 100]"),
+    ({"resourceWeights": {"cpu": 101}}, "resourceWeights.cpu", "Invalid value: 101: must be less than or equal to 100"),
+    ({"resourceWeights": {"memory": -1}}, "resourceWeights.memory", "must be greater than or equal to 0"),
+    ({"resourceWeights": {"cpu": 0, "memory": 0}}, "resourceWeights", "at least one weight must be positive"),
+    ({"onMissingMetrics": "neutral"}, "onMissingMetrics", 'Unsupported value: "neutral"'),
+    ({"nodeLabel": "instance\n"}, "nodeLabel", "must be a Prometheus label name"),
+    ({"nodeLabel": "1instance"}, "nodeLabel", "must be a Prometheus label name"),
+    ({"nodeLabel": "x" * 129}, "nodeLabel", "Too long: may not be more than 128 bytes"),
+    ({"rateWindow": "1m\n"}, "rateWindow", "must be a PromQL duration"),
+    ({"rateWindow": "5"}, "rateWindow", "must be a PromQL duration"),
+    ({"rateWindow": "1" * 65}, "rateWindow", "Too long: may not be more than 64 bytes"),
+    ({"cpuQuery": ""}, "cpuQuery", "Required value"),
+    ({"memoryQuery": "x" * 4097}, "memoryQuery", "Too long: may not be more than 4096 bytes"),
+    ({"estimatedDefaults": {"memory": "1Zi"}}, "estimatedDefaults.memory", 'Invalid value: "1Zi"'),
+    ({"estimatedDefaults": {"cpu": "1" * 65}}, "estimatedDefaults.cpu", "Too long"),
+])
+def test_args_refused_with_the_field(args, path, detail):
+    refused("LoadAware", args, path, detail)
+
+
+def test_args_report_every_problem():
+    errs = arg_errors("LoadAware", {"usageThresholds": {"cpu": 120, "memory": 200},
+                                    "estimatedDefaults": {"cpu": "x", "memory": "y"}})
+    assert [e.split(": ")[0] for e in errs] == ["usageThresholds.cpu", "usageThresholds.memory",
+                                               "estimatedDefaults.cpu", "estimatedDefaults.memory"]

@@ -18,7 +18,7 @@ from policy_scheduler.plugins.metric_score import PLUGIN, MetricScore
 
 from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource
 
-from kit import QUEUE, ViewHandle, hint, node, registered
+from kit import QUEUE, ViewHandle, hint, node, refused, registered
 
 NOW = 1000.0
 
@@ -153,3 +153,26 @@ def test_events_to_register_metrics_refresh_and_node_add_without_hints():
     assert all(r.hint is None for r in pl.events_to_register())
     assert hint(pl, METRICS_REFRESH.resource, METRICS_REFRESH.action, make_pod(), None, "policy") == QUEUE
     assert hint(pl, Resource.NODE, ActionType.ADD, make_pod(), None, node("x")) == QUEUE
+
+
+# ------------------------------------------------------------------ args: every field checked
+def rule(**kw):
+    return {"name": "m", "query": "q", "prefer": "Lower", **kw}
+
+
+@pytest.mark.parametrize("args, path, detail", [
+    ({"metrics": [rule(weight=101)]}, "metrics[0].weight", "Invalid value: 101: must be less than or equal to 100"),
+    ({"metrics": [rule(weight=1.5)]}, "metrics[0].weight", "must be an integer"),
+    ({"metrics": [rule(prefer="lower")]}, "metrics[0].prefer",
+     'Unsupported value: "lower": supported values: "Higher", "Lower"'),
+    ({"metrics": [rule(name="")]}, "metrics[0].name", "Required value"),
+    ({"metrics": [rule(query="")]}, "metrics[0].query", "Required value"),
+    ({"metrics": [rule(nodeLabel="")]}, "metrics[0].nodeLabel", "must be a Prometheus label name"),
+    ({"metrics": [rule(podsRequesting=["a/b/c"])]}, "metrics[0].podsRequesting[0]", "a valid label key"),
+    ({"metrics": [rule(rejectAbove=1)]}, "metrics[0].rejectAbove", "Extra inputs are not permitted"),
+    ({"metrics": [rule(name=f"m{i}") for i in range(17)]}, "metrics", "Too many: 17"),
+    ({"metrics": []}, "metrics", "Required value: must have at least 1 item(s)"),
+    ({}, "metrics", "Required value"),
+])
+def test_args_refused_with_the_field(args, path, detail):
+    refused("MetricScore", args, path, detail)

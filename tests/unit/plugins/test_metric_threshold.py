@@ -15,7 +15,7 @@ from policy_scheduler.plugins.metric_threshold import PLUGIN, MetricThreshold
 
 from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource
 
-from kit import QUEUE, ViewHandle, hint, node, registered
+from kit import QUEUE, ViewHandle, hint, node, refused, registered
 
 NOW = 1000.0
 GPU_QUERY = "max by (Hostname) (DCGM_FI_DEV_GPU_UTIL) / 100"
@@ -162,3 +162,30 @@ def test_events_to_register_metrics_refresh_and_node_add_without_hints():
     assert all(r.hint is None for r in pl.events_to_register())
     assert hint(pl, METRICS_REFRESH.resource, METRICS_REFRESH.action, make_pod(), None, "policy") == QUEUE
     assert hint(pl, Resource.NODE, ActionType.ADD, make_pod(), None, node("x")) == QUEUE
+
+
+# ------------------------------------------------------------------ args: every field checked
+def rule(**kw):
+    return {"name": "m", "query": "q", "rejectAbove": 1, **kw}
+
+
+@pytest.mark.parametrize("args, path, detail", [
+    ({"metrics": [rule(rejectAbove=float("nan"))]}, "metrics[0].rejectAbove", "must be a finite number"),
+    ({"metrics": [rule(rejectBelow=float("-inf"))]}, "metrics[0].rejectBelow", "must be a finite number"),
+    ({"metrics": [rule(rejectAbove="0.9")]}, "metrics[0].rejectAbove", 'Invalid value: "0.9": must be a number'),
+    ({"metrics": [rule(name="x" * 64)]}, "metrics[0].name", "Too long: may not be more than 63 bytes"),
+    ({"metrics": [rule(name="gpu util")]}, "metrics[0].name", "must match the regular expression"),
+    ({"metrics": [rule(query="x" * 4097)]}, "metrics[0].query", "Too long: may not be more than 4096 bytes"),
+    ({"metrics": [rule(nodeLabel="Host-name")]}, "metrics[0].nodeLabel", "must be a Prometheus label name"),
+    ({"metrics": [rule(podsRequesting=["nvidia.com/gpu", "bad resource"])]}, "metrics[0].podsRequesting[1]",
+     'Invalid value: "bad resource": name part must consist of'),
+    ({"metrics": [rule(podsRequesting=[f"r{i}" for i in range(17)])]}, "metrics[0].podsRequesting",
+     "Too many: 17: must have at most 16 items"),
+    ({"metrics": [rule(onMissingMetrics="Drop")]}, "metrics[0].onMissingMetrics", 'Unsupported value: "Drop"'),
+    ({"metrics": [rule(name=f"m{i}") for i in range(17)]}, "metrics", "Too many: 17: must have at most 16 items"),
+    ({"metrics": [rule(), rule(query="r"), rule(query="s")]}, "metrics[2].name", 'Duplicate value: "m"'),
+    ({"metrics": [rule(prefer="Lower")]}, "metrics[0].prefer", "Extra inputs are not permitted"),
+    ({"metrics": "gpu"}, "metrics", "must be a list"),
+])
+def test_args_refused_with_the_field(args, path, detail):
+    refused("MetricThreshold", args, path, detail)

@@ -55,3 +55,15 @@ def test_events_to_register_node_add_without_hint():
     assert registered(pl) == [(Resource.NODE, ActionType.ADD)]
     assert pl.events_to_register()[0].hint is None
     assert hint(pl, Resource.NODE, ActionType.ADD, make_pod("x"), None, node("y")) == QUEUE
+
+
+# ------------------------------------------------------------------ args
+@pytest.mark.parametrize("args", [{"x": 1}, {"weight": 2}])
+def test_takes_no_args(args):
+    from policy_scheduler.framework.chain import ChainError, build_chain
+    from policy_scheduler.plugins import default_registry
+
+    with pytest.raises(ChainError) as e:
+        build_chain({"plugins": [{"name": PLUGIN.NAME, "args": args}]}, default_registry())
+    assert e.value.errors == [f"plugins[0].args: plugin {PLUGIN.NAME} takes no args"]
+    build_chain({"plugins": [{"name": PLUGIN.NAME, "args": {}}]}, default_registry())  # empty args are fine

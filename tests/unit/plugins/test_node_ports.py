@@ -149,3 +149,15 @@ def bound(pod, node_name="n0", nominated=""):
 def test_pod_deleted_hint(wants, deleted, want):
     pod = make_pod("p", wants)
     assert hint(PLUGIN(None, Handle()), T.ASSIGNED_POD, A.DELETE, pod, deleted, None) == want
+
+
+# ------------------------------------------------------------------ args
+@pytest.mark.parametrize("args", [{"x": 1}, {"weight": 2}])
+def test_takes_no_args(args):
+    from policy_scheduler.framework.chain import ChainError, build_chain
+    from policy_scheduler.plugins import default_registry
+
+    with pytest.raises(ChainError) as e:
+        build_chain({"plugins": [{"name": PLUGIN.NAME, "args": args}]}, default_registry())
+    assert e.value.errors == [f"plugins[0].args: plugin {PLUGIN.NAME} takes no args"]
+    build_chain({"plugins": [{"name": PLUGIN.NAME, "args": {}}]}, default_registry())  # empty args are fine

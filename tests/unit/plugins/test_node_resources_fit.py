@@ -559,3 +559,69 @@ def test_node_change_hint(args, requests, action, old, new, want):
 def test_pod_event_hint(resource, action, old, new, want):
     pod = make_pod("p", {"cpu": "2"})
     assert hint(plugin(), resource, action, pod, old, new) == want
+
+
+# ------------------------------------------------------------------ args: upstream's verdicts
+# TestValidateNodeResourcesFitArgs (paths and messages of ValidateNodeResourcesFitArgs)
+@pytest.mark.parametrize("args, path, detail", [
+    pytest.param({"ignoredResources": ["-invalid-resource-name"]}, "ignoredResources[0]",
+                 'Invalid value: "-invalid-resource-name": name part must consist of', id="ignored-resource"),
+    pytest.param({"ignoredResources": ["example.com/a/b"]}, "ignoredResources[0]", "a valid label key must consist of",
+                 id="ignored-resource-two-slashes"),
+    pytest.param({"ignoredResourceGroups": ["example.com/foo"]}, "ignoredResourceGroups[0]",
+                 "Invalid value: \"example.com/foo\": resource group name can't contain '/'", id="group-slash"),
+    pytest.param({"ignoredResourceGroups": ["-foo"]}, "ignoredResourceGroups[0]", "name part must consist of",
+                 id="group-invalid"),
+    pytest.param({"scoringStrategy": {"type": "Invalid"}}, "scoringStrategy.type",
+                 'Unsupported value: "Invalid": supported values: "LeastAllocated", "MostAllocated", '
+                 '"RequestedToCapacityRatio"', id="strategy-type"),
+    pytest.param({"scoringStrategy": {}}, "scoringStrategy.type", 'Unsupported value: ""', id="strategy-type-empty"),
+    pytest.param({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu", "weight": 101}]}},
+                 "scoringStrategy.resources[0].weight",
+                 "Invalid value: 101: resource weight of cpu not in valid range (0, 100]", id="weight-over"),
+    pytest.param({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "memory", "weight": -1}]}},
+                 "scoringStrategy.resources[0].weight", "resource weight of memory not in valid range (0, 100]",
+                 id="weight-negative"),
+    pytest.param({"scoringStrategy": {"type": RTCR}}, "scoringStrategy.requestedToCapacityRatio",
+                 "Required value: must be specified when type is RequestedToCapacityRatio", id="rtcr-missing"),
+    pytest.param({"scoringStrategy": {"type": RTCR, "requestedToCapacityRatio": {}}},
+                 "scoringStrategy.requestedToCapacityRatio.shape",
+                 "Required value: at least one point must be specified", id="shape-empty"),
+    pytest.param({"scoringStrategy": {"type": RTCR, "requestedToCapacityRatio": {"shape": [
+        {"utilization": 10, "score": 1}, {"utilization": 10, "score": 2}, {"utilization": 5, "score": 3}]}}},
+        "scoringStrategy.requestedToCapacityRatio.shape[1].utilization",
+        "Invalid value: 10: values must be sorted in increasing order", id="shape-unsorted"),
+    pytest.param({"scoringStrategy": {"type": RTCR, "requestedToCapacityRatio": {"shape": [
+        {"utilization": 110, "score": 1}]}}}, "scoringStrategy.requestedToCapacityRatio.shape[0].utilization",
+        "Invalid value: 110: not in valid range [0, 100]", id="shape-utilization"),
+    pytest.param({"scoringStrategy": {"type": RTCR, "requestedToCapacityRatio": {"shape": [
+        {"utilization": 10, "score": -1}]}}}, "scoringStrategy.requestedToCapacityRatio.shape[0].score",
+        "Invalid value: -1: not in valid range [0, 10]", id="shape-score"),
+    pytest.param({"scoringStrategy": {"type": "LeastAllocated", "requestedToCapacityRatio": {"shape": [
+        {"utilization": 10, "score": 1}]}}}, "scoringStrategy.requestedToCapacityRatio",
+        "Forbidden: must be nil when type is not RequestedToCapacityRatio", id="rtcr-forbidden"),
+    # types and sizes
+    pytest.param({"scoringStrategy": {"type": RTCR, "requestedToCapacityRatio": {"shape": [
+        {"utilization": "10", "score": 1}]}}}, "scoringStrategy.requestedToCapacityRatio.shape[0].utilization",
+        'Invalid value: "10": must be an integer', id="shape-string"),
+    pytest.param({"ignoredResources": [f"r{i}" for i in range(65)]}, "ignoredResources",
+                 "Too many: 65: must have at most 64 items", id="too-many-ignored"),
+    pytest.param({"scoringStrategy": {"type": RTCR, "requestedToCapacityRatio": {"shape": [
+        {"utilization": i % 101, "score": 1} for i in range(102)]}}},
+        "scoringStrategy.requestedToCapacityRatio.shape", "Too many: 102: must have at most 101 items",
+        id="too-many-points"),
+    pytest.param({"ignoredResources": "cpu"}, "ignoredResources", 'Invalid value: "cpu": must be a list',
+                 id="not-a-list"),
+])
+def test_args_upstream_refusals(args, path, detail):
+    kit.refused("NodeResourcesFit", args, path, detail)
+
+
+@pytest.mark.parametrize("args", [
+    {}, {"ignoredResources": ["example.com/foo", "cpu"], "ignoredResourceGroups": ["example.com"]},
+    {"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu", "weight": 100}, {"name": "memory"}]}},
+    {"scoringStrategy": {"type": RTCR, "requestedToCapacityRatio": {"shape": [
+        {"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]}}},
+])
+def test_args_upstream_accepts(args):
+    assert kit.arg_errors("NodeResourcesFit", args) == []

@@ -102,3 +102,15 @@ def test_pod_toleration_hint(tolerations, want):
     pod = make_pod()
     new = make_pod(tolerations)
     assert hint(PLUGIN(None, Handle()), T.TARGET_POD, A.UPDATE_POD_TOLERATION, pod, pod, new) == want
+
+
+# ------------------------------------------------------------------ args
+@pytest.mark.parametrize("args", [{"x": 1}, {"weight": 2}])
+def test_takes_no_args(args):
+    from policy_scheduler.framework.chain import ChainError, build_chain
+    from policy_scheduler.plugins import default_registry
+
+    with pytest.raises(ChainError) as e:
+        build_chain({"plugins": [{"name": PLUGIN.NAME, "args": args}]}, default_registry())
+    assert e.value.errors == [f"plugins[0].args: plugin {PLUGIN.NAME} takes no args"]
+    build_chain({"plugins": [{"name": PLUGIN.NAME, "args": {}}]}, default_registry())  # empty args are fine

@@ -18,7 +18,7 @@ from policy_scheduler.plugins.pod_topology_spread import (ERR_REASON_CONSTRAINTS
                                                           ERR_REASON_NODE_LABEL_NOT_MATCH, PLUGIN,
                                                           PodTopologySpreadArgs, go_log, go_round)
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, changed, hint, node, registered
+from kit import QUEUE, SKIP, arg_errors, changed, hint, node, refused, registered
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -657,3 +657,81 @@ def test_hints_use_the_default_constraints_of_a_pod_without_its_own():
     assert hint(with_selector, T.NODE, A.ADD, bare, None, spec(zone="a")) == QUEUE
     assert hint(with_selector, T.ASSIGNED_POD, A.ADD, bare, None, assigned()) == QUEUE
     assert hint(plugin(args, SelectorHandle(None)), T.NODE, A.ADD, bare, None, spec()) == QUEUE
+
+
+# ------------------------------------------------------------------ args: upstream's verdicts
+# TestValidatePodTopologySpreadArgs, with its messages; then the API server's own checks of a
+# topology spread constraint (validateTopologySpreadConstraints) that config validation leaves out
+def dc(**kw):
+    return {"maxSkew": 1, "topologyKey": "node", "whenUnsatisfiable": "DoNotSchedule", **kw}
+
+
+def listed(*constraints):
+    return {"defaultingType": "List", "defaultConstraints": list(constraints)}
+
+
+@pytest.mark.parametrize("args, path, detail", [
+    pytest.param(listed(dc(maxSkew=-1)), "defaultConstraints[0].maxSkew",
+                 "Invalid value: -1: not in valid range (0, inf)", id="maxSkew-negative"),
+    pytest.param(listed(dc(maxSkew=0)), "defaultConstraints[0].maxSkew", "not in valid range (0, inf)",
+                 id="maxSkew-zero"),
+    pytest.param(listed(dc(maxSkew=2**31)), "defaultConstraints[0].maxSkew", "must fit in a 32-bit integer",
+                 id="maxSkew-beyond-int32"),
+    pytest.param(listed(dc(topologyKey="")), "defaultConstraints[0].topologyKey", "Required value: can not be empty",
+                 id="empty-topology-key"),
+    pytest.param(listed(dc(topologyKey="zone/")), "defaultConstraints[0].topologyKey",
+                 'Invalid value: "zone/": name part must be non-empty', id="topology-key-no-name"),
+    pytest.param(listed(dc(topologyKey="-zone")), "defaultConstraints[0].topologyKey",
+                 "name part must consist of alphanumeric characters", id="topology-key-invalid"),
+    pytest.param(listed(dc(whenUnsatisfiable="")), "defaultConstraints[0].whenUnsatisfiable",
+                 "Required value: can not be empty", id="whenUnsatisfiable-empty"),
+    pytest.param(listed(dc(whenUnsatisfiable="unknown action")), "defaultConstraints[0].whenUnsatisfiable",
+                 'Unsupported value: "unknown action": supported values: "DoNotSchedule", "ScheduleAnyway"',
+                 id="whenUnsatisfiable-unsupported"),
+    pytest.param(listed(dc(), dc(maxSkew=2)), "defaultConstraints[1]", 'Duplicate value: "{node, DoNotSchedule}"',
+                 id="duplicated-constraints"),
+    pytest.param(listed(dc(labelSelector={"matchLabels": {"a": "b"}})), "defaultConstraints[0].labelSelector",
+                 "Forbidden: constraint must not define a selector, as they deduced for each pod",
+                 id="label-selector-present"),
+    pytest.param({"defaultingType": "unknown"}, "defaultingType",
+                 'Unsupported value: "unknown": supported values: "System", "List"', id="wrong-defaulting-type"),
+    pytest.param({"defaultingType": "System", "defaultConstraints": [dc()]}, "defaultingType",
+                 'Invalid value: "System": when .defaultConstraints are not empty', id="system-with-constraints"),
+    pytest.param({"defaultConstraints": [dc()]}, "defaultingType", 'Invalid value: "System"',
+                 id="defaulted-system-with-constraints"),
+    # the API server's rules for a constraint
+    pytest.param(listed(dc(nodeAffinityPolicy="Always")), "defaultConstraints[0].nodeAffinityPolicy",
+                 'Unsupported value: "Always": supported values: "Honor", "Ignore"', id="node-affinity-policy"),
+    pytest.param(listed(dc(nodeTaintsPolicy="honor")), "defaultConstraints[0].nodeTaintsPolicy",
+                 'Unsupported value: "honor": supported values: "Honor", "Ignore"', id="node-taints-policy"),
+    pytest.param(listed(dc(minDomains=0)), "defaultConstraints[0].minDomains",
+                 "Invalid value: 0: must be greater than zero", id="minDomains-zero"),
+    pytest.param(listed(dc(minDomains=2, whenUnsatisfiable="ScheduleAnyway")), "defaultConstraints[0].minDomains",
+                 "Invalid value: 2: can only use minDomains if whenUnsatisfiable=DoNotSchedule, not ScheduleAnyway",
+                 id="minDomains-schedule-anyway"),
+    pytest.param(listed(dc(matchLabelKeys=["app", "bad key"])), "defaultConstraints[0].matchLabelKeys[1]",
+                 "name part must consist of alphanumeric characters", id="match-label-keys"),
+    # sizes and types
+    pytest.param(listed(*[dc(topologyKey=f"k{i}") for i in range(17)]), "defaultConstraints",
+                 "Too many: 17: must have at most 16 items", id="too-many-constraints"),
+    pytest.param(listed(dc(topologyKey="k" * 318)), "defaultConstraints[0].topologyKey",
+                 "Too long: may not be more than 317 bytes", id="topology-key-too-long"),
+    pytest.param(listed(dc(maxSkew="1")), "defaultConstraints[0].maxSkew", 'Invalid value: "1": must be an integer',
+                 id="maxSkew-string"),
+    pytest.param(listed(dc(nodeAffinity="Honor")), "defaultConstraints[0].nodeAffinity",
+                 "Extra inputs are not permitted", id="unknown-field"),
+])
+def test_args_upstream_refusals(args, path, detail):
+    refused("PodTopologySpread", args, path, detail)
+
+
+@pytest.mark.parametrize("args", [
+    pytest.param(listed(dc(), dc(maxSkew=2, topologyKey="zone", whenUnsatisfiable="ScheduleAnyway")), id="valid"),
+    pytest.param({"defaultingType": "List"}, id="list-no-constraints"),
+    pytest.param({"defaultingType": "System"}, id="system"),
+    pytest.param({"defaultingType": ""}, id="empty-type-is-system"),
+    pytest.param(listed(dc(minDomains=3, nodeAffinityPolicy="Ignore", nodeTaintsPolicy="Honor",
+                           matchLabelKeys=["pod-template-hash"])), id="all-fields"),
+])
+def test_args_upstream_accepts(args):
+    assert arg_errors("PodTopologySpread", args) == []

@@ -42,3 +42,15 @@ def test_sorts_a_queue():
              queued("mid", 50, 3.0), queued("high-old", 100, 2.0)]
     order = sorted(items, key=cmp_to_key(lambda x, y: -1 if LESS(x, y) else (1 if LESS(y, x) else 0)))
     assert [i.pod.name for i in order] == ["high-old", "high-new", "mid", "low-old", "low-new"]
+
+
+# ------------------------------------------------------------------ args
+@pytest.mark.parametrize("args", [{"x": 1}, {"weight": 2}])
+def test_takes_no_args(args):
+    from policy_scheduler.framework.chain import ChainError, build_chain
+    from policy_scheduler.plugins import default_registry
+
+    with pytest.raises(ChainError) as e:
+        build_chain({"plugins": [{"name": PLUGIN.NAME, "args": args}]}, default_registry())
+    assert e.value.errors == [f"plugins[0].args: plugin {PLUGIN.NAME} takes no args"]
+    build_chain({"plugins": [{"name": PLUGIN.NAME, "args": {}}]}, default_registry())  # empty args are fine

@@ -196,3 +196,15 @@ def test_pod_toleration_hint(same_pod, want):
     if not same_pod:
         new = changed(new, uid="someone-else")
     assert hint(plugin(), T.TARGET_POD, A.UPDATE_POD_TOLERATION, pod, pod, new) == want
+
+
+# ------------------------------------------------------------------ args
+@pytest.mark.parametrize("args", [{"x": 1}, {"weight": 2}])
+def test_takes_no_args(args):
+    from policy_scheduler.framework.chain import ChainError, build_chain
+    from policy_scheduler.plugins import default_registry
+
+    with pytest.raises(ChainError) as e:
+        build_chain({"plugins": [{"name": PLUGIN.NAME, "args": args}]}, default_registry())
+    assert e.value.errors == [f"plugins[0].args: plugin {PLUGIN.NAME} takes no args"]
+    build_chain({"plugins": [{"name": PLUGIN.NAME, "args": {}}]}, default_registry())  # empty args are fine
