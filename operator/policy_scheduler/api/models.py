@@ -36,7 +36,8 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # strict: values are not coerced ("5" is not an integer), as the CRD's schema
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
 
 # metav1.LabelSelector, validated as the API server does (framework/labels.py)
