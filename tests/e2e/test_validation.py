@@ -102,6 +102,12 @@ def test_every_generated_invalid_policy_is_refused_naming_the_field(operator, po
               f"all judged {time.monotonic() - t0:.1f}s after the first")
         assert not wrong, f"{len(wrong)} problems:\n" + "\n".join(wrong[:40])
         assert by_api > 0 and len(stored) > 0
+        # the CRD's caps and CEL rules refuse these before the operator sees them
+        refused_by_api = {c.name for c, err in zip(cases, outcomes) if err is not None}
+        for name in ("plugins-10000", "plugins-65", "disabled-257", "duplicate-NodeName", "disabled-unlisted",
+                     "weight-without-score-NodeName", "namespaceSelector-too-many-values", "nlm-regex-22",
+                     "fit-too-many-ignored", "percentage-101", "scheduler-name-Policy_Scheduler"):
+            assert name in refused_by_api, f"{name} was not refused by the API server"
         assert operator.proc.pid == pid and operator.proc.poll() is None, "the operator restarted or died"
     finally:
         policies.delete_collection_cluster_custom_object(GROUP, VERSION, PLURAL, label_selector=f"{RUN_LABEL}=bulk")

@@ -8,6 +8,8 @@ NodeResourcesBalancedAllocation and the metric plugins' FallbackToRequests score
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from pydantic import Field
 
@@ -26,6 +28,7 @@ MAX_UTILIZATION = 100
 
 # ---------------------------------------------------------------------------- resource names
 
+@lru_cache(maxsize=4096)
 def is_extended_resource_name(name: str) -> bool:
     """v1helper.IsExtendedResourceName: outside the kubernetes.io namespace, has a "/" prefix,
     not a quota "requests." name, and "requests.<name>" is a qualified name."""
