@@ -167,7 +167,7 @@ class PolicyStore:
                 parsed.namespace_selector.model_dump(by_alias=True, exclude_none=True), "spec.namespaceSelector"))
             chain = build_chain(parsed.chain_spec(), self.registry, handle=handle)
         except ValidationError as e:
-            raise PolicyInvalid([f"spec.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+            raise PolicyInvalid([f"{'.'.join(['spec', *(str(x) for x in err['loc'])])}: {err['msg']}"
                                  for err in e.errors()]) from None
         except ChainError as e:
             raise PolicyInvalid([f"spec.{x}" for x in e.errors]) from None
