@@ -1,5 +1,5 @@
 """cluster/admission.py: the webhooks' decisions on the engine's cache (the HTTPS server, the
-certificates and the API server's calls run in tests/e2e/test_admission.py)."""
+certificates and the API server's calls run in tests/e2e/test_webhooks.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """cluster/certs.py: the webhook CA and serving certificate (the Secret round trip runs against
-the real API server in tests/e2e/test_admission.py)."""
+the real API server in tests/e2e/test_webhooks.py)."""
 
 from __future__ import annotations
 
