@@ -107,3 +107,11 @@ def test_the_pure_core_does_not_import_plugins():
             elif isinstance(node, ast.Import):
                 for a in node.names:
                     assert not a.name.startswith("policy_scheduler.plugins"), f"framework/{f.name} imports {a.name}"
+
+
+def test_test_module_names_are_unique():
+    """pytest imports test modules by basename (no packages under tests/): two files of one name
+    stop the whole run at collection."""
+    names = [p.name for p in (PKG.parents[1] / "tests").rglob("test_*.py")]
+    assert len(names) > 20
+    assert sorted({n for n in names if names.count(n) > 1}) == []
