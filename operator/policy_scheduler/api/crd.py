@@ -196,6 +196,10 @@ def crd() -> dict[str, Any]:
                     {"name": "Unschedulable", "type": "integer", "priority": 1, "jsonPath": ".status.unschedulable"},
                     {"name": "Chain", "type": "string", "priority": 1, "jsonPath": ".status.pluginSummary"},
                     {"name": "Scheduler", "type": "string", "priority": 1, "jsonPath": ".spec.schedulerName"},
+                    {"name": "Namespaces", "type": "integer", "priority": 1, "jsonPath": ".status.namespaces"},
+                    {"name": "CPU-Overcommit", "type": "number", "priority": 1, "jsonPath": ".spec.overcommit.cpu"},
+                    {"name": "Memory-Overcommit", "type": "number", "priority": 1,
+                     "jsonPath": ".spec.overcommit.memory"},
                 ],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",

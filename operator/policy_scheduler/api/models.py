@@ -60,6 +60,27 @@ def duration_seconds(value: str) -> float:
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=MAX_SHORT)]
 
 
+MAX_OVERCOMMIT = 10.0
+
+
+class OvercommitSpec(_Model):
+    """Factors on node allocatable for this policy's own pods: they fit against allocatable x
+    factor. Scores, and every other policy, keep the real allocatable."""
+
+    cpu: float = Field(default=1.0, ge=1.0, le=MAX_OVERCOMMIT, allow_inf_nan=False,
+                       description="Factor on allocatable cpu (1.0 to 10.0; default 1.0: no overcommit).")
+    memory: float = Field(default=1.0, ge=1.0, le=MAX_OVERCOMMIT, allow_inf_nan=False,
+                          description="Factor on allocatable memory (1.0 to 10.0; default 1.0).")
+    ephemeral_storage: float = Field(default=1.0, ge=1.0, le=MAX_OVERCOMMIT, allow_inf_nan=False,
+                                     alias="ephemeral-storage",
+                                     description="Factor on allocatable ephemeral-storage (1.0 to 10.0; default 1.0).")
+
+    def factors(self) -> dict[str, float]:
+        """The resources actually overcommitted (factor > 1), by resource name."""
+        return {k: v for k, v in (("cpu", self.cpu), ("memory", self.memory),
+                                  ("ephemeral-storage", self.ephemeral_storage)) if v > 1.0}
+
+
 class PrometheusSpec(_Model):
     """Where the policy's metric plugins (LoadAware, MetricThreshold, MetricScore) read metrics.
 
@@ -113,6 +134,10 @@ class SchedulingPolicySpec(_Model):
     prometheus: PrometheusSpec | None = Field(
         default=None, description="Metric source of the usage-aware plugins (LoadAware, MetricThreshold, "
                                   "MetricScore); unset: the operator's --prometheus-* defaults.")
+    overcommit: OvercommitSpec | None = Field(
+        default=None, description="Per-resource factors on node allocatable for this policy's pods only "
+                                  "(NodeResourcesFit's fit check); e.g. {cpu: 1.05} lets its pods fill 105% of "
+                                  "allocatable cpu. Scores and other policies use the real allocatable.")
     scheduler_name: str = Field(
         default=SCHEDULER_NAME, alias="schedulerName", max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
         description="The policy-scheduler instance that owns this policy: the one run with this "
@@ -192,6 +217,8 @@ class SchedulingPolicyStatus(_Model):
     scheduled: int = Field(default=0, description="Pods bound under this policy since the operator started.")
     unschedulable: int = Field(default=0, description="Pods currently waiting because no node fits.")
     pending: int = Field(default=0, description="Pods of this policy waiting in the scheduling queue.")
+    namespaces: int | None = Field(default=None, description="Namespaces whose pods may use this policy "
+                                                             "(its namespaceSelector; all namespaces when unset).")
     last_scheduled_time: str | None = Field(default=None, alias="lastScheduledTime")
     metrics: MetricsStatus | None = None
 

@@ -32,7 +32,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from .. import POLICY_LABEL, SCHEDULER_NAME
+from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
 from .certs import Bundle, ensure_bundle
 from .kubeclient import ApiError
 
@@ -42,7 +42,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("policy_scheduler.webhooks")
 
 INJECT_LABEL = "policy-scheduler.io/inject"  # namespace label: "enabled" opts its pods in (manifests/)
-DEFAULT_POLICY_LABEL = "policy-scheduler.io/default-policy"  # namespace label: the policy set on its pods
 MAX_MESSAGE = 4000
 RECHECK_CERTS = 12 * 3600.0  # seconds between checks of the serving certificate's expiry
 
@@ -94,8 +93,7 @@ class Admission:
         patch: list[dict] = [{"op": "add", "path": "/spec/schedulerName", "value": self.engine.scheduler_name}]
         labels = (pod.get("metadata") or {}).get("labels")
         if not (labels or {}).get(POLICY_LABEL):
-            policy = (self.engine.namespaces.get(ns) or {}).get(DEFAULT_POLICY_LABEL) \
-                or self.engine.policy_store.default_policy
+            policy = self.engine.policy_store.default_policy_of(ns)
             if labels is None:
                 patch.append({"op": "add", "path": "/metadata/labels", "value": {POLICY_LABEL: policy}})
             else:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping
 
 import aiohttp
 
-from .. import SCHEDULER_NAME
+from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
 from ..framework.binding import WaitingPods
 from ..framework.chain import build_chain
 from ..framework.events import (ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NAMESPACE_LABELS, NODE_ADD, NODE_DELETE,
@@ -132,7 +132,8 @@ class Engine:
                                       may_write=may_write)
         self.status_writer = PolicyStatusWriter(client, self.policy_store.policies, self.queue, self.sources,
                                                 self.telemetry, interval=status_interval, side_sem=side_sem,
-                                                may_write=may_write)
+                                                may_write=may_write,
+                                                admitted_namespaces=self.policy_store.admitted_namespaces)
         self.binder = Binder(self, bind_concurrency)
         self._tasks = Tasks()
         self._wake = asyncio.Event()
@@ -213,8 +214,32 @@ class Engine:
         old = self.namespaces.get(name)
         if old != labels:
             self.namespaces[name] = labels
+            if (old or {}).get(DEFAULT_POLICY_LABEL) != labels.get(DEFAULT_POLICY_LABEL):
+                self._namespace_default_changed(name)
             # affinity terms' and policies' namespaceSelectors may admit waiting pods now
             self._move(NAMESPACE_LABELS, None, NamespaceChange(name, old, labels))
+
+    def _namespace_default_changed(self, namespace: str) -> None:
+        """The namespace's default-policy label changed: its pending pods without a policy label
+        now belong to another policy, and are tried again at once under it."""
+        prefix = namespace + "/"
+        moved = []
+        for key, policy in list(self._pod_policy.items()):
+            if not key.startswith(prefix):
+                continue
+            qpi = self.queue.get(key)
+            if qpi is None or POLICY_LABEL in qpi.pod.labels:
+                continue
+            new = self.policy_store.policy_name(qpi.pod)
+            if new != policy:
+                self.queue.add(qpi.pod, new)
+                self._pod_policy[key] = new
+                moved.append(key)
+        if moved and self.queue.activate(moved):
+            self.wake()
+        if moved:
+            log.info("namespace %s: default policy now %s for %d pending pods", namespace,
+                     self.policy_store.default_policy_of(namespace), len(moved))
 
     def on_pod(self, event: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}

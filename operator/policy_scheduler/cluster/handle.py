@@ -12,6 +12,7 @@ from ..framework.interface import Handle
 from ..framework.metricview import SOURCE as METRICS_SOURCE
 from ..framework.podinfo import PodInfo
 from ..framework.status import Status
+from ..plugins.node_resources_fit import OVERCOMMIT_SOURCE
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -45,11 +46,17 @@ class OperatorHandle(Handle):
 
 
 class PolicyHandle(OperatorHandle):
-    """The handle of one policy's plugins: ``source(metricview.SOURCE)`` is that policy's metrics."""
+    """The handle of one policy's plugins: ``source(metricview.SOURCE)`` is that policy's metrics,
+    ``source("overcommit")`` its spec.overcommit factors (NodeResourcesFit)."""
 
     def __init__(self, engine: "Engine", policy: str) -> None:
         super().__init__(engine)
         self.policy = policy
 
     def source(self, name: str):
-        return self.engine.sources.view(self.policy) if name == METRICS_SOURCE else None
+        if name == METRICS_SOURCE:
+            return self.engine.sources.view(self.policy)
+        if name == OVERCOMMIT_SOURCE:
+            st = self.engine.policies.get(self.policy)
+            return st.overcommit if st is not None else None
+        return None

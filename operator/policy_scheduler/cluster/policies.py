@@ -7,8 +7,9 @@ policy keeps the last valid chain (pods keep being scheduled with it) and report
 the status. The store does no I/O: the engine is told through ``on_change`` (it writes the
 status and requeues the waiting pods).
 
-A pod selects its policy by the ``policy-scheduler.io/policy`` label, or ``default`` (the
-operator's --default-policy) without it.
+A pod selects its policy by the ``policy-scheduler.io/policy`` label; without it, by its
+namespace's ``policy-scheduler.io/default-policy`` label; else ``default`` (the operator's
+--default-policy).
 
 A policy belongs to one operator instance: the one whose --scheduler-name is the policy's
 ``spec.schedulerName`` (default ``policy-scheduler``). Other instances keep only its name and
@@ -24,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 from pydantic import ValidationError
 
-from .. import POLICY_LABEL, SCHEDULER_NAME
+from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
 from ..api.models import SchedulingPolicySpec
 from ..framework.chain import Chain, ChainError, build_chain
 from ..framework.interface import Handle
@@ -65,6 +66,7 @@ class PolicyState:
     good_spec: Any = None
     errors: list[str] = field(default_factory=list)  # problems of the current generation
     namespace_selector: LabelSelector | None = None
+    overcommit: dict[str, float] | None = None  # spec.overcommit of the chain's generation (factors > 1)
     scheduled: int = 0
     last_scheduled_time: str | None = None
     dirty: bool = True
@@ -144,6 +146,7 @@ class PolicyStore:
                 chain.next_start_node_index = st.chain.next_start_node_index
             st.chain, st.chain_generation, st.good_spec, st.errors = chain, gen, parsed, []
             st.namespace_selector = ns_selector
+            st.overcommit = (parsed.overcommit.factors() if parsed.overcommit is not None else None) or None
         if st.ready:
             log.info("SchedulingPolicy %s (generation %d) is ready: %s", name, gen,
                      ", ".join(p.name for p in st.chain.resolved))
@@ -192,9 +195,20 @@ class PolicyStore:
         self.telemetry.policies.labels("true").set(ready)
         self.telemetry.policies.labels("false").set(len(self.policies) - ready)
 
+    def default_policy_of(self, namespace: str) -> str:
+        """The policy of a namespace's unlabelled pods: its default-policy label, else ours."""
+        return (self.namespaces.get(namespace) or {}).get(DEFAULT_POLICY_LABEL) or self.default_policy
+
     def policy_name(self, pod: PodInfo) -> str:
-        """The policy a pod asks for: its policy label, else this instance's default policy."""
-        return pod.labels.get(POLICY_LABEL) or self.default_policy
+        """The policy a pod asks for: its policy label, else its namespace's default policy,
+        else this instance's default policy."""
+        return pod.labels.get(POLICY_LABEL) or self.default_policy_of(pod.namespace)
+
+    def admitted_namespaces(self, st: PolicyState) -> int:
+        """How many known namespaces may use the policy (its namespaceSelector)."""
+        if st.namespace_selector is None:
+            return len(self.namespaces)
+        return sum(1 for labels in self.namespaces.values() if st.namespace_selector.matches(labels))
 
     def resolve_policy(self, pod: PodInfo) -> tuple[PolicyState | None, str]:
         """The policy ``pod`` is scheduled with, or None and why none can be used."""
@@ -207,6 +221,10 @@ class PolicyStore:
                               f"not to {self.scheduler_name!r}")
             if POLICY_LABEL in pod.labels:
                 return None, f"SchedulingPolicy {name!r} (label {POLICY_LABEL}) does not exist"
+            ns_default = (self.namespaces.get(pod.namespace) or {}).get(DEFAULT_POLICY_LABEL)
+            if ns_default:
+                return None, (f"SchedulingPolicy {name!r} (label {DEFAULT_POLICY_LABEL} of namespace "
+                              f"{pod.namespace!r}) does not exist")
             return None, (f"no SchedulingPolicy selects this pod: it has no {POLICY_LABEL} label "
                           f"and there is no policy named {self.default_policy!r}")
         if st.chain is None:

@@ -32,8 +32,10 @@ class PolicyStatusWriter:
 
     def __init__(self, client: KubeClient, policies: Mapping[str, PolicyState], queue: SchedulingQueue,
                  sources: MetricSources, telemetry: Telemetry, *, interval: float = 2.0,
-                 side_sem: asyncio.Semaphore | None = None, may_write: Callable[[], bool] = lambda: True) -> None:
+                 side_sem: asyncio.Semaphore | None = None, may_write: Callable[[], bool] = lambda: True,
+                 admitted_namespaces: Callable[[PolicyState], int] | None = None) -> None:
         self.client = client
+        self.admitted_namespaces = admitted_namespaces
         self.may_write = may_write  # False on a standby or a deposed leader: nothing is written
         self.policies = policies
         self.queue = queue
@@ -67,6 +69,8 @@ class PolicyStatusWriter:
             "pending": sum(counts.values()),
             "lastScheduledTime": st.last_scheduled_time,
         }
+        if self.admitted_namespaces is not None:
+            status["namespaces"] = self.admitted_namespaces(st)
         if "metrics" in extra:
             status["metrics"] = extra["metrics"]
         return status

@@ -14,6 +14,13 @@ Filter (true requests, never the scoring defaults), per node, every failing reas
 The status is Unschedulable, or UnschedulableAndUnresolvable when some failing resource is
 requested beyond the node's whole allocatable (preemption cannot help there).
 
+Overcommit (the policy's ``spec.overcommit``, through ``handle.source("overcommit")``): for the
+policy's own pods, cpu, memory and ephemeral-storage fit against allocatable x factor (rounded
+down). A node that passes only thanks to the factor is said so in the decision (``describe``).
+A node already over its real allocatable (another policy overcommitted it) fails with
+"Insufficient <name> (node already over its allocatable <name>: overcommitted)". Scores always
+use the real allocatable.
+
 Score (no normalization, raw score already 0..100), per configured resource: the pod's request
 (cpu/memory with the 100m / 200Mi per-container defaults, true requests otherwise) plus the
 node's requested (NonZeroRequested for cpu/memory, Requested otherwise) against allocatable.
@@ -151,6 +158,8 @@ class NodeResourcesFitArgs(PluginArgs):
 
 # ---------------------------------------------------------------------------- plugin
 _NATIVE = ("cpu", "memory", "ephemeral-storage")
+OVERCOMMIT_SOURCE = "overcommit"  # handle.source(): {resource: factor > 1} of the policy's spec.overcommit
+_ADMITTED_KEY = "NodeResourcesFit/overcommitted"  # CycleState: rows that fit only thanks to a factor
 
 
 class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):
@@ -195,9 +204,14 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         return not (is_extended_resource_name(name)
                     and (name in self._ignored or name.split("/")[0] in self._ignored_groups))
 
+    def _factors(self) -> dict[str, float]:
+        return (self.handle.source(OVERCOMMIT_SOURCE) if self.handle is not None else None) or {}
+
     def fits_empty_node(self, pod: PodInfo, node: NodeSpec) -> bool:
         """upstream isFit: the Filter's verdict on ``node`` with no pod on it."""
-        alloc = node.allocatable
+        factors = self._factors()
+        alloc = {k: int(v * factors[k]) if k in factors else v for k, v in node.allocatable.items()} \
+            if factors else node.allocatable
         if alloc.get("pods", 0) < 1:
             return False
         return all(q <= alloc.get(name, 0) for name, q in pod.requests.items() if self._checked(name, q))
@@ -269,20 +283,48 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         reasons = [("Too many pods", too_many)]
         failed = too_many.copy()
         unresolvable = np.zeros(len(rows), dtype=bool)
+        factors = self._factors()
+        admitted = None  # rows that fit only thanks to an overcommit factor
         for col, want, reason in checks:
             if col is None:
                 alloc = used = np.zeros(len(rows), dtype=np.int64)
             else:
                 alloc, used = nodes.allocatable[rows, col], nodes.requested[rows, col]
+            factor = factors.get(reason[13:]) if factors else None  # reason: "Insufficient <name>"
+            if factor is not None:
+                strict_short = want > alloc - used
+                alloc = (alloc * factor).astype(np.int64)
             short = want > alloc - used
-            reasons.append((reason, short))
+            over = short & (used > nodes.allocatable[rows, col]) if col is not None else None
+            if over is not None and over.any():  # another policy's overcommit filled it past allocatable
+                reasons.append((f"{reason} (node already over its allocatable {reason[13:]}: overcommitted)", over))
+                reasons.append((reason, short & ~over))
+            else:
+                reasons.append((reason, short))
             failed |= short
             unresolvable |= short & (want > alloc)
+            if factor is not None and strict_short.any():
+                admitted = (strict_short & ~short) if admitted is None else (admitted | (strict_short & ~short))
+        if admitted is not None and (admitted & ~failed).any():
+            got = state.read(_ADMITTED_KEY)
+            if got is None:
+                got = set()
+                state.write(_ADMITTED_KEY, got)
+            got.update(int(r) for r in rows[admitted & ~failed])
         if not failed.any():
             return FilterResult.all_pass(len(rows))
         code = np.where(unresolvable, int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE),
                         int(Code.UNSCHEDULABLE)).astype(np.int8)
         return FilterResult(~failed, code, [(r, m) for r, m in reasons if m.any()])
+
+    def describe(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray):
+        """For explain and the decision annotation: the top nodes that fit only thanks to the
+        policy's overcommit factors."""
+        got = state.read(_ADMITTED_KEY)
+        if not got:
+            return None
+        factors = ", ".join(f"{k} x{v:g}" for k, v in sorted(self._factors().items()))
+        return [{"admittedBy": f"overcommit ({factors})"} if int(r) in got else None for r in rows]
 
     # ------------------------------------------------------------------ score
     def _score_requests(self, pod: PodInfo) -> list[tuple[str, int | None]]:

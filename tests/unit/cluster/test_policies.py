@@ -162,3 +162,32 @@ def test_an_invalid_scheduler_name_is_an_error_of_the_owner():
     s, _ = store(scheduler_name="Bad_Name")
     s.on_policy("ADDED", policy("p", {**GOOD, "schedulerName": "Bad_Name"}))
     assert s.policies["p"].errors and s.policies["p"].errors[0].startswith("spec.schedulerName:")
+
+
+# ------------------------------------------------------------------ tenants: namespace defaults, overcommit
+
+
+def test_a_namespace_names_the_policy_of_its_unlabelled_pods():
+    namespaces = {"team-a": {"policy-scheduler.io/default-policy": "a-policy"}, "other": {}}
+    s, _ = store(namespaces=namespaces)
+    s.on_policy("ADDED", policy("a-policy", GOOD))
+    s.on_policy("ADDED", policy("default", GOOD))
+    assert s.resolve_policy(pod(namespace="team-a"))[0].name == "a-policy"
+    assert s.resolve_policy(pod(namespace="other"))[0].name == "default"
+    assert s.resolve_policy(pod({POLICY_LABEL: "default"}, namespace="team-a"))[0].name == "default"  # label wins
+    namespaces["team-a"]["policy-scheduler.io/default-policy"] = "gone"
+    st, why = s.resolve_policy(pod(namespace="team-a"))
+    assert st is None and why == ("SchedulingPolicy 'gone' (label policy-scheduler.io/default-policy of "
+                                  "namespace 'team-a') does not exist")
+
+
+def test_overcommit_factors_and_admitted_namespaces():
+    namespaces = {"a": {"dept": "a"}, "b": {"dept": "b"}, "c": {}}
+    s, _ = store(namespaces=namespaces)
+    s.on_policy("ADDED", policy("loose", {**GOOD, "overcommit": {"cpu": 1.05, "memory": 1.0},
+                                          "namespaceSelector": {"matchLabels": {"dept": "a"}}}))
+    s.on_policy("ADDED", policy("strict", GOOD))
+    assert s.policies["loose"].overcommit == {"cpu": 1.05} and s.policies["strict"].overcommit is None
+    assert s.admitted_namespaces(s.policies["loose"]) == 1 and s.admitted_namespaces(s.policies["strict"]) == 3
+    s.on_policy("ADDED", policy("bad", {**GOOD, "overcommit": {"cpu": 0.5}}))
+    assert s.policies["bad"].errors == ["spec.overcommit.cpu: Invalid value: 0.5: must be greater than or equal to 1.0"]

@@ -625,3 +625,63 @@ def test_args_upstream_refusals(args, path, detail):
 ])
 def test_args_upstream_accepts(args):
     assert kit.arg_errors("NodeResourcesFit", args) == []
+
+
+# ---------------------------------------------------------------------------- overcommit (tenants)
+
+
+class OvercommitHandle(kit.Handle):
+    """A policy's handle with spec.overcommit factors (as cluster/handle.py's PolicyHandle)."""
+
+    def __init__(self, factors):
+        self.factors = factors
+
+    def source(self, name):
+        return self.factors if name == "overcommit" else None
+
+
+def _run_filter(plugin, pod, t):
+    state = CycleState()
+    plugin.pre_filter(state, pod, t)
+    return state, plugin.filter(state, pod, t, np.arange(t.n))
+
+
+def test_overcommit_fits_against_allocatable_times_the_factor_and_says_so():
+    t = kit.table([make_node("n1", {"cpu": "4", "memory": "8Gi"}), make_node("n2", {"cpu": "8", "memory": "8Gi"})])
+    t.add_pod(make_pod("used", {"cpu": "3800m"}), "n1")
+    pod = make_pod("p", {"cpu": "400m"})
+    strict = kit.instance(PLUGIN)
+    loose = kit.instance(PLUGIN, handle=OvercommitHandle({"cpu": 1.05}))
+    _, res = _run_filter(strict, pod, t)
+    assert res.passed.tolist() == [False, True]  # 3800m + 400m > 4000m
+    state, res = _run_filter(loose, pod, t)
+    assert res.passed.tolist() == [True, True]  # 4200m <= 4000m x 1.05
+    assert loose.describe(state, pod, t, np.array([0, 1])) == [{"admittedBy": "overcommit (cpu x1.05)"}, None]
+    assert strict.describe(CycleState(), pod, t, np.array([0])) is None
+    # 4001m would pass nowhere on n1 even overcommitted: beyond 4200m
+    _, res = _run_filter(loose, make_pod("big", {"cpu": "500m"}), t)
+    assert res.passed.tolist() == [False, True]
+
+
+def test_a_node_overcommitted_by_another_policy_is_refused_with_a_reason_that_says_so():
+    t = kit.table([make_node("n1", {"cpu": "4", "memory": "8Gi"}), make_node("n2", {"cpu": "4", "memory": "8Gi"})])
+    t.add_pod(make_pod("a", {"cpu": "4100m"}), "n1")  # another tenant's overcommit
+    t.add_pod(make_pod("b", {"cpu": "3950m"}), "n2")  # full, not over
+    _, res = _run_filter(kit.instance(PLUGIN), make_pod("p", {"cpu": "100m"}), t)
+    assert res.passed.tolist() == [False, False]
+    reasons = {r: m.tolist() for r, m in res.reasons}
+    assert reasons["Insufficient cpu (node already over its allocatable cpu: overcommitted)"] == [True, False]
+    assert reasons["Insufficient cpu"] == [False, True]
+    assert res.code.tolist() == [int(Code.UNSCHEDULABLE)] * 2
+    # scores keep the real allocatable: the over-full node scores 0 for cpu, even for the policy
+    # whose factor lets it fit
+    t = kit.table([make_node("n1", {"cpu": "4", "memory": "8Gi"}), make_node("n2", {"cpu": "4", "memory": "8Gi"})])
+    t.add_pod(make_pod("a", {"cpu": "4100m"}), "n1")
+    t.add_pod(make_pod("b", {"cpu": "2000m"}), "n2")
+    plugin = kit.instance(PLUGIN, handle=OvercommitHandle({"cpu": 2.0}))
+    state = CycleState()
+    pod = make_pod("p", {"cpu": "100m", "memory": "100Mi"})
+    plugin.pre_filter(state, pod, t)
+    plugin.pre_score(state, pod, t, np.arange(2))
+    s = plugin.score(state, pod, t, np.arange(2))
+    assert s[0] < s[1]
