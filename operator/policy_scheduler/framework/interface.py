@@ -115,6 +115,11 @@ class Handle:
         """A named outside-data source prepared out of the cycle (e.g. Prometheus metrics)."""
         return None
 
+    def pdbs(self) -> Sequence[Any]:
+        """The PodDisruptionBudgets DefaultPreemption weighs (``framework.preemption.PDB``
+        values, from the operator's cache; upstream's PDB lister). Default: none."""
+        return ()
+
     def waiting_pods(self) -> "WaitingPods":
         """upstream Handle.IterateOverWaitingPods / GetWaitingPod / RejectWaitingPod: the pods
         parked by a Permit plugin's Wait, shared by every policy of the scheduler."""

@@ -93,6 +93,12 @@ class PodInfo:
     images: tuple[str, ...] = ()  # normalized names of init + regular container images
     preemption_policy: str = "PreemptLowerPriority"
     nominated_node_name: str = ""
+    # status.startTime as the API writes it (RFC 3339, UTC, seconds: compares as a string);
+    # "" when the pod has not started (preemption then counts it as started now)
+    start_time: str = ""
+    # deletionTimestamp set and the first DisruptionTarget condition True with reason
+    # PreemptionByScheduler (upstream podTerminatingByPreemption)
+    terminating_by_preemption: bool = False
     scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names, in spec order
     parse_error: str | None = None
     # the API object; kept for pods waiting to be scheduled, dropped for pods counted on a node
@@ -233,6 +239,17 @@ def _spread_constraints(spec: Mapping[str, Any], labels: Mapping[str, str]) -> t
     return tuple(out)
 
 
+def _terminating_by_preemption(status: Mapping[str, Any]) -> bool:
+    """The first DisruptionTarget condition decides (upstream podTerminatingByPreemption)."""
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list):
+        return False
+    for c in conditions:
+        if isinstance(c, Mapping) and c.get("type") == "DisruptionTarget":
+            return c.get("status") == "True" and c.get("reason") == "PreemptionByScheduler"
+    return False
+
+
 def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -251,10 +268,13 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
         creation_timestamp=str(meta.get("creationTimestamp") or ""),
         preemption_policy=str(spec.get("preemptionPolicy") or "PreemptLowerPriority"),
         nominated_node_name=str(status.get("nominatedNodeName") or ""),
+        start_time=str(status.get("startTime") or ""),
         scheduling_gates=tuple(str((g or {}).get("name", "")) for g in (spec.get("schedulingGates") or [])
                                if isinstance(g, Mapping)),
         raw=pod,
     )
+    if info.terminating:
+        info.terminating_by_preemption = _terminating_by_preemption(status)
     try:
         info.requests = compute_requests(spec)
         nz = compute_requests(spec, defaults=True)

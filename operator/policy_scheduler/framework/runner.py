@@ -33,6 +33,9 @@ MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 TOP_NODES = 5  # how many nodes a Decision keeps per-plugin scores for
 DESCRIBED_NODES = 3  # how many of them get plugin details (see describe_top)
 NO_NODES = "no nodes available to schedule pods"
+# CycleState key under which ``post_filter`` offers PostFilter plugins a ``NodeFilter``: the
+# cycle's PreFilter and Filter for one node row (DefaultPreemption's dry run, preemption.py)
+NODE_FILTER_KEY = "framework/node-filter"
 # pseudo plugin recorded as the rejector of a pod whose spec cannot be parsed: it registers only
 # the pod's own update, so the pod waits for a fix instead of being retried
 POD_SPEC = "PodSpec"
@@ -182,8 +185,10 @@ class _Scan:
 class _Cycle:
     """One pod's scheduling cycle on the snapshot (upstream schedulePod and its helpers)."""
 
-    def __init__(self, chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleState) -> None:
+    def __init__(self, chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleState,
+                 nominator: Nominator | None = None) -> None:
         self.chain, self.pod, self.nodes, self.rng, self.state = chain, pod, nodes, rng, state
+        self.nominator = nominator
         self.pending: set[str] = set()  # Filter plugins that answered Pending for some node
         self.rec: CycleRecorder = state.recorder
 
@@ -379,6 +384,7 @@ class _Cycle:
         sampled = rec.sampled
         t0 = perf_counter()
         code = Code.UNSCHEDULABLE  # upstream: no PostFilter plugin succeeded
+        self.state.write(NODE_FILTER_KEY, NodeFilter(self.chain, self.nominator))
         try:
             for p in self.chain.post_filter:
                 t = perf_counter() if sampled else 0.0
@@ -540,6 +546,45 @@ def _add_nominated(nominator: Nominator | None, pod: PodInfo, nodes: NodeTable) 
     return added
 
 
+class NodeFilter:
+    """The chain's PreFilter and Filter for one pod on one node row of the live table, on a
+    fresh CycleState (upstream RunFilterPluginsWithNominatedPods after the PreFilter state
+    was brought up to date): what a PostFilter plugin dry-runs after changing the table.
+    ``add_nominated``/``remove`` count the nominated pods of equal or higher priority as the
+    cycle does."""
+
+    __slots__ = ("chain", "nominator", "_rows", "_pos")
+
+    def __init__(self, chain: Chain, nominator: Nominator | None = None) -> None:
+        self.chain, self.nominator = chain, nominator
+        self._rows = np.zeros(1, dtype=np.int64)
+        self._pos = np.zeros(1, dtype=np.int64)
+
+    def add_nominated(self, pod: PodInfo, nodes: NodeTable) -> list[str]:
+        return _add_nominated(self.nominator, pod, nodes)
+
+    def __call__(self, pod: PodInfo, nodes: NodeTable, row: int) -> Status:
+        """Success, the status of the plugin that rejected the node (its code and reasons), or
+        an Error status in the runner's words."""
+        cycle = _Cycle(self.chain, pod, nodes, random, CycleState())
+        failures = _Failures()
+        self._rows[0] = row
+        try:
+            candidates, narrowing = cycle.pre_filter()
+            if narrowing and not (candidates == row).any():
+                return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                              (f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]",))
+            ok, _ = cycle._run_filters(self._rows, self._pos, failures)
+        except _Abort as a:
+            return a.status
+        except Exception as e:  # a framework bug
+            return Status.error(f"scheduling cycle failed: {type(e).__name__}: {e}")
+        if len(ok):
+            return Status.success()
+        plugin, _, codes, reasons = failures.records[-1]
+        return Status(Code(int(codes[0])), tuple(r for r, _ in reasons), plugin)
+
+
 def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Random | None = None,
                  state: CycleState | None = None, nominator: Nominator | None = None,
                  recorder: CycleRecorder | None = None) -> Decision:
@@ -558,7 +603,7 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
     if n_all == 0:
         st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_NODES,))
         return Decision(pod.key, None, st, 0, message=NO_NODES, duration=time.perf_counter() - start)
-    cycle = _Cycle(chain, pod, nodes, rng, state)
+    cycle = _Cycle(chain, pod, nodes, rng, state, nominator)
     added = _add_nominated(nominator, pod, nodes)
     try:
         return _schedule(cycle, added, start)

@@ -1,0 +1,88 @@
+"""DefaultPreemption: when no node fits, find the node where evicting the fewest, least
+important lower-priority pods makes room, and nominate it (upstream
+plugins/defaultpreemption/default_preemption.go, v1.37; the decision is framework/preemption.py).
+
+PostFilter only. Returns Success with the nominated node, or Unschedulable with upstream's
+message prefixed ``preemption: `` (e.g. ``preemption: not eligible due to
+preemptionPolicy=Never.``, ``preemption: 0/3 nodes are available: 1 No preemption victims found
+for incoming pod, 2 Preemption is not helpful for scheduling.``).
+
+The decision (``framework.preemption.PreemptionResult``: the nominated node, the victims, the
+lower-priority pods whose nomination to clear) is written into the CycleState under
+``RESULT_KEY``; the operator acts on it after the cycle (deleting the victims, clearing
+nominations). PDBs come from ``Handle.pdbs()``.
+
+Args (upstream DefaultPreemptionArgs): ``minCandidateNodesPercentage`` (default 10, 0..100)
+and ``minCandidateNodesAbsolute`` (default 100, >= 0), not both 0: the dry run looks for
+max(nodes x percentage / 100, absolute) candidates (capped at the nodes where preemption
+may help) before picking one.
+
+Not registered in the built-in registry yet: without the operator acting on the victims a
+nomination would wait forever.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from ..framework.interface import CycleState, NodeToStatus, PluginArgs, PostFilterPlugin
+from ..framework.nodetable import NodeTable
+from ..framework.podinfo import PodInfo
+from ..framework.preemption import PDB, PreemptionResult, preempt
+from ..framework.runner import NODE_FILTER_KEY
+from ..framework.status import Code, Status
+from ..framework.validation import int32_errors, invalid, raise_if
+
+NAME = "DefaultPreemption"
+RESULT_KEY = f"{NAME}/result"  # CycleState key of the PreemptionResult of the last PostFilter
+
+
+class DefaultPreemptionArgs(PluginArgs):
+    """upstream DefaultPreemptionArgs and ValidateDefaultPreemptionArgs."""
+
+    min_candidate_nodes_percentage: int = Field(10, alias="minCandidateNodesPercentage", strict=True)
+    min_candidate_nodes_absolute: int = Field(100, alias="minCandidateNodesAbsolute", strict=True)
+
+    @model_validator(mode="after")
+    def _validate(self) -> "DefaultPreemptionArgs":
+        pct, ab = self.min_candidate_nodes_percentage, self.min_candidate_nodes_absolute
+        pp, ap = "minCandidateNodesPercentage", "minCandidateNodesAbsolute"
+        errs = int32_errors(pp, pct) + int32_errors(ap, ab)
+        if errs:
+            raise_if(errs)
+        if not 0 <= pct <= 100:
+            errs.append(invalid(pp, pct, "not in valid range [0, 100]"))
+        if ab < 0:
+            errs.append(invalid(ap, ab, "not in valid range [0, inf)"))
+        if pct == 0 and ab == 0:
+            errs.append(invalid(pp, pct, "cannot be zero at the same time as minCandidateNodesAbsolute"))
+            errs.append(invalid(ap, ab, "cannot be zero at the same time as minCandidateNodesPercentage"))
+        raise_if(errs)
+        return self
+
+
+class DefaultPreemption(PostFilterPlugin):
+    NAME = NAME
+    Args = DefaultPreemptionArgs
+
+    def post_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable,
+                    statuses: NodeToStatus) -> tuple[Status, str | None]:
+        node_filter = state.read(NODE_FILTER_KEY)
+        if node_filter is None:
+            return Status.error("no node filter in the cycle state (PostFilter outside schedule_one)"), None
+        args: DefaultPreemptionArgs = self.args  # type: ignore[assignment]
+        pdbs = [b if isinstance(b, PDB) else PDB.from_dict(b) for b in self.handle.pdbs()]
+        result: PreemptionResult = preempt(pod, nodes, statuses, pdbs, node_filter,
+                                           args.min_candidate_nodes_percentage,
+                                           args.min_candidate_nodes_absolute)
+        state.write(RESULT_KEY, result)
+        st = result.status
+        if st.code == Code.SUCCESS:
+            return st, result.nominated_node
+        msg = st.message()
+        if msg:
+            st = Status(st.code, (f"preemption: {msg}",))
+        return st, None
+
+
+PLUGIN = DefaultPreemption
