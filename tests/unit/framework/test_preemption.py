@@ -395,3 +395,35 @@ def test_not_eligible_leaves_the_nomination():
     t = table([node("n1", cpu="1")], [("n1", pod("low", 10, "1"))])
     res = run(pod("p", 100, "1", policy="Never"), t)
     assert res.status == Status(UNSCHED, (MSG_NEVER,)) and res.nominated_node is None
+
+
+# ---------------------------------------------------------------- runner.NodeFilter (the one-row hook)
+def test_node_filter_statuses():
+    nf = NodeFilter(default_chain())
+    t = table([node("n1", cpu="1"), node("n2")], [("n1", pod("x", 0, "1"))])
+    assert nf(pod("p", 0, "1"), t, 1).is_success
+    st = nf(pod("p", 0, "1"), t, 0)
+    assert (st.code, st.reasons, st.plugin) == (UNSCHED, ("Insufficient cpu",), "NodeResourcesFit")
+    # a PreFilter result that leaves the row out
+    pinned = parse_pod({"metadata": {"name": "q", "namespace": "default"}, "spec": {
+        "containers": [{"name": "c"}], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]}}}}})
+    assert nf(pinned, t, 0) == Status(UNRESOLVABLE, ("node(s) didn't satisfy plugin(s) [NodeAffinity]",))
+    assert nf(pinned, t, 1).is_success
+
+
+def test_node_filter_errors_in_the_runners_words():
+    from policy_scheduler.framework.interface import FilterPlugin
+    from policy_scheduler.framework.registry import Registry
+
+    class Broken(FilterPlugin):
+        NAME = "Broken"
+
+        def filter(self, state, pod, nodes, rows):
+            raise RuntimeError("boom")
+
+    reg = Registry()
+    reg.register(Broken)
+    nf = NodeFilter(build_chain({"plugins": [{"name": "Broken"}]}, reg))
+    st = nf(pod("p"), table([node("n1")]), 0)
+    assert st == Status(Code.ERROR, ('running "Broken" filter plugin: RuntimeError: boom',))
