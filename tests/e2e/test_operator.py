@@ -13,6 +13,7 @@ import yaml
 from kubernetes import client
 
 import localcluster
+from conftest import OperatorProcess
 from helpers import (FAST_ELECTION, GROUP, PLURAL, VERSION, apply_policy, events_for, pod, policy_status, ready_condition,
                      wait_bound, wait_for)
 
@@ -239,8 +240,6 @@ def own_default(policies, scheduler: str) -> None:
 
 
 def test_sigkill_mid_burst_binds_every_pod_exactly_once(cluster, core, namespace, nodes, crd, policies):
-    from conftest import OperatorProcess
-
     n_nodes, n_pods = 8, 300
     for i in range(n_nodes):
         nodes(f"crash-{i}", cpu="4", memory="16Gi", pods="110", labels={"e2e": "crash"})
@@ -287,8 +286,6 @@ def test_sigkill_mid_burst_binds_every_pod_exactly_once(cluster, core, namespace
 def test_a_rejected_binding_is_requeued_not_lost(cluster, api, core, namespace, nodes, crd, policies):
     """A bind the API refuses (403: the operator's role lacks pods/binding) is reported and retried
     with backoff; once the permission is granted the same pod binds. Nothing is dropped."""
-    from conftest import OperatorProcess
-
     rbac = client.RbacAuthorizationV1Api(api)
     role = yaml.safe_load((ROOT / "manifests" / "02-clusterrole.yaml").read_text())
     rules = [r for r in role["rules"] if "pods/binding" not in r.get("resources", [])]

@@ -115,3 +115,10 @@ def test_test_module_names_are_unique():
     names = [p.name for p in (PKG.parents[1] / "tests").rglob("test_*.py")]
     assert len(names) > 20
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_one_conftest_per_kind_of_test():
+    """e2e tests import OperatorProcess from `conftest`: pytest keeps the last conftest.py it
+    imported under that name, so tests/ and tests/e2e/ hold the only ones."""
+    tests = PKG.parents[1] / "tests"
+    assert sorted(str(p.relative_to(tests)) for p in tests.rglob("conftest.py")) == ["conftest.py", "e2e/conftest.py"]
