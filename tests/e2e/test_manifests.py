@@ -47,8 +47,9 @@ def the(kind: str) -> dict:
 OPERATOR_CALLS = {
     *((g, r, v) for g, r in (("", "nodes"), ("", "pods"), ("", "namespaces"), ("", "services"),
                               ("", "replicationcontrollers"), ("apps", "replicasets"), ("apps", "statefulsets"),
-                              ("policy-scheduler.io", "schedulingpolicies"))
+                              ("policy", "poddisruptionbudgets"), ("policy-scheduler.io", "schedulingpolicies"))
       for v in ("list", "watch")),
+    ("", "pods", "delete"),  # DefaultPreemption's victims
     ("", "pods/binding", "create"),
     ("", "pods/status", "patch"),
     ("events.k8s.io", "events", "create"),
@@ -248,7 +249,7 @@ def test_service_account_is_granted_exactly_that(api, installed):
         assert not allowed("", "secrets", verb, namespace=sa["namespace"], name="other-secret")
     for verb in ("list", "watch", "delete"):
         assert not allowed("", "secrets", verb, namespace=sa["namespace"], name=SECRET_NAME)
-    for call in [("", "pods", "get"), ("", "pods", "delete"), ("", "pods", "patch"), ("", "nodes", "patch"),
+    for call in [("", "pods", "get"), ("", "pods", "create"), ("", "pods", "patch"), ("", "nodes", "patch"),
                  ("", "secrets", "list"), ("", "events", "create"), ("events.k8s.io", "events", "patch"),
                  ("policy-scheduler.io", "schedulingpolicies", "patch")]:
         assert not allowed(*call), call

@@ -250,9 +250,9 @@ def report(outcomes: list[Outcome]) -> tuple[int, int, list[Outcome]]:
     ties = [o for o in outcomes if o.decision and not o.unique_best]
     unplaced = [o for o in outcomes if o.ours is None or o.upstream is None]
     # unschedulable for both: the same "0/N nodes are available: ..." histogram; upstream appends
-    # its preemption outcome, and the default policy has no PostFilter
+    # its preemption outcome, as the default policy (DefaultPreemption) does
     mismatched = [o for o in unplaced if (o.ours is None) != (o.upstream is None)
-                 or o.messages[0] != o.messages[1].split(" preemption: ")[0]]
+                 or o.messages[0] != o.messages[1]]
     rate = 100.0 * len(agree) / len(unique) if unique else 0.0
     print(f"\nparity: {len(outcomes)} pods on {NUM_NODES} nodes (seed {SEED}); best node unique for "
           f"{len(unique)}, ties {len(ties)}, unschedulable for both {len(unplaced) - len(mismatched)}, "

@@ -45,6 +45,8 @@ from ..framework.interface import CycleState, Handle
 from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.nominator import Nominator
 from ..framework.podinfo import PodInfo, parse_pod
+from ..framework.preemption import PDB, PreemptionResult
+from ..plugins.default_preemption import NAME as PREEMPTION, RESULT_KEY as PREEMPTION_RESULT
 from ..framework.queue import QueuedPodInfo, SchedulingQueue
 from ..framework.registry import Registry
 from ..framework.runner import POD_SPEC, Decision, schedule_one
@@ -109,6 +111,7 @@ class Engine:
         self.waiting = WaitingPods()  # pods parked by Permit, shared by every policy's handle
         self.namespaces: dict[str, dict[str, str]] = {}
         self.workloads = WorkloadIndex()
+        self.pdbs: dict[str, PDB] = {}  # namespace/name -> what DefaultPreemption reads of it
         self.sources = sources or MetricSources()
         self.sources.attach(lambda: self.table.names, self._move_for_source)
         self.telemetry = telemetry or Telemetry()
@@ -309,6 +312,14 @@ class Engine:
         if self.queue.active_count > active:
             self.wake()
 
+    def on_pdb(self, event: str, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        if event == "DELETED":
+            self.pdbs.pop(key, None)
+        else:
+            self.pdbs[key] = PDB.from_dict(body)
+
     def _forget_pending(self, key: str) -> None:
         self.queue.delete(key)
         self.nominator.remove(key)
@@ -379,6 +390,8 @@ class Engine:
                      "replicationcontrollers"),
             Informer(self.client, "/apis/apps/v1/replicasets", self.workloads.on_replica_set, "replicasets"),
             Informer(self.client, "/apis/apps/v1/statefulsets", self.workloads.on_stateful_set, "statefulsets"),
+            # DefaultPreemption spares pods whose PodDisruptionBudget allows no more disruptions
+            Informer(self.client, "/apis/policy/v1/poddisruptionbudgets", self.on_pdb, "poddisruptionbudgets"),
         ]
         for inf in self.informers:
             self.spawn(inf.run())
@@ -541,9 +554,68 @@ class Engine:
         # a spec that cannot be parsed is reported once, not at every periodic retry
         self.recorder.failure(pod, "FailedScheduling", msg, code=decision.status.code,
                               once=POD_SPEC in decision.unschedulable_plugins)
-        if decision.nominated_node:
+        result = state.read(PREEMPTION_RESULT)
+        if result is not None:
+            self._preempt(pod, result)
+        elif decision.nominated_node:
             self.nominate(pod, decision.nominated_node)
         return decision
+
+    def _preempt(self, pod: PodInfo, result: PreemptionResult) -> None:
+        """Act on DefaultPreemption's choice (upstream prepareCandidate), off the loop: the
+        preemptor is nominated to the node, lower-priority pods nominated there lose their
+        nomination, and each victim gets the DisruptionTarget condition, is deleted and gets a
+        Preempted event. The preemptor waits in the queue for the victims' deletion (their
+        AssignedPodDelete events wake it) and is tried on its nominated node first."""
+        node = result.nominated_node
+        if node is None:
+            return  # not eligible, or an error: the nomination stays as it is
+        self.telemetry.preemption_attempts.inc()
+        if node == "":
+            if pod.nominated_node_name or self.nominator.node_of(pod.key):  # no candidate: clear an old one
+                self.nominator.remove(pod.key)
+                pod.nominated_node_name = None
+                self.recorder.nominate(pod, None)
+            return
+        for other in result.clear_nominations:
+            self.nominator.remove(other.key)
+            other.nominated_node_name = None
+            self.recorder.nominate(other, None)
+        self.nominate(pod, node)
+        if not result.victims:
+            return
+        log.info("pod %s preempts %d pods on node %s: %s", pod.key, len(result.victims), node,
+                 ", ".join(result.victim_keys), extra=fields(pod=pod.key, node=node, victims=result.victim_keys))
+        top = result.victims[0]
+        self.recorder.event(pod, "Normal", "Preempting", "Preempting", truncate(
+            f"Preempting {len(result.victims)} pod(s) on node {node}: {', '.join(result.victim_keys)} "
+            f"(chosen from {result.candidates} candidate node(s) by upstream's order: {result.num_pdb_violations} "
+            f"PDB violation(s), highest victim priority {top.priority}, priority sum "
+            f"{sum(v.priority for v in result.victims)}, {len(result.victims)} victim(s))", MAX_MESSAGE_LEN))
+        self.telemetry.preemption_victims.observe(len(result.victims))
+        for v in result.victims:
+            if v.uid and self.waiting.reject(v.uid, PREEMPTION, "preempted"):
+                continue  # a pod parked at Permit: rejected, never bound
+            self.spawn(self._delete_victim(v, pod, node))
+
+    async def _delete_victim(self, victim: PodInfo, preemptor: PodInfo, node: str) -> None:
+        if not self.leadership.valid():
+            return
+        await self.recorder.disruption_target(
+            victim, f"{self.scheduler_name}: preempting to accommodate a higher priority pod")
+        try:
+            await self.client.request("DELETE", f"/api/v1/namespaces/{victim.namespace}/pods/{victim.name}",
+                                      {"apiVersion": "v1", "kind": "DeleteOptions",
+                                       **({"preconditions": {"uid": victim.uid}} if victim.uid else {})})
+        except ApiError as e:
+            if e.status not in (404, 409):  # gone already, or replaced by a pod of the same name
+                log.warning("preemption victim %s not deleted: %s", victim.key, e)
+            return
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            log.warning("preemption victim %s not deleted: %s", victim.key, e)
+            return
+        self.recorder.event(victim, "Normal", "Preempted", "Preempting",
+                            f"Preempted by pod {preemptor.uid} on node {node}")
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         """A PostFilter nominated ``node``: the pod counts there for pods of lower or equal

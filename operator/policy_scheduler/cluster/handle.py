@@ -39,6 +39,9 @@ class OperatorHandle(Handle):
     def waiting_pods(self) -> WaitingPods:
         return self.engine.waiting
 
+    def pdbs(self):
+        return list(self.engine.pdbs.values())
+
     async def bind_pod(self, pod: PodInfo, node_name: str, annotations: Mapping[str, str]) -> Status:
         from .binder import post_binding
 

@@ -97,9 +97,17 @@ class EventRecorder:
         cond_reason = "SchedulerError" if code == Code.ERROR else "Unschedulable"
         self._spawn(self._patch_condition(pod, cond_reason, msg))
 
-    def nominate(self, pod: PodInfo, node: str) -> None:
-        """Write status.nominatedNodeName (a PostFilter's nomination), off the loop."""
+    def nominate(self, pod: PodInfo, node: str | None) -> None:
+        """Write status.nominatedNodeName (a PostFilter's nomination; None clears it), off the loop."""
         self._spawn(self._patch_status(pod, {"status": {"nominatedNodeName": node}}, "nominatedNodeName"))
+
+    async def disruption_target(self, pod: PodInfo, msg: str) -> None:
+        """The DisruptionTarget condition of a pod about to be preempted (upstream, before the
+        delete): reason PreemptionByScheduler."""
+        body = {"status": {"conditions": [{"type": "DisruptionTarget", "status": "True",
+                                           "reason": "PreemptionByScheduler", "message": msg,
+                                           "lastTransitionTime": now_rfc3339()}]}}
+        await self._patch_status(pod, body, "DisruptionTarget condition")
 
     def forget(self, pod_key: str) -> None:
         """The pod is bound or gone: its next failure, if any, is reported anew."""

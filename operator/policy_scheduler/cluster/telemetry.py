@@ -152,6 +152,10 @@ class Telemetry:
                                    ["code"], registry=r)
         self.nodes = Gauge("policy_scheduler_nodes", "Nodes in the scheduler's cache.", registry=r)
         self.policies = Gauge("policy_scheduler_policies", "SchedulingPolicies by readiness.", ["ready"], registry=r)
+        self.preemption_attempts = Counter("scheduler_preemption_attempts",
+                                           "Total preemption attempts in the cluster till now", registry=r)
+        self.preemption_victims = Histogram("scheduler_preemption_victims", "Number of selected preemption victims",
+                                            buckets=exponential_buckets(1, 2, 7), registry=r)
         # client-go's leader election metric, under its name (k8s.io/client-go/tools/leaderelection)
         self.leader = Gauge("leader_election_master_status",
                             "Gauge of if the reporting system is master of the relevant lease, 0 indicates "

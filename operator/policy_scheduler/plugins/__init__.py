@@ -28,6 +28,7 @@ PLUGIN_MODULES = (
     "metric_threshold",
     "metric_score",
     "scheduling_gates",
+    "default_preemption",
     "default_binder",
 )
 

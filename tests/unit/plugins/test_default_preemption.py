@@ -24,12 +24,7 @@ T0, T1 = "2024-01-01T00:00:00Z", "2024-01-01T00:00:01Z"
 
 
 def registry() -> Registry:
-    reg = Registry()
-    base = default_registry()
-    for n in base.names():
-        reg.register(base.get(n))
-    reg.register(DefaultPreemption)
-    return reg
+    return default_registry()
 
 
 class PDBHandle(Handle):
@@ -213,8 +208,8 @@ def test_args_valid_edges_and_strictness():
     assert arg_errors({"bogus": 1})
 
 
-def test_not_registered_yet():
-    assert "default_preemption" not in PLUGIN_MODULES and "DefaultPreemption" not in default_registry()
+def test_registered_as_a_built_in_plugin():
+    assert "default_preemption" in PLUGIN_MODULES and default_registry().get("DefaultPreemption") is DefaultPreemption
 
 
 # ---------------------------------------------------------------- cost
