@@ -237,6 +237,14 @@ def cmd_explain(a: argparse.Namespace) -> int:
             print(json.dumps(d, indent=2))
         else:
             _print_decision(d)
+            # a preemptor: which pods it preempted, where, and why that node (its Preempting event)
+            try:
+                evs = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+            except ApiException:
+                evs = []
+            for e in evs:
+                if e.reason == "Preempting" and (not pod.metadata.uid or e.involved_object.uid == pod.metadata.uid):
+                    print(f"  preemption: {e.message}")
         return 0
     cond = next((c for c in (pod.status.conditions or []) if c.type == "PodScheduled"), None)
     if cond is not None and cond.status == "False":

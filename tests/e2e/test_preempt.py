@@ -5,6 +5,8 @@ Nodes are kwok's, so a deleted victim really goes away."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -69,7 +71,7 @@ def gone_or_terminating(core, namespace, name) -> bool:
         return e.status == 404
 
 
-def test_a_high_priority_pod_preempts_and_binds(core, namespace, nodes, priorities, preempt_policy):
+def test_a_high_priority_pod_preempts_and_binds(cluster, core, namespace, nodes, priorities, preempt_policy):
     names, low = fill(core, namespace, nodes, "pre-a", 2, 2)
     core.create_namespaced_pod(namespace, pod("high", namespace, cpu="1", labels={LABEL: POLICY},
                                               priorityClassName="t-high", nodeSelector={"e2e": "pre-a"}))
@@ -84,6 +86,11 @@ def test_a_high_priority_pod_preempts_and_binds(core, namespace, nodes, prioriti
     preempting = events_for(core, namespace, "high", "Preempting")
     assert preempting and f"on node {node}: {namespace}/{victims[0]}" in preempting[0].message
     print(f"\nhigh-priority pod bound {took:.1f}s after creation on {node}, preempting {victims[0]}")
+    out = subprocess.run([sys.executable, "-m", "policy_scheduler.cli", "explain", f"{namespace}/high",
+                          "--kubeconfig", str(cluster.kubeconfig_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"node:      {node}" in out.stdout
+    assert f"preemption: Preempting 1 pod(s) on node {node}: {namespace}/{victims[0]}" in out.stdout, out.stdout
 
 
 def test_preemption_policy_never_does_not_preempt(core, namespace, nodes, priorities, preempt_policy):
