@@ -263,7 +263,11 @@ class Engine:
             if self.table.node_of(key) == node:
                 old = self.table.pod(key)
                 labels = meta.get("labels") or {}
-                if old is not None and old.uid == meta.get("uid") and old.labels == labels:
+                status = body.get("status") or {}
+                # what preemption reads of a bound pod: its start time, and whether it is terminating
+                same_life = old is not None and old.start_time == str(status.get("startTime") or "") \
+                    and old.terminating == (meta.get("deletionTimestamp") is not None)
+                if same_life and old.uid == meta.get("uid") and old.labels == labels:
                     # our own binding coming back (confirm the assumption), or a status update of a
                     # pod we already count: nothing the cache holds changed, no need to parse it again
                     if key in self.table.assumed:
@@ -271,7 +275,7 @@ class Engine:
                         old.raw = None
                         self._move(ASSIGNED_POD_ADD, None, old)  # bound now: pods waiting on it may go
                     return
-                if (old is not None and old.uid == meta.get("uid") and not old.spread_constraints
+                if (same_life and old.uid == meta.get("uid") and not old.spread_constraints
                         and not meta.get("deletionTimestamp")):
                     # only the labels changed (the API server copies the node's topology labels onto
                     # a pod it binds): nothing else derives from them unless spread constraints merge

@@ -78,7 +78,10 @@ class DefaultPreemption(PostFilterPlugin):
         state.write(RESULT_KEY, result)
         st = result.status
         if st.code == Code.SUCCESS:
-            return st, result.nominated_node
+            # upstream (v1.35+) says what it found; it ends up in the FailedScheduling message
+            return Status(Code.SUCCESS, (f"preemption: found a potential placement for pod on node "
+                                         f"{result.nominated_node}, preempting {len(result.victims)} victims",)), \
+                result.nominated_node
         msg = st.message()
         if msg:
             st = Status(st.code, (f"preemption: {msg}",))

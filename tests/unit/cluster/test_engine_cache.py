@@ -57,3 +57,22 @@ def test_labels_changed_on_a_pod_with_spread_constraints_are_parsed_again():
     assert got.labels == labels
     assert got.spread_constraints[0].selector.matches({"app": "a", "pod-template-hash": "h1"})
     assert not got.spread_constraints[0].selector.matches({"app": "a", "pod-template-hash": "h2"})
+
+
+def test_what_preemption_reads_of_a_bound_pod_follows_its_updates():
+    """The start time (the kubelet sets it after binding) and termination by preemption reach the
+    cache: victims are ordered by start time, and a preemptor waits for terminating victims."""
+    e = bound_engine()
+    e.on_pod("MODIFIED", pod("p", "n1"))
+    started = pod("p", "n1")
+    started["status"]["startTime"] = "2026-01-01T00:00:00Z"
+    e.on_pod("MODIFIED", started)
+    assert e.table.pod("ns/p").start_time == "2026-01-01T00:00:00Z"
+    dying = pod("p", "n1")
+    dying["status"] = {"startTime": "2026-01-01T00:00:00Z", "conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]}
+    dying["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    e.on_pod("MODIFIED", dying)
+    got = e.table.pod("ns/p")
+    assert got.terminating and got.terminating_by_preemption
+    assert e.table.requested[e.table.index["n1"], 0] == 100  # still counted until it is gone
