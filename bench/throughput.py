@@ -12,6 +12,9 @@ over 3 zones):
   TopologySpreading   zone spread, maxSkew 1, DoNotSchedule            default 1000 nodes x 5000 pods
   PodAntiAffinity     required hostname anti-affinity within an app    default  500 nodes x 1000 pods
                       (apps of nodes/2 pods: at most one per node)
+  PreemptionBasic     scheduler_perf's PreemptionBasic: every node     default  500 nodes x  500 pods
+                      already holds 4 low-priority pods of 900m (created bound, not measured); the
+                      measured pods (priority 10, 3 cpu) each preempt 3 of them; no latency phase
 
 Every run (one scheduler on one workload) gets a fresh control plane (etcd + kube-apiserver in
 its own state dir under .local/bench-<time>/), plain Node objects (no kwok, so nothing else loads
@@ -120,6 +123,22 @@ class Workload:
     quick_nodes: int
     quick_pods: int
     zones: int = 3
+    init_per_node: int = 0  # low-priority pods created bound on every node before the run (preemption)
+
+    @property
+    def preempts(self) -> bool:
+        return self.init_per_node > 0
+
+    def init_pods(self, nodes: int) -> list[dict]:
+        """scheduler_perf's pod-low-priority.yaml (900m / 500Mi, grace period 0), bound up front."""
+        return [{"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": f"low-{i:05d}-{j}", "namespace": NAMESPACE, "labels": {"app": "low"}},
+                 "spec": {"nodeName": f"node-{i:05d}", "terminationGracePeriodSeconds": 0,
+                          "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
+                                          "ports": [{"containerPort": 80}],
+                                          "resources": {"requests": {"cpu": "900m", "memory": POD_MEM},
+                                                        "limits": {"cpu": "900m", "memory": POD_MEM}}}]}}
+                for i in range(nodes) for j in range(self.init_per_node)]
 
     def node(self, i: int, kwok: bool) -> dict:
         name = f"node-{i:05d}"
@@ -146,6 +165,10 @@ class Workload:
                             "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEM},
                                           "limits": {"cpu": POD_CPU, "memory": POD_MEM}}}],
         }
+        if self.preempts:  # scheduler_perf's pod-high-priority.yaml: priority 10, 3 cpu
+            spec["priorityClassName"] = HIGH_PRIORITY
+            for k in ("requests", "limits"):
+                spec["containers"][0]["resources"][k]["cpu"] = "3000m"
         if self.name == "NodeAffinity":
             spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchExpressions": [
@@ -172,6 +195,8 @@ class Workload:
             node = p["spec"].get("nodeName")
             if not node:
                 continue
+            if p["metadata"].get("deletionTimestamp"):
+                continue  # a preemption victim on its way out
             req = p["spec"]["containers"][0]["resources"]["requests"]
             u = used[node]
             u[0] += to_int(req["cpu"], milli=True)
@@ -209,7 +234,9 @@ WORKLOADS = {w.name: w for w in (
     Workload("NodeAffinity", 1000, 5000, 200, 2000),
     Workload("TopologySpreading", 1000, 5000, 200, 2000),
     Workload("PodAntiAffinity", 500, 1000, 100, 500),
+    Workload("PreemptionBasic", 500, 500, 100, 100, init_per_node=4),
 )}
+HIGH_PRIORITY = "bench-high"  # PriorityClass of PreemptionBasic's measured pods (value 10)
 
 
 # ------------------------------------------------------------------------------------ processes
@@ -554,6 +581,12 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         await create_all(client, "/api/v1/nodes", list(nodes.values()), 32)
         if which == OURS:
             await install_policy(client)
+        if wl.preempts:
+            await client.post("/apis/scheduling.k8s.io/v1/priorityclasses", {
+                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": HIGH_PRIORITY},
+                "value": 10})
+            await create_all(client, f"/api/v1/namespaces/{NAMESPACE}/pods", wl.init_pods(plan.nodes),
+                             a.create_concurrency)
         watch = PodWatch(client)
         tasks.append(asyncio.create_task(watch.informer.run()))
         await asyncio.wait_for(watch.informer.synced.wait(), 30)
@@ -656,8 +689,9 @@ def check_run(which: str, plan: RunPlan, watch: PodWatch, names: list[str], pods
     unbound = [n for n in names if not (by_name.get(n) or {}).get("spec", {}).get("nodeName")]
     if unbound:
         errors.append(f"{len(unbound)} pods not bound, e.g. {unbound[:5]}")
-    if len(by_name) != len(names):
-        errors.append(f"{len(by_name)} pods in the namespace, {len(names)} created")
+    init = plan.nodes * plan.workload.init_per_node  # preemption victims go, the rest stay
+    if not len(names) <= len(by_name) <= len(names) + init:
+        errors.append(f"{len(by_name)} pods in the namespace, {len(names)} created (and {init} bound up front)")
     moved = [n for n in names if n in by_name and watch.node.get(n) != by_name[n]["spec"].get("nodeName")]
     if watch.rebound or moved:
         errors.append(f"pods whose node changed: {(watch.rebound + moved)[:5]}")
@@ -863,7 +897,7 @@ def main(argv: list[str] | None = None) -> int:
             wl = WORKLOADS[name]
             n = a.nodes or (wl.quick_nodes if a.quick else wl.nodes)
             m = a.pods or (wl.quick_pods if a.quick else wl.pods)
-            plan = RunPlan(wl, n, m, min(latency_pods, m), a.latency_rate, out)
+            plan = RunPlan(wl, n, m, 0 if wl.preempts else min(latency_pods, m), a.latency_rate, out)
             reps: dict[str, list[dict]] = defaultdict(list)
             for rep in range(a.repeat):  # interleaved, so slow drifts of the machine hit all alike
                 for which in order:

@@ -12,7 +12,7 @@ from ..framework.interface import Handle
 from ..framework.metricview import SOURCE as METRICS_SOURCE
 from ..framework.podinfo import PodInfo
 from ..framework.status import Status
-from ..plugins.node_resources_fit import OVERCOMMIT_SOURCE
+from ..plugins.node_resources_fit import OVERCOMMIT_ANYWHERE, OVERCOMMIT_SOURCE
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -62,4 +62,6 @@ class PolicyHandle(OperatorHandle):
         if name == OVERCOMMIT_SOURCE:
             st = self.engine.policies.get(self.policy)
             return st.overcommit if st is not None else None
+        if name == OVERCOMMIT_ANYWHERE:
+            return any(st.overcommit for st in self.engine.policies.values())
         return None

@@ -166,6 +166,8 @@ class EventRecorder:
                 await self.client.strategic_patch(
                     f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", body)
             except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                if isinstance(e, ApiError) and e.status == 422 and "already bound" in str(e):
+                    return  # a nomination that came after the pod was bound: nothing to say
                 self.telemetry.events_dropped.labels("condition").inc()
                 if not (isinstance(e, ApiError) and e.status == 404):  # pod gone meanwhile
                     log.warning("%s for %s not written: %s", what, pod.key, e)

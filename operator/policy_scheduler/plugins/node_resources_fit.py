@@ -159,6 +159,9 @@ class NodeResourcesFitArgs(PluginArgs):
 # ---------------------------------------------------------------------------- plugin
 _NATIVE = ("cpu", "memory", "ephemeral-storage")
 OVERCOMMIT_SOURCE = "overcommit"  # handle.source(): {resource: factor > 1} of the policy's spec.overcommit
+# handle.source(): whether any policy overcommits (a node can then be over its allocatable for good; else
+# only nominated pods, counted for filtering, put it there, and upstream's reason applies unchanged)
+OVERCOMMIT_ANYWHERE = "overcommit/anywhere"
 _ADMITTED_KEY = "NodeResourcesFit/overcommitted"  # CycleState: rows that fit only thanks to a factor
 
 
@@ -284,6 +287,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         failed = too_many.copy()
         unresolvable = np.zeros(len(rows), dtype=bool)
         factors = self._factors()
+        overcommit_anywhere = bool(self.handle.source(OVERCOMMIT_ANYWHERE)) if self.handle is not None else False
         admitted = None  # rows that fit only thanks to an overcommit factor
         for col, want, reason in checks:
             if col is None:
@@ -295,7 +299,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
                 strict_short = want > alloc - used
                 alloc = (alloc * factor).astype(np.int64)
             short = want > alloc - used
-            over = short & (used > nodes.allocatable[rows, col]) if col is not None else None
+            over = short & (used > nodes.allocatable[rows, col]) if col is not None and overcommit_anywhere else None
             if over is not None and over.any():  # another policy's overcommit filled it past allocatable
                 reasons.append((f"{reason} (node already over its allocatable {reason[13:]}: overcommitted)", over))
                 reasons.append((reason, short & ~over))

@@ -633,11 +633,12 @@ def test_args_upstream_accepts(args):
 class OvercommitHandle(kit.Handle):
     """A policy's handle with spec.overcommit factors (as cluster/handle.py's PolicyHandle)."""
 
-    def __init__(self, factors):
+    def __init__(self, factors, anywhere=True):
         self.factors = factors
+        self.anywhere = anywhere
 
     def source(self, name):
-        return self.factors if name == "overcommit" else None
+        return self.factors if name == "overcommit" else (self.anywhere if name == "overcommit/anywhere" else None)
 
 
 def _run_filter(plugin, pod, t):
@@ -667,7 +668,11 @@ def test_a_node_overcommitted_by_another_policy_is_refused_with_a_reason_that_sa
     t = kit.table([make_node("n1", {"cpu": "4", "memory": "8Gi"}), make_node("n2", {"cpu": "4", "memory": "8Gi"})])
     t.add_pod(make_pod("a", {"cpu": "4100m"}), "n1")  # another tenant's overcommit
     t.add_pod(make_pod("b", {"cpu": "3950m"}), "n2")  # full, not over
+    # no policy overcommits: a node over allocatable holds nominated pods (counted for filtering),
+    # and the reason is upstream's
     _, res = _run_filter(kit.instance(PLUGIN), make_pod("p", {"cpu": "100m"}), t)
+    assert {r for r, _ in res.reasons} == {"Insufficient cpu"}
+    _, res = _run_filter(kit.instance(PLUGIN, handle=OvercommitHandle({})), make_pod("p", {"cpu": "100m"}), t)
     assert res.passed.tolist() == [False, False]
     reasons = {r: m.tolist() for r, m in res.reasons}
     assert reasons["Insufficient cpu (node already over its allocatable cpu: overcommitted)"] == [True, False]
