@@ -93,6 +93,11 @@ class FilterResult:
         return cls(np.zeros(n, dtype=bool), status.code, [(r, np.ones(n, dtype=bool)) for r in status.reasons])
 
 
+# CycleState key, True in the cycles of a PostFilter's dry run on one node (runner.NodeFilter):
+# preemption makes room against the real allocatable (NodeResourcesFit drops overcommit factors)
+DRY_RUN_KEY = "framework/preemption-dry-run"
+
+
 class Handle:
     """What plugins may ask of the world outside the pure core; all answers come from caches.
 

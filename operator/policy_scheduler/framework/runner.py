@@ -22,7 +22,8 @@ import numpy as np
 
 from .chain import Chain
 from .instrumentation import FILTER, POST_FILTER, PRE_FILTER, PRE_SCORE, SCORE, SCORE_NORMALIZE, CycleRecorder
-from .interface import MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, FilterResult, NodeToStatus, ScorePlugin
+from .interface import (DRY_RUN_KEY, MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, FilterResult, NodeToStatus,
+                        ScorePlugin)
 from .nodetable import NodeTable
 from .nominator import Nominator
 from .podinfo import PodInfo
@@ -566,7 +567,9 @@ class NodeFilter:
     def __call__(self, pod: PodInfo, nodes: NodeTable, row: int) -> Status:
         """Success, the status of the plugin that rejected the node (its code and reasons), or
         an Error status in the runner's words."""
-        cycle = _Cycle(self.chain, pod, nodes, random, CycleState())
+        state = CycleState()
+        state.write(DRY_RUN_KEY, True)
+        cycle = _Cycle(self.chain, pod, nodes, random, state)
         failures = _Failures()
         self._rows[0] = row
         try:

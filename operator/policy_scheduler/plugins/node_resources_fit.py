@@ -16,7 +16,7 @@ requested beyond the node's whole allocatable (preemption cannot help there).
 
 Overcommit (the policy's ``spec.overcommit``, through ``handle.source("overcommit")``): for the
 policy's own pods, cpu, memory and ephemeral-storage fit against allocatable x factor (rounded
-down). A node that passes only thanks to the factor is said so in the decision (``describe``).
+down); not in preemption's dry runs, which make room against the real allocatable. A node that passes only thanks to the factor is said so in the decision (``describe``).
 A node already over its real allocatable (another policy overcommitted it) fails with
 "Insufficient <name> (node already over its allocatable <name>: overcommitted)". Scores always
 use the real allocatable.
@@ -45,6 +45,7 @@ from pydantic import Field, model_validator
 
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (
+    DRY_RUN_KEY,
     MAX_NODE_SCORE,
     CycleState,
     EnqueueExtensions,
@@ -286,7 +287,9 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         reasons = [("Too many pods", too_many)]
         failed = too_many.copy()
         unresolvable = np.zeros(len(rows), dtype=bool)
-        factors = self._factors()
+        # preemption's dry runs make room against the real allocatable: a factor admits pods into
+        # free room, never evicts another pod for room that exists only thanks to it
+        factors = {} if state.read(DRY_RUN_KEY) else self._factors()
         overcommit_anywhere = bool(self.handle.source(OVERCOMMIT_ANYWHERE)) if self.handle is not None else False
         admitted = None  # rows that fit only thanks to an overcommit factor
         for col, want, reason in checks:

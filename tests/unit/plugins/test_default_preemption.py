@@ -240,3 +240,26 @@ def test_cost_per_post_filter(capsys):
         print(f"\nDefaultPreemption: 500 nodes x 4 pods, 100 dry runs: {best * 1e3:.1f} ms per cycle with "
               f"PostFilter (median {sorted(times)[2] * 1e3:.1f} ms), {best / 100 * 1e6:.0f} us per candidate node")
     assert d.nominated_node is not None
+
+
+class OvercommitHandle(PDBHandle):
+    """A policy that overcommits cpu by 10% (as cluster/handle.py's PolicyHandle answers)."""
+
+    def source(self, name):
+        return {"cpu": 1.1} if name == "overcommit" else (True if name == "overcommit/anywhere" else None)
+
+
+def test_preemption_never_evicts_for_room_that_exists_only_thanks_to_overcommit():
+    # a 4-cpu node full of strict pods; the overcommitting tenant's pod wants 1.2 cpu: with the
+    # factor (4.4 cpu) one victim would do, but that room exists only thanks to the factor, so
+    # the dry run makes real room: two victims
+    t = table([node("n1", "4")], [("n1", pod(f"v{j}", 0, "1", start=T0)) for j in range(4)])
+    state = CycleState()
+    d = schedule_one(chain(handle=OvercommitHandle()), pod("p", 100, "1200m"), t, random.Random(1), state)
+    res = state.read(RESULT_KEY)
+    assert not d.scheduled and res.nominated_node == "n1" and len(res.victims) == 2
+    # once the victims are gone the factor applies again when the pod is placed
+    for v in res.victims:
+        t.remove_pod(v.key)
+    t.add_pod(pod("other", 0, "1", start=T1), "n1")  # 2 + 1 + 1.2 = 4.2 <= 4.4, > 4.0: fits by the factor
+    assert schedule_one(chain(handle=OvercommitHandle()), pod("p", 100, "1200m"), t, random.Random(1)).scheduled
