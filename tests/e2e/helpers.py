@@ -94,3 +94,25 @@ def wait_bound(core, namespace: str, names, timeout: float = 60.0) -> dict[str, 
 def events_for(core, namespace: str, name: str, reason: str | None = None) -> list:
     evs = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
     return [e for e in evs if reason is None or e.reason == reason]
+
+
+def priority_classes(api, classes: dict[str, tuple[int, str | None]]):
+    """Create PriorityClasses name -> (value, preemptionPolicy or None); a generator for a
+    fixture: yields once, then deletes the ones it created."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    sched = client.SchedulingV1Api(api)
+    made = []
+    for name, (value, policy) in classes.items():
+        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                "value": value, **({"preemptionPolicy": policy} if policy else {})}
+        try:
+            sched.create_priority_class(body)
+            made.append(name)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+    yield
+    for name in made:
+        sched.delete_priority_class(name)

@@ -14,7 +14,6 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException

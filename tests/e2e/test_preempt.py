@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from helpers import GROUP, PLURAL, VERSION, apply_policy, events_for, pod, wait_bound, wait_for
+from helpers import GROUP, PLURAL, VERSION, apply_policy, events_for, pod, priority_classes, wait_bound, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 LABEL = "policy-scheduler.io/policy"
@@ -24,20 +24,7 @@ POLICY = "t-preempt"
 
 @pytest.fixture(scope="module")
 def priorities(api):
-    sched = client.SchedulingV1Api(api)
-    made = []
-    for name, value, policy in (("t-low", 100, None), ("t-high", 1000, None), ("t-high-never", 1000, "Never")):
-        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
-                "value": value, **({"preemptionPolicy": policy} if policy else {})}
-        try:
-            sched.create_priority_class(body)
-            made.append(name)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-    yield
-    for name in made:
-        sched.delete_priority_class(name)
+    yield from priority_classes(api, {"t-low": (100, None), "t-high": (1000, None), "t-high-never": (1000, "Never")})
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from helpers import events_for, wait_for
+from helpers import events_for, priority_classes, wait_for
 
 SEED = int(os.environ.get("PREEMPTION_PARITY_SEED", "20261124"))
 CASES = 10
@@ -66,21 +66,9 @@ def make_case(rng: random.Random) -> Case:
 
 
 @pytest.fixture(scope="module")
-def priority_classes(api):
-    sched = client.SchedulingV1Api(api)
-    made = []
-    for name, value in PRIORITIES.items():
-        try:
-            sched.create_priority_class({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                                         "metadata": {"name": name}, "value": value,
-                                         **({"preemptionPolicy": "Never"} if name.endswith("-never") else {})})
-            made.append(name)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-    yield
-    for name in made:
-        sched.delete_priority_class(name)
+def pclasses(api):
+    yield from priority_classes(api, {name: (value, "Never" if name.endswith("-never") else None)
+                                      for name, value in PRIORITIES.items()})
 
 
 def run_world(api, core, namespace: str, case: Case, scheduler: str, tag: str) -> Outcome:
@@ -174,7 +162,7 @@ def run_world(api, core, namespace: str, case: Case, scheduler: str, tag: str) -
 
 
 def test_same_preemption_as_kube_scheduler(cluster, api, core, namespace, operator, example_policies,
-                                           priority_classes):
+                                           pclasses):
     started = "kube-scheduler" not in cluster.state.get("procs", {})
     if started:
         cluster.start_scheduler()

@@ -32,7 +32,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
+from .. import POLICY_LABEL, SCHEDULER_NAME
 from .certs import Bundle, ensure_bundle
 from .kubeclient import ApiError
 

@@ -92,3 +92,16 @@ def node(name="n", labels=None, taints=(), unschedulable=False, allocatable=None
 def changed(spec, **fields):
     """A copy of a NodeSpec or PodInfo with ``fields`` replaced (the ``new`` of an update)."""
     return replace(spec, **fields)
+
+
+def assert_takes_no_args(name: str, args) -> None:
+    """A plugin without args: any args are refused with upstream-style wording, empty ones pass."""
+    import pytest
+
+    from policy_scheduler.framework.chain import ChainError, build_chain
+    from policy_scheduler.plugins import default_registry
+
+    with pytest.raises(ChainError) as e:
+        build_chain({"plugins": [{"name": name, "args": args}]}, default_registry())
+    assert e.value.errors == [f"plugins[0].args: plugin {name} takes no args"]
+    build_chain({"plugins": [{"name": name, "args": {}}]}, default_registry())  # empty args are fine

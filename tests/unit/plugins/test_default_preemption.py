@@ -16,7 +16,7 @@ from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.preemption import PDB
 from policy_scheduler.framework.registry import Registry
 from policy_scheduler.framework.runner import schedule_one
-from policy_scheduler.framework.status import Code, Status
+from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins import PLUGIN_MODULES, default_registry
 from policy_scheduler.plugins.default_preemption import RESULT_KEY, DefaultPreemption, DefaultPreemptionArgs
 

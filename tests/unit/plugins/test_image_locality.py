@@ -7,6 +7,7 @@ clamped to [23 MiB, n * 1000 MiB]; score = 100 * (sum - 23 MiB) / (n * 1000 MiB 
 from __future__ import annotations
 
 import numpy as np
+import kit
 import pytest
 
 from policy_scheduler.framework.interface import CycleState, Handle
@@ -115,10 +116,4 @@ def test_pod_images_counts_containers_and_volumes():
 # ------------------------------------------------------------------ args
 @pytest.mark.parametrize("args", [{"x": 1}, {"weight": 2}])
 def test_takes_no_args(args):
-    from policy_scheduler.framework.chain import ChainError, build_chain
-    from policy_scheduler.plugins import default_registry
-
-    with pytest.raises(ChainError) as e:
-        build_chain({"plugins": [{"name": PLUGIN.NAME, "args": args}]}, default_registry())
-    assert e.value.errors == [f"plugins[0].args: plugin {PLUGIN.NAME} takes no args"]
-    build_chain({"plugins": [{"name": PLUGIN.NAME, "args": {}}]}, default_registry())  # empty args are fine
+    kit.assert_takes_no_args(PLUGIN.NAME, args)

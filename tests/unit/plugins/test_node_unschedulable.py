@@ -1,6 +1,7 @@
 """NodeUnschedulable: cordoned nodes fit only pods tolerating node.kubernetes.io/unschedulable:NoSchedule."""
 
 import numpy as np
+import kit
 import pytest
 
 from policy_scheduler.framework.interface import CycleState, Handle
@@ -107,10 +108,4 @@ def test_pod_toleration_hint(tolerations, want):
 # ------------------------------------------------------------------ args
 @pytest.mark.parametrize("args", [{"x": 1}, {"weight": 2}])
 def test_takes_no_args(args):
-    from policy_scheduler.framework.chain import ChainError, build_chain
-    from policy_scheduler.plugins import default_registry
-
-    with pytest.raises(ChainError) as e:
-        build_chain({"plugins": [{"name": PLUGIN.NAME, "args": args}]}, default_registry())
-    assert e.value.errors == [f"plugins[0].args: plugin {PLUGIN.NAME} takes no args"]
-    build_chain({"plugins": [{"name": PLUGIN.NAME, "args": {}}]}, default_registry())  # empty args are fine
+    kit.assert_takes_no_args(PLUGIN.NAME, args)

@@ -3,6 +3,7 @@
 from functools import cmp_to_key
 from types import SimpleNamespace
 
+import kit
 import pytest
 
 from policy_scheduler.framework.interface import Handle
@@ -47,10 +48,4 @@ def test_sorts_a_queue():
 # ------------------------------------------------------------------ args
 @pytest.mark.parametrize("args", [{"x": 1}, {"weight": 2}])
 def test_takes_no_args(args):
-    from policy_scheduler.framework.chain import ChainError, build_chain
-    from policy_scheduler.plugins import default_registry
-
-    with pytest.raises(ChainError) as e:
-        build_chain({"plugins": [{"name": PLUGIN.NAME, "args": args}]}, default_registry())
-    assert e.value.errors == [f"plugins[0].args: plugin {PLUGIN.NAME} takes no args"]
-    build_chain({"plugins": [{"name": PLUGIN.NAME, "args": {}}]}, default_registry())  # empty args are fine
+    kit.assert_takes_no_args(PLUGIN.NAME, args)

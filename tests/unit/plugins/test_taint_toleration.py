@@ -1,6 +1,7 @@
 """TaintToleration: Filter on NoSchedule/NoExecute taints, Score on PreferNoSchedule taints."""
 
 import numpy as np
+import kit
 import pytest
 
 from policy_scheduler.framework.interface import CycleState, Handle
@@ -201,10 +202,4 @@ def test_pod_toleration_hint(same_pod, want):
 # ------------------------------------------------------------------ args
 @pytest.mark.parametrize("args", [{"x": 1}, {"weight": 2}])
 def test_takes_no_args(args):
-    from policy_scheduler.framework.chain import ChainError, build_chain
-    from policy_scheduler.plugins import default_registry
-
-    with pytest.raises(ChainError) as e:
-        build_chain({"plugins": [{"name": PLUGIN.NAME, "args": args}]}, default_registry())
-    assert e.value.errors == [f"plugins[0].args: plugin {PLUGIN.NAME} takes no args"]
-    build_chain({"plugins": [{"name": PLUGIN.NAME, "args": {}}]}, default_registry())  # empty args are fine
+    kit.assert_takes_no_args(PLUGIN.NAME, args)
