@@ -110,7 +110,7 @@ def test_kubectl_shows_policy_columns(cluster, example_policies):
     header = out.stdout.splitlines()[0].split()
     assert header == ["NAME", "READY", "PLUGINS", "SCHEDULED", "PENDING", "AGE"]
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
-    assert rows["default"][1] == "True" and rows["default"][2] == "13"  # the 11 listed + SchedulingGates, DefaultBinder
+    assert rows["default"][1] == "True" and rows["default"][2] == "14"  # the 12 listed + SchedulingGates, DefaultBinder
 
 
 def test_invalid_policies_are_not_ready_with_the_field_named(core, namespace, nodes, operator, policies,
@@ -162,6 +162,9 @@ def test_unschedulable_pod_reports_then_binds_when_a_node_fits(core, namespace, 
     msg = ev[0].message
     n_all = len(core.list_node().items)
     assert msg.startswith(f"0/{n_all} nodes are available: "), msg
+    # the default policy preempts: upstream's suffix; 3 cpu on 1-cpu nodes is unresolvable everywhere
+    msg, _, preemption = msg.partition(" preemption: ")
+    assert preemption == f"0/{n_all} nodes are available: {n_all} Preemption is not helpful for scheduling."
     hist = re.findall(r"(\d+) ([^,]+?)(?:, |\.$)", msg.split(": ", 1)[1])
     counts = {reason: int(c) for c, reason in hist}
     assert counts["Insufficient cpu"] == 2
@@ -169,7 +172,7 @@ def test_unschedulable_pod_reports_then_binds_when_a_node_fits(core, namespace, 
     assert [h[0] + " " + h[1] for h in hist] == sorted(h[0] + " " + h[1] for h in hist)  # upstream's string sort
     assert ev[0].source.component == "policy-scheduler" or ev[0].reporting_component == "policy-scheduler"
     cond = next(c for c in core.read_namespaced_pod("large", namespace).status.conditions if c.type == "PodScheduled")
-    assert cond.status == "False" and cond.reason == "Unschedulable" and cond.message == msg
+    assert cond.status == "False" and cond.reason == "Unschedulable" and cond.message == ev[0].message
     nodes("us-big", cpu="4", labels={"e2e": "us"})
     placed = wait_bound(core, namespace, ["large"], 30)
     assert placed["large"] == "us-big"
