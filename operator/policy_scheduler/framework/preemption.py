@@ -14,6 +14,8 @@ RemovePod/AddPod extensions; re-running PreFilter on the changed table gives tha
 
 from __future__ import annotations
 
+import numpy as np
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -142,9 +144,69 @@ def filter_pods_with_pdb_violation(pods: Sequence[PodInfo], pdbs: Sequence[PDB])
     return violating, ok
 
 
+# Filter plugins whose verdict on a node does not depend on the pods on it (node fields, labels,
+# taints, metrics): removing or reprieving victims cannot change it.
+_POD_INDEPENDENT_FILTERS = frozenset({"NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity",
+                                      "NodeLabelMatch"})
+
+
+class ResourceFit:
+    """The reprieve check when only NodeResourcesFit depends on the victims (``resource_only``):
+    does the pod fit a row whose requested vector is ``used``, as NodeResourcesFit's Filter
+    decides in a dry run (real allocatable, the same resources checked)."""
+
+    def __init__(self, checks: list[tuple[int | None, int, str]]) -> None:
+        self.checks = [(col, want) for col, want, _ in checks]
+
+    def fits(self, alloc: np.ndarray, used: np.ndarray) -> bool:
+        from .nodetable import PODS
+
+        if used[PODS] + 1 > alloc[PODS]:
+            return False
+        for col, want in self.checks:
+            if col is None or want > alloc[col] - used[col]:
+                return False
+        return True
+
+
+def resource_only(pod: PodInfo, nodes: NodeTable, node_filter: Any) -> ResourceFit | None:
+    """A ResourceFit when, for this pod, only NodeResourcesFit's verdict can change with the pods
+    on a node: every other filter of the chain ignores them (or has nothing to check for this
+    pod: no host ports, no pod (anti-)affinity of its own or any existing pod's required
+    anti-affinity, no spread constraint, explicit or by default). Else None (the full chain is
+    re-run for every reprieve)."""
+    chain = getattr(node_filter, "chain", None)
+    if chain is None:
+        return None
+    fit = None
+    for p in chain.filter:
+        name = p.NAME
+        if name in _POD_INDEPENDENT_FILTERS:
+            continue
+        if name == "NodeResourcesFit":
+            fit = p
+        elif name == "NodePorts":
+            if pod.host_ports:
+                return None
+        elif name == "InterPodAffinity":
+            if pod.has_affinity or nodes.required_anti_affinity_terms:
+                return None
+        elif name == "PodTopologySpread":
+            if pod.spread_constraints or p.handle.default_spread_selector(pod) is not None:
+                return None
+        else:
+            return None
+    if fit is None:
+        return None
+    return ResourceFit(fit._checks(pod, nodes))
+
+
 def select_victims_on_node(pod: PodInfo, nodes: NodeTable, row: int, pdbs: Sequence[PDB],
-                           node_filter: NodeFilterFn) -> tuple[list[PodInfo], int, Status]:
-    """upstream SelectVictimsOnNode on the live table; the table is restored before returning."""
+                           node_filter: NodeFilterFn, fast: ResourceFit | None = None
+                           ) -> tuple[list[PodInfo], int, Status]:
+    """upstream SelectVictimsOnNode on the live table; the table is restored before returning.
+    With ``fast``, the full chain runs once (every potential victim removed) and each reprieve
+    is NodeResourcesFit's arithmetic on the row's requested vector."""
     prio = pod.priority
     row_pods = nodes.pods[row]
     potential = [p for p in row_pods.values() if p.priority < prio]
@@ -167,6 +229,20 @@ def select_victims_on_node(pod: PodInfo, nodes: NodeTable, row: int, pdbs: Seque
         violating, non_violating = filter_pods_with_pdb_violation(potential, pdbs)
         victims: list[PodInfo] = []
         n_violating = 0
+        if fast is not None:  # the table keeps every potential victim out; restored below
+            alloc = nodes.allocatable[row]
+            used = nodes.requested[row].copy()
+            for group, counts in ((violating, True), (non_violating, False)):
+                for p in group:
+                    with_p = used + nodes.request_vector(p)
+                    if fast.fits(alloc, with_p):
+                        used = with_p  # reprieved
+                    else:
+                        victims.append(p)
+                        n_violating += counts
+            if violating and non_violating:
+                victims.sort(key=importance)
+            return victims, n_violating, Status.success()
         for group, counts in ((violating, True), (non_violating, False)):
             for p in group:
                 nodes.add_pod(p, node, assumed=p.key in assumed)
@@ -227,7 +303,8 @@ def _earliest_start_of_top_priority(c: Candidate) -> str:
 
 
 def dry_run(pod: PodInfo, nodes: NodeTable, potential: Sequence[int], pdbs: Sequence[PDB], offset: int,
-            wanted: int, node_filter: NodeFilterFn) -> tuple[list[Candidate], dict[str, Status], list[Status], int]:
+            wanted: int, node_filter: NodeFilterFn,
+            fast: ResourceFit | None = None) -> tuple[list[Candidate], dict[str, Status], list[Status], int]:
     """upstream DryRunPreemption, sequentially from ``offset`` (wrapping): stops once a
     non-violating candidate exists and ``wanted`` candidates were found. Returns (non-violating
     then violating candidates, statuses of the nodes that are not candidates, errors, nodes tried)."""
@@ -240,7 +317,7 @@ def dry_run(pod: PodInfo, nodes: NodeTable, potential: Sequence[int], pdbs: Sequ
     for i in range(n):
         row = potential[(offset + i) % n]
         tried += 1
-        victims, n_viol, st = select_victims_on_node(pod, nodes, row, pdbs, node_filter)
+        victims, n_viol, st = select_victims_on_node(pod, nodes, row, pdbs, node_filter, fast)
         name = nodes.names[row]
         if st.is_success and victims:
             (good if n_viol == 0 else violating).append(Candidate(name, victims, n_viol))
@@ -289,7 +366,9 @@ def preempt(pod: PodInfo, nodes: NodeTable, statuses: Any, pdbs: Sequence[PDB], 
     add = getattr(node_filter, "add_nominated", None)
     added = add(pod, nodes) if add is not None else []
     try:
-        candidates, tried_statuses, errors, tried = dry_run(pod, nodes, potential, pdbs, offset, wanted, node_filter)
+        fast = resource_only(pod, nodes, node_filter)
+        candidates, tried_statuses, errors, tried = dry_run(pod, nodes, potential, pdbs, offset, wanted, node_filter,
+                                                            fast)
     finally:
         for key in added:
             nodes.remove_pod(key)

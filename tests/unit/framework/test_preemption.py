@@ -427,3 +427,65 @@ def test_node_filter_errors_in_the_runners_words():
     nf = NodeFilter(build_chain({"plugins": [{"name": "Broken"}]}, reg))
     st = nf(pod("p"), table([node("n1")]), 0)
     assert st == Status(Code.ERROR, ('running "Broken" filter plugin: RuntimeError: boom',))
+
+
+# ---------------------------------------------------------------- the resource-only fast path
+
+
+def test_the_resource_only_path_picks_the_same_victims_as_the_full_chain():
+    """Random full nodes, priorities, start times and PDBs: reprieving by NodeResourcesFit's
+    arithmetic gives exactly the victims (and violations, and statuses) of re-running the chain."""
+    from policy_scheduler.framework.preemption import resource_only
+
+    rng = random.Random(7)
+    chain = default_chain()
+    nf = NodeFilter(chain)
+    compared = 0
+    for case in range(60):
+        nodes = [node(f"n{i}", cpu=str(rng.choice((2, 4, 8))), mem="8Gi", pods=str(rng.choice((3, 5, 110))))
+                 for i in range(3)]
+        placed = []
+        for i, nd in enumerate(nodes):
+            for j in range(rng.randint(1, 6)):
+                labels = {"app": rng.choice(("a", "b"))}
+                placed.append((nd["metadata"]["name"], pod(f"c{case}-{i}-{j}", rng.choice((0, 5, 10)),
+                                                           rng.choice(("500m", "1", "1500m")),
+                                                           rng.choice(("256Mi", "1Gi", "2Gi")), labels=labels,
+                                                           start=rng.choice((T0, T1, T2, None)))))
+        t = table(nodes, placed)
+        pdbs = [PDB("default", LabelSelector.parse({"matchLabels": {"app": "a"}}, "s"), rng.choice((0, 1, 2)))]
+        p = pod(f"p{case}", 100, rng.choice(("1", "2", "3")), rng.choice(("512Mi", "3Gi")))
+        fast = resource_only(p, t, nf)
+        assert fast is not None
+        for row in range(t.n):
+            before = snapshot(t)
+            slow_v, slow_n, slow_st = select_victims_on_node(p, t, row, pdbs, nf)
+            fast_v, fast_n, fast_st = select_victims_on_node(p, t, row, pdbs, nf, fast)
+            assert snapshot(t) == before
+            assert ([v.key for v in fast_v], fast_n, fast_st.code, fast_st.reasons) == \
+                ([v.key for v in slow_v], slow_n, slow_st.code, slow_st.reasons), (case, row)
+            compared += bool(slow_v)
+    assert compared > 50
+
+
+def test_the_full_chain_runs_when_other_filters_depend_on_the_pods():
+    from policy_scheduler.framework.preemption import resource_only
+
+    t = table([node("n1")], [("n1", pod("v", 0, "1"))])
+    nf = NodeFilter(default_chain())
+    assert resource_only(pod("plain", 10, "1"), t, nf) is not None
+    spread = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchLabels": {"app": "a"}}}]
+    assert resource_only(pod("spread", 10, "1", spread=spread), t, nf) is None
+    ported = parse_pod({"metadata": {"name": "ported", "namespace": "default", "uid": "ported"},
+                        "spec": {"priority": 10, "containers": [{"name": "c", "ports": [{"containerPort": 80,
+                                                                                          "hostPort": 8080}]}]}})
+    assert resource_only(ported, t, nf) is None
+    anti = parse_pod({"metadata": {"name": "anti", "namespace": "default", "uid": "anti", "labels": {"app": "x"}},
+                      "spec": {"priority": 0, "affinity": {"podAntiAffinity": {
+                          "requiredDuringSchedulingIgnoredDuringExecution": [{
+                              "labelSelector": {"matchLabels": {"app": "x"}},
+                              "topologyKey": "kubernetes.io/hostname"}]}},
+                               "containers": [{"name": "c"}]}})
+    t.add_pod(anti, "n1")  # an existing pod's required anti-affinity: removing it may lift a rejection
+    assert resource_only(pod("plain", 10, "1"), t, nf) is None
