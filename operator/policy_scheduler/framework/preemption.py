@@ -155,8 +155,12 @@ class ResourceFit:
     does the pod fit a row whose requested vector is ``used``, as NodeResourcesFit's Filter
     decides in a dry run (real allocatable, the same resources checked)."""
 
-    def __init__(self, checks: list[tuple[int | None, int, str]]) -> None:
+    def __init__(self, checks: list[tuple[int | None, int, str]], independent_first: bool = False) -> None:
         self.checks = [(col, want) for col, want, _ in checks]
+        # every pod-independent filter runs before NodeResourcesFit in the chain: a node that
+        # NodeResourcesFit rejected in the cycle passed them all, so with its victims gone it
+        # passes the chain exactly when the arithmetic says it fits (no dry run on the table)
+        self.independent_first = independent_first
 
     def fits(self, alloc: np.ndarray, used: np.ndarray) -> bool:
         from .nodetable import PODS
@@ -179,9 +183,12 @@ def resource_only(pod: PodInfo, nodes: NodeTable, node_filter: Any) -> ResourceF
     if chain is None:
         return None
     fit = None
+    independent_first = True
     for p in chain.filter:
         name = p.NAME
         if name in _POD_INDEPENDENT_FILTERS:
+            if fit is not None:
+                independent_first = False
             continue
         if name == "NodeResourcesFit":
             fit = p
@@ -198,20 +205,43 @@ def resource_only(pod: PodInfo, nodes: NodeTable, node_filter: Any) -> ResourceF
             return None
     if fit is None:
         return None
-    return ResourceFit(fit._checks(pod, nodes))
+    return ResourceFit(fit._checks(pod, nodes), independent_first)
 
 
 def select_victims_on_node(pod: PodInfo, nodes: NodeTable, row: int, pdbs: Sequence[PDB],
-                           node_filter: NodeFilterFn, fast: ResourceFit | None = None
-                           ) -> tuple[list[PodInfo], int, Status]:
+                           node_filter: NodeFilterFn, fast: ResourceFit | None = None,
+                           rejected_by_fit: bool = False) -> tuple[list[PodInfo], int, Status]:
     """upstream SelectVictimsOnNode on the live table; the table is restored before returning.
     With ``fast``, the full chain runs once (every potential victim removed) and each reprieve
-    is NodeResourcesFit's arithmetic on the row's requested vector."""
+    is NodeResourcesFit's arithmetic on the row's requested vector; when moreover the node was
+    rejected by NodeResourcesFit in the cycle and the chain checks pod-independent filters first
+    (``fast.independent_first``), the chain does not run at all unless the arithmetic says the
+    pod does not fit even without every potential victim (then its status is the chain's)."""
     prio = pod.priority
     row_pods = nodes.pods[row]
     potential = [p for p in row_pods.values() if p.priority < prio]
     if not potential:
         return [], 0, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (MSG_NO_VICTIMS,))
+    if fast is not None and fast.independent_first and rejected_by_fit:
+        alloc = nodes.allocatable[row]
+        vecs = {p.key: nodes.request_vector(p) for p in potential}
+        used = nodes.requested[row] - sum(vecs.values())
+        if fast.fits(alloc, used):
+            potential.sort(key=importance)
+            violating, non_violating = filter_pods_with_pdb_violation(potential, pdbs)
+            victims: list[PodInfo] = []
+            n_violating = 0
+            for group, counts in ((violating, True), (non_violating, False)):
+                for p in group:
+                    with_p = used + vecs[p.key]
+                    if fast.fits(alloc, with_p):
+                        used = with_p  # reprieved
+                    else:
+                        victims.append(p)
+                        n_violating += counts
+            if violating and non_violating:
+                victims.sort(key=importance)
+            return victims, n_violating, Status.success()
     node = nodes.names[row]
     order = list(row_pods)
     aff = nodes.pods_with_affinity[row]
@@ -303,8 +333,8 @@ def _earliest_start_of_top_priority(c: Candidate) -> str:
 
 
 def dry_run(pod: PodInfo, nodes: NodeTable, potential: Sequence[int], pdbs: Sequence[PDB], offset: int,
-            wanted: int, node_filter: NodeFilterFn,
-            fast: ResourceFit | None = None) -> tuple[list[Candidate], dict[str, Status], list[Status], int]:
+            wanted: int, node_filter: NodeFilterFn, fast: ResourceFit | None = None,
+            by_fit: frozenset[int] = frozenset()) -> tuple[list[Candidate], dict[str, Status], list[Status], int]:
     """upstream DryRunPreemption, sequentially from ``offset`` (wrapping): stops once a
     non-violating candidate exists and ``wanted`` candidates were found. Returns (non-violating
     then violating candidates, statuses of the nodes that are not candidates, errors, nodes tried)."""
@@ -317,7 +347,8 @@ def dry_run(pod: PodInfo, nodes: NodeTable, potential: Sequence[int], pdbs: Sequ
     for i in range(n):
         row = potential[(offset + i) % n]
         tried += 1
-        victims, n_viol, st = select_victims_on_node(pod, nodes, row, pdbs, node_filter, fast)
+        victims, n_viol, st = select_victims_on_node(pod, nodes, row, pdbs, node_filter, fast,
+                                                     row in by_fit)
         name = nodes.names[row]
         if st.is_success and victims:
             (good if n_viol == 0 else violating).append(Candidate(name, victims, n_viol))
@@ -367,8 +398,10 @@ def preempt(pod: PodInfo, nodes: NodeTable, statuses: Any, pdbs: Sequence[PDB], 
     added = add(pod, nodes) if add is not None else []
     try:
         fast = resource_only(pod, nodes, node_filter)
+        by_fit = frozenset(r for r, nm in zip(potential, potential_names)
+                           if statuses.get(nm).plugin == "NodeResourcesFit") if fast is not None else frozenset()
         candidates, tried_statuses, errors, tried = dry_run(pod, nodes, potential, pdbs, offset, wanted, node_filter,
-                                                            fast)
+                                                            fast, by_fit)
     finally:
         for key in added:
             nodes.remove_pod(key)
