@@ -208,6 +208,26 @@ def resource_only(pod: PodInfo, nodes: NodeTable, node_filter: Any) -> ResourceF
     return ResourceFit(fit._checks(pod, nodes), independent_first)
 
 
+def _reprieve(fast: ResourceFit, alloc: np.ndarray, used: np.ndarray, violating: list[PodInfo],
+              non_violating: list[PodInfo], vector: Callable[[PodInfo], np.ndarray]) -> tuple[list[PodInfo], int]:
+    """SelectVictimsOnNode's reprieve by NodeResourcesFit's arithmetic: ``used`` is the row's
+    requested vector with every potential victim gone; each pod, PDB-violating ones first, stays
+    if the preemptor still fits with it. Returns (victims most important first, PDB violations)."""
+    victims: list[PodInfo] = []
+    n_violating = 0
+    for group, counts in ((violating, True), (non_violating, False)):
+        for p in group:
+            with_p = used + vector(p)
+            if fast.fits(alloc, with_p):
+                used = with_p  # reprieved
+            else:
+                victims.append(p)
+                n_violating += counts
+    if violating and non_violating:
+        victims.sort(key=importance)
+    return victims, n_violating
+
+
 def select_victims_on_node(pod: PodInfo, nodes: NodeTable, row: int, pdbs: Sequence[PDB],
                            node_filter: NodeFilterFn, fast: ResourceFit | None = None,
                            rejected_by_fit: bool = False) -> tuple[list[PodInfo], int, Status]:
@@ -228,19 +248,8 @@ def select_victims_on_node(pod: PodInfo, nodes: NodeTable, row: int, pdbs: Seque
         used = nodes.requested[row] - sum(vecs.values())
         if fast.fits(alloc, used):
             potential.sort(key=importance)
-            violating, non_violating = filter_pods_with_pdb_violation(potential, pdbs)
-            victims: list[PodInfo] = []
-            n_violating = 0
-            for group, counts in ((violating, True), (non_violating, False)):
-                for p in group:
-                    with_p = used + vecs[p.key]
-                    if fast.fits(alloc, with_p):
-                        used = with_p  # reprieved
-                    else:
-                        victims.append(p)
-                        n_violating += counts
-            if violating and non_violating:
-                victims.sort(key=importance)
+            victims, n_violating = _reprieve(fast, alloc, used, *filter_pods_with_pdb_violation(potential, pdbs),
+                                             lambda p: vecs[p.key])
             return victims, n_violating, Status.success()
     node = nodes.names[row]
     order = list(row_pods)
@@ -260,18 +269,8 @@ def select_victims_on_node(pod: PodInfo, nodes: NodeTable, row: int, pdbs: Seque
         victims: list[PodInfo] = []
         n_violating = 0
         if fast is not None:  # the table keeps every potential victim out; restored below
-            alloc = nodes.allocatable[row]
-            used = nodes.requested[row].copy()
-            for group, counts in ((violating, True), (non_violating, False)):
-                for p in group:
-                    with_p = used + nodes.request_vector(p)
-                    if fast.fits(alloc, with_p):
-                        used = with_p  # reprieved
-                    else:
-                        victims.append(p)
-                        n_violating += counts
-            if violating and non_violating:
-                victims.sort(key=importance)
+            victims, n_violating = _reprieve(fast, nodes.allocatable[row], nodes.requested[row].copy(), violating,
+                                             non_violating, nodes.request_vector)
             return victims, n_violating, Status.success()
         for group, counts in ((violating, True), (non_violating, False)):
             for p in group:
