@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
 import ssl
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -155,13 +153,12 @@ def test_missing_kubeconfig_errors(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> dict[str, bytes]:
-    if not shutil.which("openssl"):
-        pytest.skip("openssl not installed")
-    d = tmp_path_factory.mktemp("pki")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test",
-                    "-keyout", str(d / "k.pem"), "-out", str(d / "c.pem")], check=True, capture_output=True)
-    return {"cert": (d / "c.pem").read_bytes(), "key": (d / "k.pem").read_bytes()}
+def pki() -> dict[str, bytes]:
+    """A certificate and key (the webhooks' own maker, cluster/certs.py: no openssl needed)."""
+    from policy_scheduler.cluster.certs import new_bundle
+
+    b = new_bundle(["test.example"])
+    return {"cert": b.cert, "key": b.key}
 
 
 def test_relative_paths_resolve_against_the_kubeconfig_directory(tmp_path, monkeypatch, pki):
