@@ -208,6 +208,25 @@ class _Cycle:
         finally:
             self.rec.point(point, code, perf_counter() - t)
 
+    def call(self, p, point: str, label: str, code_of, fn, *args):
+        """One plugin call, ``fn(*args)``: an exception becomes the runner's error for
+        ``label`` (``_Abort``); in a sampled cycle its duration and ``code_of(result)`` (Error
+        when it raised) go to the recorder."""
+        rec = self.rec
+        if not rec.sampled:
+            try:
+                return fn(*args)
+            except Exception as e:
+                raise _Abort(plugin_error(label, p.NAME, e)) from None
+        t = perf_counter()
+        try:
+            out = fn(*args)
+        except Exception as e:
+            rec.plugin(p.NAME, point, Code.ERROR, perf_counter() - t)
+            raise _Abort(plugin_error(label, p.NAME, e)) from None
+        rec.plugin(p.NAME, point, code_of(out), perf_counter() - t)
+        return out
+
     # ------------------------------------------------------------------------ PreFilter
     def pre_filter(self) -> tuple[np.ndarray, list[str]]:
         """Every PreFilter plugin, in order. Returns the candidate rows (all, or the
@@ -217,18 +236,8 @@ class _Cycle:
         allowed: set[str] | None = None
         narrowing: list[str] = []
         rejected: Status | None = None  # an Unschedulable PreFilter status; later PreFilters still run
-        rec = self.rec
-        sampled = rec.sampled
         for p in chain.pre_filter:
-            t = perf_counter() if sampled else 0.0
-            try:
-                st, result = p.pre_filter(state, pod, nodes)
-            except Exception as e:
-                if sampled:
-                    rec.plugin(p.NAME, PRE_FILTER, Code.ERROR, perf_counter() - t)
-                raise _Abort(plugin_error("PreFilter", p.NAME, e)) from None
-            if sampled:
-                rec.plugin(p.NAME, PRE_FILTER, st.code, perf_counter() - t)
+            st, result = self.call(p, PRE_FILTER, "PreFilter", _first_code, p.pre_filter, state, pod, nodes)
             if st.is_skip:
                 state.skip_filter.add(p.NAME)
                 continue
@@ -258,22 +267,13 @@ class _Cycle:
         """Filter plugins in order over ``rows``; each gets the rows every earlier one passed.
         Records rejections; an error aborts the cycle. In a sampled cycle each call is timed:
         Success when every row passed, Error, or the first rejected row's code."""
-        rec = self.rec
-        sampled = rec.sampled
         for p in self.chain.filter:
             if len(rows) == 0:
                 break
             if p.NAME in self.state.skip_filter:
                 continue
-            t = perf_counter() if sampled else 0.0
-            try:
-                res: FilterResult = p.filter(self.state, self.pod, self.nodes, rows)
-            except Exception as e:
-                if sampled:
-                    rec.plugin(p.NAME, FILTER, Code.ERROR, perf_counter() - t)
-                raise _Abort(plugin_error("filter", p.NAME, e)) from None
-            if sampled:
-                rec.plugin(p.NAME, FILTER, _filter_code(res), perf_counter() - t)
+            res: FilterResult = self.call(p, FILTER, "filter", _filter_code, p.filter, self.state, self.pod,
+                                          self.nodes, rows)
             if res.error is not None:
                 raise _Abort(plugin_error("filter", p.NAME, res.error))
             ok = np.asarray(res.passed, dtype=bool)
@@ -382,21 +382,13 @@ class _Cycle:
         FitError message, the node a plugin nominated)."""
         post_msg, nominated = "", None
         rec = self.rec
-        sampled = rec.sampled
         t0 = perf_counter()
         code = Code.UNSCHEDULABLE  # upstream: no PostFilter plugin succeeded
         self.state.write(NODE_FILTER_KEY, NodeFilter(self.chain, self.nominator))
         try:
             for p in self.chain.post_filter:
-                t = perf_counter() if sampled else 0.0
-                try:
-                    pst, node = p.post_filter(self.state, self.pod, self.nodes, statuses)
-                except Exception as e:
-                    if sampled:
-                        rec.plugin(p.NAME, POST_FILTER, Code.ERROR, perf_counter() - t)
-                    raise _Abort(plugin_error("PostFilter", p.NAME, e)) from None
-                if sampled:
-                    rec.plugin(p.NAME, POST_FILTER, pst.code, perf_counter() - t)
+                pst, node = self.call(p, POST_FILTER, "PostFilter", _first_code, p.post_filter, self.state,
+                                      self.pod, self.nodes, statuses)
                 if pst.code == Code.ERROR:
                     raise _Abort(plugin_error("PostFilter", p.NAME, pst))
                 if pst.reasons:
@@ -418,19 +410,10 @@ class _Cycle:
         Returns (total per feasible node, normalized scores plugins x nodes, (plugin, weight))."""
         chain, state, pod, nodes = self.chain, self.state, self.pod, self.nodes
         rec = self.rec
-        sampled = rec.sampled
         t0 = perf_counter()
         try:
             for p in chain.pre_score:
-                t = perf_counter() if sampled else 0.0
-                try:
-                    st = p.pre_score(state, pod, nodes, feasible)
-                except Exception as e:
-                    if sampled:
-                        rec.plugin(p.NAME, PRE_SCORE, Code.ERROR, perf_counter() - t)
-                    raise _Abort(plugin_error("PreScore", p.NAME, e)) from None
-                if sampled:
-                    rec.plugin(p.NAME, PRE_SCORE, st.code, perf_counter() - t)
+                st = self.call(p, PRE_SCORE, "PreScore", _status_code, p.pre_score, state, pod, nodes, feasible)
                 if st.is_skip:
                     state.skip_score.add(p.NAME)
                 elif not st.is_success:
@@ -516,6 +499,15 @@ class _Cycle:
 _UNSCHED, _UNRESOLVABLE, _PENDING = int(Code.UNSCHEDULABLE), int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE), int(Code.PENDING)
 _REJECTION_CODES = frozenset((_UNSCHED, _UNRESOLVABLE, _PENDING))
 _BASE_NORMALIZE = ScorePlugin.normalize_score
+
+
+def _first_code(out) -> Code:
+    """The code of a (Status, ...) result (PreFilter, PostFilter)."""
+    return out[0].code
+
+
+def _status_code(st: Status) -> Code:
+    return st.code
 
 
 def _filter_code(res: FilterResult) -> Code:
