@@ -88,9 +88,9 @@ async def post_binding(engine: "Engine", pod: PodInfo, node: str, annotations: d
     if left is not None and left <= 0:  # not (or no longer) the leader: a deposed leader never binds
         return Status.error("not bound: this replica does not hold the leader lease")
     try:
-        bind = engine.client.bind(pod.namespace, pod.name, node, uid=pod.uid or None, annotations=annotations)
         # a leader's binding may not outlive its lease: past the renew deadline another replica may lead
-        await (bind if left is None else asyncio.wait_for(bind, timeout=left))
+        await engine.client.bind(pod.namespace, pod.name, node, uid=pod.uid or None, annotations=annotations,
+                                 timeout=left)
     except ApiError as e:
         telemetry.bind_errors.labels(str(e.status)).inc()
         text = str(e)

@@ -408,16 +408,18 @@ class KubeClient:
             self._session = None
 
     async def request(self, method: str, path: str, body: Any = None, params: dict | None = None,
-                      content_type: str = "application/json") -> Any:
-        """Send one request; return the decoded JSON body, raise ApiError for HTTP >= 400."""
+                      content_type: str = "application/json", timeout: float | None = None) -> Any:
+        """Send one request; return the decoded JSON body, raise ApiError for HTTP >= 400.
+        ``timeout``: seconds for this request instead of the client's (asyncio.TimeoutError)."""
         await self.bucket.take()
         headers = {**(await self.creds.auth_header_async()), "Accept": "application/json"}
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
             data = orjson.dumps(body)
+        extra = {} if timeout is None else {"timeout": aiohttp.ClientTimeout(total=timeout)}
         async with self.session.request(method, self.creds.server + path, data=data, params=params,
-                                        headers=headers) as resp:
+                                        headers=headers, **extra) as resp:
             raw = await resp.read()
             try:
                 payload = orjson.loads(raw) if raw else None
@@ -440,13 +442,13 @@ class KubeClient:
         return await self.request("PATCH", path, body, content_type="application/strategic-merge-patch+json")
 
     async def bind(self, namespace: str, name: str, node: str, uid: str | None = None,
-                   annotations: dict[str, str] | None = None) -> None:
+                   annotations: dict[str, str] | None = None, timeout: float | None = None) -> None:
         """POST pods/binding. The API answers 201 with a v1.Status; 409 if already bound."""
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             meta["uid"] = uid
         if annotations:
             meta["annotations"] = annotations
-        await self.post(f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
-                        {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
-                         "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+        await self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
+                           {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+                            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}, timeout=timeout)

@@ -290,7 +290,6 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         # preemption's dry runs make room against the real allocatable: a factor admits pods into
         # free room, never evicts another pod for room that exists only thanks to it
         factors = {} if state.read(DRY_RUN_KEY) else self._factors()
-        overcommit_anywhere = bool(self.handle.source(OVERCOMMIT_ANYWHERE)) if self.handle is not None else False
         admitted = None  # rows that fit only thanks to an overcommit factor
         for col, want, reason in checks:
             if col is None:
@@ -302,8 +301,10 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
                 strict_short = want > alloc - used
                 alloc = (alloc * factor).astype(np.int64)
             short = want > alloc - used
-            over = short & (used > nodes.allocatable[rows, col]) if col is not None and overcommit_anywhere else None
-            if over is not None and over.any():  # another policy's overcommit filled it past allocatable
+            over = short & (used > nodes.allocatable[rows, col]) if col is not None and short.any() else None
+            # past allocatable by another policy's overcommit (asked only then: else nominated pods put it there)
+            if over is not None and over.any() and self.handle is not None \
+                    and self.handle.source(OVERCOMMIT_ANYWHERE):
                 reasons.append((f"{reason} (node already over its allocatable {reason[13:]}: overcommitted)", over))
                 reasons.append((reason, short & ~over))
             else:

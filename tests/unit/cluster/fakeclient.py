@@ -69,7 +69,7 @@ class FakeClient:
         return body
 
     async def bind(self, namespace: str, name: str, node: str, uid: str | None = None,
-                   annotations: dict[str, str] | None = None) -> None:
+                   annotations: dict[str, str] | None = None, timeout: float | None = None) -> None:
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             meta["uid"] = uid
