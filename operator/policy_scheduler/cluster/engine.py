@@ -81,6 +81,9 @@ PSEUDO_EVENTS = {
 }
 
 
+YIELD_EVERY_S = 0.008  # the scheduling loop lets I/O in after at most this much of cycles
+
+
 def policy_change_event(name: str) -> ClusterEvent:
     """A policy's chain changed: every pod of the policy may schedule differently (a wildcard,
     narrowed to the policy's pods by the caller)."""
@@ -112,6 +115,9 @@ class Engine:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.workloads = WorkloadIndex()
         self.pdbs: dict[str, PDB] = {}  # namespace/name -> what DefaultPreemption reads of it
+        # preemptor uid -> its last victim's key once only that one is left to delete (None before):
+        # upstream Executor.preempting and lastVictimsPendingPreemption
+        self.preempting: dict[str, str | None] = {}
         self.sources = sources or MetricSources()
         self.sources.attach(lambda: self.table.names, self._move_for_source)
         self.telemetry = telemetry or Telemetry()
@@ -151,6 +157,7 @@ class Engine:
         self.crashed: BaseException | None = None  # why the loop died, if it did
         self.on_leadership_lost: Callable[[], None] | None = None  # the operator exits (cli.py)
         self._election: asyncio.Task | None = None
+        self._victims_pending = False  # a preemption spawned deletions since the loop last yielded
 
     @property
     def policies(self) -> dict[str, PolicyState]:
@@ -469,7 +476,7 @@ class Engine:
         status_task = self.spawn(self.status_writer.run())
         self.scheduling = True
         log.info("scheduling: %d pods waiting", len(self.queue))
-        n = 0
+        last_yield = time.perf_counter()
         try:
             while not self._stopping:
                 if not self.leadership.valid():  # a renewal is overdue: decide nothing more
@@ -489,9 +496,13 @@ class Engine:
                         pass
                     continue
                 self.schedule(qpi)
-                n += 1
-                if n % 8 == 0:
-                    await asyncio.sleep(0)  # let watch events and bindings in
+                # let watch events, bindings and victim deletions in: every few ms of cycles (eight
+                # plain cycles; after every preemption, whose API calls would otherwise wait)
+                now = time.perf_counter()
+                if now - last_yield >= YIELD_EVERY_S or self._victims_pending:
+                    self._victims_pending = False
+                    await asyncio.sleep(0)
+                    last_yield = time.perf_counter()
         finally:
             self.scheduling = False
             status_task.cancel()
@@ -549,6 +560,10 @@ class Engine:
             self.binder.start(qpi, st, chain, state, decision)
             return decision
         error = decision.status.code == Code.ERROR
+        result = state.read(PREEMPTION_RESULT)
+        victims = self._victims_to_delete(pod, result) if result is not None else []
+        if victims and pod.uid:  # before the pod is requeued: its PreEnqueue must see it preempting
+            self.preempting[pod.uid] = None
         self.queue.add_unschedulable(qpi, decision.unschedulable_plugins, error=error,
                                      pending_plugins=decision.pending_plugins)
         st.dirty = True
@@ -558,19 +573,40 @@ class Engine:
         # a spec that cannot be parsed is reported once, not at every periodic retry
         self.recorder.failure(pod, "FailedScheduling", msg, code=decision.status.code,
                               once=POD_SPEC in decision.unschedulable_plugins)
-        result = state.read(PREEMPTION_RESULT)
         if result is not None:
-            self._preempt(pod, result)
+            self._preempt(pod, result, victims)
         elif decision.nominated_node:
             self.nominate(pod, decision.nominated_node)
         return decision
 
-    def _preempt(self, pod: PodInfo, result: PreemptionResult) -> None:
-        """Act on DefaultPreemption's choice (upstream prepareCandidate), off the loop: the
+    def _victims_to_delete(self, pod: PodInfo, result: PreemptionResult) -> list[PodInfo]:
+        """The victims that need an API call: not those parked at Permit (rejected there, never
+        bound) nor those already terminating (upstream: no second DELETE)."""
+        if not result.nominated_node or not result.victims:
+            return []
+        return [v for v in result.victims
+                if not v.terminating and not (v.uid and self.waiting.get(v.uid) is not None)]
+
+    def is_pod_running_preemption(self, uid: str) -> bool:
+        """upstream Executor.IsPodRunningPreemption: the preemptor's victims are still being
+        deleted. Once only the last victim is left, the preemption counts as done as soon as the
+        cache no longer holds that victim (or holds it terminating), so the victim's deletion
+        event, which may arrive before the DELETE call returns, can let the preemptor go."""
+        if uid not in self.preempting:
+            return False
+        last = self.preempting[uid]
+        if last is None:
+            return True
+        victim = self.table.pod(last)
+        return victim is not None and not victim.terminating
+
+    def _preempt(self, pod: PodInfo, result: PreemptionResult, victims: list[PodInfo]) -> None:
+        """Act on DefaultPreemption's choice (upstream prepareCandidateAsync), off the loop: the
         preemptor is nominated to the node, lower-priority pods nominated there lose their
         nomination, and each victim gets the DisruptionTarget condition, is deleted and gets a
-        Preempted event. The preemptor waits in the queue for the victims' deletion (their
-        AssignedPodDelete events wake it) and is tried on its nominated node first."""
+        Preempted event. Until the victims' deletions are done the preemptor is held by
+        DefaultPreemption's PreEnqueue (``is_pod_running_preemption``); the deletion events then
+        requeue it, and it is tried on its nominated node first."""
         node = result.nominated_node
         if node is None:
             return  # not eligible, or an error: the nomination stays as it is
@@ -598,13 +634,36 @@ class Engine:
             f"{sum(v.priority for v in result.victims)}, {len(result.victims)} victim(s))", MAX_MESSAGE_LEN))
         self.telemetry.preemption_victims.observe(len(result.victims))
         for v in result.victims:
-            if v.uid and self.waiting.reject(v.uid, PREEMPTION, "preempted"):
-                continue  # a pod parked at Permit: rejected, never bound
-            self.spawn(self._delete_victim(v, pod, node))
+            if v.uid:
+                self.waiting.reject(v.uid, PREEMPTION, "preempted")  # a pod parked at Permit: never bound
+        if victims:
+            self.spawn(self._delete_victims(pod, victims, node))
+            self._victims_pending = True  # the loop yields next, so the deletions start now
 
-    async def _delete_victim(self, victim: PodInfo, preemptor: PodInfo, node: str) -> None:
+    async def _delete_victims(self, pod: PodInfo, victims: list[PodInfo], node: str) -> None:
+        """All victims but the last in parallel, then the last one (upstream): the preemptor
+        stays gated until the last victim is gone from the cache. On any failure the preemptor
+        is activated, so it is not left waiting for a deletion event that will not come."""
+        ok = True
+        try:
+            if len(victims) > 1:
+                done = await asyncio.gather(*(self._delete_victim(v, pod, node) for v in victims[:-1]))
+                ok = all(done)
+            if ok:
+                last = victims[-1]
+                if pod.uid in self.preempting:
+                    self.preempting[pod.uid] = last.key
+                ok = await self._delete_victim(last, pod, node)
+        finally:
+            self.preempting.pop(pod.uid, None)
+            if not ok and self.queue.activate([pod.key]):
+                self.wake()
+
+    async def _delete_victim(self, victim: PodInfo, preemptor: PodInfo, node: str) -> bool:
+        """DisruptionTarget, DELETE (with the victim's uid as precondition) and the Preempted
+        event. False when the victim could not be deleted (it being gone already is success)."""
         if not self.leadership.valid():
-            return
+            return False
         await self.recorder.disruption_target(
             victim, f"{self.scheduler_name}: preempting to accommodate a higher priority pod")
         try:
@@ -612,14 +671,16 @@ class Engine:
                                       {"apiVersion": "v1", "kind": "DeleteOptions",
                                        **({"preconditions": {"uid": victim.uid}} if victim.uid else {})})
         except ApiError as e:
-            if e.status not in (404, 409):  # gone already, or replaced by a pod of the same name
-                log.warning("preemption victim %s not deleted: %s", victim.key, e)
-            return
+            if e.status in (404, 409):  # gone already, or replaced by a pod of the same name
+                return True
+            log.warning("preemption victim %s not deleted: %s", victim.key, e)
+            return False
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             log.warning("preemption victim %s not deleted: %s", victim.key, e)
-            return
+            return False
         self.recorder.event(victim, "Normal", "Preempted", "Preempting",
                             f"Preempted by pod {preemptor.uid} on node {node}")
+        return True
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         """A PostFilter nominated ``node``: the pod counts there for pods of lower or equal

@@ -42,6 +42,9 @@ class OperatorHandle(Handle):
     def pdbs(self):
         return list(self.engine.pdbs.values())
 
+    def is_pod_running_preemption(self, uid: str) -> bool:
+        return self.engine.is_pod_running_preemption(uid)
+
     async def bind_pod(self, pod: PodInfo, node_name: str, annotations: Mapping[str, str]) -> Status:
         from .binder import post_binding
 

@@ -125,6 +125,11 @@ class Handle:
         values, from the operator's cache; upstream's PDB lister). Default: none."""
         return ()
 
+    def is_pod_running_preemption(self, uid: str) -> bool:
+        """upstream Executor.IsPodRunningPreemption: is the pod's preemption still deleting its
+        victims (asynchronous preemption)? Default: never."""
+        return False
+
     def waiting_pods(self) -> "WaitingPods":
         """upstream Handle.IterateOverWaitingPods / GetWaitingPod / RejectWaitingPod: the pods
         parked by a Permit plugin's Wait, shared by every policy of the scheduler."""

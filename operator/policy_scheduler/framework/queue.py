@@ -6,12 +6,19 @@ Every pending pod is in exactly one place:
   it has none). ``pop`` takes the head with the highest priority across policies, and among
   policies whose heads tie on priority, takes them in turn (round-robin by policy name), so a
   policy with a long queue cannot starve another at the same priority.
-- **backoffQ**: a heap ordered by backoff expiry; pods whose backoff completed move to activeQ.
+- **backoffQ**: two heaps ordered by backoff expiry, one for pods rejected by plugins and one for
+  pods whose attempt ended in an error (upstream's podBackoffQ and podErrorBackoffQ); pods whose
+  backoff completed move to activeQ. SchedulerPopFromBackoffQ (on by default since v1.33): when
+  activeQ is empty, ``pop`` takes the head of the rejected pods' heap before its backoff is
+  over (never an errored pod), so an idle scheduler does not sleep out a backoff. PreEnqueue runs
+  when a pod enters backoffQ, not again when it leaves.
 - **unschedulable pool**: pods rejected by plugins, waiting for a cluster event that one of
   those plugins registered and whose hint says QUEUE (``move_all_to_active_or_backoff``), for
   their own update, or for the leftover flush after ``unschedulable_max_duration`` (5 minutes).
-  Gated pods (a PreEnqueue plugin said no) wait here too, counted apart as ``gated``; they move
-  only on an event of their gating plugin (or a wildcard), and PreEnqueue runs again first.
+  Gated pods (a PreEnqueue plugin said no) wait here too, counted apart as ``gated``; an event
+  is looked at for them only when their gating plugin registered it (or it is a wildcard), and
+  then, as for any pool pod, the hints of every plugin that rejected them decide (the gating
+  plugin is added to those, as upstream does); PreEnqueue runs again before they move.
 
 A popped pod is *in flight* until ``add_unschedulable`` (failure) or ``done`` (bound, or given
 up). Events of interest that arrive while pods are in flight are recorded and replayed through
@@ -23,8 +30,8 @@ Simplifications against upstream, all deliberate:
 - No locking, no blocking ``pop``, no background goroutines: the caller runs ``pop``
   (which flushes completed backoffs first), ``flush_unschedulable_leftover`` (upstream: every
   30 s) and sleeps ``next_ready_in()`` between attempts.
-- SchedulerPopFromBackoffQ is off: a pod never leaves backoffQ before its expiry, and the
-  expiry is not aligned to the 1-second ordering window (both belong to that feature).
+- The backoff expiry is not aligned to SchedulerPopFromBackoffQ's 1-second ordering window;
+  backoffQ breaks ties in expiry by priority, then by the time the pod was queued.
 - No pod groups.
 """
 
@@ -38,7 +45,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from .events import (DEFAULT_REGISTRATION, UNSCHEDULABLE_TIMEOUT, ClusterEvent, ClusterEventWithHint,
+from .events import (DEFAULT_REGISTRATION, FORCE_ACTIVATE, UNSCHEDULABLE_TIMEOUT, ClusterEvent, ClusterEventWithHint,
                      QueueingHint, call_hint, pod_change_events)
 from .podinfo import PodInfo
 from .status import Status
@@ -55,6 +62,7 @@ EVENT_POD_ADD = "UnscheduledPodAdd"
 EVENT_POD_UPDATE = "UnscheduledPodUpdate"
 EVENT_BACKOFF_COMPLETE = "BackoffComplete"
 EVENT_ATTEMPT_FAILURE = "ScheduleAttemptFailure"
+EVENT_POPPED_FROM_BACKOFF = "PoppedFromBackoffQ"  # our label: activeQ was empty (SchedulerPopFromBackoffQ)
 
 # queueing strategies (upstream queueingStrategy)
 _SKIP, _AFTER_BACKOFF, _IMMEDIATELY = 0, 1, 2
@@ -173,6 +181,59 @@ def _expires_first(a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
     return (a.backoff_expiry or 0.0) < (b.backoff_expiry or 0.0)
 
 
+def _expires_first_then_priority(a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
+    ea, eb = a.backoff_expiry or 0.0, b.backoff_expiry or 0.0
+    if ea != eb:
+        return ea < eb
+    pa, pb = a.pod.priority, b.pod.priority
+    return pa > pb or (pa == pb and a.timestamp < b.timestamp)
+
+
+class _BackoffQ:
+    """backoffQ: rejected pods (``rejected``) and errored pods (``errored``), each a heap by
+    expiry; a pod is in one of them at most."""
+
+    def __init__(self) -> None:
+        self.rejected = _Heap(_expires_first_then_priority)
+        self.errored = _Heap(_expires_first)
+
+    def __len__(self) -> int:
+        return len(self.rejected) + len(self.errored)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.rejected or key in self.errored
+
+    def get(self, key: str) -> QueuedPodInfo | None:
+        return self.rejected.get(key) or self.errored.get(key)
+
+    def items(self) -> list[QueuedPodInfo]:
+        return self.rejected.items() + self.errored.items()
+
+    def push(self, qpi: QueuedPodInfo) -> None:
+        if qpi.unschedulable_plugins or qpi.pending_plugins:
+            self.errored.remove(qpi.key)
+            self.rejected.push(qpi)
+        else:
+            self.rejected.remove(qpi.key)
+            self.errored.push(qpi)
+
+    def remove(self, key: str) -> QueuedPodInfo | None:
+        return self.rejected.remove(key) or self.errored.remove(key)
+
+    def peek(self) -> QueuedPodInfo | None:
+        """The pod whose backoff ends first, of both heaps."""
+        a, b = self.rejected.peek(), self.errored.peek()
+        if a is None or b is None:
+            return a or b
+        return b if _expires_first(b, a) else a
+
+    def pop(self) -> QueuedPodInfo | None:
+        qpi = self.peek()
+        if qpi is not None:
+            self.remove(qpi.key)
+        return qpi
+
+
 _IGNORED_METADATA = ("resourceVersion", "generation", "managedFields", "finalizers")
 _KEPT_STATUS = ("resourceClaimStatuses", "extendedResourceClaimStatus")
 
@@ -226,13 +287,15 @@ class SchedulingQueue:
         unschedulable_max_duration: float = 300.0,
         profile_of: Callable[[str], QueueProfile | None] | None = None,
         pseudo_events: Mapping[str, Sequence[ClusterEventWithHint]] | None = None,
+        pop_from_backoff: bool = True,
     ) -> None:
         """``less``: the order of a policy without a QueueSort plugin. ``profile_of(policy)``:
         the policy's chain (None when it has none usable; then ``fallback`` is used: set it to a
         chain of the implicit plugins so gates hold for every pod). ``pseudo_events``: the
         registrations of rejector names that are not plugins (e.g. the engine's policy
-        selection)."""
+        selection). ``pop_from_backoff``: upstream's SchedulerPopFromBackoffQ (see the module)."""
         self._clock = clock
+        self.pop_from_backoff = pop_from_backoff
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.unschedulable_max_duration = unschedulable_max_duration
@@ -243,7 +306,7 @@ class SchedulingQueue:
         self._active: dict[str, _Heap] = {}  # policy -> its activeQ heap
         self._active_n = 0
         self._last_policy = ""  # round-robin position among policies
-        self._backoff = _Heap(_expires_first)
+        self._backoff = _BackoffQ()
         self._unschedulable: dict[str, QueuedPodInfo] = {}
         self._gated: set[str] = set()  # keys of the pool pods a PreEnqueue plugin holds
         self._in_flight: dict[str, _InFlight] = {}
@@ -335,7 +398,7 @@ class SchedulingQueue:
             if not st.is_success:
                 qpi.gating_plugin = p.NAME
                 qpi.gating_message = st.message()
-                qpi.unschedulable_plugins = {p.NAME}
+                qpi.unschedulable_plugins.add(p.NAME)  # upstream: Insert, the rejectors stay
                 return st
         qpi.gating_plugin = None
         qpi.gating_message = ""
@@ -478,14 +541,12 @@ class SchedulingQueue:
             qpi.pod = pod
             if changed:
                 for ev in pod_change_events(old, pod, target=True):
-                    if key in self._gated:
-                        if self._gated_interested(qpi, ev) and self._to_active(qpi, ev.label) != GATED:
-                            break
+                    if key in self._gated and not self._gated_interested(qpi, ev):
                         continue
                     strategy = self._strategy(qpi, ev, old, pod)
                     if strategy != _SKIP:
-                        self._requeue(qpi, strategy == _IMMEDIATELY, ev.label)
-                        break
+                        if self._requeue(qpi, strategy == _IMMEDIATELY, ev.label) != GATED:
+                            break
             return True
         rec = self._in_flight.get(key)
         if rec is not None and not rec.deleted:
@@ -515,7 +576,13 @@ class SchedulingQueue:
         marks it in flight. None when activeQ is empty."""
         self.flush_backoff_completed()
         if not self._active_n:
-            return None
+            qpi = self._backoff.rejected.pop() if self.pop_from_backoff else None
+            if qpi is None:
+                return None
+            if qpi.initial_attempt_timestamp is None:
+                qpi.initial_attempt_timestamp = self._clock()
+            self._count_in(ACTIVE, EVENT_POPPED_FROM_BACKOFF)
+            return self._start_flight(qpi)
         best: list[tuple[str, QueuedPodInfo]] = []
         top = None
         for policy, h in self._active.items():
@@ -535,6 +602,9 @@ class SchedulingQueue:
         self._last_policy = policy
         qpi = self._active[policy].pop()
         self._active_n -= 1
+        return self._start_flight(qpi)
+
+    def _start_flight(self, qpi: QueuedPodInfo) -> QueuedPodInfo:
         qpi.attempts += 1
         self._cycle += 1
         rec = self._in_flight[qpi.key] = _InFlight(qpi, self._cycle, self._event_seq)
@@ -635,9 +705,7 @@ class SchedulingQueue:
         for qpi in list(self._unschedulable.values()):
             if pre_check is not None and not pre_check(qpi):
                 continue
-            if qpi.key in self._gated:
-                if self._gated_interested(qpi, event) and self._to_active(qpi, event.label) != GATED:
-                    moved += 1
+            if qpi.key in self._gated and not self._gated_interested(qpi, event):
                 continue
             strategy = self._strategy(qpi, event, old, new)
             if strategy == _SKIP:
@@ -677,12 +745,17 @@ class SchedulingQueue:
         return moved
 
     def activate(self, keys: Iterable[str]) -> int:
-        """upstream Activate: move these pods from the pool or backoffQ to activeQ now."""
+        """upstream Activate: move these pods from the pool or backoffQ to activeQ now. For a pod
+        in flight, a ForceActivate event is recorded, so it is requeued when it comes back."""
         n = 0
         for key in keys:
             qpi = self._unschedulable.get(key) or self._backoff.get(key)
-            if qpi is not None and self._to_active(qpi, "ForceActivate") == ACTIVE:
-                n += 1
+            if qpi is not None:
+                if self._to_active(qpi, FORCE_ACTIVATE.label) == ACTIVE:
+                    n += 1
+            elif key in self._in_flight:
+                self._event_seq += 1
+                self._events.append((self._event_seq, FORCE_ACTIVATE, None, None))
         return n
 
     def flush_backoff_completed(self) -> int:
@@ -695,10 +768,13 @@ class SchedulingQueue:
         return moved
 
     def next_ready_in(self) -> float | None:
-        """Seconds until the earliest backoff expiry (0 if already due), None if backoffQ is empty."""
+        """Seconds until the earliest backoff expiry (0 if already due, or when a rejected pod may
+        be popped early), None if backoffQ is empty."""
         qpi = self._backoff.peek()
         if qpi is None:
             return None
+        if self.pop_from_backoff and len(self._backoff.rejected) and not self._active_n:
+            return 0.0
         return max(0.0, (qpi.backoff_expiry or 0.0) - self._clock())
 
     # ---- inspection ----------------------------------------------------------------------

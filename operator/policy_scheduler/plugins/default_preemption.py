@@ -2,7 +2,14 @@
 important lower-priority pods makes room, and nominate it (upstream
 plugins/defaultpreemption/default_preemption.go, v1.37; the decision is framework/preemption.py).
 
-PostFilter only. Returns Success with the nominated node, or Unschedulable with upstream's
+PostFilter, and PreEnqueue as upstream's with asynchronous preemption (on since v1.33): while
+the operator is still deleting a preemptor's victims (``Handle.is_pod_running_preemption``), the
+preemptor is gated with ``waiting for the preemption for this pod to be finished``, so it is not
+tried again, and does not preempt again, before its victims are gone. It registers AssignedPod
+Delete with a hint that always skips: the gated pod is re-checked on those events, and the plugins
+that rejected it (NodeResourcesFit, ...) decide whether it goes.
+
+Returns Success with the nominated node, or Unschedulable with upstream's
 message prefixed ``preemption: `` (e.g. ``preemption: not eligible due to
 preemptionPolicy=Never.``, ``preemption: 0/3 nodes are available: 1 No preemption victims found
 for incoming pod, 2 Preemption is not helpful for scheduling.``).
@@ -17,15 +24,15 @@ and ``minCandidateNodesAbsolute`` (default 100, >= 0), not both 0: the dry run l
 max(nodes x percentage / 100, absolute) candidates (capped at the nodes where preemption
 may help) before picking one.
 
-Not registered in the built-in registry yet: without the operator acting on the victims a
-nomination would wait forever.
 """
 
 from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from ..framework.interface import CycleState, NodeToStatus, PluginArgs, PostFilterPlugin
+from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ..framework.interface import (CycleState, EnqueueExtensions, NodeToStatus, PluginArgs, PostFilterPlugin,
+                                   PreEnqueuePlugin)
 from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
 from ..framework.preemption import PDB, PreemptionResult, preempt
@@ -35,6 +42,13 @@ from ..framework.validation import int32_errors, invalid, raise_if
 
 NAME = "DefaultPreemption"
 RESULT_KEY = f"{NAME}/result"  # CycleState key of the PreemptionResult of the last PostFilter
+WAITING_MESSAGE = "waiting for the preemption for this pod to be finished"
+
+
+def _skip(_pod, _old, _new) -> QueueingHint:
+    """upstream isPodSchedulableAfterAssignedPodDeletion: always Skip; the plugins whose failure
+    the preemption resolves decide when the pod goes."""
+    return QueueingHint.SKIP
 
 
 class DefaultPreemptionArgs(PluginArgs):
@@ -61,9 +75,17 @@ class DefaultPreemptionArgs(PluginArgs):
         return self
 
 
-class DefaultPreemption(PostFilterPlugin):
+class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin, EnqueueExtensions):
     NAME = NAME
     Args = DefaultPreemptionArgs
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        if pod.uid and self.handle.is_pod_running_preemption(pod.uid):
+            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (WAITING_MESSAGE,))
+        return Status.success()
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [ClusterEventWithHint(ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE), _skip)]
 
     def post_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable,
                     statuses: NodeToStatus) -> tuple[Status, str | None]:

@@ -12,7 +12,7 @@ from policy_scheduler.cluster.kubeclient import ApiError
 
 @dataclass
 class Call:
-    method: str  # get, post, merge_patch, strategic_patch, bind, close
+    method: str  # get, post, merge_patch, strategic_patch, bind, close, or a request's method (delete)
     path: str
     body: Any = None
 
@@ -51,6 +51,10 @@ class FakeClient:
                 if f.times is not None:
                     f.times -= 1
                 raise ApiError(f.status, f.body, method.upper(), path)
+
+    async def request(self, method: str, path: str, body: Any = None, **kw) -> Any:
+        self._record(method.lower(), path, body)
+        return body
 
     async def get(self, path: str, **params) -> Any:
         self._record("get", path, params or None)

@@ -53,7 +53,10 @@ def make_pod(name, priority=0, uid=None, labels=None, rv="1", status=None, ns="d
 
 
 def make_queue(clock=None, **kw):
+    """A queue with SchedulerPopFromBackoffQ off unless asked: most tests here pin the backoff
+    itself, which that feature lets an idle queue skip (its own tests below turn it on)."""
     clock = clock or FakeClock()
+    kw.setdefault("pop_from_backoff", False)
     return SchedulingQueue(priority_sort, clock=clock, **kw), clock
 
 
@@ -523,3 +526,48 @@ def test_with_the_priority_sort_plugin():
         q.add(make_pod(name, prio), "p")
         clock.advance(1)
     assert [q.pop().pod.name for _ in range(4)] == ["b", "d", "a", "c"]
+
+
+# ---- SchedulerPopFromBackoffQ (upstream default since v1.33) ------------------------------
+
+
+def test_pop_from_backoff_takes_a_rejected_pod_early_only_when_activeq_is_empty():
+    q, clock = make_queue(pop_from_backoff=True)
+    q.add(make_pod("a"), "p")
+    qpi = q.pop()
+    fail(q, qpi)
+    q.move_all_to_active_or_backoff(EV["NodeAdd"])
+    assert q.state_of(qpi.key) == BACKOFF and q.next_ready_in() == 0.0
+    q.add(make_pod("b"), "p")
+    assert q.pop().key == key("b")  # activeQ first
+    got = q.pop()  # activeQ empty: the backing-off pod, a second early
+    assert got is qpi and got.attempts == 2 and clock.t < qpi.backoff_expiry
+
+
+def test_pop_from_backoff_never_takes_an_errored_pod_early():
+    q, clock = make_queue(pop_from_backoff=True)
+    q.add(make_pod("a"), "p")
+    qpi = q.pop()
+    assert q.add_unschedulable(qpi, error=True) == BACKOFF
+    assert q.pop() is None and q.next_ready_in() == 1.0
+    clock.advance(1.01)
+    assert q.pop() is qpi
+
+
+def test_pop_from_backoff_off_waits_out_the_backoff():
+    q, clock = make_queue(pop_from_backoff=False)
+    q.add(make_pod("a"), "p")
+    qpi = q.pop()
+    fail(q, qpi)
+    q.move_all_to_active_or_backoff(EV["NodeAdd"])
+    assert q.pop() is None and q.next_ready_in() == 1.0
+
+
+def test_activating_a_pod_in_flight_requeues_it_when_it_comes_back():
+    """upstream Activate: for an in-flight pod a ForceActivate event is recorded (what an
+    asynchronous preemption that failed relies on)."""
+    q, clock = make_queue()
+    q.add(make_pod("a"), "p")
+    qpi = q.pop()
+    assert q.activate([qpi.key]) == 0
+    assert fail(q, qpi) == BACKOFF  # not the pool: the recorded event moved it

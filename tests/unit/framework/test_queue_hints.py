@@ -47,6 +47,7 @@ def queue(profiles: dict[str, Profile], **kw):
     clock = Clock()
     gates = SchedulingGates(None, None)
     fallback = Profile(pre_enqueue=[gates], events={"SchedulingGates": gates.events_to_register()})
+    kw.setdefault("pop_from_backoff", False)  # the backoff is pinned here; test_queue covers that feature
     q = SchedulingQueue(PrioritySort(None, None).less, clock=clock, profile_of=profiles.get, **kw)
     q.fallback = fallback
     return q, clock

@@ -1,0 +1,128 @@
+"""Engine: asynchronous preemption (upstream prepareCandidateAsync). The preemptor is held by
+DefaultPreemption's PreEnqueue while its victims are deleted: all but the last in parallel, then
+the last one, after which the preemptor may go as soon as the cache no longer holds that victim."""
+
+import asyncio
+
+from fakeclient import FakeClient
+
+from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.cluster.handle import OperatorHandle
+from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.queue import ACTIVE, GATED, UNSCHEDULABLE
+from policy_scheduler.plugins.default_preemption import WAITING_MESSAGE, DefaultPreemption
+
+
+def node(name):
+    alloc = {"cpu": "4", "memory": "32Gi", "pods": "110"}
+    return {"metadata": {"name": name}, "status": {"allocatable": alloc, "capacity": alloc}}
+
+
+def pod(name, node_name="", priority=0, terminating=False):
+    meta = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta,
+            "spec": {"schedulerName": "policy-scheduler", "nodeName": node_name, "priority": priority,
+                     "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Running" if node_name else "Pending"}}
+
+
+def engine_with_victims(n=3):
+    e = Engine(FakeClient())
+    e.on_node("ADDED", node("n1"))
+    victims = []
+    for i in range(n):
+        e.on_pod("ADDED", pod(f"v{i}", "n1"))
+        victims.append(e.table.pod(f"ns/v{i}"))
+    e.on_pod("ADDED", pod("hi", priority=10))
+    return e, victims
+
+
+def test_a_preemptor_runs_preemption_until_its_last_victim_leaves_the_cache():
+    e, victims = engine_with_victims()
+    assert not e.is_pod_running_preemption("uid-hi")
+    e.preempting["uid-hi"] = None  # deleting all victims but the last
+    assert e.is_pod_running_preemption("uid-hi")
+    e.preempting["uid-hi"] = "ns/v2"  # only the last is left, still in the cache
+    assert e.is_pod_running_preemption("uid-hi")
+    e.on_pod("MODIFIED", pod("v2", "n1", terminating=True))  # its deletion has started
+    assert not e.is_pod_running_preemption("uid-hi")
+    e.on_pod("DELETED", pod("v2", "n1", terminating=True))
+    assert not e.is_pod_running_preemption("uid-hi")
+
+
+def test_default_preemption_gates_a_pod_whose_preemption_runs():
+    e, _ = engine_with_victims()
+    plugin = DefaultPreemption(DefaultPreemption.Args(), OperatorHandle(e))
+    hi = parse_pod(pod("hi", priority=10))
+    assert plugin.pre_enqueue(hi).is_success
+    e.preempting["uid-hi"] = None
+    st = plugin.pre_enqueue(hi)
+    assert not st.is_success and st.message() == WAITING_MESSAGE
+
+
+def test_victims_are_deleted_all_but_the_last_first_and_the_preemptor_is_released():
+    e, victims = engine_with_victims()
+    hi = e.queue.pop().pod
+    e.preempting[hi.uid] = None
+    seen = []
+
+    async def go():
+        real = e.client.request
+
+        async def spy(method, path, body=None, **kw):
+            seen.append((path.rsplit("/", 1)[1], e.preempting.get(hi.uid, "released")))
+            return await real(method, path, body, **kw)
+
+        e.client.request = spy
+        await e._delete_victims(hi, victims, "n1")
+
+    asyncio.run(go())
+    # the first two while the preemptor is fully held; the last once it is registered as the last
+    assert sorted(seen[:2]) == [("v0", None), ("v1", None)]
+    assert seen[2] == ("v2", "ns/v2")
+    assert hi.uid not in e.preempting
+    deletes = e.client.calls_of("delete")
+    assert [c.body["preconditions"]["uid"] for c in deletes] == ["uid-v0", "uid-v1", "uid-v2"]
+    assert all("DisruptionTarget" in str(c.body) for c in e.client.calls_of("strategic_patch")
+               + e.client.calls_of("merge_patch"))
+
+
+def test_a_failed_victim_deletion_activates_the_preemptor_and_spares_the_last_victim():
+    e, victims = engine_with_victims()
+    qpi = e.queue.pop()
+    hi = qpi.pod
+    e.queue.add_unschedulable(qpi, {"NodeResourcesFit"})
+    e.preempting[hi.uid] = None
+    assert e.queue.state_of(hi.key) == UNSCHEDULABLE
+    e.client.fail("delete", 500, path_contains="/pods/v0", times=1)
+    asyncio.run(e._delete_victims(hi, victims, "n1"))
+    assert hi.uid not in e.preempting
+    assert [c.path.rsplit("/", 1)[1] for c in e.client.calls_of("delete")] == ["v0", "v1"]
+    assert e.queue.state_of(hi.key) == ACTIVE  # not left waiting for a deletion event
+
+
+def test_a_held_preemptor_moves_on_its_victims_deletion_once_released():
+    """The deletion events re-check a gated preemptor; NodeResourcesFit's hint decides, and
+    PreEnqueue holds it while the preemption runs."""
+
+    async def go():
+        e, _ = engine_with_victims()
+        e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1},
+                              "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "DefaultPreemption"}]}})
+        qpi = e.queue.pop()
+        hi = qpi.pod
+        e.preempting[hi.uid] = None
+        e.queue.add_unschedulable(qpi, {"NodeResourcesFit"})
+        e.on_pod("DELETED", pod("v0", "n1"))
+        assert e.queue.state_of(hi.key) == GATED
+        assert e.queue.get(hi.key).gating_message == WAITING_MESSAGE
+        e.preempting[hi.uid] = "ns/v2"
+        e.on_pod("DELETED", pod("v1", "n1"))
+        assert e.queue.state_of(hi.key) == GATED  # the last victim is still there
+        e.on_pod("DELETED", pod("v2", "n1"))
+        assert e.queue.state_of(hi.key) not in (GATED, UNSCHEDULABLE)
+        assert e.queue.pop().pod is hi  # SchedulerPopFromBackoffQ: nothing else to do, so at once
+
+    asyncio.run(go())
