@@ -8,7 +8,9 @@ moves a waiting pod only on an event registered by a plugin that rejected it, an
 plugin's hint says QUEUE.
 
 Objects handed to hints: for node events ``NodeSpec`` (old is None on Add, new is None on
-Delete); for pod events ``PodInfo``; for namespace events ``NamespaceChange`` as new (old is
+Delete); for pod events ``PodInfo``; for PersistentVolume, PersistentVolumeClaim, StorageClass,
+CSINode and CSIDriver events the parsed objects of ``framework/volumes.py`` (from
+``VolumeCache.apply``; old None on Add, new None on Delete); for namespace events ``NamespaceChange`` as new (old is
 None); policy and metrics events carry nothing (None, None: the engine narrows them to the
 policy's pods itself). Hints must be cheap and must not raise; one that raises counts as QUEUE,
 so a buggy hint cannot strand a pod.
@@ -66,6 +68,13 @@ class Resource:
     UNSCHEDULED_POD = "UnscheduledPod"
     TARGET_POD = "TargetPod"  # the waiting pod itself
     NODE = "Node"
+    PERSISTENT_VOLUME = "PersistentVolume"
+    PERSISTENT_VOLUME_CLAIM = "PersistentVolumeClaim"
+    CSI_NODE = "storage.k8s.io/CSINode"
+    CSI_DRIVER = "storage.k8s.io/CSIDriver"
+    STORAGE_CLASS = "storage.k8s.io/StorageClass"
+    VOLUME_ATTACHMENT = "storage.k8s.io/VolumeAttachment"  # not emitted (no VolumeAttachment cache)
+    CSI_STORAGE_CAPACITY = "storage.k8s.io/CSIStorageCapacity"  # not emitted (no CSIStorageCapacity cache)
     NAMESPACE = "Namespace"  # ours: a namespace's labels changed
     POLICY = "SchedulingPolicy"  # ours: a policy was created, changed or deleted
     METRICS = "Metrics"  # ours: a policy's metric source published new values

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .binding import WaitingPods
     from .nodetable import NodeTable
     from .podinfo import PodInfo
+    from .volumes import VolumeCache
 
 MAX_NODE_SCORE = 100
 MIN_NODE_SCORE = 0
@@ -146,6 +147,28 @@ class Handle:
         scheduling cycle. Returns Success, or an Error status that says why (the pod is
         requeued). Raises PodGone when no binding is needed any more."""
         return Status.error("this handle cannot bind pods")
+
+    def volumes(self) -> "VolumeCache":
+        """The PersistentVolumes, PersistentVolumeClaims, StorageClasses, CSINodes and CSIDrivers
+        (``framework.volumes.VolumeCache``) the volume plugins read, with VolumeBinding's
+        assumed PV/PVC copies. The operator feeds it from its informers
+        (``VolumeCache.apply``) and hands the returned events to the queue. Default: an empty
+        cache owned by this handle."""
+        v = getattr(self, "_volumes", None)
+        if v is None:
+            from .volumes import VolumeCache
+
+            v = self._volumes = VolumeCache()
+        return v
+
+    async def api_request(self, method: str, path: str, body: Any = None) -> Any:
+        """One request to the API server, for bind-side plugins in the binding cycle only
+        (VolumeBinding's PreBind writes PVs and PVCs): ``method`` an HTTP verb ("GET", "PUT",
+        "PATCH", ...), ``path`` the API path (e.g.
+        ``/api/v1/persistentvolumes/pv-1``), ``body`` the JSON object to send (a PATCH body is a
+        merge patch). Returns the decoded JSON answer; raises an exception whose text says why
+        on a failure (an HTTP error status, a timeout). Default: NotImplementedError."""
+        raise NotImplementedError("this handle cannot make API requests")
 
 
 class PodGone(Exception):

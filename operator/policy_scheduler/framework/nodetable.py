@@ -84,6 +84,10 @@ class NodeTable:
         self._orphans: dict[str, dict[str, PodInfo]] = {}  # node name not (yet) known -> pods
         self.used_ports: list[dict[tuple[str, str, int], int]] = []
         self.pods_with_affinity: list[dict[str, PodInfo]] = []  # per row: those pods (upstream PodsWithAffinity)
+        # per row: the pods with volumes the volume plugins read (PodInfo.volumes non-empty)
+        self.pods_with_volumes: list[dict[str, PodInfo]] = []
+        # "namespace/claim" -> number of pods on rows using that PVC (upstream PVCRefCounts)
+        self.pvc_refs: dict[str, int] = {}
         # The (anti-)affinity terms of the pods on rows, by kind: term -> {(topologyKey, value of that
         # label on the pod's node): occurrences}, one occurrence per (pod, term) on a node having
         # the key (a node without it puts the term in no domain). Preferred terms are keyed with
@@ -152,6 +156,7 @@ class NodeTable:
             self.pods.append({})
             self.used_ports.append({})
             self.pods_with_affinity.append({})
+            self.pods_with_volumes.append({})
             self.requested[row] = 0
             self.nonzero[row] = 0
             old = None
@@ -194,6 +199,15 @@ class NodeTable:
         pods = self.pods[row]
         if pods:  # keep the pods: they still exist and count if the node comes back
             self._orphans[name] = dict(pods)
+            for pod in self.pods_with_volumes[row].values():  # re-counted if the node comes back
+                for v in pod.volumes:
+                    if v.has_claim:
+                        k = f"{pod.namespace}/{v.claim}"
+                        c = self.pvc_refs.get(k, 0) - 1
+                        if c > 0:
+                            self.pvc_refs[k] = c
+                        else:
+                            self.pvc_refs.pop(k, None)
         for pod in self.pods_with_affinity[row].values():
             self._index_terms(pod, spec.labels, -1)
         self._unindex_labels(spec)
@@ -215,7 +229,7 @@ class NodeTable:
         self.version += 1
 
     def _row_lists(self) -> tuple[list, ...]:
-        return (self.names, self.specs, self.pods, self.used_ports, self.pods_with_affinity)
+        return (self.names, self.specs, self.pods, self.used_ports, self.pods_with_affinity, self.pods_with_volumes)
 
     def _dec_image(self, img: str) -> None:
         c = self.image_nodes.get(img, 0) - 1
@@ -316,12 +330,29 @@ class NodeTable:
                 ports[p] = c
             else:
                 ports.pop(p, None)
+        if pod.volumes:
+            self._add_volumes(pod, row, sign)
         if pod.has_affinity:
             if sign > 0:
                 self.pods_with_affinity[row][pod.key] = pod
             else:
                 self.pods_with_affinity[row].pop(pod.key, None)
             self._index_terms(pod, self.specs[row].labels, sign)
+
+    def _add_volumes(self, pod: PodInfo, row: int, sign: int) -> None:
+        if sign > 0:
+            self.pods_with_volumes[row][pod.key] = pod
+        else:
+            self.pods_with_volumes[row].pop(pod.key, None)
+        refs = self.pvc_refs
+        for v in pod.volumes:
+            if v.has_claim:
+                k = f"{pod.namespace}/{v.claim}"
+                c = refs.get(k, 0) + sign
+                if c > 0:
+                    refs[k] = c
+                else:
+                    refs.pop(k, None)
 
     def _index_terms(self, pod: PodInfo, labels: Mapping[str, str], sign: int) -> None:
         """Add (sign 1) or take back (sign -1) the pod's terms on a node with ``labels``."""

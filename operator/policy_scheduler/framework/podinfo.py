@@ -65,6 +65,78 @@ class SpreadConstraint:
     node_taints_policy: str = IGNORE
 
 
+@dataclass(frozen=True, slots=True)
+class PodVolume:
+    """One ``spec.volumes`` entry the volume plugins read (section 3 and 4 of the semantics doc).
+
+    Only volumes of these sources are kept: ``persistentVolumeClaim`` and ``ephemeral`` (both
+    name a claim: ``claim``; a generic ephemeral volume's claim is ``<pod name>-<volume name>``,
+    upstream ephemeral.VolumeClaimName), inline ``csi`` (``csi_driver``), and the legacy disks
+    VolumeRestrictions compares (``gce_pd``: pdName, ``aws_ebs``: volumeID, ``iscsi_iqn``,
+    ``rbd``: (monitors, pool, image)). ``read_only``: the source's readOnly. Projected,
+    configMap, secret, emptyDir, hostPath, ... volumes are not kept."""
+
+    name: str
+    claim: str = ""  # the PVC name (persistentVolumeClaim and ephemeral volumes)
+    pvc: bool = False  # a persistentVolumeClaim source (its claimName may be empty)
+    ephemeral: bool = False
+    read_only: bool = False
+    csi_driver: str = ""
+    gce_pd: str = ""
+    aws_ebs: str = ""
+    iscsi_iqn: str = ""
+    rbd: tuple[frozenset[str], str, str] | None = None
+
+    @property
+    def has_claim(self) -> bool:
+        """A persistentVolumeClaim or generic ephemeral volume: it names a PVC."""
+        return self.pvc or self.ephemeral
+
+
+_VOLUME_SOURCES = ("persistentVolumeClaim", "ephemeral", "csi", "gcePersistentDisk", "awsElasticBlockStore",
+                   "iscsi", "rbd")
+
+
+def parse_volumes(volumes: Any, pod_name: str) -> tuple[PodVolume, ...]:
+    """The kept ``spec.volumes`` entries (see PodVolume), in spec order."""
+    out = []
+    for v in volumes:
+        if not isinstance(v, Mapping):
+            continue
+        name = str(v.get("name") or "")
+        src = v.get("persistentVolumeClaim")
+        if src is not None:
+            out.append(PodVolume(name, claim=str(src.get("claimName") or ""), read_only=bool(src.get("readOnly")),
+                                 pvc=True))
+            continue
+        if v.get("ephemeral") is not None:
+            out.append(PodVolume(name, claim=f"{pod_name}-{name}", ephemeral=True))
+            continue
+        src = v.get("csi")
+        if src is not None:
+            out.append(PodVolume(name, csi_driver=str(src.get("driver") or ""), read_only=bool(src.get("readOnly"))))
+            continue
+        src = v.get("gcePersistentDisk")
+        if src is not None:
+            out.append(PodVolume(name, gce_pd=str(src.get("pdName") or ""), read_only=bool(src.get("readOnly"))))
+            continue
+        src = v.get("awsElasticBlockStore")
+        if src is not None:
+            out.append(PodVolume(name, aws_ebs=str(src.get("volumeID") or ""), read_only=bool(src.get("readOnly"))))
+            continue
+        src = v.get("iscsi")
+        if src is not None:
+            out.append(PodVolume(name, iscsi_iqn=str(src.get("iqn") or ""), read_only=bool(src.get("readOnly"))))
+            continue
+        src = v.get("rbd")
+        if src is not None:
+            # the API defaults pool to "rbd"
+            rbd = (frozenset(str(m) for m in src.get("monitors") or ()), str(src.get("pool") or "rbd"),
+                   str(src.get("image") or ""))
+            out.append(PodVolume(name, rbd=rbd, read_only=bool(src.get("readOnly"))))
+    return tuple(out)
+
+
 @dataclass(slots=True)
 class PodInfo:
     uid: str
@@ -100,6 +172,8 @@ class PodInfo:
     # PreemptionByScheduler (upstream podTerminatingByPreemption)
     terminating_by_preemption: bool = False
     scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names, in spec order
+    # spec.volumes the volume plugins read (PodVolume); empty for pods with none of those
+    volumes: tuple[PodVolume, ...] = ()
     parse_error: str | None = None
     # the API object; kept for pods waiting to be scheduled, dropped for pods counted on a node
     raw: Mapping[str, Any] | None = field(default=None, repr=False)
@@ -107,6 +181,11 @@ class PodInfo:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def claim_names(self) -> tuple[str, ...]:
+        """The PVC names of the pod's persistentVolumeClaim and ephemeral volumes, in spec order."""
+        return tuple(v.claim for v in self.volumes if v.has_claim)
 
     @property
     def has_affinity(self) -> bool:
@@ -312,6 +391,9 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
             if c.get("image"):
                 imgs.append(normalized_image_name(str(c["image"])))
         info.images = tuple(imgs)
+        vols = spec.get("volumes")
+        if vols:
+            info.volumes = parse_volumes(vols, info.name)
     except (PodSpecError, SelectorError, QuantityError) as e:
         info.parse_error = str(e)
     except (TypeError, ValueError, AttributeError) as e:
