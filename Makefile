@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER_FLAGS := $(if $(KWOK),--kwok,) $(if $(CONTROLLER_MANAGER),--controller-manager,)
 
-.PHONY: help venv build prometheus cluster-up cluster-down cluster-status test unit e2e demo crd bench-decide bench-load-aware bench clean
+.PHONY: help venv build prometheus chromium cluster-up cluster-down cluster-status test unit e2e demo crd bench-decide bench-load-aware bench clean
 
 help:
 	@echo "make demo          run the scheduler on a local control plane with simulated nodes and print placements"
@@ -33,6 +33,9 @@ build:
 prometheus:  # the e2e tests start their own server; this only makes sure the binary is there
 	bash hack/ensure-prometheus.sh
 
+chromium:  # the what-if report test opens the HTML report in headless Chromium
+	bash hack/ensure-chromium.sh
+
 cluster-up: build
 	$(PYTHON) hack/localcluster.py up $(CLUSTER_FLAGS)
 
@@ -42,13 +45,13 @@ cluster-down:
 cluster-status:
 	$(PYTHON) hack/localcluster.py status
 
-test: venv build prometheus
+test: venv build prometheus chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-e2e: venv build prometheus
+e2e: venv build prometheus chromium
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 demo: venv build

@@ -1,4 +1,5 @@
-"""policy-scheduler command line: run the operator, print the CRD, explain a decision."""
+"""policy-scheduler command line: run the operator, print the CRD, explain a decision, snapshot the
+cluster and simulate policies on it."""
 
 from __future__ import annotations
 
@@ -257,6 +258,149 @@ def cmd_explain(a: argparse.Namespace) -> int:
     return 0
 
 
+def _live_snapshot(a: argparse.Namespace, who: str):
+    """A snapshot of the cluster the kubeconfig names (None after printing why not)."""
+    from .cluster.kubeclient import KubeClient, load_credentials
+    from .whatif import snapshot
+
+    try:
+        creds = load_credentials(a.kubeconfig, a.context)
+    except (RuntimeError, KeyError, ValueError) as e:
+        print(f"policy-scheduler {who}: cannot load credentials: {e}", file=sys.stderr)
+        return None
+
+    async def take():
+        client = KubeClient(creds)
+        try:
+            return await snapshot.take(client, scheduler_name=a.scheduler_name, default_policy=a.default_policy,
+                                       prometheus_url=a.prometheus_url,
+                                       warn=lambda m: print(f"policy-scheduler {who}: warning: {m}", file=sys.stderr))
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(take())
+    except Exception as e:  # an unreachable server, a denied list
+        print(f"policy-scheduler {who}: cannot read the cluster: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
+def _quiet_operator_logs() -> None:
+    """The policy store logs every policy it loads; a simulation reports problems itself."""
+    logging.getLogger("policy_scheduler").setLevel(logging.ERROR)
+
+
+def cmd_snapshot(a: argparse.Namespace) -> int:
+    _quiet_operator_logs()
+    snap = _live_snapshot(a, "snapshot")
+    if snap is None:
+        return 1
+    text = snap.dumps()
+    if a.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        try:
+            with open(a.output, "w") as f:
+                f.write(text)
+        except OSError as e:
+            print(f"policy-scheduler snapshot: cannot write {a.output}: {e.strerror or e}", file=sys.stderr)
+            return 1
+        print(f"snapshot of {len(snap.nodes)} nodes, {len(snap.pods)} bound pods, {len(snap.pending_pods)} pending "
+              f"pods, {len(snap.policies)} policies, {sum(len(m['samples']) for m in snap.metrics)} metric values "
+              f"written to {a.output}", file=sys.stderr)
+    return 0
+
+
+def _is_file_arg(v: str) -> bool:
+    return os.path.exists(v) or v.endswith((".yaml", ".yml", ".json")) or os.sep in v
+
+
+def cmd_simulate(a: argparse.Namespace) -> int:
+    from .whatif import report, snapshot
+    from .whatif.pods import InputError, load_pods, load_policy_documents
+    from .whatif.simulate import simulate
+    from .whatif.world import PolicyError, World
+
+    _quiet_operator_logs()
+    if a.pods and a.pending:
+        print("policy-scheduler simulate: --pods and --pending exclude each other", file=sys.stderr)
+        return 2
+    if not a.pods and not a.pending:
+        print("policy-scheduler simulate: say which pods to place: --pods FILE or --pending", file=sys.stderr)
+        return 2
+    if a.replicas is not None and a.replicas < 1:
+        print("policy-scheduler simulate: --replicas must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        if a.snapshot:
+            snap = snapshot.load(a.snapshot)
+            source = a.snapshot
+        else:
+            snap = _live_snapshot(a, "simulate")
+            if snap is None:
+                return 1
+            source = "the live cluster"
+        world = World(snap)
+        names: list[str] = []
+        for arg in a.policy or [snap.default_policy]:
+            if _is_file_arg(arg):
+                docs = load_policy_documents(arg)
+                if not docs:
+                    raise PolicyError(f"{arg}: no SchedulingPolicy in the file")
+                for doc in docs:
+                    names.append(world.add_policy(doc, arg))
+            else:
+                world.usable_policy(arg)
+                names.append(arg)
+        for n in names:
+            world.usable_policy(n)
+        names = list(dict.fromkeys(names))
+        if a.pods:
+            podset = load_pods(a.pods, a.replicas)
+            pods = podset.pods
+            world.add_workloads(podset.workloads)
+        else:
+            pods = snap.pending_pods
+            if not pods:
+                print(f"policy-scheduler simulate: no pending pods of scheduler {snap.scheduler_name} in {source}",
+                      file=sys.stderr)
+                return 1
+    except (snapshot.SnapshotError, PolicyError, InputError) as e:
+        print(f"policy-scheduler simulate: {e}", file=sys.stderr)
+        return 2
+    bar = None
+    if not a.json and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        # shown only when the run takes longer than about 2 s
+        bar = tqdm(total=len(pods) * len(names), unit="pod", delay=2.0, file=sys.stderr, leave=False,
+                   desc="simulating")
+    try:
+        sim = simulate(world, names, pods, seed=a.seed, keep_decisions=a.explain, source=source,
+                       progress=bar.update if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    if a.report:
+        try:
+            with open(a.report, "w") as f:
+                f.write(report.html_report(sim))
+        except OSError as e:
+            print(f"policy-scheduler simulate: cannot write {a.report}: {e.strerror or e}", file=sys.stderr)
+            return 1
+    if a.json:
+        json.dump(sim.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif a.explain:
+        for run in sim.runs:
+            report.write_explain(run, sys.stdout)
+    else:
+        report.write_text(sim, sys.stdout)
+    if a.report and not a.json:
+        print(f"\nreport written to {a.report}")
+    return 0
+
+
 def _duration(v: str) -> float:
     from .api.models import duration_seconds
 
@@ -412,7 +556,57 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--context", default=None, help=CONTEXT_HELP)
     e.add_argument("--output", "-o", choices=("text", "json"), default="text")
     e.set_defaults(fn=cmd_explain)
+    s = sub.add_parser("snapshot", help="write the cluster state a scheduling decision reads to a file",
+                       description="Writes nodes, bound and pending pods, namespaces with their labels, the Services "
+                                   "and controllers default spreading reads, PodDisruptionBudgets, the "
+                                   "SchedulingPolicies and (with Prometheus) the current metric values, as one "
+                                   "versioned JSON document (docs/whatif.md). Reads only.")
+    s.add_argument("--output", "-o", default="-", metavar="FILE", help="where to write it (default: stdout)")
+    _cluster_flags(s)
+    s.set_defaults(fn=cmd_snapshot)
+
+    m = sub.add_parser("simulate", help="place pods on a snapshot or the live cluster under one or more policies, "
+                                        "binding nothing, and compare",
+                       description="Runs the operator's own scheduling core on a copy of the cluster: each policy "
+                                   "places the pods in order, each placement assumed as the operator assumes it. "
+                                   "Nothing is written to the cluster. Reports per policy placed and unschedulable "
+                                   "pods (with the FailedScheduling message), nodes used, imbalance, zone spread "
+                                   "and fragmentation.")
+    m.add_argument("--snapshot", metavar="FILE", help="a snapshot written by `policy-scheduler snapshot` "
+                                                     "(default: read the live cluster)")
+    m.add_argument("--policy", action="append", metavar="FILE|NAME",
+                   help="a SchedulingPolicy manifest, or the name of a policy of the snapshot or cluster "
+                        "(repeatable; default: the default policy)")
+    m.add_argument("--pods", metavar="FILE", help="pods to place: Pod manifests or pod templates (Deployment, "
+                                                 "ReplicaSet, StatefulSet, Job, ...), YAML or JSON")
+    m.add_argument("--replicas", type=int, metavar="N", help="make N pods of every template (and every Pod) in --pods")
+    m.add_argument("--pending", action="store_true",
+                   help="place the pending pods of the scheduler instead of --pods")
+    m.add_argument("--seed", type=int, default=0, help="seed of the random tie-break between equally good nodes "
+                                                       "(default 0: the same input gives the same output)")
+    m.add_argument("--json", action="store_true", help="print the results as JSON, keyed by policy name")
+    m.add_argument("--report", metavar="FILE", help="also write a self-contained HTML report with charts")
+    m.add_argument("--explain", action="store_true",
+                   help="print explain's per-plugin table for every simulated pod")
+    _cluster_flags(m)
+    m.set_defaults(fn=cmd_simulate)
     return p
+
+
+def _cluster_flags(p: argparse.ArgumentParser) -> None:
+    from .cluster.policies import DEFAULT_POLICY
+
+    g = p.add_argument_group("cluster", "where the state is read from (the live cluster; simulate reads it only "
+                                        "without --snapshot)")
+    g.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)
+    g.add_argument("--context", default=None, help=CONTEXT_HELP)
+    g.add_argument("--scheduler-name", default=SCHEDULER_NAME,
+                   help=f"the scheduler whose policies and pending pods are read (default {SCHEDULER_NAME})")
+    g.add_argument("--default-policy", default=DEFAULT_POLICY, metavar="NAME",
+                   help=f"the operator's --default-policy (default {DEFAULT_POLICY!r})")
+    g.add_argument("--prometheus-url", default=None, type=_url,
+                   help="Prometheus of the policies' metric plugins (the operator's --prometheus-url): their "
+                        "current values go into the snapshot")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,264 @@
+"""A simulation's outputs: the terminal table, and one self-contained HTML file whose charts are
+inline SVG drawn here (no script, no external file, no network): per-node cpu and memory
+allocation before and after, one panel per policy side by side; placed pods per zone; nodes used
+and imbalance per policy."""
+
+from __future__ import annotations
+
+import html
+from typing import TextIO
+
+import numpy as np
+
+from .simulate import PolicyRun, Simulation, format_quantity
+from .snapshot import rfc3339
+
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7")
+BEFORE = "#b9bec7"
+MAX_NODE_ROWS = 30  # the terminal lists nodes one by one up to this many
+MAX_FAILURE_GROUPS = 5
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.0f}%"
+
+
+def _table(rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+
+
+def _failure_groups(run: PolicyRun) -> list[tuple[str, list[str]]]:
+    groups: dict[str, list[str]] = {}
+    for r in run.failed:
+        groups.setdefault(r.message, []).append(r.pod)
+    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+
+
+def write_text(sim: Simulation, out: TextIO) -> None:
+    out.write(f"simulated {sim.pods} pods on {sim.nodes} nodes ({sim.source}, taken {rfc3339(sim.taken_at)}), "
+              f"seed {sim.seed}\n\n")
+    shape = sim.runs[0].shape if sim.runs else {}
+    shape_txt = "/".join(format_quantity(k, v) for k, v in shape.items() if k in ("cpu", "memory")) or "-"
+    rows = [["POLICY", "PLACED", "UNSCHEDULABLE", "NODES USED", "IMBALANCE", "ZONE SKEW", f"FITS ({shape_txt})",
+             "TIME"]]
+    for run in sim.runs:
+        s = run.summary()
+        rows.append([run.policy, str(s["placed"]), str(s["unschedulable"]),
+                     f"{s['nodesUsed']} (was {s['nodesUsedBefore']})",
+                     f"{s['imbalance']:.3f} (was {s['imbalanceBefore']:.3f})", str(s["zoneSpread"]["skew"]),
+                     f"{s['fragmentation']['fits']} (was {s['fragmentation']['fitsBefore']})",
+                     f"{run.seconds:.1f}s"])
+    _table(rows, out)
+    for run in sim.runs:
+        spread = run.zone_spread()["perZone"]
+        if len(spread) > 1 or "" not in spread:
+            out.write(f"\n{run.policy}: placed per zone: "
+                      + ", ".join(f"{z or '(no zone)'} {n}" for z, n in spread.items()) + "\n")
+        groups = _failure_groups(run)
+        if groups:
+            out.write(f"\n{run.policy}: {len(run.failed)} unschedulable\n")
+            for msg, pods in groups[:MAX_FAILURE_GROUPS]:
+                more = f", ... ({len(pods)} pods)" if len(pods) > 3 else ""
+                out.write(f"  {msg}\n    {', '.join(pods[:3])}{more}\n")
+                notes = {r.note for r in run.failed if r.message == msg and r.note}
+                for n in sorted(notes)[:2]:
+                    out.write(f"    {n}\n")
+            if len(groups) > MAX_FAILURE_GROUPS:
+                out.write(f"  ... {len(groups) - MAX_FAILURE_GROUPS} more messages (--json lists every pod)\n")
+    if not sim.runs:
+        return
+    first = sim.runs[0].after
+    if len(first.names) > MAX_NODE_ROWS:
+        out.write(f"\nper-node allocation of {len(first.names)} nodes: see --json or --report\n")
+        return
+    out.write("\nper-node allocation, cpu/memory requested of allocatable, before -> after:\n")
+    rows = [["NODE", "ZONE", *(r.policy for r in sim.runs)]]
+    for i, nm in enumerate(first.names):
+        b = sim.runs[0].before
+        bs = _shares(b.requested[i], b.allocatable[i])
+        cells = []
+        for run in sim.runs:
+            a = run.after
+            s = _shares(a.requested[i], a.allocatable[i])
+            cells.append(f"{_pct(bs[0])}/{_pct(bs[1])} -> {_pct(s[0])}/{_pct(s[1])}")
+        rows.append([nm, first.zones[i] or "-", *cells])
+    _table(rows, out)
+
+
+def _shares(req: np.ndarray, alloc: np.ndarray) -> tuple[float, float]:
+    return tuple(float(r) / float(a) if a > 0 else 0.0 for r, a in zip(req, alloc))  # type: ignore[return-value]
+
+
+def write_explain(run: PolicyRun, out: TextIO) -> None:
+    """explain's per-plugin table for each simulated pod (cli._print_decision)."""
+    from ..cli import _print_decision
+
+    for r in run.results:
+        out.write(f"pod {r.pod} under policy {run.policy}: node {r.node or '(none)'}\n")
+        d = run.explain(r)
+        if d is not None:
+            d["at"] = "simulated"
+            _print_decision(d)
+        else:
+            out.write(f"  not scheduled: {r.message}\n")
+            if r.note:
+                out.write(f"  {r.note}\n")
+            if r.decision is not None and r.decision.failures:
+                out.write("  filtered out:\n")
+                for reason, n in sorted(r.decision.failures.items(), key=lambda kv: -kv[1]):
+                    out.write(f"    {n:>5}  {reason}\n")
+    out.flush()
+
+
+# ---------------------------------------------------------------------------------------- HTML
+
+def _esc(s: object) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def _alloc_panel(run: PolicyRun, color: str, resource: int, label: str, width: int = 440, height: int = 170) -> str:
+    """Bars per node: the share allocated before (grey) and what the simulation added (color)."""
+    b, a = run.before, run.after
+    n = len(a.names)
+    left, bottom, top = 34, 18, 8
+    pw, ph = width - left - 6, height - bottom - top
+    before = np.divide(b.requested[:, resource], a.allocatable[:, resource],
+                       out=np.zeros(n), where=a.allocatable[:, resource] > 0)
+    after = np.divide(a.requested[:, resource], a.allocatable[:, resource],
+                      out=np.zeros(n), where=a.allocatable[:, resource] > 0)
+    before, after = np.clip(before, 0, 1.2), np.clip(after, 0, 1.2)
+    parts = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_esc(run.policy)} {label} per node">']
+    for frac in (0, 0.5, 1.0):
+        y = top + ph * (1 - frac / 1.2)
+        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
+                     f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10">{int(frac * 100)}%</text>')
+    bw = pw / max(n, 1)
+    gap = 0.15 * bw if bw > 3 else 0.0
+    tips = n <= 300
+    for i in range(n):
+        x = left + i * bw
+        hb, ha = ph * before[i] / 1.2, ph * after[i] / 1.2
+        y0 = top + ph
+        tip = (f"<title>{_esc(a.names[i])}: {before[i] * 100:.0f}% -> {after[i] * 100:.0f}%</title>" if tips else "")
+        if ha > hb:
+            parts.append(f'<rect x="{x:.2f}" y="{y0 - ha:.2f}" width="{max(bw - gap, 0.4):.2f}" height="{ha - hb:.2f}" '
+                         f'fill="{color}">{tip}</rect>')
+        if hb > 0:
+            parts.append(f'<rect x="{x:.2f}" y="{y0 - hb:.2f}" width="{max(bw - gap, 0.4):.2f}" height="{hb:.2f}" '
+                         f'fill="{BEFORE}">{tip}</rect>')
+    parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="#888"/>'
+                 f'<text x="{left + pw / 2}" y="{height - 4}" text-anchor="middle" font-size="10">'
+                 f'{n} nodes ({label})</text></svg>')
+    return "".join(parts)
+
+
+def _grouped_bars(categories: list[str], series: list[tuple[str, list[float], str]], title: str,
+                  width: int = 900, height: int = 220, fmt=lambda v: f"{v:g}") -> str:
+    """Grouped vertical bars: one group per category, one bar per series (name, values, color)."""
+    left, bottom, top = 40, 34, 14
+    pw, ph = width - left - 10, height - bottom - top
+    vmax = max([v for _, vals, _ in series for v in vals] + [1e-9])
+    ng, ns = max(len(categories), 1), max(len(series), 1)
+    gw = pw / ng
+    bw = gw * 0.8 / ns
+    parts = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_esc(title)}">']
+    parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="#888"/>')
+    for frac in (0.5, 1.0):
+        y = top + ph * (1 - frac)
+        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+                     f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10">'
+                     f'{_esc(fmt(vmax * frac))}</text>')
+    for gi, cat in enumerate(categories):
+        gx = left + gi * gw + gw * 0.1
+        for si, (name, vals, color) in enumerate(series):
+            v = vals[gi]
+            h = ph * v / vmax
+            x = gx + si * bw
+            parts.append(f'<rect x="{x:.2f}" y="{top + ph - h:.2f}" width="{max(bw - 1, 0.5):.2f}" height="{h:.2f}" '
+                         f'fill="{color}"><title>{_esc(name)} / {_esc(cat)}: {_esc(fmt(v))}</title></rect>')
+            if ng * ns <= 40:
+                parts.append(f'<text x="{x + bw / 2:.2f}" y="{top + ph - h - 2:.2f}" text-anchor="middle" '
+                             f'font-size="9">{_esc(fmt(v))}</text>')
+        if ng <= 40:
+            parts.append(f'<text x="{left + gi * gw + gw / 2:.1f}" y="{top + ph + 14}" text-anchor="middle" '
+                         f'font-size="10">{_esc(cat[:18])}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
+h1{font-size:20px}h2{font-size:16px;margin-top:28px}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}
+th:first-child,td:first-child{text-align:left;white-space:nowrap}th{background:#f4f5f7}
+.panels{display:flex;flex-wrap:wrap;gap:16px}.panel{border:1px solid #e3e3e3;padding:8px;border-radius:4px}
+.panel h3{font-size:14px;margin:0 0 4px 0}.legend span{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}
+.small{font-size:12px;color:#555}pre{font-size:12px;white-space:pre-wrap}
+"""
+
+
+def html_report(sim: Simulation) -> str:
+    colors = {r.policy: PALETTE[i % len(PALETTE)] for i, r in enumerate(sim.runs)}
+    out = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+           f"<title>policy-scheduler what-if: {_esc(', '.join(r.policy for r in sim.runs))}</title>",
+           f"<style>{CSS}</style></head><body>",
+           "<h1>policy-scheduler what-if</h1>",
+           f"<p class=\"small\">{sim.pods} pods simulated on {sim.nodes} nodes of {_esc(sim.source)} "
+           f"(taken {rfc3339(sim.taken_at)}), seed {sim.seed}. Nothing was written to the cluster.</p>",
+           "<h2>Summary</h2><table><tr><th>policy</th><th>placed</th><th>unschedulable</th><th>nodes used</th>"
+           "<th>imbalance (std dev of node allocation)</th><th>zone skew</th><th>fragmentation: more pods of the "
+           "common shape that fit</th></tr>"]
+    for run in sim.runs:
+        s = run.summary()
+        shape = ", ".join(f"{k} {v}" for k, v in s["fragmentation"]["shape"].items())
+        out.append(f"<tr><td><span style=\"color:{colors[run.policy]}\">&#9632;</span> {_esc(run.policy)}</td>"
+                   f"<td>{s['placed']}</td><td>{s['unschedulable']}</td>"
+                   f"<td>{s['nodesUsed']} (was {s['nodesUsedBefore']})</td>"
+                   f"<td>{s['imbalance']:.3f} (was {s['imbalanceBefore']:.3f})</td><td>{s['zoneSpread']['skew']}</td>"
+                   f"<td>{s['fragmentation']['fits']} (was {s['fragmentation']['fitsBefore']}; {_esc(shape)})</td></tr>")
+    out.append("</table>")
+    if sim.runs:
+        names = [r.policy for r in sim.runs]
+        out.append("<h2>Nodes used and imbalance</h2><div class=\"panels\"><div class=\"panel\">")
+        out.append(_grouped_bars(["nodes used"], [(n, [float(r.after.nodes_used())], colors[n])
+                                                  for n, r in zip(names, sim.runs)],
+                                 "nodes used per policy", width=300, height=200, fmt=lambda v: f"{v:.0f}"))
+        out.append("</div><div class=\"panel\">")
+        out.append(_grouped_bars(["imbalance"], [(n, [r.after.imbalance()], colors[n])
+                                                 for n, r in zip(names, sim.runs)],
+                                 "imbalance per policy", width=300, height=200, fmt=lambda v: f"{v:.3f}"))
+        out.append("</div></div>")
+        out.append("<h2>Allocation per node, per policy</h2><p class=\"legend small\">"
+                   f"<span style=\"background:{BEFORE}\"></span>before the simulated pods"
+                   "<span style=\"background:#666\"></span>added by the policy (its color); nodes in snapshot "
+                   "order, the same in every panel</p>")
+        for res, label in ((0, "cpu"), (1, "memory")):
+            out.append(f"<div class=\"panels\">")
+            for run in sim.runs:
+                out.append(f"<div class=\"panel\"><h3>{_esc(run.policy)}: {label}</h3>"
+                           f"{_alloc_panel(run, colors[run.policy], res, label)}</div>")
+            out.append("</div>")
+        spreads = [run.zone_spread()["perZone"] for run in sim.runs]
+        zones = sorted({z for s in spreads for z in s})
+        out.append("<h2>Placed pods per zone</h2><div class=\"panel\">")
+        out.append(_grouped_bars([z or "(no zone)" for z in zones],
+                                 [(run.policy, [float(s.get(z, 0)) for z in zones], colors[run.policy])
+                                  for run, s in zip(sim.runs, spreads)], "placed pods per zone",
+                                 fmt=lambda v: f"{v:.0f}"))
+        out.append("</div>")
+        for run in sim.runs:
+            groups = _failure_groups(run)
+            if not groups:
+                continue
+            out.append(f"<h2>{_esc(run.policy)}: {len(run.failed)} unschedulable</h2><table>"
+                       "<tr><th>FailedScheduling message</th><th>pods</th></tr>")
+            for msg, pods in groups[:20]:
+                more = f" ... ({len(pods)})" if len(pods) > 5 else ""
+                out.append(f"<tr><td>{_esc(msg)}</td><td>{_esc(', '.join(pods[:5]) + more)}</td></tr>")
+            out.append("</table>")
+    out.append("</body></html>\n")
+    return "".join(out)

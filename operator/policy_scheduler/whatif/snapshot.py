@@ -1,0 +1,390 @@
+"""The cluster snapshot: everything a scheduling decision reads, in one versioned JSON document.
+
+Format ``policy-scheduler.io/snapshot/v1`` (docs/whatif.md describes every field)::
+
+    {"apiVersion": "policy-scheduler.io/snapshot/v1", "kind": "ClusterSnapshot",
+     "takenAt": "2025-01-01T12:00:00Z", "schedulerName": "policy-scheduler", "defaultPolicy": "default",
+     "nodes": [<v1.Node>...], "pods": [<bound v1.Pod>...], "pendingPods": [<v1.Pod>...],
+     "namespaces": {"<name>": {<labels>}},
+     "services": [...], "replicationControllers": [...], "replicaSets": [...], "statefulSets": [...],
+     "podDisruptionBudgets": [...], "policies": [<SchedulingPolicy>...],
+     "metrics": [{"query": "<PromQL>", "nodeLabel": "instance",
+                  "samples": {"<node>": {"value": 0.42, "time": 1735732800.0}}}]}
+
+Objects keep only the fields the scheduler reads (a Node's labels, taints, unschedulable,
+allocatable, capacity and images; a Pod's labels, owner, spec and the status fields preemption
+reads), so a snapshot stays small and can be edited by hand: add a node, change a label, ask
+"what if". Loading checks the version and the shape and names the field of every problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+API_VERSION = "policy-scheduler.io/snapshot/v1"
+KIND = "ClusterSnapshot"
+
+# the lists of API objects a snapshot holds, and the path each one is listed from
+LISTS: dict[str, str] = {
+    "nodes": "/api/v1/nodes",
+    "services": "/api/v1/services",
+    "replicationControllers": "/api/v1/replicationcontrollers",
+    "replicaSets": "/apis/apps/v1/replicasets",
+    "statefulSets": "/apis/apps/v1/statefulsets",
+    "podDisruptionBudgets": "/apis/policy/v1/poddisruptionbudgets",
+}
+# spec fields of a pod that no scheduling plugin reads: left out of snapshots
+_POD_SPEC_DROP = frozenset((
+    "volumes", "securityContext", "dnsPolicy", "dnsConfig", "serviceAccount", "serviceAccountName",
+    "automountServiceAccountToken", "enableServiceLinks", "terminationGracePeriodSeconds", "imagePullSecrets",
+    "hostname", "subdomain", "restartPolicy", "activeDeadlineSeconds", "shareProcessNamespace", "hostAliases",
+    "readinessGates", "setHostnameAsFQDN", "os", "hostUsers", "resourceClaims"))
+_CONTAINER_KEEP = ("name", "image", "resources", "ports", "restartPolicy")
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be used: not JSON, another version, or a field of the wrong shape."""
+
+
+@dataclass
+class Snapshot:
+    """A loaded snapshot (plain dicts, as the API returns them, trimmed)."""
+
+    taken_at: float
+    scheduler_name: str
+    default_policy: str
+    nodes: list[dict] = field(default_factory=list)
+    pods: list[dict] = field(default_factory=list)
+    pending_pods: list[dict] = field(default_factory=list)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    services: list[dict] = field(default_factory=list)
+    replication_controllers: list[dict] = field(default_factory=list)
+    replica_sets: list[dict] = field(default_factory=list)
+    stateful_sets: list[dict] = field(default_factory=list)
+    pod_disruption_budgets: list[dict] = field(default_factory=list)
+    policies: list[dict] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)
+
+    def policy(self, name: str) -> dict | None:
+        return next((p for p in self.policies if (p.get("metadata") or {}).get("name") == name), None)
+
+    def samples(self) -> dict[tuple[str, str], dict[str, tuple[float, float]]]:
+        """(PromQL, node label) -> node -> (value, sample unix time)."""
+        return {(m["query"], m["nodeLabel"]): {n: (float(s["value"]), float(s["time"]))
+                                               for n, s in m["samples"].items()}
+                for m in self.metrics}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION, "kind": KIND, "takenAt": rfc3339(self.taken_at),
+            "schedulerName": self.scheduler_name, "defaultPolicy": self.default_policy,
+            "nodes": self.nodes, "pods": self.pods, "pendingPods": self.pending_pods,
+            "namespaces": self.namespaces, "services": self.services,
+            "replicationControllers": self.replication_controllers, "replicaSets": self.replica_sets,
+            "statefulSets": self.stateful_sets, "podDisruptionBudgets": self.pod_disruption_budgets,
+            "policies": self.policies, "metrics": self.metrics,
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n"
+
+
+def rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(v: str) -> float:
+    return datetime.strptime(v, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+# ---------------------------------------------------------------------------------------- trimming
+
+def _meta(obj: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    return {k: meta[k] for k in keys if meta.get(k) not in (None, {}, [])}
+
+
+def trim_node(node: Mapping[str, Any]) -> dict[str, Any]:
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    return {
+        "metadata": _meta(node, "name", "labels"),
+        "spec": {k: spec[k] for k in ("taints", "unschedulable") if spec.get(k)},
+        "status": {k: status[k] for k in ("capacity", "allocatable", "images") if status.get(k)},
+    }
+
+
+def _trim_container(c: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: c[k] for k in _CONTAINER_KEEP if c.get(k) not in (None, {}, [])}
+
+
+def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    spec = dict(pod.get("spec") or {})
+    for k in _POD_SPEC_DROP:
+        spec.pop(k, None)
+    for k in ("containers", "initContainers"):
+        if k in spec:
+            spec[k] = [_trim_container(c) for c in spec[k] or []]
+    status = pod.get("status") or {}
+    out_status = {k: status[k] for k in ("phase", "startTime", "nominatedNodeName") if status.get(k)}
+    dt = [c for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"]
+    if dt:
+        out_status["conditions"] = dt
+    return {"metadata": _meta(pod, "name", "namespace", "uid", "labels", "ownerReferences", "creationTimestamp",
+                              "deletionTimestamp"),
+            "spec": spec, "status": out_status}
+
+
+def trim_selector_object(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A Service or a controller: what default spreading reads (its selector)."""
+    sel = (obj.get("spec") or {}).get("selector")
+    return {"metadata": _meta(obj, "name", "namespace"), "spec": {"selector": sel} if sel is not None else {}}
+
+
+def trim_pdb(obj: Mapping[str, Any]) -> dict[str, Any]:
+    status = obj.get("status") or {}
+    return {"metadata": _meta(obj, "name", "namespace"),
+            "spec": {k: v for k, v in (obj.get("spec") or {}).items() if k == "selector"},
+            "status": {k: status[k] for k in ("disruptionsAllowed", "disruptedPods") if k in status}}
+
+
+def trim_policy(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": obj.get("apiVersion", "policy-scheduler.io/v1alpha1"), "kind": "SchedulingPolicy",
+            "metadata": _meta(obj, "name", "generation"), "spec": obj.get("spec")}
+
+
+def split_pods(items: list[Mapping[str, Any]], scheduler_name: str) -> tuple[list[dict], list[dict]]:
+    """(bound pods that count on their nodes, pending pods of ``scheduler_name``), as the engine
+    sorts them: finished pods count nowhere, terminating pending pods are not scheduled."""
+    bound, pending = [], []
+    for p in items:
+        spec = p.get("spec") or {}
+        phase = (p.get("status") or {}).get("phase")
+        if spec.get("nodeName"):
+            if phase not in ("Succeeded", "Failed"):
+                bound.append(trim_pod(p))
+        elif spec.get("schedulerName") == scheduler_name and not (p.get("metadata") or {}).get("deletionTimestamp"):
+            pending.append(trim_pod(p))
+    return bound, pending
+
+
+# ---------------------------------------------------------------------------------------- loading
+
+def _check_list(errors: list[str], doc: Mapping[str, Any], key: str, need_name: bool = True,
+                namespaced: bool = False) -> list[dict]:
+    v = doc.get(key, [])
+    if not isinstance(v, list):
+        errors.append(f"{key}: must be a list, not {type(v).__name__}")
+        return []
+    out = []
+    for i, o in enumerate(v):
+        if not isinstance(o, dict):
+            errors.append(f"{key}[{i}]: must be an object, not {type(o).__name__}")
+            continue
+        meta = o.get("metadata")
+        if not isinstance(meta, dict):
+            errors.append(f"{key}[{i}].metadata: required (an object)")
+            continue
+        if need_name and not (isinstance(meta.get("name"), str) and meta["name"]):
+            errors.append(f"{key}[{i}].metadata.name: required")
+            continue
+        for sub in ("spec", "status"):
+            if sub in o and not isinstance(o[sub], dict):
+                errors.append(f"{key}[{i}].{sub}: must be an object")
+        if "labels" in meta and not isinstance(meta["labels"], dict):
+            errors.append(f"{key}[{i}].metadata.labels: must be an object")
+        out.append(o)
+    return out
+
+
+def _check_metrics(errors: list[str], v: Any) -> list[dict]:
+    if not isinstance(v, list):
+        errors.append("metrics: must be a list")
+        return []
+    out = []
+    for i, m in enumerate(v):
+        where = f"metrics[{i}]"
+        if not isinstance(m, dict):
+            errors.append(f"{where}: must be an object")
+            continue
+        bad = False
+        for k in ("query", "nodeLabel"):
+            if not isinstance(m.get(k), str) or not m.get(k):
+                errors.append(f"{where}.{k}: required (a string)")
+                bad = True
+        samples = m.get("samples", {})
+        if not isinstance(samples, dict):
+            errors.append(f"{where}.samples: must be an object (node -> {{value, time}})")
+            continue
+        for node, s in samples.items():
+            ok = isinstance(s, dict) and all(isinstance(s.get(k), (int, float)) and not isinstance(s.get(k), bool)
+                                             and math.isfinite(s[k]) for k in ("value", "time"))
+            if not ok:
+                errors.append(f"{where}.samples[{node}]: must be {{\"value\": <number>, \"time\": <unix seconds>}}")
+                bad = True
+        if not bad:
+            out.append({"query": m["query"], "nodeLabel": m["nodeLabel"], "samples": samples})
+    return out
+
+
+def from_dict(doc: Any, source: str = "snapshot") -> Snapshot:
+    """Validate a decoded snapshot document; SnapshotError names every problem's field."""
+    if not isinstance(doc, dict):
+        raise SnapshotError(f"{source}: not a snapshot: the document must be a JSON object")
+    version = doc.get("apiVersion")
+    if version != API_VERSION:
+        raise SnapshotError(f"{source}: apiVersion {version!r} is not supported: this policy-scheduler reads "
+                            f"{API_VERSION!r} snapshots (take a new one with `policy-scheduler snapshot`)")
+    if doc.get("kind", KIND) != KIND:
+        raise SnapshotError(f"{source}: kind {doc.get('kind')!r} is not {KIND!r}")
+    errors: list[str] = []
+    taken = doc.get("takenAt")
+    taken_at = time.time()
+    if taken is not None:
+        try:
+            taken_at = parse_time(taken) if isinstance(taken, str) else float("nan")
+            if taken_at != taken_at:
+                raise ValueError
+        except (ValueError, TypeError):
+            errors.append(f"takenAt: {taken!r} is not a time like 2025-01-01T12:00:00Z")
+    for k in ("schedulerName", "defaultPolicy"):
+        if k in doc and not isinstance(doc[k], str):
+            errors.append(f"{k}: must be a string")
+    ns = doc.get("namespaces", {})
+    if not isinstance(ns, dict) or any(not isinstance(v, dict) for v in ns.values()):
+        errors.append("namespaces: must be an object: namespace name -> its labels (an object)")
+        ns = {}
+    snap = Snapshot(
+        taken_at=taken_at,
+        scheduler_name=doc.get("schedulerName") or "policy-scheduler",
+        default_policy=doc.get("defaultPolicy") or "default",
+        nodes=_check_list(errors, doc, "nodes"),
+        pods=_check_list(errors, doc, "pods"),
+        pending_pods=_check_list(errors, doc, "pendingPods"),
+        namespaces={str(k): {str(a): str(b) for a, b in v.items()} for k, v in ns.items()},
+        services=_check_list(errors, doc, "services"),
+        replication_controllers=_check_list(errors, doc, "replicationControllers"),
+        replica_sets=_check_list(errors, doc, "replicaSets"),
+        stateful_sets=_check_list(errors, doc, "statefulSets"),
+        pod_disruption_budgets=_check_list(errors, doc, "podDisruptionBudgets"),
+        policies=_check_list(errors, doc, "policies"),
+        metrics=_check_metrics(errors, doc.get("metrics", [])),
+    )
+    for i, p in enumerate(snap.pods):
+        if not (p.get("spec") or {}).get("nodeName"):
+            errors.append(f"pods[{i}].spec.nodeName: required (pods lists bound pods; pending ones go in pendingPods)")
+    for i, p in enumerate(snap.policies):
+        if not isinstance(p.get("spec"), dict):
+            errors.append(f"policies[{i}].spec: required (an object)")
+    names = [n["metadata"]["name"] for n in snap.nodes]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        errors.append(f"nodes: duplicate node names: {', '.join(dup[:5])}")
+    if errors:
+        more = f" (and {len(errors) - 20} more)" if len(errors) > 20 else ""
+        raise SnapshotError(f"{source}: invalid snapshot: " + "; ".join(errors[:20]) + more)
+    return snap
+
+
+def loads(text: str, source: str = "snapshot") -> Snapshot:
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise SnapshotError(f"{source}: not a snapshot: not valid JSON ({e})") from None
+    return from_dict(doc, source)
+
+
+def load(path: str | Path) -> Snapshot:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise SnapshotError(f"cannot read snapshot {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise SnapshotError(f"{path}: not a snapshot: not UTF-8 text") from None
+    return loads(text, str(path))
+
+
+# ---------------------------------------------------------------------------------------- taking
+
+async def take(client, *, scheduler_name: str, default_policy: str, prometheus_url: str | None = None,
+               query_fn=None, warn=None) -> Snapshot:
+    """Read everything a decision reads from the API server (``client``: a cluster.KubeClient)
+    and, with ``prometheus_url`` (or policies with spec.prometheus.address), the current values
+    of the metrics the policies query. ``warn(msg)`` hears about metrics that could not be read."""
+    import asyncio
+
+    from ..cluster.policies import PLURAL_PATH
+
+    paths = {**LISTS, "pods": "/api/v1/pods", "namespaces": "/api/v1/namespaces", "policies": PLURAL_PATH}
+    keys = list(paths)
+    results = await asyncio.gather(*(client.get(paths[k]) for k in keys), return_exceptions=True)
+    got: dict[str, list] = {}
+    for k, r in zip(keys, results):
+        if isinstance(r, BaseException):
+            if k == "policies" and getattr(r, "status", None) == 404:  # no CRD: no policies
+                got[k] = []
+                continue
+            raise r
+        got[k] = list((r or {}).get("items") or [])
+    bound, pending = split_pods(got["pods"], scheduler_name)
+    policies = [trim_policy(p) for p in got["policies"]
+                if ((p.get("spec") or {}).get("schedulerName") or "policy-scheduler") == scheduler_name]
+    snap = Snapshot(
+        taken_at=time.time(), scheduler_name=scheduler_name, default_policy=default_policy,
+        nodes=[trim_node(n) for n in got["nodes"]], pods=bound, pending_pods=pending,
+        namespaces={(n.get("metadata") or {}).get("name", ""): dict((n.get("metadata") or {}).get("labels") or {})
+                    for n in got["namespaces"]},
+        services=[trim_selector_object(o) for o in got["services"]],
+        replication_controllers=[trim_selector_object(o) for o in got["replicationControllers"]],
+        replica_sets=[trim_selector_object(o) for o in got["replicaSets"]],
+        stateful_sets=[trim_selector_object(o) for o in got["statefulSets"]],
+        pod_disruption_budgets=[trim_pdb(o) for o in got["podDisruptionBudgets"]],
+        policies=policies,
+    )
+    snap.metrics = await read_metrics(policies, prometheus_url, query_fn=query_fn, warn=warn)
+    return snap
+
+
+async def read_metrics(policies: list[dict], prometheus_url: str | None, *, query_fn=None,
+                       warn=None) -> list[dict]:
+    """The current value of every metric the policies' metric plugins query, with its sample
+    time: one refresh of each policy's own Prometheus source (metricsources/prometheus.py), as the
+    operator makes it."""
+    from pydantic import ValidationError
+
+    from ..api.models import SchedulingPolicySpec
+    from ..metricsources.prometheus import PrometheusMetricSources, prometheus_api_query
+
+    sources = PrometheusMetricSources(prometheus_url, query_fn=query_fn or prometheus_api_query)
+    out: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
+    for p in policies:
+        name = p["metadata"]["name"]
+        try:
+            spec = SchedulingPolicySpec.model_validate(p.get("spec") or {})
+        except ValidationError:
+            continue  # an invalid policy reads no metrics
+        sources.policy_updated(name, spec)
+        src = sources.sources.get(name)
+        if src is None:
+            continue
+        if not src.config.address:
+            if warn:
+                warn(f"policy {name}: its metric plugins need a Prometheus address (--prometheus-url or "
+                     "spec.prometheus.address); the snapshot has no values for them")
+            continue
+        await src.refresh(sources.query_fn)
+        for key, err in src.errors.items():
+            if warn:
+                warn(f"policy {name}: query {key[0]!r}: {err}")
+        for key, per_node in src.samples.items():
+            bucket = out.setdefault(key, {})
+            for node, (v, t) in per_node.items():
+                bucket[node] = {"value": v, "time": t}
+    return [{"query": q, "nodeLabel": label, "samples": dict(sorted(s.items()))}
+            for (q, label), s in out.items()]

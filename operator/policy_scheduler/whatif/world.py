@@ -1,0 +1,200 @@
+"""A snapshot as the engine holds the cluster: the NodeTable with every bound pod, the policies
+built by the operator's own PolicyStore (the same parsing, validation and chain building as
+``policy-scheduler run``), and a framework Handle that answers from the snapshot as the
+operator's PolicyHandle answers from its caches (namespace labels, Services and controllers for
+default spreading, PDBs, a policy's metrics and overcommit factors).
+
+Metrics go through the operator's Prometheus source too: each policy's source is refreshed once
+with a query function that answers from the snapshot's samples, and its clock is the snapshot's
+time, so a value is fresh, stale or missing exactly as it was when the snapshot was taken.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any, Iterable, Mapping
+
+from ..api.models import SchedulingPolicySpec
+from ..cluster.policies import PolicyState, PolicyStore
+from ..cluster.workloads import WorkloadIndex
+from ..framework.binding import WaitingPods
+from ..framework.interface import Handle
+from ..framework.metricview import SOURCE as METRICS_SOURCE
+from ..framework.nodetable import NodeSpec, NodeTable
+from ..framework.podinfo import PodInfo, parse_pod
+from ..framework.preemption import PDB
+from ..framework.registry import Registry
+from ..metricsources.prometheus import PrometheusMetricSources
+from ..plugins.node_resources_fit import OVERCOMMIT_ANYWHERE, OVERCOMMIT_SOURCE
+from .snapshot import Snapshot
+
+log = logging.getLogger("policy_scheduler.whatif")
+
+POLICY_KINDS = ("SchedulingPolicy",)
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be simulated; the message is the admission webhook's."""
+
+
+class SnapshotMetricSources(PrometheusMetricSources):
+    """The operator's per-policy Prometheus sources, answered from a snapshot's samples at the
+    snapshot's time."""
+
+    def __init__(self, snapshot: Snapshot, registry: Registry | None = None) -> None:
+        self.snapshot_samples = snapshot.samples()
+        super().__init__(None, registry=registry, query_fn=self._answer, clock=lambda: snapshot.taken_at)
+
+    def _answer(self, address: str, query: str, timeout: float) -> list:
+        """An instant-query result (Prometheus's JSON shape) for every key with this query."""
+        out = []
+        for (q, label), per_node in self.snapshot_samples.items():
+            if q != query:
+                continue
+            out.extend({"metric": {label: node}, "value": [t, repr(v)]} for node, (v, t) in per_node.items())
+        return out
+
+    async def refresh_all(self) -> None:
+        for src in self.sources.values():
+            await src.refresh(self.query_fn)
+
+
+class SnapshotHandle(Handle):
+    """One policy's plugins' view of the world, answered from the snapshot (as PolicyHandle)."""
+
+    def __init__(self, world: "World", policy: str) -> None:
+        self.world = world
+        self.policy = policy
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return self.world.namespaces.get(namespace)
+
+    def all_namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
+        return self.world.namespaces
+
+    def default_spread_selector(self, pod: PodInfo):
+        return self.world.workloads.default_selector(pod)
+
+    def source(self, name: str) -> Any:
+        if name == METRICS_SOURCE:
+            return self.world.sources.view(self.policy)
+        if name == OVERCOMMIT_SOURCE:
+            st = self.world.store.policies.get(self.policy)
+            return st.overcommit if st is not None else None
+        if name == OVERCOMMIT_ANYWHERE:
+            return any(st.overcommit for st in self.world.store.policies.values())
+        return None
+
+    def waiting_pods(self) -> WaitingPods:
+        return self.world.waiting
+
+    def pdbs(self):
+        return self.world.pdbs
+
+
+class World:
+    """Everything the engine would hold for a snapshot, ready to schedule on."""
+
+    def __init__(self, snapshot: Snapshot, registry: Registry | None = None) -> None:
+        self.snapshot = snapshot
+        self.namespaces: dict[str, dict[str, str]] = {k: dict(v) for k, v in snapshot.namespaces.items()}
+        self.workloads = WorkloadIndex()
+        for body in snapshot.services:
+            self.workloads.on_service("ADDED", body)
+        for body in snapshot.replication_controllers:
+            self.workloads.on_replication_controller("ADDED", body)
+        for body in snapshot.replica_sets:
+            self.workloads.on_replica_set("ADDED", body)
+        for body in snapshot.stateful_sets:
+            self.workloads.on_stateful_set("ADDED", body)
+        self.pdbs = [PDB.from_dict(b) for b in snapshot.pod_disruption_budgets]
+        self.waiting = WaitingPods()
+        self.sources = SnapshotMetricSources(snapshot, registry)
+        self.store = PolicyStore(self.sources, lambda name: SnapshotHandle(self, name), registry=registry,
+                                 namespaces=self.namespaces, scheduler_name=snapshot.scheduler_name,
+                                 default_policy=snapshot.default_policy)
+        for body in snapshot.policies:
+            self.store.on_policy("ADDED", self._ours(body))
+        self.node_specs = [NodeSpec.from_dict(n) for n in snapshot.nodes]
+        self.bound: list[tuple[PodInfo, str]] = []
+        for p in snapshot.pods:
+            info = parse_pod(p)
+            info.raw = None  # as the engine: nothing reads a bound pod's object
+            self.bound.append((info, info.node_name))
+
+    def _ours(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The policy as this snapshot's scheduler would own it (a policy file written for another
+        --scheduler-name is simulated all the same)."""
+        body = copy.deepcopy(dict(body))
+        spec = body.get("spec")
+        if isinstance(spec, dict):
+            spec["schedulerName"] = self.snapshot.scheduler_name
+        return body
+
+    # ------------------------------------------------------------------ policies
+    def policy_names(self) -> list[str]:
+        return sorted(self.store.policies)
+
+    def add_policy(self, body: Mapping[str, Any], source: str) -> str:
+        """A policy from a file: validated exactly as the admission webhook validates it (the
+        same field-named errors), then loaded like a watch event, replacing a snapshot policy of
+        the same name. Returns its name."""
+        if not isinstance(body, Mapping):
+            raise PolicyError(f"{source}: not a SchedulingPolicy: a YAML/JSON object is expected")
+        kind = body.get("kind")
+        if kind not in POLICY_KINDS:
+            raise PolicyError(f"{source}: kind {kind!r} is not a SchedulingPolicy")
+        name = (body.get("metadata") or {}).get("name")
+        if not isinstance(name, str) or not name:
+            raise PolicyError(f"{source}: metadata.name: Required value")
+        errors = self.store.validate((body.get("spec")))
+        if errors:
+            raise PolicyError(f'{source}: SchedulingPolicy "{name}" is invalid: ' + "; ".join(errors))
+        ours = self._ours(body)
+        ours.setdefault("metadata", {})["generation"] = int((body.get("metadata") or {}).get("generation") or 0) + 1
+        self.store.on_policy("ADDED", ours)
+        return name
+
+    def usable_policy(self, name: str) -> PolicyState:
+        """The policy named ``name`` with a chain to schedule with; PolicyError says why not."""
+        st = self.store.policies.get(name)
+        if st is None:
+            known = ", ".join(self.policy_names()) or "none"
+            raise PolicyError(f"no SchedulingPolicy named {name!r} in the snapshot (it has: {known})")
+        if st.chain is None or st.errors:
+            raise PolicyError(f'SchedulingPolicy "{name}" is invalid: ' + "; ".join(st.errors))
+        return st
+
+    async def prepare(self) -> None:
+        """Publish the snapshot's metric values to every policy's source (call once the
+        simulated policies are added)."""
+        await self.sources.refresh_all()
+
+    # ------------------------------------------------------------------ the cache
+    def table(self) -> NodeTable:
+        """A fresh NodeTable: every node and every bound pod of the snapshot."""
+        t = NodeTable(capacity=max(len(self.node_specs), 1))
+        for spec in self.node_specs:
+            t.upsert_node(spec)
+        for info, node in self.bound:
+            t.add_pod(info, node)
+        return t
+
+    def admits(self, st: PolicyState, namespace: str) -> bool:
+        """The policy's namespaceSelector (PolicyStore.resolve_policy's check)."""
+        return st.namespace_selector is None or st.namespace_selector.matches(self.namespaces.get(namespace, {}))
+
+    def add_workloads(self, objects: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+        """Controllers the simulated pods belong to (kind "rs", "ss" or "rc"), so that default
+        spreading selects them as it would the real ones."""
+        for kind, body in objects:
+            {"rs": self.workloads.on_replica_set, "ss": self.workloads.on_stateful_set,
+             "rc": self.workloads.on_replication_controller}[kind]("ADDED", body)
+
+
+def policy_spec(body: Mapping[str, Any]) -> SchedulingPolicySpec | None:
+    try:
+        return SchedulingPolicySpec.model_validate(body.get("spec") or {})
+    except Exception:
+        return None
