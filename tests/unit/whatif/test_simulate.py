@@ -1,0 +1,280 @@
+"""whatif/world.py and simulate.py: the operator's core on a snapshot; pods.py: the manifests;
+and the `simulate` command's outputs and refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from policy_scheduler import cli
+from policy_scheduler.cluster.admission import Admission
+from policy_scheduler.whatif.pods import PodsError, pods_from_documents
+from policy_scheduler.whatif.simulate import simulate
+from policy_scheduler.whatif.snapshot import API_VERSION, from_dict
+from policy_scheduler.whatif.world import PolicyError, World
+
+ROOT = Path(__file__).resolve().parents[3]
+DEFAULT = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
+BINPACK = yaml.safe_load((ROOT / "policies" / "binpack.yaml").read_text())
+TAKEN = "2025-01-01T12:00:00Z"
+TAKEN_AT = 1735732800.0
+
+
+def node(name, cpu="4", memory="16Gi", zone=None, **labels):
+    labels = {"kubernetes.io/hostname": name, **labels}
+    if zone:
+        labels["topology.kubernetes.io/zone"] = zone
+    return {"metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"}}}
+
+
+def pod(name, cpu="500m", memory="1Gi", namespace="default", labels=None, **spec):
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace,
+                                                          "labels": labels or {}},
+            "spec": {"containers": [{"name": "c", "image": "app:1",
+                                     "resources": {"requests": {"cpu": cpu, "memory": memory}}}], **spec}}
+
+
+def snap(nodes, pods=(), policies=(DEFAULT, BINPACK), **extra):
+    return from_dict({"apiVersion": API_VERSION, "kind": "ClusterSnapshot", "takenAt": TAKEN,
+                      "nodes": list(nodes), "pods": list(pods), "policies": list(policies),
+                      "namespaces": {"default": {}}, **extra})
+
+
+def six_nodes():
+    return [node(f"n{i}", zone="abc"[i % 3]) for i in range(6)]
+
+
+def burst(n, cpu="500m", memory="1Gi"):
+    return [pod(f"p{i}", cpu, memory) for i in range(n)]
+
+
+def test_binpack_uses_fewer_nodes_than_default():
+    sim = simulate(World(snap(six_nodes())), ["default", "binpack"], burst(12))
+    by = {r.policy: r.summary() for r in sim.runs}
+    assert by["default"]["placed"] == by["binpack"]["placed"] == 12
+    assert by["default"]["nodesUsed"] == 6  # LeastAllocated + balance: every node gets pods
+    assert by["binpack"]["nodesUsed"] < by["default"]["nodesUsed"]
+    # 12 pods of 500m on 4-cpu nodes: binpack fills 8 per node -> 2 nodes
+    assert by["binpack"]["nodesUsed"] == 2
+    assert by["binpack"]["imbalance"] > by["default"]["imbalance"]
+    # six free 4-cpu/16Gi nodes hold 8 pods of 500m each: 48 before, 36 after, whichever policy
+    assert by["default"]["fragmentation"] == by["binpack"]["fragmentation"] == {
+        "shape": {"cpu": "500m", "memory": "1Gi"}, "fits": 36, "fitsBefore": 48}
+    assert by["default"]["zoneSpread"] == {"perZone": {"a": 4, "b": 4, "c": 4}, "skew": 0}
+
+
+def test_each_placement_is_assumed_so_the_next_pod_sees_it():
+    # two nodes with room for exactly one 3-cpu pod each: the second pod cannot go where the first went
+    sim = simulate(World(snap([node("a"), node("b")])), ["binpack"], [pod("x", "3"), pod("y", "3"), pod("z", "3")])
+    run = sim.runs[0]
+    nodes = [r.node for r in run.results]
+    assert sorted(nodes[:2]) == ["a", "b"] and nodes[2] is None
+    # upstream's FailedScheduling message for the third
+    assert run.results[2].message == "0/2 nodes are available: 2 Insufficient cpu."
+    assert run.summary()["unschedulable"] == 1
+
+
+def test_bound_pods_of_the_snapshot_count_and_nothing_is_changed_in_it():
+    s = snap([node("a"), node("b")], pods=[{"metadata": {"name": "old", "namespace": "default"},
+                                            "spec": {"nodeName": "a", "containers": [
+                                                {"name": "c", "resources": {"requests": {"cpu": "3500m"}}}]}}])
+    before = json.dumps(s.to_dict(), sort_keys=True)
+    world = World(s)
+    run = simulate(world, ["default"], [pod("x", "1")]).runs[0]
+    assert run.results[0].node == "b"
+    assert json.dumps(s.to_dict(), sort_keys=True) == before
+    # a second simulation on the same world starts from the snapshot again
+    assert simulate(world, ["binpack"], [pod("x", "1")]).runs[0].results[0].node == "b"
+
+
+def test_the_same_input_gives_the_same_output_and_the_seed_breaks_ties():
+    nodes = [node(f"n{i}") for i in range(20)]  # identical empty nodes: every first choice is a tie
+    out = {seed: [simulate(World(snap(nodes)), ["default"], burst(10), seed=seed).runs[0].to_dict()["placements"]
+                  for _ in range(2)] for seed in (0, 1)}
+    assert out[0][0] == out[0][1] and out[1][0] == out[1][1]
+    assert out[0][0] != out[1][0]
+    assert out[0][0][0]["uniqueBest"] is False
+
+
+def test_pods_go_in_queue_sort_order():
+    sim = simulate(World(snap([node("a", cpu="1")])), ["default"],
+                   [pod("low", "1"), pod("high", "1", priority=100)])
+    r = {p.pod: p.node for p in sim.runs[0].results}
+    assert r == {"default/low": None, "default/high": "a"}
+    # results keep the input order
+    assert [p.pod for p in sim.runs[0].results] == ["default/low", "default/high"]
+
+
+def test_a_policy_file_gets_the_webhooks_error():
+    world = World(snap(six_nodes()))
+    bad = {"apiVersion": "policy-scheduler.io/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": "p"},
+           "spec": {"plugins": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "Bogus"}}},
+                                {"name": "Nope", "weight": 2}]}}
+    with pytest.raises(PolicyError) as e:
+        world.add_policy(bad, "p.yaml")
+    webhook = Admission(SimpleNamespace(policy_store=world.store, scheduler_name="policy-scheduler"))
+    expected = webhook.validate_policy({"uid": "u", "object": bad})["response"]["status"]["message"]
+    assert str(e.value) == f"p.yaml: {expected}"
+    assert "spec.plugins[0].args.scoringStrategy.type: Unsupported value: \"Bogus\"" in str(e.value)
+    assert "spec.plugins[1].name: unknown plugin 'Nope'" in str(e.value)
+    with pytest.raises(PolicyError, match="kind 'ConfigMap' is not a SchedulingPolicy"):
+        world.add_policy({"kind": "ConfigMap", "metadata": {"name": "x"}}, "c.yaml")
+    with pytest.raises(PolicyError, match=r"no SchedulingPolicy named 'spread' in the snapshot \(it has: binpack, default\)"):
+        world.usable_policy("spread")
+
+
+def test_a_policy_file_replaces_the_snapshots_policy_of_that_name():
+    world = World(snap(six_nodes()))
+    edited = json.loads(json.dumps(DEFAULT))
+    edited["spec"]["plugins"] = BINPACK["spec"]["plugins"]
+    assert world.add_policy(edited, "default.yaml") == "default"
+    run = simulate(world, ["default"], burst(12)).runs[0]
+    assert run.summary()["nodesUsed"] == 2
+
+
+def test_a_policy_that_does_not_admit_the_namespace_places_nothing():
+    strict = json.loads(json.dumps(BINPACK))
+    strict["metadata"]["name"] = "strict"
+    strict["spec"]["namespaceSelector"] = {"matchLabels": {"team": "a"}}
+    world = World(snap(six_nodes(), policies=[strict]))
+    r = simulate(world, ["strict"], [pod("x")]).runs[0].results[0]
+    assert r.node is None and r.message == "SchedulingPolicy 'strict' does not admit pods of namespace 'default'"
+
+
+def test_metric_values_are_as_fresh_as_when_the_snapshot_was_taken():
+    gpu = {"apiVersion": "policy-scheduler.io/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": "gpu"},
+           "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "MetricThreshold", "args": {"metrics": [
+               {"name": "util", "query": "util", "nodeLabel": "instance", "rejectAbove": 0.9,
+                "onMissingMetrics": "Exclude"}]}}]}}
+    metrics = [{"query": "util", "nodeLabel": "instance", "samples": {
+        "hot": {"value": 0.95, "time": TAKEN_AT - 10}, "cool": {"value": 0.2, "time": TAKEN_AT - 10},
+        "old": {"value": 0.1, "time": TAKEN_AT - 3600}}}]
+    s = snap([node("hot"), node("cool"), node("old"), node("none")], policies=[gpu], metrics=metrics)
+    run = simulate(World(s), ["gpu"], [pod("a"), pod("b")]).runs[0]
+    # taken years ago, the values are still judged at the snapshot's time: only "cool" is fresh and below
+    assert [r.node for r in run.results] == ["cool", "cool"]
+    s = snap([node("hot")], policies=[gpu], metrics=metrics)
+    r = simulate(World(s), ["gpu"], [pod("a")]).runs[0].results[0]
+    assert r.node is None and r.message.startswith("0/1 nodes are available: 1 ")
+
+
+def test_template_pods_are_spread_by_default_constraints_like_the_real_ones():
+    docs = [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
+             "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}},
+                      "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod("x")["spec"]}}}]
+    ps = pods_from_documents(docs, "d.yaml")
+    assert [p["metadata"]["name"] for p in ps.pods] == [f"web-{i}" for i in range(6)]
+    assert ps.pods[0]["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
+    assert ps.workloads == [("rs", {"metadata": {"name": "web-whatif", "namespace": "default"},
+                                    "spec": {"selector": {"matchLabels": {"app": "web"}}}})]
+    packed_spread = {"apiVersion": "policy-scheduler.io/v1alpha1", "kind": "SchedulingPolicy",
+                     "metadata": {"name": "packed-spread"},
+                     "spec": {"plugins": [{"name": "NodeResourcesFit", "weight": 1, "args": {"scoringStrategy": {
+                         "type": "MostAllocated"}}}, {"name": "PodTopologySpread", "weight": 10}]}}
+    world = World(snap(six_nodes(), policies=[packed_spread]))
+    # without their controller, nothing selects them: MostAllocated stacks them on one node
+    run = simulate(world, ["packed-spread"], ps.pods).runs[0]
+    assert run.summary()["nodesReceivingPods"] == 1
+    # with it, PodTopologySpread's system default constraints (hostname, zone) spread them
+    world.add_workloads(ps.workloads)
+    run = simulate(world, ["packed-spread"], ps.pods).runs[0]
+    assert run.summary()["zoneSpread"]["skew"] == 0 and run.summary()["nodesReceivingPods"] > 1
+    assert pods_from_documents(docs, "d.yaml", replicas=2).pods[-1]["metadata"]["name"] == "web-1"
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}},
+     "document 1 (ConfigMap c): kind 'ConfigMap' is not a Pod or a pod template"),
+    ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}},
+     "document 1 (Pod p): spec.containers: Required value"),
+    ({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {}},
+     "document 1 (Deployment d): spec.template: Required value"),
+    ({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d"}, "spec": {}},
+     "a DaemonSet places one pod per node"),
+    ({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {"containers": [{"name": "c"}]}},
+     "metadata.name: Required value"),
+    ("just a string", "document 1: not a Kubernetes object"),
+])
+def test_a_manifest_that_is_not_a_pod_or_template_is_refused(doc, needle):
+    with pytest.raises(PodsError) as e:
+        pods_from_documents([doc], "pods.yaml")
+    assert str(e.value).startswith("pods.yaml: ") and needle in str(e.value)
+
+
+# ------------------------------------------------------------------------------------ the command
+
+@pytest.fixture
+def files(tmp_path):
+    s = snap(six_nodes())
+    (tmp_path / "snap.json").write_text(s.dumps())
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([pod("one"), pod("huge", cpu="64")]))
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(pod("one")))
+    return tmp_path
+
+
+def run_cli(capsys, *args):
+    code = cli.main(["simulate", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_json_output_is_keyed_by_policy(files, capsys):
+    code, out, err = run_cli(capsys, "--snapshot", str(files / "snap.json"), "--pods", str(files / "pods.yaml"),
+                             "--policy", "default", "--policy", str(ROOT / "policies" / "binpack.yaml"), "--json")
+    assert code == 0 and err == ""  # no progress bar when the output is not a terminal
+    d = json.loads(out)
+    assert set(d["policies"]) == {"default", "binpack"} and d["pods"] == 2
+    for name, r in d["policies"].items():
+        assert {"placed", "unschedulable", "nodesUsed", "imbalance", "zoneSpread", "fragmentation",
+                "placements", "failures", "nodes"} <= set(r)
+        assert r["placed"] == 1 and r["unschedulable"] == 1
+        assert [p["pod"] for p in r["placements"]] == ["default/one", "default/huge"]
+        assert r["placements"][1]["node"] is None
+        assert r["failures"][0]["message"].startswith("0/6 nodes are available: 6 Insufficient cpu.")
+        assert len(r["nodes"]) == 6 and set(r["nodes"][0]) >= {"name", "zone", "cpu", "memory"}
+
+
+def test_text_output_and_report(files, capsys):
+    code, out, err = run_cli(capsys, "--snapshot", str(files / "snap.json"), "--pods", str(files / "pods.yaml"),
+                             "--policy", "default", "--policy", "binpack", "--report", str(files / "r.html"))
+    assert code == 0, err
+    assert out.splitlines()[2].split()[:4] == ["POLICY", "PLACED", "UNSCHEDULABLE", "NODES"]
+    assert "default: 1 unschedulable" in out and "0/6 nodes are available: 6 Insufficient cpu." in out
+    assert "default/huge" in out and "per-node allocation" in out
+    page = (files / "r.html").read_text()
+    assert page.count("<svg") >= 6 and "<script" not in page and "http" not in page.split("<body>")[1].replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_explain_prints_explains_table_for_a_pod_not_there_yet(files, capsys):
+    code, out, err = run_cli(capsys, "--snapshot", str(files / "snap.json"), "--pods", str(files / "one.yaml"),
+                             "--explain")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("pod default/one under policy default: node n")
+    assert "  policy:    default" in lines and any(x.startswith("  node:      n") for x in lines)
+    assert "  nodes:     6 in cluster, 6 evaluated, 6 feasible" in lines
+    header = next(x for x in lines if x.startswith("    NODE"))
+    assert "TOTAL" in header and "NodeResourcesFit" in header and "TaintToleration" in header
+
+
+@pytest.mark.parametrize("make,needle", [
+    (lambda d: ["--snapshot", str(d / "missing.json"), "--pods", str(d / "one.yaml")], "cannot read snapshot"),
+    (lambda d: (d / "v2.json").write_text(json.dumps({"apiVersion": "policy-scheduler.io/snapshot/v2"})) and ["--snapshot", str(d / "v2.json"), "--pods", str(d / "one.yaml")], "is not supported"),
+    (lambda d: (d / "cm.yaml").write_text("kind: ConfigMap\nmetadata: {name: c}\n") and ["--snapshot", str(d / "snap.json"), "--pods", str(d / "cm.yaml")], "is not a Pod or a pod template"),
+    (lambda d: (d / "bad.yaml").write_text(yaml.safe_dump({"kind": "SchedulingPolicy", "metadata": {"name": "b"},
+                                                           "spec": {"plugins": [{"name": "NodeName", "weight": 3}]}})) and ["--snapshot", str(d / "snap.json"), "--pods", str(d / "one.yaml"), "--policy", str(d / "bad.yaml")],
+     'SchedulingPolicy "b" is invalid: spec.plugins[0].weight: plugin NodeName has no Score extension point'),
+    (lambda d: ["--snapshot", str(d / "snap.json"), "--pods", str(d / "one.yaml"), "--policy", "nope"],
+     "no SchedulingPolicy named 'nope'"),
+    (lambda d: ["--snapshot", str(d / "snap.json")], "--pods FILE or --pending"),
+])
+def test_bad_input_is_refused_with_exit_status_2(files, capsys, make, needle):
+    code, out, err = run_cli(capsys, *make(files))
+    assert code == 2 and out == ""
+    assert err.startswith("policy-scheduler simulate: ") and needle in err
