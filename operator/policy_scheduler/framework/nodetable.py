@@ -86,7 +86,8 @@ class NodeTable:
         self.pods_with_affinity: list[dict[str, PodInfo]] = []  # per row: those pods (upstream PodsWithAffinity)
         # per row: the pods with volumes the volume plugins read (PodInfo.volumes non-empty)
         self.pods_with_volumes: list[dict[str, PodInfo]] = []
-        # "namespace/claim" -> number of pods on rows using that PVC (upstream PVCRefCounts)
+        # "namespace/claim" -> number of pods on rows with a persistentVolumeClaim volume of that
+        # claim (upstream NodeInfo.PVCRefCounts; generic ephemeral volumes do not count)
         self.pvc_refs: dict[str, int] = {}
         # The (anti-)affinity terms of the pods on rows, by kind: term -> {(topologyKey, value of that
         # label on the pod's node): occurrences}, one occurrence per (pod, term) on a node having
@@ -201,7 +202,7 @@ class NodeTable:
             self._orphans[name] = dict(pods)
             for pod in self.pods_with_volumes[row].values():  # re-counted if the node comes back
                 for v in pod.volumes:
-                    if v.has_claim:
+                    if v.pvc:
                         k = f"{pod.namespace}/{v.claim}"
                         c = self.pvc_refs.get(k, 0) - 1
                         if c > 0:
@@ -346,7 +347,7 @@ class NodeTable:
             self.pods_with_volumes[row].pop(pod.key, None)
         refs = self.pvc_refs
         for v in pod.volumes:
-            if v.has_claim:
+            if v.pvc:
                 k = f"{pod.namespace}/{v.claim}"
                 c = refs.get(k, 0) + sign
                 if c > 0:

@@ -25,6 +25,7 @@ ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 ANN_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
 ANN_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"  # deprecated, wins over spec.storageClassName
+ANN_MIGRATED_PLUGINS = "storage.alpha.kubernetes.io/migrated-plugins"  # on CSINodes
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 IMMEDIATE = "Immediate"
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
@@ -179,12 +180,10 @@ class PersistentVolume:
 def label_zones_to_set(value: str) -> frozenset[str]:
     """upstream volumehelpers.LabelZonesToSet: ``a__b`` -> {a, b}; an empty value or an empty
     zone is an error (here: the empty set)."""
-    if not value:
-        return frozenset()
-    zones = value.split("__")
+    zones = [z.strip() for z in value.split("__")]
     if any(not z for z in zones):
         return frozenset()
-    return frozenset(z.strip() for z in zones)
+    return frozenset(zones)
 
 
 @dataclass(slots=True)
@@ -301,11 +300,13 @@ class StorageClass:
 
 @dataclass(slots=True)
 class CSINode:
-    """``drivers``: driver name -> allocatable.count (None: no limit)."""
+    """``drivers``: driver name -> allocatable.count (None: no limit); ``migrated_plugins``:
+    the ``storage.alpha.kubernetes.io/migrated-plugins`` annotation (VolumeBinding's hint)."""
 
     name: str
     resource_version: str = ""
     drivers: dict[str, int | None] = field(default_factory=dict)
+    migrated_plugins: str = ""
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any]) -> "CSINode":
@@ -319,7 +320,8 @@ class CSINode:
                 drivers[str(d.get("name") or "")] = None if count is None else int(count)
             except (TypeError, ValueError):
                 drivers[str(d.get("name") or "")] = None
-        return cls(str(meta.get("name") or ""), str(meta.get("resourceVersion") or ""), drivers)
+        return cls(str(meta.get("name") or ""), str(meta.get("resourceVersion") or ""), drivers,
+                   str((meta.get("annotations") or {}).get(ANN_MIGRATED_PLUGINS) or ""))
 
     def limits(self) -> dict[str, int]:
         """The drivers with an attach limit (upstream getVolumeLimits)."""
