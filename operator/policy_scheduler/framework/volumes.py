@@ -365,11 +365,12 @@ def bind_volume_to_claim(pv: PersistentVolume, pvc: PersistentVolumeClaim) -> tu
     ``pv.kubernetes.io/bound-by-controller: "yes"`` unless it was pre-bound to this claim), and
     whether anything changed. The copy's ``raw`` is the API object to PUT."""
     ref = pv.claim_ref
-    prebound = ref is not None and ref.namespace == pvc.namespace and ref.name == pvc.name
+    prebound = (ref is not None and ref.namespace == pvc.namespace and ref.name == pvc.name
+                and (not ref.uid or ref.uid == pvc.uid))  # IsVolumeBoundToClaim
     want = ClaimRef(pvc.namespace, pvc.name, pvc.uid)
     dirty = ref != want
     ann = dict(pv.annotations)
-    if not prebound and ann.get(ANN_BOUND_BY_CONTROLLER) != "yes":
+    if not prebound and ANN_BOUND_BY_CONTROLLER not in ann:
         ann[ANN_BOUND_BY_CONTROLLER] = "yes"
         dirty = True
     if not dirty:
@@ -379,8 +380,7 @@ def bind_volume_to_claim(pv: PersistentVolume, pvc: PersistentVolumeClaim) -> tu
     meta["annotations"] = ann
     raw["metadata"] = meta
     spec = dict(raw.get("spec") or {})
-    old = spec.get("claimRef") if isinstance(spec.get("claimRef"), Mapping) else {}
-    spec["claimRef"] = {**old, "kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": pvc.namespace,
+    spec["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": pvc.namespace,
                         "name": pvc.name, "uid": pvc.uid,
                         **({"resourceVersion": pvc.resource_version} if pvc.resource_version else {})}
     raw["spec"] = spec
