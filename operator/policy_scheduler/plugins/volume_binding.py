@@ -267,12 +267,10 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, 
 
     # ------------------------------------------------------------------ PreFilter
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
-        if not pod.volumes:
-            state.write(STATE_KEY, VolumeBindingState(all_bound=True))
+        if not pod.volumes:  # no state: Reserve and PreBind then have nothing to do
             return Status.skip(), None
         claims = [v for v in pod.volumes if v.has_claim]
         if not claims:
-            state.write(STATE_KEY, VolumeBindingState(all_bound=True))
             return Status.skip(), None
         cache = self.handle.volumes()
         pvcs = []
