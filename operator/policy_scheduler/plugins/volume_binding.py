@@ -324,10 +324,12 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, 
         bind_conflict = np.zeros(n, dtype=bool)
         pv_missing = np.zeros(n, dtype=bool)
         specs = nodes.specs
+        classes = {c.storage_class: cache.pvs_of_class(c.storage_class) for c in st.delayed}  # once per call
         try:
             for i, row in enumerate(rows.tolist()):
                 spec = specs[row]
-                ok_bound, found, ok_unbound, pvols = self._find_pod_volumes(st, cache, spec.name, spec.labels)
+                ok_bound, found, ok_unbound, pvols = self._find_pod_volumes(st, cache, spec.name, spec.labels,
+                                                                            classes)
                 node_conflict[i] = not ok_bound
                 bind_conflict[i] = not ok_unbound
                 pv_missing[i] = not found
@@ -344,9 +346,10 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, 
         return FilterResult(passed, Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reasons)
 
     def _find_pod_volumes(self, st: VolumeBindingState, cache: VolumeCache, node_name: str,
-                          labels: dict[str, str]) -> tuple[bool, bool, bool, PodVolumes]:
+                          labels: dict[str, str], classes: dict[str, list[PersistentVolume]]
+                          ) -> tuple[bool, bool, bool, PodVolumes]:
         """upstream FindPodVolumes: (bound volumes satisfied, bound PVs found, unbound volumes
-        satisfied, the node's PodVolumes)."""
+        satisfied, the node's PodVolumes). ``classes``: the PVs of each delayed claim's class."""
         pvols = PodVolumes(node_labels=labels)
         bound_ok = found = unbound_ok = True
         for pvc in st.bound:  # checkBoundClaims
@@ -370,7 +373,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, 
             if to_match:  # findMatchingVolumes
                 chosen: set[str] = set()
                 for pvc in sorted(to_match, key=lambda c: c.request):
-                    pv = find_matching_volume(pvc, cache.pvs_of_class(pvc.storage_class), labels, chosen)
+                    pv = find_matching_volume(pvc, classes[pvc.storage_class], labels, chosen)
                     if pv is None:
                         to_provision.append(pvc)
                         continue
