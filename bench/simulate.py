@@ -107,8 +107,8 @@ def main() -> int:
               f"unschedulable {r['unschedulable']}, nodes used {r['nodesUsed']}, imbalance {r['imbalance']}")
         figures["policies"][name] = {"seconds": r["seconds"], "msPerPod": round(per_pod, 3), "placed": r["placed"],
                                      "unschedulable": r["unschedulable"], "nodesUsed": r["nodesUsed"]}
-    verdict = "under" if wall < 10 else "OVER"
-    print(f"target: 5,000 pods on 1,000 nodes in under 10 s: {wall:.2f} s ({verdict})")
+    if (a.nodes, a.pods) == (1000, 5000):
+        print(f"target: 5,000 pods on 1,000 nodes in under 10 s: {wall:.2f} s ({'met' if wall < 10 else 'MISSED'})")
     print(json.dumps(figures))
     return 0
 
