@@ -237,7 +237,7 @@ def html_report(sim: Simulation) -> str:
                    "<span style=\"background:#666\"></span>added by the policy (its color); nodes in snapshot "
                    "order, the same in every panel</p>")
         for res, label in ((0, "cpu"), (1, "memory")):
-            out.append(f"<div class=\"panels\">")
+            out.append("<div class=\"panels\">")
             for run in sim.runs:
                 out.append(f"<div class=\"panel\"><h3>{_esc(run.policy)}: {label}</h3>"
                            f"{_alloc_panel(run, colors[run.policy], res, label)}</div>")

@@ -15,7 +15,6 @@ import copy
 import logging
 from typing import Any, Iterable, Mapping
 
-from ..api.models import SchedulingPolicySpec
 from ..cluster.policies import PolicyState, PolicyStore
 from ..cluster.workloads import WorkloadIndex
 from ..framework.binding import WaitingPods
@@ -192,9 +191,3 @@ class World:
             {"rs": self.workloads.on_replica_set, "ss": self.workloads.on_stateful_set,
              "rc": self.workloads.on_replication_controller}[kind]("ADDED", body)
 
-
-def policy_spec(body: Mapping[str, Any]) -> SchedulingPolicySpec | None:
-    try:
-        return SchedulingPolicySpec.model_validate(body.get("spec") or {})
-    except Exception:
-        return None
