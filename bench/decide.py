@@ -25,7 +25,7 @@ output is one JSON object with every figure.
 
     .venv/bin/python bench/decide.py [--nodes 1000 5000] [--pods-per-node 10] [--pods 2000]
                                      [--warmup 100] [--workloads 50] [--seed 1] [--profile]
-                                     [--plugin-timing]
+                                     [--plugin-timing] [--volume-overhead]
 """
 
 from __future__ import annotations
@@ -447,6 +447,47 @@ def plugin_timing_pass(chain, table: NodeTable, stream: PodStream, count: int, r
     return out
 
 
+VOLUME_PLUGINS = ("VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone")
+
+
+def volume_overhead_pass(chain, table: NodeTable, stream: PodStream, count: int, rng: random.Random) -> dict[str, Any]:
+    """What the four volume plugins of the default chain cost pods without volumes: each pod is
+    decided by the default chain and by the same chain without them (rotating which goes first),
+    the first decision applied; the mean per-pod difference (0.5 % trimmed at each end) over the
+    mean decision time without them."""
+    spec = default_chain_spec()
+    spec.plugins = [p for p in spec.plugins if p.name not in VOLUME_PLUGINS]
+    without = build_chain(spec, default_registry(), handle=BenchHandle())
+    chains = {"with": chain, "without": without}
+    names = list(chains)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(count):
+            pod = stream.next()
+            first = None
+            for k in range(len(names)):
+                name = names[(i + k) % len(names)]
+                t0 = time.perf_counter_ns()
+                d = schedule_one(chains[name], pod, table, rng)
+                times[name].append((time.perf_counter_ns() - t0) / 1e6)
+                first = first or d
+            if first.node is not None:
+                table.add_pod(pod, first.node, assumed=True)
+    finally:
+        gc.enable()
+    base = np.array(times["without"])
+    diff = np.sort(np.array(times["with"]) - base)
+    k = len(diff) // 200
+    diff = diff[k:len(diff) - k] if k else diff
+    return {"pods": count,
+            "median_ms": {n: float(np.median(times[n])) for n in names},
+            "mean_ms": {n: float(np.mean(times[n])) for n in names},
+            "overhead": float(diff.mean() / base.mean()),
+            "overhead_median": float(np.median(times["with"]) / np.median(base) - 1)}
+
+
 def _timing_loop(chain, table, stream, count, rng, names, recorders, times) -> None:
     for i in range(count):
         pod = stream.next()
@@ -529,6 +570,13 @@ def worker(args: argparse.Namespace) -> None:
         print(f"   per-plugin timing in 10 % of cycles against 0 % (extension points timed in both): "
               f"{100 * pt['plugin_timing_overhead']:+.2f}% of decision time (mean per-pod difference), "
               f"{100 * pt['plugin_timing_overhead_median']:+.2f}% on the median (budget 3%)")
+    if args.volume_overhead:
+        vo = volume_overhead_pass(chain, table, stream, args.pods, rng)
+        result["volume_overhead"] = vo
+        print(f"\n   volume plugins for pods without volumes ({args.pods} more pods, each decided with and "
+              f"without them, same run): median {vo['median_ms']['with']:.3f} against "
+              f"{vo['median_ms']['without']:.3f} ms; {100 * vo['overhead']:+.2f}% of decision time (mean "
+              f"per-pod difference), {100 * vo['overhead_median']:+.2f}% on the median (budget 5%)")
     if args.profile:
         print(f"\n   cProfile ({args.pods} more pods), functions by own time:")
         print(profile_pass(chain, table, stream, args.pods, rng))
@@ -548,6 +596,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--profile", action="store_true", help="add a cProfile pass per size")
     ap.add_argument("--plugin-timing", action="store_true",
                     help="add a pass measuring the metrics recorder: per-plugin timing with and without")
+    ap.add_argument("--volume-overhead", action="store_true",
+                    help="add a pass deciding every pod with and without the four volume plugins (none of "
+                         "the pods has volumes): what they cost pods without volumes")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -563,6 +614,7 @@ def main() -> int:
                "--pods-per-node", str(args.pods_per_node), "--pods", str(args.pods), "--warmup", str(args.warmup),
                "--workloads", str(args.workloads), "--seed", str(args.seed)]
         cmd += (["--profile"] if args.profile else []) + (["--plugin-timing"] if args.plugin_timing else [])
+        cmd += ["--volume-overhead"] if args.volume_overhead else []
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
             for line in proc.stdout:
                 if line.startswith(RESULT_PREFIX):

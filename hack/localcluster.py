@@ -302,7 +302,10 @@ class LocalCluster:
         self.kubeconfig_path.write_text(text)
         self._wait("kube-apiserver", api, self.ready, READY_TIMEOUT)
 
-    def start_controller_manager(self) -> None:
+    def start_controller_manager(self, controllers: str = "*,-node-ipam-controller,-node-lifecycle-controller") -> None:
+        """kube-controller-manager with ``controllers`` (its --controllers; the default is every
+        on-by-default controller but the two that need real nodes). The volume tests run only
+        persistentvolume-binder-controller, the PV controller."""
         pki = self.state_dir / "pki"
         kc = str(self.admin_kubeconfig)
         p = self._spawn("kube-controller-manager", [
@@ -312,7 +315,7 @@ class LocalCluster:
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
             "--use-service-account-credentials=false",
             # nodes here are simulated or plain objects: no IPAM, no lifecycle taints for missing kubelets
-            "--controllers=*,-node-ipam-controller,-node-lifecycle-controller",
+            f"--controllers={controllers}",
             "--v=1",
         ])
         time.sleep(2.0)

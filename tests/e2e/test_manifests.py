@@ -47,8 +47,13 @@ def the(kind: str) -> dict:
 OPERATOR_CALLS = {
     *((g, r, v) for g, r in (("", "nodes"), ("", "pods"), ("", "namespaces"), ("", "services"),
                               ("", "replicationcontrollers"), ("apps", "replicasets"), ("apps", "statefulsets"),
-                              ("policy", "poddisruptionbudgets"), ("policy-scheduler.io", "schedulingpolicies"))
+                              ("policy", "poddisruptionbudgets"), ("policy-scheduler.io", "schedulingpolicies"),
+                              ("", "persistentvolumes"), ("", "persistentvolumeclaims"),
+                              ("storage.k8s.io", "storageclasses"), ("storage.k8s.io", "csinodes"),
+                              ("storage.k8s.io", "csidrivers"))
       for v in ("list", "watch")),
+    ("", "persistentvolumes", "update"),  # VolumeBinding's PreBind: a static match's claimRef
+    ("", "persistentvolumeclaims", "update"),  # ... and a claim to provision: selected-node
     ("", "pods", "delete"),  # DefaultPreemption's victims
     ("", "pods/binding", "create"),
     ("", "pods/status", "patch"),

@@ -51,6 +51,7 @@ from ..framework.queue import QueuedPodInfo, SchedulingQueue
 from ..framework.registry import Registry
 from ..framework.runner import POD_SPEC, Decision, schedule_one
 from ..framework.status import Code
+from ..framework.volumes import VolumeCache
 from ..logs import MAX_MESSAGE_LEN, decision_fields, failure_fields, fields, truncate
 from ..metricsources.manager import MetricSources
 from ..plugins.priority_sort import PrioritySort
@@ -81,6 +82,13 @@ PSEUDO_EVENTS = {
 }
 
 
+VOLUME_INFORMERS = (
+    ("persistentvolumes", "/api/v1/persistentvolumes"),
+    ("persistentvolumeclaims", "/api/v1/persistentvolumeclaims"),
+    ("storageclasses", "/apis/storage.k8s.io/v1/storageclasses"),
+    ("csinodes", "/apis/storage.k8s.io/v1/csinodes"),
+    ("csidrivers", "/apis/storage.k8s.io/v1/csidrivers"),
+)
 YIELD_EVERY_S = 0.008  # the scheduling loop lets I/O in after at most this much of cycles
 
 
@@ -115,6 +123,8 @@ class Engine:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.workloads = WorkloadIndex()
         self.pdbs: dict[str, PDB] = {}  # namespace/name -> what DefaultPreemption reads of it
+        # PVs, PVCs, StorageClasses, CSINodes, CSIDrivers: what the volume plugins read
+        self.volumes = VolumeCache()
         # preemptor uid -> its last victim's key once only that one is left to delete (None before):
         # upstream Executor.preempting and lastVictimsPendingPreemption
         self.preempting: dict[str, str | None] = {}
@@ -331,6 +341,19 @@ class Engine:
         else:
             self.pdbs[key] = PDB.from_dict(body)
 
+    def _volume_handler(self, kind: str) -> Callable[[str, Mapping[str, Any]], None]:
+        def on_event(event: str, body: Mapping[str, Any]) -> None:
+            try:
+                changes = self.volumes.apply(kind, event, body)
+            except (ValueError, TypeError, KeyError) as e:  # one bad object must not stop the informer
+                meta = body.get("metadata") or {}
+                log.warning("%s %s ignored: %s", kind, meta.get("name"), e)
+                return
+            for ev, old, new in changes:  # VolumeBinding & co. registered these, with hints
+                self._move(ev, old, new)
+
+        return on_event
+
     def _forget_pending(self, key: str) -> None:
         self.queue.delete(key)
         self.nominator.remove(key)
@@ -403,6 +426,9 @@ class Engine:
             Informer(self.client, "/apis/apps/v1/statefulsets", self.workloads.on_stateful_set, "statefulsets"),
             # DefaultPreemption spares pods whose PodDisruptionBudget allows no more disruptions
             Informer(self.client, "/apis/policy/v1/poddisruptionbudgets", self.on_pdb, "poddisruptionbudgets"),
+            # the volume plugins: claims and volumes (VolumeBinding, VolumeZone, VolumeRestrictions),
+            # classes (binding mode, provisioning topology), CSI attach limits (NodeVolumeLimits)
+            *(Informer(self.client, path, self._volume_handler(kind), kind) for kind, path in VOLUME_INFORMERS),
         ]
         for inf in self.informers:
             self.spawn(inf.run())

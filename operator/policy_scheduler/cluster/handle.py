@@ -1,11 +1,11 @@
 """The operator's framework Handle: what plugins may ask of the world outside the pure core,
 answered from the engine's caches (namespace labels, workload selectors, metric sources, the
-waiting pods), and the one call that reaches the API server: ``bind_pod``, for Bind plugins in
-the binding cycle."""
+waiting pods, the volume cache), and the calls that reach the API server, for bind-side plugins
+in the binding cycle: ``bind_pod`` (Bind) and ``api_request`` (VolumeBinding's PreBind)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import Any, TYPE_CHECKING, Mapping
 
 from ..framework.binding import WaitingPods
 from ..framework.interface import Handle
@@ -44,6 +44,16 @@ class OperatorHandle(Handle):
 
     def is_pod_running_preemption(self, uid: str) -> bool:
         return self.engine.is_pod_running_preemption(uid)
+
+    def volumes(self):
+        return self.engine.volumes
+
+    async def api_request(self, method: str, path: str, body: Any = None) -> Any:
+        """The operator's API client; a PATCH is a merge patch. Only the leader writes."""
+        if not self.engine.leadership.valid():
+            raise RuntimeError("not the leader: no API writes")
+        ct = "application/merge-patch+json" if method.upper() == "PATCH" else "application/json"
+        return await self.engine.client.request(method.upper(), path, body, content_type=ct)
 
     async def bind_pod(self, pod: PodInfo, node_name: str, annotations: Mapping[str, str]) -> Status:
         from .binder import post_binding

@@ -262,8 +262,8 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
     )
 
 
-# Upstream's default profile (pkg/scheduler/apis/config/v1/default_plugins.go), restricted to the
-# plugins that do not need volumes or DRA, in upstream's order and with upstream's weights.
+# Upstream's default profile (pkg/scheduler/apis/config/v1/default_plugins.go) without DRA, in
+# upstream's order and with upstream's weights.
 DEFAULT_PLUGINS: list[dict[str, Any]] = [
     {"name": "PrioritySort"},
     {"name": "NodeUnschedulable"},
@@ -272,6 +272,10 @@ DEFAULT_PLUGINS: list[dict[str, Any]] = [
     {"name": "NodeAffinity", "weight": 2},
     {"name": "NodePorts"},
     {"name": "NodeResourcesFit", "weight": 1},
+    {"name": "VolumeRestrictions"},
+    {"name": "NodeVolumeLimits"},
+    {"name": "VolumeBinding", "weight": 1},
+    {"name": "VolumeZone"},
     {"name": "PodTopologySpread", "weight": 2},
     {"name": "InterPodAffinity", "weight": 2},
     {"name": "NodeResourcesBalancedAllocation", "weight": 1},

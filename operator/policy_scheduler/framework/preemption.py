@@ -173,11 +173,14 @@ class ResourceFit:
         return True
 
 
+_VOLUME_FILTERS = frozenset(("VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone"))
+
+
 def resource_only(pod: PodInfo, nodes: NodeTable, node_filter: Any) -> ResourceFit | None:
     """A ResourceFit when, for this pod, only NodeResourcesFit's verdict can change with the pods
     on a node: every other filter of the chain ignores them (or has nothing to check for this
     pod: no host ports, no pod (anti-)affinity of its own or any existing pod's required
-    anti-affinity, no spread constraint, explicit or by default). Else None (the full chain is
+    anti-affinity, no spread constraint, explicit or by default, no volumes). Else None (the full chain is
     re-run for every reprieve)."""
     chain = getattr(node_filter, "chain", None)
     if chain is None:
@@ -201,6 +204,10 @@ def resource_only(pod: PodInfo, nodes: NodeTable, node_filter: Any) -> ResourceF
         elif name == "PodTopologySpread":
             if pod.spread_constraints or p.handle.default_spread_selector(pod) is not None:
                 return None
+        elif name in _VOLUME_FILTERS:
+            if pod.volumes:  # VolumeRestrictions and NodeVolumeLimits count the node's pods
+                return None
+            continue  # every one of them skips a pod without volumes
         else:
             return None
     if fit is None:

@@ -487,6 +487,10 @@ def test_the_full_chain_runs_when_other_filters_depend_on_the_pods():
                         "spec": {"priority": 10, "containers": [{"name": "c", "ports": [{"containerPort": 80,
                                                                                           "hostPort": 8080}]}]}})
     assert resource_only(ported, t, nf) is None
+    claimed = parse_pod({"metadata": {"name": "claimed", "namespace": "default", "uid": "claimed"},
+                         "spec": {"priority": 10, "containers": [{"name": "c"}],
+                                  "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}})
+    assert resource_only(claimed, t, nf) is None  # VolumeRestrictions / NodeVolumeLimits count the node's pods
     anti = parse_pod({"metadata": {"name": "anti", "namespace": "default", "uid": "anti", "labels": {"app": "x"}},
                       "spec": {"priority": 0, "affinity": {"podAntiAffinity": {
                           "requiredDuringSchedulingIgnoredDuringExecution": [{

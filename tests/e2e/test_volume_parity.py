@@ -1,0 +1,201 @@
+"""Volume scheduling against upstream: seeded cases of labelled nodes in two zones, static local
+PersistentVolumes of a WaitForFirstConsumer class, zonal volumes bound up front, and a sequence of
+pods with claims, run by kube-scheduler v1.37.1 (default profile) and by policy-scheduler's
+`default` policy, with the PV controller completing the bindings.
+
+Each case's world is built three times: twice for kube-scheduler, once for policy-scheduler. Its
+pods are created one at a time, each waiting to be bound or refused before the next. Where
+upstream's outcome agrees with itself across its two runs, ours must be the same: every pod's
+node, the volume each claim is bound to, and the FailedScheduling message of each refused pod."""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+from dataclasses import dataclass
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from helpers import events_for, node, pod, wait_for
+
+SEED = int(os.environ.get("VOLUME_PARITY_SEED", "20261124"))
+CASES = 6
+OURS, UPSTREAM = "policy-scheduler", "default-scheduler"
+ZONES = ("za", "zb")
+
+
+@dataclass
+class Case:
+    nodes: list[tuple[str, str]]  # (cpu, zone) per node
+    local_pvs: list[tuple[int, str]]  # (node index, size)
+    zonal_pvs: list[str]  # zone of each zonal PV (bound up front to claim zonal-<i>)
+    pods: list[tuple[str, object]]  # ("wffc", size) | ("zonal", index) | ("none", None)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    placements: tuple  # per pod: node index, or the FailedScheduling message
+    volumes: tuple  # per wffc pod: the local PV index its claim is bound to (None: unbound)
+
+
+def make_case(rng: random.Random) -> Case:
+    n = rng.randint(2, 4)
+    nodes = [(rng.choice(("2", "4", "8")), ZONES[i % 2]) for i in range(n)]
+    local = [(rng.randrange(n), rng.choice(("1Gi", "2Gi"))) for _ in range(rng.randint(1, 4))]
+    zonal = [rng.choice(ZONES) for _ in range(rng.randint(0, 2))]
+    pods = []
+    for _ in range(rng.randint(3, 5)):
+        kind = rng.choice(("wffc", "wffc", "zonal", "none")) if zonal else rng.choice(("wffc", "wffc", "none"))
+        pods.append((kind, rng.choice(("1Gi", "2Gi")) if kind == "wffc" else
+                     rng.randrange(len(zonal)) if kind == "zonal" else None))
+    return Case(nodes, local, zonal, pods)
+
+
+def strip_finalizers_and_delete_pv(core, name):
+    try:
+        core.patch_persistent_volume(name, {"metadata": {"finalizers": None}})
+        core.delete_persistent_volume(name)
+    except ApiException:
+        pass
+
+
+def run_world(api, core, namespace: str, case: Case, scheduler: str, tag: str) -> Outcome:
+    storage = client.StorageV1Api(api)
+    node_names = [f"vp-{tag}-{i}" for i in range(len(case.nodes))]
+    cls = f"vp-local-{tag}"
+    pv_names: list[str] = []
+    try:
+        for name, (cpu, zone) in zip(node_names, case.nodes):
+            core.create_node(node(name, cpu=cpu, labels={"e2e-vp": tag, "topology.kubernetes.io/zone": zone}))
+        storage.create_storage_class({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                      "metadata": {"name": cls}, "provisioner": "kubernetes.io/no-provisioner",
+                                      "volumeBindingMode": "WaitForFirstConsumer"})
+        for i, (ni, size) in enumerate(case.local_pvs):
+            name = f"vp-{tag}-l{i}"
+            core.create_persistent_volume({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+                                           "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                                                    "storageClassName": cls, "local": {"path": f"/mnt/{name}"},
+                                                    "persistentVolumeReclaimPolicy": "Retain",
+                                                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{
+                                                        "matchExpressions": [{"key": "kubernetes.io/hostname",
+                                                                              "operator": "In",
+                                                                              "values": [node_names[ni]]}]}]}}}})
+            pv_names.append(name)
+        for i, zone in enumerate(case.zonal_pvs):
+            name, claim = f"vp-{tag}-z{i}", f"zonal-{tag}-{i}"
+            core.create_persistent_volume({"apiVersion": "v1", "kind": "PersistentVolume",
+                                           "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
+                                           "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                                                    "storageClassName": "", "hostPath": {"path": f"/mnt/{name}"},
+                                                    "persistentVolumeReclaimPolicy": "Retain",
+                                                    "claimRef": {"namespace": namespace, "name": claim}}})
+            pv_names.append(name)
+            core.create_namespaced_persistent_volume_claim(namespace, {
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": name,
+                         "resources": {"requests": {"storage": "1Gi"}}}})
+        for i in range(len(case.zonal_pvs)):
+            wait_for(lambda i=i: core.read_namespaced_persistent_volume_claim(
+                f"zonal-{tag}-{i}", namespace).status.phase == "Bound", 60, what="zonal claim Bound")
+
+        placements: list = []
+        wffc_claims: list[str] = []
+        for j, (kind, arg) in enumerate(case.pods):
+            name = f"vp-{tag}-p{j}"
+            volumes = []
+            if kind == "wffc":
+                claim = f"wffc-{tag}-{j}"
+                core.create_namespaced_persistent_volume_claim(namespace, {
+                    "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": cls,
+                             "resources": {"requests": {"storage": arg}}}})
+                wffc_claims.append(claim)
+                volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
+            elif kind == "zonal":
+                volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": f"zonal-{tag}-{arg}"}}]
+            core.create_namespaced_pod(namespace, pod(name, namespace, cpu="500m", scheduler=scheduler,
+                                                      nodeSelector={"e2e-vp": tag}, volumes=volumes))
+
+            def outcome(name=name):
+                p = core.read_namespaced_pod(name, namespace)
+                if p.spec.node_name:
+                    return ("node", node_names.index(p.spec.node_name))
+                evs = events_for(core, namespace, name, "FailedScheduling")
+                return ("refused", evs[0].message) if evs else None
+
+            placements.append(wait_for(outcome, 60, 0.2, what=f"pod {name} bound or refused"))
+        # the claims of bound pods: the PV controller completes what PreBind started
+        volumes_of = []
+        for j, claim in enumerate(wffc_claims):
+            def bound(claim=claim):
+                c = core.read_namespaced_persistent_volume_claim(claim, namespace)
+                return c if c.status.phase == "Bound" else None
+
+            pod_index = [k for k, (kind, _) in enumerate(case.pods) if kind == "wffc"][j]
+            if placements[pod_index][0] == "node":
+                c = wait_for(bound, 60, 0.3, what=f"claim {claim} Bound")
+                volumes_of.append(pv_names.index(c.spec.volume_name))
+            else:
+                volumes_of.append(None)
+        return Outcome(tuple(placements), tuple(volumes_of))
+    finally:
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        for c in core.list_namespaced_persistent_volume_claim(namespace).items:
+            try:
+                core.patch_namespaced_persistent_volume_claim(c.metadata.name, namespace,
+                                                              {"metadata": {"finalizers": None}})
+                core.delete_namespaced_persistent_volume_claim(c.metadata.name, namespace)
+            except ApiException:
+                pass
+        for name in pv_names:
+            strip_finalizers_and_delete_pv(core, name)
+        try:
+            storage.delete_storage_class(cls)
+        except ApiException:
+            pass
+        for name in node_names:
+            try:
+                core.delete_node(name)
+            except ApiException:
+                pass
+
+
+@pytest.fixture(scope="module")
+def pv_controller_and_upstream(cluster):
+    started = [n for n in ("kube-controller-manager", "kube-scheduler") if n not in cluster.state.get("procs", {})]
+    if "kube-controller-manager" in started:
+        cluster.start_controller_manager(controllers="persistentvolume-binder-controller")
+    if "kube-scheduler" in started:
+        cluster.start_scheduler()
+    yield
+    for n in started:
+        cluster.stop(n)
+
+
+def test_same_volume_placements_as_kube_scheduler(api, core, namespace, operator, example_policies,
+                                                  pv_controller_and_upstream):
+    rng = random.Random(SEED)
+    cases = [make_case(rng) for _ in range(CASES)]
+    run = secrets.token_hex(2)
+    unique = agree = 0
+    lines = []
+    for i, case in enumerate(cases):
+        up1 = run_world(api, core, namespace, case, UPSTREAM, f"{run}-{i}a")
+        up2 = run_world(api, core, namespace, case, UPSTREAM, f"{run}-{i}b")
+        ours = run_world(api, core, namespace, case, OURS, f"{run}-{i}c")
+        if up1 != up2:
+            lines.append(f"  case {i}: upstream not unique ({up1} / {up2})")
+            continue
+        unique += 1
+        same = ours == up1
+        agree += same
+        lines.append(f"  case {i}: {'same' if same else 'DIFFERENT'}: upstream {up1}" + ("" if same else f"; ours {ours}"))
+    print(f"\nvolume parity: {CASES} cases (seed {SEED}); upstream unique on {unique}; "
+          f"same placements, volumes and messages on {agree}/{unique}"
+          f" = {100.0 * agree / unique if unique else 0:.0f}%")
+    print("\n".join(lines))
+    assert unique >= CASES // 2, "\n".join(lines)
+    assert agree == unique, "\n".join(lines)
