@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import os
+import random
 import sys
 
 from . import SCHEDULER_NAME, __version__
@@ -91,8 +92,10 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
                                       usage_lag=a.prometheus_usage_lag)
     sources.registry = registry
     leadership = LeaderElector(client, _election_config(a)) if a.leader_elect else None
+    seed = getattr(a, "seed", None)
     engine = Engine(client, scheduler_name=a.scheduler_name, namespaces=set(a.namespace) if a.namespace else None,
                     bind_concurrency=a.bind_concurrency, sources=sources, registry=registry,
+                    rng=random.Random(seed) if seed is not None else None,
                     plugin_metrics_sample_percent=a.plugin_metrics_sample_percent, leadership=leadership,
                     sync_timeout=a.cache_sync_timeout, default_policy=a.default_policy)
     if on_engine is not None:
@@ -543,6 +546,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="import this Python module (dotted name, on PYTHONPATH) and register its out-of-tree "
                         "plugins: its PLUGIN class or PLUGINS list (repeatable). Policies then name them like "
                         "built-in plugins.")
+    r.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="seed of the random tie-break between equally scored nodes (default: unseeded). Makes "
+                        "tie-breaks reproducible, for tests and for comparing with `policy-scheduler simulate "
+                        "--seed N`, which draws them the same way (docs/whatif.md)")
     r.set_defaults(fn=cmd_run)
 
     c = sub.add_parser("crd", help="print the SchedulingPolicy CRD (generated from the API models)")
@@ -582,8 +589,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--replicas", type=int, metavar="N", help="make N pods of every template (and every Pod) in --pods")
     m.add_argument("--pending", action="store_true",
                    help="place the pending pods of the scheduler instead of --pods")
-    m.add_argument("--seed", type=int, default=0, help="seed of the random tie-break between equally good nodes "
-                                                       "(default 0: the same input gives the same output)")
+    m.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed of the random tie-break between equally scored nodes (default 0: the same input gives "
+                        "the same output); `policy-scheduler run --seed N` breaks ties the same way")
     m.add_argument("--json", action="store_true", help="print the results as JSON, keyed by policy name")
     m.add_argument("--report", metavar="FILE", help="also write a self-contained HTML report with charts")
     m.add_argument("--explain", action="store_true",

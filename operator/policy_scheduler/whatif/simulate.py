@@ -9,8 +9,12 @@ and Permit run, so the next pod sees it; Bind and everything after it are not ru
 written anywhere. A pod no node fits gets upstream's FailedScheduling message. A PostFilter's
 preemption is reported (its nominated node and victims), not carried out.
 
-Ties between the best nodes are broken by a ``random.Random`` seeded per policy: the same input
-gives the same output.
+Ties between the best nodes are broken by a ``random.Random(seed)``, fresh for each policy: the
+same input gives the same output. It is drawn from exactly as the operator draws from its engine's
+``rng`` (``policy-scheduler run --seed N`` makes that a ``random.Random(N)``): once per
+``schedule_one`` whose best total is shared by several nodes, and by nothing else (preemption's
+candidate offset uses the ``random`` module, not this generator). So an operator started with the
+same seed on the same state, taking the same pods in the same order, breaks every tie the same way.
 """
 
 from __future__ import annotations
@@ -231,7 +235,7 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
     shape, shape_pod = _shape(pods)
     free, vec = _free_for(table, shape_pod)
     fits_before = metrics.fits(free, vec)
-    rng = random.Random(f"{seed}/{policy}")
+    rng = random.Random(seed)  # as the engine's rng under `run --seed`
     nominator = Nominator()
     by_key: dict[str, PodResult] = {}
     done = 0

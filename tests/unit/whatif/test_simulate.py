@@ -278,3 +278,37 @@ def test_bad_input_is_refused_with_exit_status_2(files, capsys, make, needle):
     code, out, err = run_cli(capsys, *make(files))
     assert code == 2 and out == ""
     assert err.startswith("policy-scheduler simulate: ") and needle in err
+
+
+def test_the_operator_run_with_the_same_seed_places_every_pod_where_the_simulation_did():
+    """`run --seed N` gives the engine random.Random(N); the simulation draws its tie-breaks from
+    random.Random(N) the same way (once per cycle with a tied best total): the same pods, queued
+    in the same order on the same state, go to the same nodes, ties included."""
+    import asyncio
+    import random
+
+    from policy_scheduler.cluster.engine import Engine
+
+    nodes = [node(f"n{i:02d}", zone="abc"[i % 3]) for i in range(12)]
+    pods = [pod(f"p{i:02d}", ("250m", "500m", "1")[i % 3], schedulerName="policy-scheduler")
+            for i in range(40)]
+    for p in pods:
+        p["metadata"]["uid"] = f"uid-{p['metadata']['name']}"
+    sim = simulate(World(snap(nodes)), ["default"], pods, seed=5).runs[0]
+    assert sum(not r.unique for r in sim.results) >= 10  # plenty of ties to draw
+
+    async def operator(seed):
+        e = Engine(SimpleNamespace(), rng=random.Random(seed))  # no binding task gets to run
+        e.on_policy("ADDED", {**DEFAULT, "metadata": {"name": "default", "generation": 1}})
+        for n in nodes:
+            e.on_node("ADDED", n)
+        for p in pods:
+            e.on_pod("ADDED", p)
+        placed = {}
+        while (qpi := e.queue.pop()) is not None:
+            placed[qpi.pod.key] = e.schedule(qpi).node
+        await e._tasks.cancel_all()
+        return placed
+
+    assert asyncio.run(operator(5)) == {r.pod: r.node for r in sim.results}
+    assert asyncio.run(operator(6)) != {r.pod: r.node for r in sim.results}
