@@ -42,7 +42,7 @@ def snapshot(nodes: int, seed: int = 1) -> dict:
                          "spec": {"nodeName": name, "containers": [{"name": "c", "image": "registry.local/old:1",
                                                                    "resources": {"requests": {"cpu": "1",
                                                                                               "memory": "2Gi"}}}]}})
-    return {"apiVersion": "policy-scheduler.io/snapshot/v1", "kind": "ClusterSnapshot",
+    return {"apiVersion": "policy-scheduler.io/snapshot/v2", "kind": "ClusterSnapshot",
             "takenAt": "2025-01-01T12:00:00Z", "schedulerName": "policy-scheduler", "defaultPolicy": "default",
             "nodes": out_nodes, "pods": pods, "namespaces": {"prod": {"kubernetes.io/metadata.name": "prod"}},
             "policies": []}

@@ -309,8 +309,9 @@ def cmd_snapshot(a: argparse.Namespace) -> int:
             print(f"policy-scheduler snapshot: cannot write {a.output}: {e.strerror or e}", file=sys.stderr)
             return 1
         print(f"snapshot of {len(snap.nodes)} nodes, {len(snap.pods)} bound pods, {len(snap.pending_pods)} pending "
-              f"pods, {len(snap.policies)} policies, {sum(len(m['samples']) for m in snap.metrics)} metric values "
-              f"written to {a.output}", file=sys.stderr)
+              f"pods, {len(snap.volumes['persistentvolumes'])} persistent volumes, "
+              f"{len(snap.volumes['persistentvolumeclaims'])} claims, {len(snap.policies)} policies, "
+              f"{sum(len(m['samples']) for m in snap.metrics)} metric values written to {a.output}", file=sys.stderr)
     return 0
 
 
@@ -565,9 +566,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(fn=cmd_explain)
     s = sub.add_parser("snapshot", help="write the cluster state a scheduling decision reads to a file",
                        description="Writes nodes, bound and pending pods, namespaces with their labels, the Services "
-                                   "and controllers default spreading reads, PodDisruptionBudgets, the "
-                                   "SchedulingPolicies and (with Prometheus) the current metric values, as one "
-                                   "versioned JSON document (docs/whatif.md). Reads only.")
+                                   "and controllers default spreading reads, PodDisruptionBudgets, the storage "
+                                   "objects the volume plugins read (PersistentVolumes, PersistentVolumeClaims, "
+                                   "StorageClasses, CSINodes, CSIDrivers), the SchedulingPolicies and (with "
+                                   "Prometheus) the current metric values, as one versioned JSON document "
+                                   "(docs/whatif.md). Reads only.")
     s.add_argument("--output", "-o", default="-", metavar="FILE", help="where to write it (default: stdout)")
     _cluster_flags(s)
     s.set_defaults(fn=cmd_snapshot)

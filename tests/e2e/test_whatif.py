@@ -8,6 +8,7 @@ policies reach it; every pod also selects this test's nodes (label ``wi-pool``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
@@ -120,6 +121,36 @@ def whatif_cluster(cluster, core, crd, policies):
             pass
 
 
+@contextlib.contextmanager
+def local_storage(api, core, namespace: str):
+    """A WaitForFirstConsumer class with one static local PV on wi-node-03, and an unbound claim of
+    the class: objects for the snapshot to capture (no burst pod uses them)."""
+    from kubernetes import client
+
+    storage = client.StorageV1Api(api)
+    storage.create_storage_class({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                  "metadata": {"name": "wi-local"}, "provisioner": "kubernetes.io/no-provisioner",
+                                  "volumeBindingMode": "WaitForFirstConsumer"})
+    core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "wi-local-pv"},
+        "spec": {"storageClassName": "wi-local", "capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "local": {"path": "/mnt/wi"}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                     {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                            "values": ["wi-node-03"]}]}]}}}})
+    # what the PV controller (not running here) would do: a new PV is Available, else no claim takes it
+    core.patch_persistent_volume_status("wi-local-pv", {"status": {"phase": "Available"}})
+    core.create_namespaced_persistent_volume_claim(namespace, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "wi-data"},
+        "spec": {"storageClassName": "wi-local", "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "5Gi"}}}})
+    try:
+        yield
+    finally:
+        core.delete_namespaced_persistent_volume_claim("wi-data", namespace)
+        core.delete_persistent_volume("wi-local-pv")
+        storage.delete_storage_class("wi-local")
+
+
 def bind_existing(core, namespace: str) -> None:
     """Some load before the snapshot, unevenly spread: pods bound directly to nodes."""
     rnd = random.Random(3)
@@ -132,7 +163,12 @@ def bind_existing(core, namespace: str) -> None:
                                                                              rnd.choice(["1Gi", "3Gi"]))]}})
 
 
-def test_the_simulation_agrees_with_the_operator(cluster, core, namespace, whatif_cluster, tmp_path):
+def test_the_simulation_agrees_with_the_operator(cluster, api, core, namespace, whatif_cluster, tmp_path):
+    with local_storage(api, core, namespace):
+        agreement(cluster, core, namespace, whatif_cluster, tmp_path)
+
+
+def agreement(cluster, core, namespace, whatif_cluster, tmp_path):
     import asyncio
 
     from policy_scheduler.whatif import snapshot as snapmod
@@ -157,6 +193,22 @@ def test_the_simulation_agrees_with_the_operator(cluster, core, namespace, whati
     assert sorted(x["metadata"]["name"] for x in snap.policies) == sorted(whatif_cluster.policies.values())
     assert len([x for x in snap.pods if x["metadata"]["namespace"] == namespace]) == 24
     assert snap.namespaces[namespace].get("kubernetes.io/metadata.name") == namespace
+    # the storage objects (v2), trimmed, and a pod with the claim simulated onto the PV's node
+    [sc] = [x for x in snap.volumes["storageclasses"] if x["metadata"]["name"] == "wi-local"]
+    assert {k: v for k, v in sc.items() if k != "metadata"} == {"provisioner": "kubernetes.io/no-provisioner",
+                                                                "volumeBindingMode": "WaitForFirstConsumer"}
+    assert [x["metadata"]["name"] for x in snap.volumes["persistentvolumes"]] == ["wi-local-pv"]
+    assert [(x["metadata"]["namespace"], x["metadata"]["name"]) for x in snap.volumes["persistentvolumeclaims"]
+            if x["metadata"]["namespace"] == namespace] == [(namespace, "wi-data")]
+    with_claim = mixed_pods(namespace, 1)[0]
+    with_claim["metadata"]["name"] = "with-claim"
+    with_claim["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "wi-data"}}]
+    (tmp_path / "with-claim.yaml").write_text(yaml.safe_dump(with_claim))
+    p = cli("simulate", "--snapshot", str(snap_path), "--policy", policy, "--pods", str(tmp_path / "with-claim.yaml"),
+            "--json")
+    assert p.returncode == 0, p.stderr
+    placed = json.loads(p.stdout)["policies"][policy]["placements"][0]
+    assert placed["node"] == "wi-node-03" and placed["uniqueBest"], placed
 
     pods = mixed_pods(namespace, BURST)
     order = [x["metadata"]["name"] for x in pods]
@@ -207,7 +259,8 @@ def test_the_simulation_agrees_with_the_operator(cluster, core, namespace, whati
     assert len(same) == len(unique), where
     assert first_diff is None, where
     for n in order:
-        assert simulated[n]["score"] == annotations[n]["top"][0]["total"], (n, simulated[n]["top"], annotations[n]["top"])
+        assert simulated[n]["score"] == annotations[n]["top"][0]["total"], (n, simulated[n]["top"],
+                                                                            annotations[n]["top"])
 
     # 2. Every decision replayed on the state the operator had when it made it (the snapshot plus
     # the earlier pods where the operator put them): where the best node is unique, the same node,

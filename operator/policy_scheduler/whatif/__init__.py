@@ -1,6 +1,6 @@
 """What-if: the operator's own scheduling core run on a copy of the cluster's state.
 
-- ``snapshot.py``: the versioned snapshot format (``policy-scheduler.io/snapshot/v1``): taking
+- ``snapshot.py``: the versioned snapshot format (``policy-scheduler.io/snapshot/v2``): taking
   one from the API server (and Prometheus), loading and validating one from a file.
 - ``world.py``: a snapshot turned into what the engine has: the NodeTable, the policies built by
   the operator's PolicyStore, and a Handle answering from the snapshot.

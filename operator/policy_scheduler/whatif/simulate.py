@@ -5,9 +5,11 @@ operator's PolicyStore built it, and the pods in the order the policy's QueueSor
 they are pending together (PrioritySort: higher priority first, then the input order). Each pod
 gets one scheduling cycle (``schedule_one``); a placed pod is assumed on its node exactly as the
 operator's binder assumes it (a copy with ``spec.nodeName`` counted on the node), then Reserve
-and Permit run, so the next pod sees it; Bind and everything after it are not run: nothing is
-written anywhere. A pod no node fits gets upstream's FailedScheduling message. A PostFilter's
-preemption is reported (its nominated node and victims), not carried out.
+and Permit run, so the next pod sees it (VolumeBinding's Reserve assumes the PVs it matched and
+the claims it would provision in the world's VolumeCache, fresh per policy); Bind and everything
+after it (PreBind's PV and PVC writes included) are not run: nothing is written anywhere. A pod
+no node fits gets upstream's FailedScheduling message. A PostFilter's preemption is reported
+(its nominated node and victims), not carried out.
 
 Ties between the best nodes are broken by a ``random.Random(seed)``, fresh for each policy: the
 same input gives the same output. It is drawn from exactly as the operator draws from its engine's
@@ -230,6 +232,7 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
     assert chain is not None
     chain.next_start_node_index = 0
     table = world.table()
+    world.fresh_volumes()
     before = NodeState.of(table)
     pods = [parse_pod(p) for p in pod_objects]
     shape, shape_pod = _shape(pods)

@@ -1,20 +1,27 @@
 """The cluster snapshot: everything a scheduling decision reads, in one versioned JSON document.
 
-Format ``policy-scheduler.io/snapshot/v1`` (docs/whatif.md describes every field)::
+Format ``policy-scheduler.io/snapshot/v2`` (docs/whatif.md describes every field)::
 
-    {"apiVersion": "policy-scheduler.io/snapshot/v1", "kind": "ClusterSnapshot",
+    {"apiVersion": "policy-scheduler.io/snapshot/v2", "kind": "ClusterSnapshot",
      "takenAt": "2025-01-01T12:00:00Z", "schedulerName": "policy-scheduler", "defaultPolicy": "default",
      "nodes": [<v1.Node>...], "pods": [<bound v1.Pod>...], "pendingPods": [<v1.Pod>...],
      "namespaces": {"<name>": {<labels>}},
      "services": [...], "replicationControllers": [...], "replicaSets": [...], "statefulSets": [...],
      "podDisruptionBudgets": [...], "policies": [<SchedulingPolicy>...],
      "metrics": [{"query": "<PromQL>", "nodeLabel": "instance",
-                  "samples": {"<node>": {"value": 0.42, "time": 1735732800.0}}}]}
+                  "samples": {"<node>": {"value": 0.42, "time": 1735732800.0}}}],
+     "persistentVolumes": [...], "persistentVolumeClaims": [...], "storageClasses": [...],
+     "csiNodes": [...], "csiDrivers": [...]}
+
+v2 adds the five storage lists and keeps the pods' ``spec.volumes`` the volume plugins read; a v1
+snapshot (neither) still loads, as a cluster without storage objects.
 
 Objects keep only the fields the scheduler reads (a Node's labels, taints, unschedulable,
 allocatable, capacity and images; a Pod's labels, owner, spec and the status fields preemption
-reads), so a snapshot stays small and can be edited by hand: add a node, change a label, ask
-"what if". Loading checks the version and the shape and names the field of every problem.
+reads; storage objects as the volume plugins read them), so a snapshot stays small and can be
+edited by hand: add a node, change a label, ask "what if". Loading checks the version and the
+shape and names the field of every problem. Nodes are written in name order, the order in which
+the operator's (paginated) LIST hands them to its node table.
 """
 
 from __future__ import annotations
@@ -27,7 +34,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-API_VERSION = "policy-scheduler.io/snapshot/v1"
+from ..framework.podinfo import _VOLUME_SOURCES
+from ..framework.volumes import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
+                                 STORAGE_CLASSES, VolumeCache)
+
+API_VERSION = "policy-scheduler.io/snapshot/v2"
+API_VERSION_V1 = "policy-scheduler.io/snapshot/v1"  # no storage lists, no pod volumes: still read
+READ_VERSIONS = (API_VERSION, API_VERSION_V1)
 KIND = "ClusterSnapshot"
 
 # the lists of API objects a snapshot holds, and the path each one is listed from
@@ -39,9 +52,20 @@ LISTS: dict[str, str] = {
     "statefulSets": "/apis/apps/v1/statefulsets",
     "podDisruptionBudgets": "/apis/policy/v1/poddisruptionbudgets",
 }
+# the storage lists (v2): snapshot field -> the VolumeCache kind (framework/volumes.py), which is
+# also the operator's informer name (cluster/engine.py VOLUME_INFORMERS gives the API paths)
+VOLUME_LISTS: dict[str, str] = {
+    "persistentVolumes": PERSISTENT_VOLUMES,
+    "persistentVolumeClaims": PERSISTENT_VOLUME_CLAIMS,
+    "storageClasses": STORAGE_CLASSES,
+    "csiNodes": CSI_NODES,
+    "csiDrivers": CSI_DRIVERS,
+}
+# annotations no plugin reads that can be large
+_ANNOTATIONS_DROP = frozenset(("kubectl.kubernetes.io/last-applied-configuration",))
 # spec fields of a pod that no scheduling plugin reads: left out of snapshots
 _POD_SPEC_DROP = frozenset((
-    "volumes", "securityContext", "dnsPolicy", "dnsConfig", "serviceAccount", "serviceAccountName",
+    "securityContext", "dnsPolicy", "dnsConfig", "serviceAccount", "serviceAccountName",
     "automountServiceAccountToken", "enableServiceLinks", "terminationGracePeriodSeconds", "imagePullSecrets",
     "hostname", "subdomain", "restartPolicy", "activeDeadlineSeconds", "shareProcessNamespace", "hostAliases",
     "readinessGates", "setHostnameAsFQDN", "os", "hostUsers", "resourceClaims"))
@@ -70,6 +94,8 @@ class Snapshot:
     pod_disruption_budgets: list[dict] = field(default_factory=list)
     policies: list[dict] = field(default_factory=list)
     metrics: list[dict] = field(default_factory=list)
+    # storage objects, by VolumeCache kind (VOLUME_LISTS' values)
+    volumes: dict[str, list[dict]] = field(default_factory=lambda: {k: [] for k in VOLUME_LISTS.values()})
 
     def policy(self, name: str) -> dict | None:
         return next((p for p in self.policies if (p.get("metadata") or {}).get("name") == name), None)
@@ -80,6 +106,15 @@ class Snapshot:
                                                for n, s in m["samples"].items()}
                 for m in self.metrics}
 
+    def volume_cache(self) -> VolumeCache:
+        """A VolumeCache holding the snapshot's storage objects, as the operator's informers
+        fill its own (each a fresh one: simulations assume PV/PVC copies in it)."""
+        cache = VolumeCache()
+        for kind in VOLUME_LISTS.values():
+            for body in self.volumes.get(kind, ()):
+                cache.apply(kind, "ADDED", body)
+        return cache
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "apiVersion": API_VERSION, "kind": KIND, "takenAt": rfc3339(self.taken_at),
@@ -89,6 +124,7 @@ class Snapshot:
             "replicationControllers": self.replication_controllers, "replicaSets": self.replica_sets,
             "statefulSets": self.stateful_sets, "podDisruptionBudgets": self.pod_disruption_budgets,
             "policies": self.policies, "metrics": self.metrics,
+            **{key: self.volumes.get(kind, []) for key, kind in VOLUME_LISTS.items()},
         }
 
     def dumps(self) -> str:
@@ -124,10 +160,24 @@ def _trim_container(c: Mapping[str, Any]) -> dict[str, Any]:
     return {k: c[k] for k in _CONTAINER_KEEP if c.get(k) not in (None, {}, [])}
 
 
+def _trim_volume(v: Any) -> dict[str, Any] | None:
+    """A spec.volumes entry the volume plugins read (framework/podinfo.py parse_volumes): its
+    name and its source; None for the other sources (configMap, secret, emptyDir, ...)."""
+    if not isinstance(v, Mapping):
+        return None
+    for src in _VOLUME_SOURCES:
+        if v.get(src) is not None:
+            return {"name": v.get("name"), src: v[src]}
+    return None
+
+
 def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     spec = dict(pod.get("spec") or {})
     for k in _POD_SPEC_DROP:
         spec.pop(k, None)
+    volumes = [t for t in (_trim_volume(v) for v in spec.pop("volumes", None) or ()) if t is not None]
+    if volumes:
+        spec["volumes"] = volumes
     for k in ("containers", "initContainers"):
         if k in spec:
             spec[k] = [_trim_container(c) for c in spec[k] or []]
@@ -157,6 +207,27 @@ def trim_pdb(obj: Mapping[str, Any]) -> dict[str, Any]:
 def trim_policy(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {"apiVersion": obj.get("apiVersion", "policy-scheduler.io/v1alpha1"), "kind": "SchedulingPolicy",
             "metadata": _meta(obj, "name", "generation"), "spec": obj.get("spec")}
+
+
+def trim_storage(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A PV, PVC, StorageClass, CSINode or CSIDriver: what framework/volumes.py parses of it
+    (metadata, spec, status.phase; a StorageClass's top-level fields)."""
+    meta = _meta(obj, "name", "namespace", "uid", "resourceVersion", "labels", "annotations", "ownerReferences",
+                 "deletionTimestamp")
+    if "annotations" in meta:
+        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k not in _ANNOTATIONS_DROP}
+        if not meta["annotations"]:
+            del meta["annotations"]
+    out: dict[str, Any] = {"metadata": meta}
+    if kind == STORAGE_CLASSES:
+        out.update({k: obj[k] for k in ("provisioner", "volumeBindingMode", "allowedTopologies") if k in obj})
+        return out
+    if obj.get("spec") is not None:
+        out["spec"] = obj["spec"]
+    phase = (obj.get("status") or {}).get("phase")
+    if phase:
+        out["status"] = {"phase": phase}
+    return out
 
 
 def split_pods(items: list[Mapping[str, Any]], scheduler_name: str) -> tuple[list[dict], list[dict]]:
@@ -233,14 +304,30 @@ def _check_metrics(errors: list[str], v: Any) -> list[dict]:
     return out
 
 
+def _check_storage(errors: list[str], doc: Mapping[str, Any], key: str, kind: str) -> list[dict]:
+    """A storage list: objects with a name that the VolumeCache can parse (the error names the
+    object's index and why)."""
+    out = []
+    scratch = VolumeCache()
+    for i, o in enumerate(_check_list(errors, doc, key)):
+        try:
+            scratch.apply(kind, "ADDED", o)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            errors.append(f"{key}[{i}]: cannot be read as a {kind[:-1]}: {type(e).__name__}: {e}")
+            continue
+        out.append(o)
+    return out
+
+
 def from_dict(doc: Any, source: str = "snapshot") -> Snapshot:
     """Validate a decoded snapshot document; SnapshotError names every problem's field."""
     if not isinstance(doc, dict):
         raise SnapshotError(f"{source}: not a snapshot: the document must be a JSON object")
     version = doc.get("apiVersion")
-    if version != API_VERSION:
+    if version not in READ_VERSIONS:
         raise SnapshotError(f"{source}: apiVersion {version!r} is not supported: this policy-scheduler reads "
-                            f"{API_VERSION!r} snapshots (take a new one with `policy-scheduler snapshot`)")
+                            f"{API_VERSION!r} snapshots (and {API_VERSION_V1!r}; take a new one with "
+                            "`policy-scheduler snapshot`)")
     if doc.get("kind", KIND) != KIND:
         raise SnapshotError(f"{source}: kind {doc.get('kind')!r} is not {KIND!r}")
     errors: list[str] = []
@@ -275,6 +362,7 @@ def from_dict(doc: Any, source: str = "snapshot") -> Snapshot:
         pod_disruption_budgets=_check_list(errors, doc, "podDisruptionBudgets"),
         policies=_check_list(errors, doc, "policies"),
         metrics=_check_metrics(errors, doc.get("metrics", [])),
+        volumes={kind: _check_storage(errors, doc, key, kind) for key, kind in VOLUME_LISTS.items()},
     )
     for i, p in enumerate(snap.pods):
         if not (p.get("spec") or {}).get("nodeName"):
@@ -321,7 +409,11 @@ async def take(client, *, scheduler_name: str, default_policy: str, prometheus_u
 
     from ..cluster.policies import PLURAL_PATH
 
-    paths = {**LISTS, "pods": "/api/v1/pods", "namespaces": "/api/v1/namespaces", "policies": PLURAL_PATH}
+    from ..cluster.engine import VOLUME_INFORMERS
+
+    volume_paths = dict(VOLUME_INFORMERS)
+    paths = {**LISTS, "pods": "/api/v1/pods", "namespaces": "/api/v1/namespaces", "policies": PLURAL_PATH,
+             **{key: volume_paths[kind] for key, kind in VOLUME_LISTS.items()}}
     keys = list(paths)
     results = await asyncio.gather(*(client.get(paths[k]) for k in keys), return_exceptions=True)
     got: dict[str, list] = {}
@@ -337,7 +429,10 @@ async def take(client, *, scheduler_name: str, default_policy: str, prometheus_u
                 if ((p.get("spec") or {}).get("schedulerName") or "policy-scheduler") == scheduler_name]
     snap = Snapshot(
         taken_at=time.time(), scheduler_name=scheduler_name, default_policy=default_policy,
-        nodes=[trim_node(n) for n in got["nodes"]], pods=bound, pending_pods=pending,
+        # name order: the operator's paginated LIST fills its node table in that order, and a tie
+        # between equally scored nodes is drawn by position
+        nodes=sorted((trim_node(n) for n in got["nodes"]), key=lambda n: n["metadata"].get("name", "")),
+        pods=bound, pending_pods=pending,
         namespaces={(n.get("metadata") or {}).get("name", ""): dict((n.get("metadata") or {}).get("labels") or {})
                     for n in got["namespaces"]},
         services=[trim_selector_object(o) for o in got["services"]],
@@ -346,6 +441,7 @@ async def take(client, *, scheduler_name: str, default_policy: str, prometheus_u
         stateful_sets=[trim_selector_object(o) for o in got["statefulSets"]],
         pod_disruption_budgets=[trim_pdb(o) for o in got["podDisruptionBudgets"]],
         policies=policies,
+        volumes={kind: [trim_storage(kind, o) for o in got[key]] for key, kind in VOLUME_LISTS.items()},
     )
     snap.metrics = await read_metrics(policies, prometheus_url, query_fn=query_fn, warn=warn)
     return snap

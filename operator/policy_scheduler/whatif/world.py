@@ -2,7 +2,8 @@
 built by the operator's own PolicyStore (the same parsing, validation and chain building as
 ``policy-scheduler run``), and a framework Handle that answers from the snapshot as the
 operator's PolicyHandle answers from its caches (namespace labels, Services and controllers for
-default spreading, PDBs, a policy's metrics and overcommit factors).
+default spreading, PDBs, a policy's metrics and overcommit factors, and the storage objects the
+volume plugins read, in a VolumeCache filled as the operator's informers fill its own).
 
 Metrics go through the operator's Prometheus source too: each policy's source is refreshed once
 with a query function that answers from the snapshot's samples, and its clock is the snapshot's
@@ -91,6 +92,9 @@ class SnapshotHandle(Handle):
     def pdbs(self):
         return self.world.pdbs
 
+    def volumes(self):
+        return self.world.volumes
+
 
 class World:
     """Everything the engine would hold for a snapshot, ready to schedule on."""
@@ -116,6 +120,9 @@ class World:
         for body in snapshot.policies:
             self.store.on_policy("ADDED", self._ours(body))
         self.node_specs = [NodeSpec.from_dict(n) for n in snapshot.nodes]
+        # PVs, PVCs, StorageClasses, CSINodes, CSIDrivers; VolumeBinding's Reserve assumes PV/PVC
+        # copies in it, so each simulation starts from a fresh one (fresh_volumes)
+        self.volumes = snapshot.volume_cache()
         self.bound: list[tuple[PodInfo, str]] = []
         for p in snapshot.pods:
             info = parse_pod(p)
@@ -179,6 +186,10 @@ class World:
         for info, node in self.bound:
             t.add_pod(info, node)
         return t
+
+    def fresh_volumes(self) -> None:
+        """The snapshot's storage objects again, without the assumptions of an earlier run."""
+        self.volumes = self.snapshot.volume_cache()
 
     def admits(self, st: PolicyState, namespace: str) -> bool:
         """The policy's namespaceSelector (PolicyStore.resolve_policy's check)."""

@@ -265,7 +265,7 @@ def test_explain_prints_explains_table_for_a_pod_not_there_yet(files, capsys):
 
 @pytest.mark.parametrize("make,needle", [
     (lambda d: ["--snapshot", str(d / "missing.json"), "--pods", str(d / "one.yaml")], "cannot read snapshot"),
-    (lambda d: (d / "v2.json").write_text(json.dumps({"apiVersion": "policy-scheduler.io/snapshot/v2"})) and ["--snapshot", str(d / "v2.json"), "--pods", str(d / "one.yaml")], "is not supported"),
+    (lambda d: (d / "v3.json").write_text(json.dumps({"apiVersion": "policy-scheduler.io/snapshot/v3"})) and ["--snapshot", str(d / "v3.json"), "--pods", str(d / "one.yaml")], "is not supported"),
     (lambda d: (d / "cm.yaml").write_text("kind: ConfigMap\nmetadata: {name: c}\n") and ["--snapshot", str(d / "snap.json"), "--pods", str(d / "cm.yaml")], "is not a Pod or a pod template"),
     (lambda d: (d / "bad.yaml").write_text(yaml.safe_dump({"kind": "SchedulingPolicy", "metadata": {"name": "b"},
                                                            "spec": {"plugins": [{"name": "NodeName", "weight": 3}]}})) and ["--snapshot", str(d / "snap.json"), "--pods", str(d / "one.yaml"), "--policy", str(d / "bad.yaml")],
@@ -312,3 +312,83 @@ def test_the_operator_run_with_the_same_seed_places_every_pod_where_the_simulati
 
     assert asyncio.run(operator(5)) == {r.pod: r.node for r in sim.results}
     assert asyncio.run(operator(6)) != {r.pod: r.node for r in sim.results}
+
+
+# ------------------------------------------------------------------------------ volumes
+
+def local_pv(name, node_name, size="10Gi", cls="local", modes=("ReadWriteOnce",), claim=None):
+    spec = {"storageClassName": cls, "capacity": {"storage": size}, "accessModes": list(modes),
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node_name]}]}]}},
+            "local": {"path": f"/mnt/{name}"}}
+    if claim is not None:
+        spec["claimRef"] = {"namespace": "default", "name": claim, "uid": f"uid-{claim}"}
+    return {"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": name, "resourceVersion": "1"}, "spec": spec,
+            "status": {"phase": "Bound" if claim else "Available"}}
+
+
+def claim(name, size="5Gi", cls="local", modes=("ReadWriteOnce",), volume=None):
+    meta = {"name": name, "namespace": "default", "uid": f"uid-{name}", "resourceVersion": "1"}
+    spec = {"storageClassName": cls, "accessModes": list(modes), "resources": {"requests": {"storage": size}}}
+    if volume is not None:
+        meta["annotations"] = {"pv.kubernetes.io/bind-completed": "yes"}
+        spec["volumeName"] = volume
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec,
+            "status": {"phase": "Bound" if volume else "Pending"}}
+
+
+def with_claim(body, claim_name):
+    body["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
+                               {"name": "cfg", "configMap": {"name": "app"}}]
+    return body
+
+
+WAIT_FOR_FIRST_CONSUMER = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "local"},
+                           "provisioner": "kubernetes.io/no-provisioner",
+                           "volumeBindingMode": "WaitForFirstConsumer"}
+
+
+def test_a_claim_of_a_wait_for_first_consumer_class_goes_where_its_local_pvs_are_and_each_pv_once():
+    """Two static local PVs on n1 only: the pods with claims go to n1, each claim assumed on its
+    own PV (VolumeBinding's Reserve in the simulation's VolumeCache), and a third claim finds no
+    PV left. Each policy starts from the snapshot's volumes again."""
+    nodes = [node(f"n{i}") for i in range(3)]
+    again = {**DEFAULT, "metadata": {"name": "again"}}  # the volume plugins too (binpack.yaml has none)
+    s = snap(nodes, policies=(DEFAULT, again), storageClasses=[WAIT_FOR_FIRST_CONSUMER],
+             persistentVolumes=[local_pv("pv-a", "n1"), local_pv("pv-b", "n1")],
+             persistentVolumeClaims=[claim("c1"), claim("c2"), claim("c3")])
+    world = World(s)
+    pods = [with_claim(pod("x"), "c1"), with_claim(pod("y"), "c2"), with_claim(pod("z"), "c3"), pod("plain")]
+    sim = simulate(world, ["default", "again"], pods)
+    for run in sim.runs:
+        r = {p.pod: p for p in run.results}
+        assert r["default/x"].node == "n1" and r["default/x"].unique and r["default/x"].feasible == 1
+        assert r["default/y"].node == "n1"
+        assert r["default/z"].node is None
+        assert r["default/z"].message == ("0/3 nodes are available: 3 node(s) didn't find available persistent "
+                                          "volumes to bind. preemption: 0/3 nodes are available: 3 Preemption is "
+                                          "not helpful for scheduling.")
+        assert r["default/plain"].node is not None
+    # the last run's assumptions: each claim on its own PV; the snapshot itself is untouched
+    bound = {world.volumes.pv(n).claim_ref.name for n in ("pv-a", "pv-b")}
+    assert bound == {"c1", "c2"}
+    assert all("claimRef" not in p["spec"] for p in s.volumes["persistentvolumes"])
+    assert world.volumes.pvc("default", "c3").volume_name == ""
+
+
+def test_a_bound_pods_claim_counts_as_in_the_operator():
+    """A snapshot pod keeps the volumes the plugins read (trim_pod): its ReadWriteOncePod claim is
+    in use, so a simulated pod with the same claim is refused by VolumeRestrictions."""
+    from policy_scheduler.whatif.snapshot import trim_pod
+
+    bound = with_claim(pod("owner", nodeName="n0"), "solo")
+    bound["metadata"]["uid"] = "uid-owner"
+    trimmed = trim_pod(bound)
+    assert trimmed["spec"]["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "solo"}}]
+    s = snap([node("n0"), node("n1")], pods=[trimmed], storageClasses=[WAIT_FOR_FIRST_CONSUMER],
+             persistentVolumes=[local_pv("pv-solo", "n0", modes=("ReadWriteOncePod",), claim="solo")],
+             persistentVolumeClaims=[claim("solo", modes=("ReadWriteOncePod",), volume="pv-solo")])
+    r = simulate(World(s), ["default"], [with_claim(pod("second"), "solo")]).runs[0].results[0]
+    assert r.node is None
+    assert "ReadWriteOncePod" in r.message, r.message

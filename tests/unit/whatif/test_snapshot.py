@@ -34,7 +34,37 @@ def test_a_valid_snapshot_loads_with_its_defaults():
     assert again.to_dict() == s.to_dict()
 
 
-@pytest.mark.parametrize("version", ["policy-scheduler.io/snapshot/v2", "v1", None])
+def test_a_v1_snapshot_loads_as_a_cluster_without_storage_objects():
+    s = from_dict(doc(apiVersion=snapmod.API_VERSION_V1))
+    assert s.volumes == {k: [] for k in snapmod.VOLUME_LISTS.values()} and len(s.volume_cache()) == 0
+    assert json.loads(s.dumps())["apiVersion"] == API_VERSION == "policy-scheduler.io/snapshot/v2"
+
+
+def test_storage_lists_load_into_a_volume_cache_and_bad_ones_are_named():
+    pv = {"metadata": {"name": "pv1", "resourceVersion": "7"},
+          "spec": {"storageClassName": "local", "capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"]}}
+    s = from_dict(doc(persistentVolumes=[pv], storageClasses=[{"metadata": {"name": "local"},
+                                                                "volumeBindingMode": "WaitForFirstConsumer"}],
+                      persistentVolumeClaims=[{"metadata": {"name": "c", "namespace": "ns"}, "spec": {}}],
+                      csiNodes=[{"metadata": {"name": "n1"}, "spec": {"drivers": [
+                          {"name": "d", "allocatable": {"count": 2}}]}}],
+                      csiDrivers=[{"metadata": {"name": "d"}, "spec": {"attachRequired": True}}]))
+    cache = s.volume_cache()
+    assert cache.pv("pv1").capacity == 10 << 30 and cache.storage_class("local").binding_mode == "WaitForFirstConsumer"
+    assert cache.pvc("ns", "c") is not None and cache.csinode("n1").limits() == {"d": 2}
+    assert cache.csidriver("d").attach_required
+    assert s.volume_cache() is not cache  # a fresh one each time
+    assert loads(s.dumps()).to_dict() == s.to_dict()
+    for over, field in [({"persistentVolumes": [{"metadata": {"name": "p"}, "spec": {"capacity": "10Gi"}}]},
+                         "persistentVolumes[0]: cannot be read as a persistentvolume"),
+                        ({"persistentVolumeClaims": [{"metadata": {}}]}, "persistentVolumeClaims[0].metadata.name"),
+                        ({"csiNodes": {"n1": {}}}, "csiNodes: must be a list")]:
+        with pytest.raises(SnapshotError) as e:
+            from_dict(doc(**over), "s.json")
+        assert field in str(e.value)
+
+
+@pytest.mark.parametrize("version", ["policy-scheduler.io/snapshot/v3", "v1", None])
 def test_another_version_is_refused_naming_the_one_it_reads(version):
     with pytest.raises(SnapshotError) as e:
         from_dict(doc(apiVersion=version), "old.json")
@@ -99,6 +129,35 @@ def test_trimming_keeps_what_the_scheduler_reads():
                                                   "images": [{"names": ["i"], "sizeBytes": 1}]}}
 
 
+def test_trimming_keeps_the_volumes_and_storage_fields_the_volume_plugins_read():
+    pod = {"metadata": {"name": "p", "namespace": "ns"},
+           "spec": {"nodeName": "n1", "containers": [], "volumes": [
+               {"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
+               {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+               {"name": "cfg", "configMap": {"name": "x"}}, {"name": "tmp", "emptyDir": {}},
+               {"name": "inline", "csi": {"driver": "d"}}]}}
+    assert snapmod.trim_pod(pod)["spec"]["volumes"] == [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+        {"name": "inline", "csi": {"driver": "d"}}]
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume",
+          "metadata": {"name": "pv", "resourceVersion": "3", "managedFields": [{}], "labels": {"z": "a"},
+                       "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}",
+                                       "pv.kubernetes.io/bound-by-controller": "yes"}},
+          "spec": {"capacity": {"storage": "1Gi"}, "claimRef": {"namespace": "ns", "name": "c"}},
+          "status": {"phase": "Bound", "lastPhaseTransitionTime": "t"}}
+    assert snapmod.trim_storage("persistentvolumes", pv) == {
+        "metadata": {"name": "pv", "resourceVersion": "3", "labels": {"z": "a"},
+                     "annotations": {"pv.kubernetes.io/bound-by-controller": "yes"}},
+        "spec": {"capacity": {"storage": "1Gi"}, "claimRef": {"namespace": "ns", "name": "c"}},
+        "status": {"phase": "Bound"}}
+    sc = {"metadata": {"name": "local"}, "provisioner": "p", "volumeBindingMode": "WaitForFirstConsumer",
+          "reclaimPolicy": "Delete", "allowedTopologies": [{"matchLabelExpressions": [{"key": "k", "values": ["v"]}]}]}
+    assert snapmod.trim_storage("storageclasses", sc) == {
+        "metadata": {"name": "local"}, "provisioner": "p", "volumeBindingMode": "WaitForFirstConsumer",
+        "allowedTopologies": [{"matchLabelExpressions": [{"key": "k", "values": ["v"]}]}]}
+
+
 def test_pods_are_split_as_the_engine_counts_them():
     def pod(name, node="", phase="Running", sched="policy-scheduler", deleting=False):
         meta = {"name": name, "namespace": "ns", **({"deletionTimestamp": "t"} if deleting else {})}
@@ -123,7 +182,11 @@ class FakeClient:
 
 def test_take_reads_every_list_and_keeps_only_this_schedulers_policies():
     client = FakeClient({
-        "/api/v1/nodes": [{"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "1"}}}],
+        "/api/v1/nodes": [{"metadata": {"name": "n2"}},
+                          {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "1"}}}],
+        "/api/v1/persistentvolumes": [{"metadata": {"name": "pv", "managedFields": [{}]},
+                                       "spec": {"capacity": {"storage": "1Gi"}}}],
+        "/apis/storage.k8s.io/v1/storageclasses": [{"metadata": {"name": "local"}, "provisioner": "p"}],
         "/api/v1/pods": [{"metadata": {"name": "a", "namespace": "ns"}, "spec": {"nodeName": "n1"}}],
         "/api/v1/namespaces": [{"metadata": {"name": "ns", "labels": {"t": "1"}}}],
         "/api/v1/services": [{"metadata": {"name": "s", "namespace": "ns"}, "spec": {"selector": {"app": "a"},
@@ -135,7 +198,14 @@ def test_take_reads_every_list_and_keeps_only_this_schedulers_policies():
     s = asyncio.run(snapmod.take(client, scheduler_name="policy-scheduler", default_policy="default"))
     assert set(client.paths) >= {"/api/v1/nodes", "/api/v1/pods", "/api/v1/namespaces", "/api/v1/services",
                                  "/api/v1/replicationcontrollers", "/apis/apps/v1/replicasets",
-                                 "/apis/apps/v1/statefulsets", "/apis/policy/v1/poddisruptionbudgets"}
+                                 "/apis/apps/v1/statefulsets", "/apis/policy/v1/poddisruptionbudgets",
+                                 "/api/v1/persistentvolumes", "/api/v1/persistentvolumeclaims",
+                                 "/apis/storage.k8s.io/v1/storageclasses", "/apis/storage.k8s.io/v1/csinodes",
+                                 "/apis/storage.k8s.io/v1/csidrivers"}
+    assert [n["metadata"]["name"] for n in s.nodes] == ["n1", "n2"]  # name order, as the operator's LIST
+    assert s.volumes["persistentvolumes"] == [{"metadata": {"name": "pv"}, "spec": {"capacity": {"storage": "1Gi"}}}]
+    assert s.volumes["storageclasses"] == [{"metadata": {"name": "local"}, "provisioner": "p"}]
+    assert json.loads(s.dumps())["persistentVolumes"] == s.volumes["persistentvolumes"]
     assert [p["metadata"]["name"] for p in s.policies] == ["mine"]
     assert s.services == [{"metadata": {"name": "s", "namespace": "ns"}, "spec": {"selector": {"app": "a"}}}]
     assert s.namespaces == {"ns": {"t": "1"}} and len(s.pods) == 1
