@@ -17,7 +17,7 @@ from .interface import MAX_NODE_SCORE, PluginArgs
 from .labels import qualified_name_errors
 from .nodetable import CPU, MEMORY, NodeTable
 from .podinfo import PodInfo
-from .validation import MAX_LABEL_KEY
+from .validation import MAX_LABEL_KEY, invalid, required
 
 LEAST_ALLOCATED = "LeastAllocated"
 MOST_ALLOCATED = "MostAllocated"
@@ -113,3 +113,28 @@ def requests_scores(pod: PodInfo, nodes: NodeTable, rows: np.ndarray, weights: n
     requested = np.stack([nodes.nonzero[rows, 0] + pod.nonzero_cpu, nodes.nonzero[rows, 1] + pod.nonzero_memory])
     alloc = np.stack([nodes.allocatable[rows, CPU], nodes.allocatable[rows, MEMORY]])
     return score_resources(LEAST_ALLOCATED, None, requested, alloc, weights)
+
+
+class UtilizationShapePoint(PluginArgs):  # one point of a utilization -> score shape
+    utilization: int
+    score: int
+
+
+def shape_errors(shape: list[UtilizationShapePoint], path: str) -> list[str]:
+    """upstream validateFunctionShape: at least one point, utilization strictly increasing,
+    utilization in [0, 100], score in [0, 10] (NodeResourcesFit's RequestedToCapacityRatio shape,
+    and VolumeBinding's)."""
+    if not shape:
+        return [required(path, "at least one point must be specified")]
+    errs = []
+    for i in range(1, len(shape)):
+        if shape[i - 1].utilization >= shape[i].utilization:
+            errs.append(invalid(f"{path}[{i}].utilization", shape[i].utilization,
+                                "values must be sorted in increasing order"))
+            break
+    for i, p in enumerate(shape):
+        if not 0 <= p.utilization <= MAX_UTILIZATION:
+            errs.append(invalid(f"{path}[{i}].utilization", p.utilization, f"not in valid range [0, {MAX_UTILIZATION}]"))
+        if not 0 <= p.score <= MAX_CUSTOM_PRIORITY_SCORE:
+            errs.append(invalid(f"{path}[{i}].score", p.score, f"not in valid range [0, {MAX_CUSTOM_PRIORITY_SCORE}]"))
+    return errs

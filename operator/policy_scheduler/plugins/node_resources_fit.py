@@ -62,12 +62,13 @@ from ..framework.podinfo import PodInfo
 from ..framework.resources import (
     LEAST_ALLOCATED,
     MAX_CUSTOM_PRIORITY_SCORE,
-    MAX_UTILIZATION,
     REQUESTED_TO_CAPACITY_RATIO,
     SCORING_STRATEGY_TYPES,
     ResourceSpec,
+    UtilizationShapePoint,
     default_resources,
     is_extended_resource_name,
+    shape_errors,
     is_scalar_resource_name,
     score_resources,
 )
@@ -78,11 +79,6 @@ from ..framework.validation import (MAX_LABEL_KEY, MAX_NAMES, MAX_RESOURCES, MAX
 
 # ---------------------------------------------------------------------------- args
 ResourceName = Annotated[str, Field(max_length=MAX_LABEL_KEY)]
-
-
-class UtilizationShapePoint(PluginArgs):
-    utilization: int
-    score: int
 
 
 class RequestedToCapacityRatioParam(PluginArgs):
@@ -96,23 +92,6 @@ class ScoringStrategy(PluginArgs):
         default=None, alias="requestedToCapacityRatio")
 
 
-def _shape_errors(shape: list[UtilizationShapePoint], path: str) -> list[str]:
-    """validateFunctionShape: at least one point, utilization strictly increasing,
-    utilization in [0, 100], score in [0, 10]."""
-    if not shape:
-        return [required(path, "at least one point must be specified")]
-    errs = []
-    for i in range(1, len(shape)):
-        if shape[i - 1].utilization >= shape[i].utilization:
-            errs.append(invalid(f"{path}[{i}].utilization", shape[i].utilization,
-                                "values must be sorted in increasing order"))
-            break
-    for i, p in enumerate(shape):
-        if not 0 <= p.utilization <= MAX_UTILIZATION:
-            errs.append(invalid(f"{path}[{i}].utilization", p.utilization, f"not in valid range [0, {MAX_UTILIZATION}]"))
-        if not 0 <= p.score <= MAX_CUSTOM_PRIORITY_SCORE:
-            errs.append(invalid(f"{path}[{i}].score", p.score, f"not in valid range [0, {MAX_CUSTOM_PRIORITY_SCORE}]"))
-    return errs
 
 
 class NodeResourcesFitArgs(PluginArgs):
@@ -148,7 +127,7 @@ class NodeResourcesFitArgs(PluginArgs):
                 errs.append(required("scoringStrategy.requestedToCapacityRatio",
                                      "must be specified when type is RequestedToCapacityRatio"))
             else:
-                errs += _shape_errors(s.requested_to_capacity_ratio.shape,
+                errs += shape_errors(s.requested_to_capacity_ratio.shape,
                                       "scoringStrategy.requestedToCapacityRatio.shape")
         elif s.requested_to_capacity_ratio is not None:
             errs.append(forbidden("scoringStrategy.requestedToCapacityRatio",

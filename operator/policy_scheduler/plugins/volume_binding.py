@@ -55,9 +55,9 @@ from ..framework.interface import (
 )
 from ..framework.nodetable import NodeTable
 from ..framework.podinfo import PodInfo
-from ..framework.resources import MAX_CUSTOM_PRIORITY_SCORE, MAX_UTILIZATION, broken_linear
+from ..framework.resources import MAX_CUSTOM_PRIORITY_SCORE, MAX_UTILIZATION, UtilizationShapePoint, broken_linear, shape_errors
 from ..framework.status import Code, Status
-from ..framework.validation import MAX_SHAPE_POINTS, invalid, raise_if, required
+from ..framework.validation import MAX_SHAPE_POINTS, invalid, raise_if
 from ..framework.volumes import (
     CLAIM_LOST,
     NO_PROVISIONER,
@@ -87,11 +87,6 @@ DEFAULT_SHAPE = ((0, 10), (100, 0))
 
 
 # ---------------------------------------------------------------------------- args
-class UtilizationShapePoint(PluginArgs):
-    utilization: int
-    score: int
-
-
 class VolumeBindingArgs(PluginArgs):
     """KubeSchedulerConfiguration VolumeBindingArgs (v1), with StorageCapacityScoring on:
     ``shape`` defaults to (0, 10), (100, 0) when empty."""
@@ -107,27 +102,11 @@ class VolumeBindingArgs(PluginArgs):
         if self.bind_timeout_seconds < 0:
             errs.append(invalid("bindTimeoutSeconds", self.bind_timeout_seconds,
                                 "invalid BindTimeoutSeconds, should not be a negative value"))
-        errs += _shape_errors(self.shape, "shape")
+        errs += shape_errors(self.shape, "shape")
         raise_if(errs)
         return self
 
 
-def _shape_errors(shape: list[UtilizationShapePoint], path: str) -> list[str]:
-    """upstream validateFunctionShape."""
-    if not shape:
-        return [required(path, "at least one point must be specified")]
-    errs = []
-    for i in range(1, len(shape)):
-        if shape[i - 1].utilization >= shape[i].utilization:
-            errs.append(invalid(f"{path}[{i}].utilization", shape[i].utilization,
-                                "values must be sorted in increasing order"))
-            break
-    for i, p in enumerate(shape):
-        if not 0 <= p.utilization <= MAX_UTILIZATION:
-            errs.append(invalid(f"{path}[{i}].utilization", p.utilization, f"not in valid range [0, {MAX_UTILIZATION}]"))
-        if not 0 <= p.score <= MAX_CUSTOM_PRIORITY_SCORE:
-            errs.append(invalid(f"{path}[{i}].score", p.score, f"not in valid range [0, {MAX_CUSTOM_PRIORITY_SCORE}]"))
-    return errs
 
 
 # ---------------------------------------------------------------------------- state
