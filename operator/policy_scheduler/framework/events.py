@@ -10,10 +10,11 @@ plugin's hint says QUEUE.
 Objects handed to hints: for node events ``NodeSpec`` (old is None on Add, new is None on
 Delete); for pod events ``PodInfo``; for PersistentVolume, PersistentVolumeClaim, StorageClass,
 CSINode and CSIDriver events the parsed objects of ``framework/volumes.py`` (from
-``VolumeCache.apply``; old None on Add, new None on Delete); for namespace events ``NamespaceChange`` as new (old is
-None); policy and metrics events carry nothing (None, None: the engine narrows them to the
-policy's pods itself). Hints must be cheap and must not raise; one that raises counts as QUEUE,
-so a buggy hint cannot strand a pod.
+``VolumeCache.apply``; old None on Add, new None on Delete); for PodGroup events
+``framework.podgroups.PodGroupChange`` (the same convention); for namespace events
+``NamespaceChange`` as new (old is None); policy and metrics events carry nothing (None, None:
+the engine narrows them to the policy's pods itself). Hints must be cheap and must not raise;
+one that raises counts as QUEUE, so a buggy hint cannot strand a pod.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Resource:
     NAMESPACE = "Namespace"  # ours: a namespace's labels changed
     POLICY = "SchedulingPolicy"  # ours: a policy was created, changed or deleted
     METRICS = "Metrics"  # ours: a policy's metric source published new values
+    POD_GROUP = "scheduling.x-k8s.io/PodGroup"  # scheduler-plugins' PodGroup (framework/podgroups.py)
     WILDCARD = "*"
 
 

@@ -25,6 +25,7 @@ from .status import Code, Status
 if TYPE_CHECKING:  # pragma: no cover
     from .binding import WaitingPods
     from .nodetable import NodeTable
+    from .podgroups import PodGroupCache
     from .podinfo import PodInfo
     from .volumes import VolumeCache
 
@@ -160,6 +161,34 @@ class Handle:
 
             v = self._volumes = VolumeCache()
         return v
+
+    def pod_groups(self) -> "PodGroupCache":
+        """scheduler-plugins' PodGroups and their members (``framework.podgroups.PodGroupCache``),
+        fed by the operator's informers; Coscheduling reads it and records reservations and
+        group rejections in it. Default: an empty cache owned by this handle."""
+        c = getattr(self, "_pod_groups", None)
+        if c is None:
+            from .podgroups import PodGroupCache
+
+            c = self._pod_groups = PodGroupCache()
+        return c
+
+    async def patch_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Write a PodGroup's status (merge PATCH of its status subresource). The operator's
+        leader writes; a standby, or this default, writes nothing."""
+        return None
+
+    def activate_pods(self, keys: Sequence[str]) -> int:
+        """upstream PodsToActivate: move these pending pods ("namespace/name") out of backoff and
+        the unschedulable pool into the active queue now (pods being scheduled are left alone).
+        Returns how many moved. Default: none."""
+        return 0
+
+    def pod_event(self, pod: "PodInfo", reason: str, message: str) -> None:
+        """Tell the pod's owner why it waits: a Warning event (and the PodScheduled=False
+        condition), as for a scheduling failure, for waits the queue keeps to itself (PreEnqueue).
+        Default: nothing."""
+        return None
 
     async def api_request(self, method: str, path: str, body: Any = None) -> Any:
         """One request to the API server, for bind-side plugins in the binding cycle only

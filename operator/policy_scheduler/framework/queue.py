@@ -32,7 +32,8 @@ Simplifications against upstream, all deliberate:
   30 s) and sleeps ``next_ready_in()`` between attempts.
 - The backoff expiry is not aligned to SchedulerPopFromBackoffQ's 1-second ordering window;
   backoffQ breaks ties in expiry by priority, then by the time the pod was queued.
-- No pod groups.
+- No pod groups as queue entries: Coscheduling keeps a group's pods together through its
+  QueueSort and makes a rejected group wait as one (plugins/coscheduling.py).
 """
 
 from __future__ import annotations

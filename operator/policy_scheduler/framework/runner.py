@@ -379,8 +379,10 @@ class _Cycle:
 
     def post_filter(self, statuses: NodeToStatus) -> tuple[str, str | None]:
         """PostFilter plugins in order until one succeeds. Returns (the text they add to the
-        FitError message, the node a plugin nominated)."""
+        FitError message: the successful plugin's, else every rejecting plugin's, joined with
+        ", " as upstream's RunPostFilterPlugins; the node a plugin nominated)."""
         post_msg, nominated = "", None
+        msgs: list[str] = []
         rec = self.rec
         t0 = perf_counter()
         code = Code.UNSCHEDULABLE  # upstream: no PostFilter plugin succeeded
@@ -392,7 +394,11 @@ class _Cycle:
                 if pst.code == Code.ERROR:
                     raise _Abort(plugin_error("PostFilter", p.NAME, pst))
                 if pst.reasons:
-                    post_msg = pst.message()
+                    if pst.is_success:
+                        post_msg = pst.message()
+                    else:
+                        msgs.append(pst.message())
+                        post_msg = ", ".join(msgs)
                 if pst.is_success:
                     nominated = node or None
                     code = Code.SUCCESS
