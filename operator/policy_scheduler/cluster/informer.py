@@ -6,6 +6,10 @@ WaitForCacheSync), or it overcommits nodes whose pods it has not seen yet. An in
 resourceVersion. On 410 Gone or a broken stream it re-LISTs and reports objects that vanished
 meanwhile as DELETED, so the cache never keeps a ghost. A failed LIST or WATCH is retried with
 exponential backoff and jitter (``Backoff``, as client-go's reflector); ``last_error`` says why.
+
+An ``optional`` informer is for a kind whose CRD may not be installed (scheduler-plugins'
+PodGroups): a LIST answered 404 counts as an empty list (the informer is synced, so the operator
+starts), and the LIST is tried again every ``absent_retry`` seconds until the kind is served.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ class Gone(Exception):
 
 class Informer:
     def __init__(self, client: KubeClient, path: str, handler: Handler, name: str, *, page: int = 1000,
-                 watch_timeout: int = 300, backoff: "Backoff | None" = None) -> None:
+                 watch_timeout: int = 300, backoff: "Backoff | None" = None, optional: bool = False,
+                 absent_retry: float = 10.0) -> None:
         self.client = client
         self.path = path
         self.handler = handler
@@ -51,6 +56,9 @@ class Informer:
         self.known: set[str] = set()
         self.resource_version = ""
         self.events = 0
+        self.optional = optional
+        self.absent_retry = absent_retry
+        self.absent = False  # an optional kind the API server does not serve (yet)
 
     def _deliver(self, kind: str, obj: Mapping[str, Any]) -> None:
         try:
@@ -126,6 +134,9 @@ class Informer:
             try:
                 if need_list:
                     await self.list()
+                    if self.absent:
+                        log.info("%s informer: the kind is served now", self.name)
+                        self.absent = False
                     if not self.synced.is_set():
                         log.info("%s informer synced: %d objects", self.name, len(self.known))
                     self.synced.set()
@@ -137,13 +148,36 @@ class Informer:
                 need_list = True
             except asyncio.CancelledError:
                 raise
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
-                what = "list" if need_list else "watch"
-                self.last_error = f"{what} failed: {e}" if str(e) else f"{what} failed: {type(e).__name__}"
-                delay = self.backoff.next()
-                log.warning("%s informer: %s; retrying in %.1fs", self.name, self.last_error, delay)
+            except ApiError as e:
+                if not (self.optional and need_list and e.status == 404):
+                    delay = self._failed(e, need_list)
+                    need_list = True
+                    await asyncio.sleep(delay)
+                    continue
+                if not self.absent:
+                    log.info("%s informer: not served by the API server (404: its CRD is not installed?); "
+                             "empty until it is, checked every %.0fs", self.name, self.absent_retry)
+                self.absent = True
+                for key in list(self.known):  # the kind went away: so did its objects
+                    ns, _, name = key.rpartition("/")
+                    self._deliver("DELETED", {"metadata": {"name": name, **({"namespace": ns} if ns else {})}})
+                self.known = set()
+                self.synced.set()
+                self.last_error = None
+                await asyncio.sleep(self.absent_retry)
+                continue
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+                delay = self._failed(e, need_list)
                 need_list = True
                 await asyncio.sleep(delay)
+
+    def _failed(self, e: BaseException, listing: bool) -> float:
+        """Record why a LIST or WATCH failed; the delay before the next try."""
+        what = "list" if listing else "watch"
+        self.last_error = f"{what} failed: {e}" if str(e) else f"{what} failed: {type(e).__name__}"
+        delay = self.backoff.next()
+        log.warning("%s informer: %s; retrying in %.1fs", self.name, self.last_error, delay)
+        return delay
 
 
 class Backoff:

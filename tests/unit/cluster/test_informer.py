@@ -30,3 +30,50 @@ def test_delays_double_up_to_the_cap_and_reset_after_a_quiet_spell():
 def test_jitter_spreads_replicas_that_fail_together():
     firsts = {round(Backoff(rng=random.Random(seed)).next(), 3) for seed in range(20)}
     assert len(firsts) == 20 and all(0.8 <= d < 1.6 for d in firsts)
+
+
+def test_an_optional_kind_that_is_not_served_counts_as_empty_and_is_listed_once_served():
+    """scheduler-plugins' PodGroup CRD may be missing: a 404 on LIST syncs the informer empty (the
+    operator starts), and the LIST is tried again until the kind is served."""
+    import asyncio
+
+    from policy_scheduler.cluster.informer import Informer
+    from policy_scheduler.cluster.kubeclient import ApiError
+
+    class Client:
+        def __init__(self):
+            self.lists = 0
+
+        async def request(self, method, path, body=None, **kw):
+            self.lists += 1
+            if self.lists <= 2:
+                raise ApiError(404, {"kind": "Status", "code": 404, "message": "not found"}, method, path)
+            return {"items": [{"metadata": {"name": "g", "namespace": "ns"}}], "metadata": {"resourceVersion": "7"}}
+
+    seen = []
+
+    async def go():
+        inf = Informer(Client(), "/apis/scheduling.x-k8s.io/v1alpha1/podgroups", lambda k, o: seen.append(k),
+                       "podgroups", optional=True, absent_retry=0.01)
+
+        async def no_watch():
+            await asyncio.sleep(3600)
+
+        inf.watch = no_watch
+        task = asyncio.get_running_loop().create_task(inf.run())
+        await asyncio.wait_for(inf.synced.wait(), 1)
+        assert inf.absent and seen == [] and inf.last_error is None
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        assert seen == ["ADDED"] and not inf.absent and inf.known == {"ns/g"}
+        task.cancel()
+
+        strict = Informer(Client(), "/x", lambda k, o: None, "strict", backoff=Backoff(initial=0.01, jitter=0))
+        t2 = asyncio.get_running_loop().create_task(strict.run())
+        await asyncio.sleep(0.005)
+        assert not strict.synced.is_set() and "404" in (strict.last_error or "")  # a required kind keeps waiting
+        t2.cancel()
+
+    asyncio.run(go())
