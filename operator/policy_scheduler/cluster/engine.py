@@ -44,6 +44,7 @@ from ..framework.events import (ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NAMESPACE
 from ..framework.interface import CycleState, Handle
 from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.nominator import Nominator
+from ..framework.podgroups import API_PATH as POD_GROUPS_PATH, PodGroupCache
 from ..framework.podinfo import PodInfo, parse_pod
 from ..framework.preemption import PDB, PreemptionResult
 from ..plugins.default_preemption import NAME as PREEMPTION, RESULT_KEY as PREEMPTION_RESULT
@@ -61,6 +62,7 @@ from .informer import Backoff, Informer
 from .leader import Leadership
 from .kubeclient import ApiError, KubeClient
 from .policies import DEFAULT_POLICY, PLURAL_PATH, POLICY_SELECTION, PolicyState, PolicyStore
+from .podgroup_status import PodGroupStatusWriter
 from .policy_status import PolicyStatusWriter
 from .recorder import EventRecorder, now_rfc3339
 from .tasks import Tasks
@@ -125,6 +127,8 @@ class Engine:
         self.pdbs: dict[str, PDB] = {}  # namespace/name -> what DefaultPreemption reads of it
         # PVs, PVCs, StorageClasses, CSINodes, CSIDrivers: what the volume plugins read
         self.volumes = VolumeCache()
+        # scheduler-plugins' PodGroups and their members: what Coscheduling reads
+        self.pod_groups = PodGroupCache()
         # preemptor uid -> its last victim's key once only that one is left to delete (None before):
         # upstream Executor.preempting and lastVictimsPendingPreemption
         self.preempting: dict[str, str | None] = {}
@@ -154,6 +158,7 @@ class Engine:
                                                 may_write=may_write,
                                                 admitted_namespaces=self.policy_store.admitted_namespaces)
         self.binder = Binder(self, bind_concurrency)
+        self.pod_group_status = PodGroupStatusWriter(self.pod_groups, OperatorHandle(self))
         self._tasks = Tasks()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -206,6 +211,7 @@ class Engine:
         if event == "DELETED":
             old = self.table.specs[row] if row is not None else None
             self.table.remove_node(name)
+            self.pod_groups.capacity_changed()
             self.telemetry.nodes.set(self.table.n)
             if old is not None:
                 self._move(NODE_DELETE, old, None)
@@ -214,6 +220,7 @@ class Engine:
         if row is None:
             self.table.upsert_node(spec)
             self.telemetry.nodes.set(self.table.n)
+            self.pod_groups.capacity_changed()
             self._move(NODE_ADD, None, spec)
             return
         old = self.table.specs[row]
@@ -221,6 +228,8 @@ class Engine:
         if not events and old.images.keys() == spec.images.keys():
             return  # a heartbeat: nothing the scheduler reads changed
         self.table.upsert_node(spec)
+        if events:
+            self.pod_groups.capacity_changed()
         for ev in events:
             self._move(ev, old, spec)
 
@@ -264,6 +273,25 @@ class Engine:
     def on_pod(self, event: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
         key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        groups = self.pod_groups
+        if not groups.tracks(key, meta.get("labels")):
+            had = key in self.table.pod_node
+            self._on_pod(event, body, meta, key)
+            if had and key not in self.table.pod_node:
+                groups.capacity_changed()  # its room is free: groups waiting as one may try again
+            return
+        # a PodGroup member: the group's counts first (PreEnqueue reads them when the pod is
+        # queued), then the pod, then the cluster event that may ungate or wake its siblings
+        cause = groups.group_of(key)
+        changes = groups.on_pod(event, body)
+        had = key in self.table.pod_node
+        self._on_pod(event, body, meta, key)
+        if had and key not in self.table.pod_node:
+            groups.capacity_changed(cause)
+        for ev, old, new in changes:
+            self._move(ev, old, new)
+
+    def _on_pod(self, event: str, body: Mapping[str, Any], meta: Mapping[str, Any], key: str) -> None:
         spec = body.get("spec") or {}
         node = spec.get("nodeName") or ""
         phase = (body.get("status") or {}).get("phase")
@@ -340,6 +368,17 @@ class Engine:
             self.pdbs.pop(key, None)
         else:
             self.pdbs[key] = PDB.from_dict(body)
+
+    def on_pod_group(self, event: str, body: Mapping[str, Any]) -> None:
+        """A scheduler-plugins PodGroup: the cache, then the PodGroup event for the queue."""
+        try:
+            changes = self.pod_groups.apply(event, body)
+        except ValueError as e:  # a spec the scheduler cannot use: the group counts as absent
+            meta = body.get("metadata") or {}
+            log.warning("PodGroup %s/%s ignored: %s", meta.get("namespace"), meta.get("name"), e)
+            return
+        for ev, old, new in changes:
+            self._move(ev, old, new)
 
     def _volume_handler(self, kind: str) -> Callable[[str, Mapping[str, Any]], None]:
         def on_event(event: str, body: Mapping[str, Any]) -> None:
@@ -429,6 +468,9 @@ class Engine:
             # the volume plugins: claims and volumes (VolumeBinding, VolumeZone, VolumeRestrictions),
             # classes (binding mode, provisioning topology), CSI attach limits (NodeVolumeLimits)
             *(Informer(self.client, path, self._volume_handler(kind), kind) for kind, path in VOLUME_INFORMERS),
+            # scheduler-plugins' PodGroups (Coscheduling); their CRD is optional: while it is not
+            # installed the kind is empty, and the LIST is tried again in the background
+            Informer(self.client, POD_GROUPS_PATH, self.on_pod_group, "podgroups", optional=True),
         ]
         for inf in self.informers:
             self.spawn(inf.run())
@@ -500,6 +542,7 @@ class Engine:
         self.recorder.start()
         last_flush = time.monotonic()
         status_task = self.spawn(self.status_writer.run())
+        pod_group_task = self.spawn(self.pod_group_status.run())
         self.scheduling = True
         log.info("scheduling: %d pods waiting", len(self.queue))
         last_yield = time.perf_counter()
@@ -532,6 +575,7 @@ class Engine:
         finally:
             self.scheduling = False
             status_task.cancel()
+            pod_group_task.cancel()
 
     async def _elect(self) -> None:
         """The leader election (leader.py). It returns only when leadership is lost: stop

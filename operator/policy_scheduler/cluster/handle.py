@@ -1,17 +1,20 @@
 """The operator's framework Handle: what plugins may ask of the world outside the pure core,
 answered from the engine's caches (namespace labels, workload selectors, metric sources, the
-waiting pods, the volume cache), and the calls that reach the API server, for bind-side plugins
-in the binding cycle: ``bind_pod`` (Bind) and ``api_request`` (VolumeBinding's PreBind)."""
+waiting pods, the volume cache, the PodGroups), and the calls that reach the API server, for
+bind-side plugins in the binding cycle: ``bind_pod`` (Bind) and ``api_request`` (VolumeBinding's
+PreBind); ``patch_pod_group_status`` (Coscheduling's PodGroup status, written by the engine's
+PodGroupStatusWriter), ``activate_pods`` (the queue) and ``pod_event`` (the event recorder)."""
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING, Mapping
+from typing import Any, TYPE_CHECKING, Mapping, Sequence
 
 from ..framework.binding import WaitingPods
 from ..framework.interface import Handle
 from ..framework.metricview import SOURCE as METRICS_SOURCE
+from ..framework.podgroups import API_PATH as POD_GROUPS_PATH
 from ..framework.podinfo import PodInfo
-from ..framework.status import Status
+from ..framework.status import Code, Status
 from ..plugins.node_resources_fit import OVERCOMMIT_ANYWHERE, OVERCOMMIT_SOURCE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,6 +50,27 @@ class OperatorHandle(Handle):
 
     def volumes(self):
         return self.engine.volumes
+
+    def pod_groups(self):
+        return self.engine.pod_groups
+
+    async def patch_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge PATCH of the PodGroup's status subresource; only the leader writes (a standby's
+        call raises, and the writer keeps the group for later)."""
+        if not self.engine.leadership.valid():
+            raise RuntimeError("not the leader: no API writes")
+        await self.engine.client.merge_patch(f"{POD_GROUPS_PATH.rsplit('/', 1)[0]}/namespaces/{namespace}/"
+                                             f"podgroups/{name}/status", {"status": dict(status)})
+
+    def activate_pods(self, keys: Sequence[str]) -> int:
+        q = self.engine.queue
+        moved = q.activate([k for k in keys if k in q])  # pods in flight (waiting at Permit) stay as they are
+        if moved:
+            self.engine.wake()
+        return moved
+
+    def pod_event(self, pod: PodInfo, reason: str, message: str) -> None:
+        self.engine.recorder.failure(pod, reason, message, code=Code.UNSCHEDULABLE)
 
     async def api_request(self, method: str, path: str, body: Any = None) -> Any:
         """The operator's API client; a PATCH is a merge patch. Only the leader writes."""

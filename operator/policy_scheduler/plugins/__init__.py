@@ -33,6 +33,7 @@ PLUGIN_MODULES = (
     "metric_score",
     "scheduling_gates",
     "default_preemption",
+    "coscheduling",
     "default_binder",
 )
 

@@ -1,0 +1,64 @@
+"""PodGroup status: phase, scheduled / running / succeeded / failed counts, scheduleStartTime and
+occupiedBy of the scheduler-plugins PodGroups that a Coscheduling plugin manages
+(``PodGroupCache.status``), written by the leader through ``Handle.patch_pod_group_status``.
+
+Changes are gathered (``PodGroupCache.take_dirty``) and written every ``interval`` seconds, one
+merge PATCH per group whose status differs from what was last written or seen on the object.
+A failed write is logged and tried again at the next round; a group deleted meanwhile is
+dropped. Groups no policy's Coscheduling looked at are never written: another scheduler may own
+them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+
+from ..framework.interface import Handle
+from ..framework.podgroups import PodGroupCache
+from .kubeclient import ApiError
+
+log = logging.getLogger("policy_scheduler")
+
+
+class PodGroupStatusWriter:
+    def __init__(self, cache: PodGroupCache, handle: Handle, interval: float = 1.0) -> None:
+        self.cache = cache
+        self.handle = handle
+        self.interval = interval
+        self._retry: set[str] = set()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.flush()
+
+    async def flush(self) -> int:
+        """Write every changed status now. Returns the number written."""
+        keys = set(self.cache.take_dirty()) | self._retry
+        self._retry = set()
+        written = 0
+        for key in sorted(keys):
+            pg = self.cache.groups.get(key)
+            if pg is None:
+                continue
+            status = self.cache.status(key)
+            if status == self.cache.written.get(key) or all(pg.status.get(k) == v for k, v in status.items()):
+                self.cache.written[key] = status
+                continue
+            try:
+                await self.handle.patch_pod_group_status(pg.namespace, pg.name, status)
+            except ApiError as e:
+                if e.status != 404:  # a group deleted meanwhile needs nothing
+                    log.warning("PodGroup %s status not written: %s", key, e)
+                    self._retry.add(key)
+                continue
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError) as e:
+                log.warning("PodGroup %s status not written: %s", key, e)
+                self._retry.add(key)
+                continue
+            self.cache.written[key] = status
+            written += 1
+        return written
