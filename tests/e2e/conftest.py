@@ -145,10 +145,10 @@ class OperatorProcess:
                 self.proc.wait(5)
 
 
-@pytest.fixture(scope="session")
-def crd(api):
+def install_crd(api, path: Path) -> dict:
+    """Create the CRD of ``path`` (an existing one is left as it is) and wait until Established."""
     ext = client.ApiextensionsV1Api(api)
-    manifest = yaml.safe_load((ROOT / "crds" / "schedulingpolicies.yaml").read_text())
+    manifest = yaml.safe_load(path.read_text())
     try:
         utils.create_from_dict(api, manifest)
     except utils.FailToCreateError as e:
@@ -159,13 +159,44 @@ def crd(api):
         c = ext.read_custom_resource_definition(manifest["metadata"]["name"])
         return any(x.type == "Established" and x.status == "True" for x in (c.status.conditions or []))
 
-    wait_for(established, 30, what="CRD Established")
+    wait_for(established, 30, what=f"CRD {manifest['metadata']['name']} Established")
     return manifest
 
 
 @pytest.fixture(scope="session")
-def operator(cluster, crd):
+def crd(api):
+    return install_crd(api, ROOT / "crds" / "schedulingpolicies.yaml")
+
+
+@pytest.fixture(scope="session")
+def podgroup_crd(api):
+    """scheduler-plugins' PodGroup CRD (crds/podgroups.yaml), for Coscheduling."""
+    return install_crd(api, ROOT / "crds" / "podgroups.yaml")
+
+
+def wait_served(api, *manifests: dict) -> None:
+    """Until a LIST of each CRD's kind answers twice in a row: a CRD just created makes the API
+    server (re)initialize the storage of custom resources for a moment (HTTP 429), and a watch
+    that meets it backs off."""
+    objs = client.CustomObjectsApi(api)
+
+    def served() -> bool:
+        for m in manifests:
+            spec = m["spec"]
+            version = spec["versions"][0]["name"]
+            try:
+                objs.list_cluster_custom_object(spec["group"], version, spec["names"]["plural"], limit=1)
+            except client.exceptions.ApiException:
+                return False
+        return True
+
+    wait_for(lambda: served() and (time.sleep(0.5) or served()), 30, what="custom resources served")
+
+
+@pytest.fixture(scope="session")
+def operator(cluster, api, crd, podgroup_crd):
     """The operator for scheduler name policy-scheduler, for the whole session."""
+    wait_served(api, crd, podgroup_crd)
     op = OperatorProcess(cluster, "policy-scheduler").start()
     yield op
     op.stop()
