@@ -235,15 +235,22 @@ def _reprieve(fast: ResourceFit, alloc: np.ndarray, used: np.ndarray, violating:
     return victims, n_violating
 
 
+# select_victims_on_node's answer when the arithmetic says the pod does not fit even without every
+# potential victim and the caller asked to defer the chain's exact status (dry_run computes it only
+# if no candidate is found: it only ever appears in the "0/N nodes are available" message)
+DEFERRED = Status(Code.UNSCHEDULABLE, ("deferred",))
+
+
 def select_victims_on_node(pod: PodInfo, nodes: NodeTable, row: int, pdbs: Sequence[PDB],
                            node_filter: NodeFilterFn, fast: ResourceFit | None = None,
-                           rejected_by_fit: bool = False) -> tuple[list[PodInfo], int, Status]:
+                           rejected_by_fit: bool = False, defer: bool = False) -> tuple[list[PodInfo], int, Status]:
     """upstream SelectVictimsOnNode on the live table; the table is restored before returning.
     With ``fast``, the full chain runs once (every potential victim removed) and each reprieve
     is NodeResourcesFit's arithmetic on the row's requested vector; when moreover the node was
     rejected by NodeResourcesFit in the cycle and the chain checks pod-independent filters first
     (``fast.independent_first``), the chain does not run at all unless the arithmetic says the
-    pod does not fit even without every potential victim (then its status is the chain's)."""
+    pod does not fit even without every potential victim (then its status is the chain's, or
+    DEFERRED when ``defer``: the caller runs the chain for it later if it needs the status)."""
     prio = pod.priority
     row_pods = nodes.pods[row]
     potential = [p for p in row_pods.values() if p.priority < prio]
@@ -258,6 +265,8 @@ def select_victims_on_node(pod: PodInfo, nodes: NodeTable, row: int, pdbs: Seque
             victims, n_violating = _reprieve(fast, alloc, used, *filter_pods_with_pdb_violation(potential, pdbs),
                                              lambda p: vecs[p.key])
             return victims, n_violating, Status.success()
+        if defer:
+            return [], 0, DEFERRED
     node = nodes.names[row]
     order = list(row_pods)
     aff = nodes.pods_with_affinity[row]
@@ -348,13 +357,17 @@ def dry_run(pod: PodInfo, nodes: NodeTable, potential: Sequence[int], pdbs: Sequ
     violating: list[Candidate] = []
     statuses: dict[str, Status] = {}
     errors: list[Status] = []
+    deferred: list[int] = []  # rows the arithmetic ruled out, their exact status not computed yet
     n = len(potential)
     tried = 0
     for i in range(n):
         row = potential[(offset + i) % n]
         tried += 1
         victims, n_viol, st = select_victims_on_node(pod, nodes, row, pdbs, node_filter, fast,
-                                                     row in by_fit)
+                                                     row in by_fit, defer=True)
+        if st is DEFERRED:
+            deferred.append(row)
+            continue
         name = nodes.names[row]
         if st.is_success and victims:
             (good if n_viol == 0 else violating).append(Candidate(name, victims, n_viol))
@@ -366,6 +379,18 @@ def dry_run(pod: PodInfo, nodes: NodeTable, potential: Sequence[int], pdbs: Sequ
         if st.code == Code.ERROR:
             errors.append(st)
         statuses[name] = st
+    if not good and not violating:  # no candidate: the message counts every tried node's reason
+        for row in deferred:
+            victims, n_viol, st = select_victims_on_node(pod, nodes, row, pdbs, node_filter, fast, False)
+            name = nodes.names[row]
+            if st.is_success and victims:  # the chain disagrees with the arithmetic: not expected
+                (good if n_viol == 0 else violating).append(Candidate(name, victims, n_viol))
+                continue
+            if st.is_success:
+                st = Status.error(f'expected at least one victim pod on node "{name}"')
+            if st.code == Code.ERROR:
+                errors.append(st)
+            statuses[name] = st
     return good + violating, statuses, errors, tried
 
 

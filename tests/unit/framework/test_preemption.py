@@ -499,3 +499,16 @@ def test_the_full_chain_runs_when_other_filters_depend_on_the_pods():
                                "containers": [{"name": "c"}]}})
     t.add_pod(anti, "n1")  # an existing pod's required anti-affinity: removing it may lift a rejection
     assert resource_only(pod("plain", 10, "1"), t, nf) is None
+
+
+def test_nodes_the_arithmetic_rules_out_still_get_the_chains_status_when_nothing_is_found():
+    # with their victims gone both nodes are still full of higher-priority nominated pods: the
+    # arithmetic rules them out without running the chain, and as no candidate is found their
+    # exact status (the chain's) is computed for the message
+    t = table([node("n1", cpu="2"), node("n2", cpu="2")], [("n1", pod("l1", 10, "1")), ("n2", pod("l2", 10, "1"))])
+    nom = Nominator()
+    nom.add(pod("w1", 200, "2"), "n1")
+    nom.add(pod("w2", 200, "2"), "n2")
+    res = run(pod("p", 100, "2"), t, nominator=nom)
+    assert res.nominated_node == "" and res.dry_runs == 2
+    assert res.status.message() == "0/2 nodes are available: 2 Insufficient cpu."
