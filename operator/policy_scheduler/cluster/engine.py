@@ -48,7 +48,7 @@ from ..framework.podgroups import API_PATH as POD_GROUPS_PATH, PodGroupCache
 from ..framework.podinfo import PodInfo, parse_pod
 from ..framework.preemption import PDB, PreemptionResult
 from ..plugins.default_preemption import NAME as PREEMPTION, RESULT_KEY as PREEMPTION_RESULT
-from ..framework.queue import QueuedPodInfo, SchedulingQueue
+from ..framework.queue import GATED, QueuedPodInfo, SchedulingQueue
 from ..framework.registry import Registry
 from ..framework.runner import POD_SPEC, Decision, schedule_one
 from ..framework.status import Code
@@ -665,10 +665,7 @@ class Engine:
         if uid not in self.preempting:
             return False
         last = self.preempting[uid]
-        if last is None:
-            return True
-        victim = self.table.pod(last)
-        return victim is not None and not victim.terminating
+        return last is None or not self._victim_gone(last)
 
     def _preempt(self, pod: PodInfo, result: PreemptionResult, victims: list[PodInfo]) -> None:
         """Act on DefaultPreemption's choice (upstream prepareCandidateAsync), off the loop: the
@@ -726,8 +723,16 @@ class Engine:
                 ok = await self._delete_victim(last, pod, node)
         finally:
             self.preempting.pop(pod.uid, None)
-            if not ok and self.queue.activate([pod.key]):
-                self.wake()
+            # on a failure; or when the last victim left the cache before it was registered as
+            # the last (its deletion event found the preemptor still held, and no later event
+            # will look at the gate again): the preemptor goes now
+            if not ok or (self._victim_gone(victims[-1].key) and self.queue.state_of(pod.key) == GATED):
+                if self.queue.activate([pod.key]):
+                    self.wake()
+
+    def _victim_gone(self, key: str) -> bool:
+        victim = self.table.pod(key)
+        return victim is None or victim.terminating
 
     async def _delete_victim(self, victim: PodInfo, preemptor: PodInfo, node: str) -> bool:
         """DisruptionTarget, DELETE (with the victim's uid as precondition) and the Preempted

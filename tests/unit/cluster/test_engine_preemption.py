@@ -126,3 +126,25 @@ def test_a_held_preemptor_moves_on_its_victims_deletion_once_released():
         assert e.queue.pop().pod is hi  # SchedulerPopFromBackoffQ: nothing else to do, so at once
 
     asyncio.run(go())
+
+
+def test_a_victim_gone_before_it_was_registered_as_the_last_still_releases_the_preemptor():
+    """The last victim's deletion event came while the preemptor was still held (e.g. it was
+    deleted already, by an earlier preemption): no later event re-checks the gate, so the end of
+    the preemption does."""
+
+    async def go():
+        e, victims = engine_with_victims(1)
+        e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1},
+                              "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "DefaultPreemption"}]}})
+        qpi = e.queue.pop()
+        hi = qpi.pod
+        e.preempting[hi.uid] = None
+        e.queue.add_unschedulable(qpi, {"NodeResourcesFit"})
+        e.on_pod("DELETED", pod("v0", "n1"))
+        assert e.queue.state_of(hi.key) == GATED
+        await e._delete_victims(hi, victims, "n1")
+        assert hi.uid not in e.preempting
+        assert e.queue.state_of(hi.key) not in (GATED, UNSCHEDULABLE)
+
+    asyncio.run(go())
