@@ -358,6 +358,20 @@ def dry_run(pod: PodInfo, nodes: NodeTable, potential: Sequence[int], pdbs: Sequ
     statuses: dict[str, Status] = {}
     errors: list[Status] = []
     deferred: list[int] = []  # rows the arithmetic ruled out, their exact status not computed yet
+
+    def record(row: int, victims: list[PodInfo], n_viol: int, st: Status) -> bool:
+        """A candidate (True), or the node's status kept for the message (False)."""
+        name = nodes.names[row]
+        if st.is_success and victims:
+            (good if n_viol == 0 else violating).append(Candidate(name, victims, n_viol))
+            return True
+        if st.is_success:
+            st = Status.error(f'expected at least one victim pod on node "{name}"')
+        if st.code == Code.ERROR:
+            errors.append(st)
+        statuses[name] = st
+        return False
+
     n = len(potential)
     tried = 0
     for i in range(n):
@@ -367,30 +381,11 @@ def dry_run(pod: PodInfo, nodes: NodeTable, potential: Sequence[int], pdbs: Sequ
                                                      row in by_fit, defer=True)
         if st is DEFERRED:
             deferred.append(row)
-            continue
-        name = nodes.names[row]
-        if st.is_success and victims:
-            (good if n_viol == 0 else violating).append(Candidate(name, victims, n_viol))
-            if good and len(good) + len(violating) >= wanted:
-                break
-            continue
-        if st.is_success:
-            st = Status.error(f'expected at least one victim pod on node "{name}"')
-        if st.code == Code.ERROR:
-            errors.append(st)
-        statuses[name] = st
+        elif record(row, victims, n_viol, st) and good and len(good) + len(violating) >= wanted:
+            break
     if not good and not violating:  # no candidate: the message counts every tried node's reason
-        for row in deferred:
-            victims, n_viol, st = select_victims_on_node(pod, nodes, row, pdbs, node_filter, fast, False)
-            name = nodes.names[row]
-            if st.is_success and victims:  # the chain disagrees with the arithmetic: not expected
-                (good if n_viol == 0 else violating).append(Candidate(name, victims, n_viol))
-                continue
-            if st.is_success:
-                st = Status.error(f'expected at least one victim pod on node "{name}"')
-            if st.code == Code.ERROR:
-                errors.append(st)
-            statuses[name] = st
+        for row in deferred:  # (a candidate here would mean the chain disagrees with the arithmetic)
+            record(row, *select_victims_on_node(pod, nodes, row, pdbs, node_filter, fast, False))
     return good + violating, statuses, errors, tried
 
 
