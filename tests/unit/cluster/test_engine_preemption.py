@@ -103,18 +103,24 @@ def test_a_failed_victim_deletion_activates_the_preemptor_and_spares_the_last_vi
     assert e.queue.state_of(hi.key) == ACTIVE  # not left waiting for a deletion event
 
 
+def preempting(e):
+    """The preemptor under a policy with DefaultPreemption, back in the pool after its attempt
+    (rejected by NodeResourcesFit), its preemption running (call inside a running loop)."""
+    e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1},
+                          "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "DefaultPreemption"}]}})
+    qpi = e.queue.pop()
+    e.preempting[qpi.pod.uid] = None
+    e.queue.add_unschedulable(qpi, {"NodeResourcesFit"})
+    return qpi.pod
+
+
 def test_a_held_preemptor_moves_on_its_victims_deletion_once_released():
     """The deletion events re-check a gated preemptor; NodeResourcesFit's hint decides, and
     PreEnqueue holds it while the preemption runs."""
 
     async def go():
         e, _ = engine_with_victims()
-        e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1},
-                              "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "DefaultPreemption"}]}})
-        qpi = e.queue.pop()
-        hi = qpi.pod
-        e.preempting[hi.uid] = None
-        e.queue.add_unschedulable(qpi, {"NodeResourcesFit"})
+        hi = preempting(e)
         e.on_pod("DELETED", pod("v0", "n1"))
         assert e.queue.state_of(hi.key) == GATED
         assert e.queue.get(hi.key).gating_message == WAITING_MESSAGE
@@ -135,12 +141,7 @@ def test_a_victim_gone_before_it_was_registered_as_the_last_still_releases_the_p
 
     async def go():
         e, victims = engine_with_victims(1)
-        e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1},
-                              "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "DefaultPreemption"}]}})
-        qpi = e.queue.pop()
-        hi = qpi.pod
-        e.preempting[hi.uid] = None
-        e.queue.add_unschedulable(qpi, {"NodeResourcesFit"})
+        hi = preempting(e)
         e.on_pod("DELETED", pod("v0", "n1"))
         assert e.queue.state_of(hi.key) == GATED
         await e._delete_victims(hi, victims, "n1")
