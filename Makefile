@@ -4,14 +4,14 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-CLUSTER_FLAGS := $(if $(KWOK),--kwok,) $(if $(CONTROLLER_MANAGER),--controller-manager,)
+CLUSTER_FLAGS := $(if $(KWOK),--kwok,) $(if $(CONTROLLER_MANAGER),--controller-manager,) $(if $(GANGS),--gangs,)
 
 .PHONY: help venv build prometheus chromium cluster-up cluster-down cluster-status test unit e2e demo crd bench-decide bench-load-aware bench clean
 
 help:
 	@echo "make demo          run the scheduler on a local control plane with simulated nodes and print placements"
 	@echo "make test          create .venv, build the control plane if needed, run the whole test suite"
-	@echo "make cluster-up    start etcd + kube-apiserver on loopback (KWOK=1 and/or CONTROLLER_MANAGER=1 for more)"
+	@echo "make cluster-up    start etcd + kube-apiserver on loopback (KWOK=1, CONTROLLER_MANAGER=1, GANGS=1 for more)"
 	@echo "make cluster-down  stop it"
 	@echo "make build         build the pinned control-plane binaries (cached; see hack/versions.env)"
 	@echo "make bench-decide  decision time per pod at 1,000 and 5,000 nodes"

@@ -2,7 +2,7 @@
 """A real local Kubernetes control plane: etcd + kube-apiserver (+ kwok, kube-controller-manager,
 kube-scheduler on request), built from pinned upstream modules by hack/build.sh.
 
-    python3 hack/localcluster.py up [--kwok] [--controller-manager] [--state-dir DIR]
+    python3 hack/localcluster.py up [--kwok] [--controller-manager] [--gangs] [--state-dir DIR]
     python3 hack/localcluster.py down [--state-dir DIR]
     python3 hack/localcluster.py status [--state-dir DIR]
 
@@ -41,6 +41,15 @@ READY_TIMEOUT = float(os.environ.get("POLICY_SCHEDULER_READY_TIMEOUT", "90"))
 # node lifecycle controller removes.
 DISABLED_ADMISSION = "ServiceAccount,TaintNodesByCondition"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# Kubernetes' own gangs (scheduling.k8s.io PodGroups, pods' spec.schedulingGroup) and their
+# topology constraint: the feature gates and the API version they need, for kube-apiserver and
+# kube-scheduler (``up(feature_gates=..., runtime_config=...)``, ``--gangs`` on the command line)
+# (v1.37.1: PodGroup is served in scheduling.k8s.io/v1beta1, which kube-scheduler reads, and in
+# v1alpha3 with CompositePodGroup; kube-scheduler's default profile then has GangScheduling,
+# TopologyPlacementGenerator and PodGroupPodsCount: no profile needed)
+GANG_FEATURE_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+GANG_API_VERSION = "v1beta1"
+GANG_RUNTIME_CONFIG = f"scheduling.k8s.io/{GANG_API_VERSION}=true,scheduling.k8s.io/v1alpha3=true"
 
 
 class ClusterError(RuntimeError):
@@ -224,8 +233,17 @@ class LocalCluster:
         return free_port()
 
     # ---------------------------------------------------------------- up / down
+    @property
+    def feature_gates(self) -> str:
+        """The --feature-gates the control plane was started with ("" for none)."""
+        return self.state.get("feature_gates", "")
+
     def up(self, kwok: bool = False, controller_manager: bool = False, apiserver_port: int | None = None,
-           quiet: bool = False) -> "LocalCluster":
+           quiet: bool = False, feature_gates: str = "", runtime_config: str = "") -> "LocalCluster":
+        """Start etcd and kube-apiserver (and kwok, kube-controller-manager). ``feature_gates``
+        (``A=true,B=true``) go to kube-apiserver and to every component started later
+        (kube-controller-manager, kube-scheduler); ``runtime_config`` (``group/version=true``)
+        to kube-apiserver's --runtime-config. See GANG_FEATURE_GATES and GANG_RUNTIME_CONFIG."""
         if self.state.get("procs"):
             if self.running() and self.ready():
                 raise ClusterAlreadyUp(self)
@@ -239,7 +257,8 @@ class LocalCluster:
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir)
         self.state_dir.mkdir(parents=True)
-        self.state = {"procs": {}, "started": time.time()}
+        self.state = {"procs": {}, "started": time.time(), "feature_gates": feature_gates,
+                      "runtime_config": runtime_config}
         try:
             self._start_control_plane(apiserver_port)
             if controller_manager:
@@ -292,6 +311,8 @@ class LocalCluster:
             # a test cluster on loopback: let the clients, not the server, be the limit
             "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
             "--enable-priority-and-fairness=false", "--profiling=false", "--v=1",
+            *self._gate_flags(),
+            *([f"--runtime-config={self.state['runtime_config']}"] if self.state.get("runtime_config") else []),
         ])
         ca = (pki / "ca.crt").read_bytes()
         user = {"client-certificate-data": base64.b64encode((pki / "admin.crt").read_bytes()).decode(),
@@ -301,6 +322,9 @@ class LocalCluster:
         self.kubeconfig_path.parent.mkdir(parents=True, exist_ok=True)
         self.kubeconfig_path.write_text(text)
         self._wait("kube-apiserver", api, self.ready, READY_TIMEOUT)
+
+    def _gate_flags(self) -> list[str]:
+        return [f"--feature-gates={self.feature_gates}"] if self.feature_gates else []
 
     def start_controller_manager(self, controllers: str = "*,-node-ipam-controller,-node-lifecycle-controller") -> None:
         """kube-controller-manager with ``controllers`` (its --controllers; the default is every
@@ -316,7 +340,7 @@ class LocalCluster:
             "--use-service-account-credentials=false",
             # nodes here are simulated or plain objects: no IPAM, no lifecycle taints for missing kubelets
             f"--controllers={controllers}",
-            "--v=1",
+            "--v=1", *self._gate_flags(),
         ])
         time.sleep(2.0)
         if p.poll() is not None:
@@ -334,18 +358,21 @@ class LocalCluster:
         if p.poll() is not None:
             raise self._fail("kwok", f"exited with code {p.returncode}")
 
-    def start_scheduler(self, qps: float = 5000, burst: int = 10000, extra: list[str] | None = None) -> str:
-        """Start upstream kube-scheduler (default profile) against this cluster; returns its name."""
+    def start_scheduler(self, qps: float = 5000, burst: int = 10000, extra: list[str] | None = None,
+                        config_extra: str = "") -> str:
+        """Start upstream kube-scheduler (default profile, with the cluster's feature gates)
+        against this cluster; returns its name. ``config_extra``: more top-level YAML of its
+        KubeSchedulerConfiguration (e.g. ``profiles:``, see GANG_SCHEDULER_PROFILE)."""
         cfg = self.state_dir / "kube-scheduler.yaml"
         cfg.write_text(
             "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
             f"clientConnection:\n  kubeconfig: {self.admin_kubeconfig}\n  qps: {qps}\n  burst: {burst}\n"
-            "leaderElection:\n  leaderElect: false\n")
+            "leaderElection:\n  leaderElect: false\n" + config_extra)
         kc = str(self.admin_kubeconfig)
         p = self._spawn("kube-scheduler", [
             str(self.bins / "kube-scheduler"), f"--config={cfg}", f"--authentication-kubeconfig={kc}",
             f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-            "--v=1", *(extra or []),
+            "--v=1", *self._gate_flags(), *(extra or []),
         ])
         time.sleep(0.5)
         if p.poll() is not None:
@@ -417,6 +444,10 @@ def main(argv: list[str] | None = None) -> int:
                                                         f"{KWOK_NODE_ANNOTATION}=fake and their pods")
     ap.add_argument("--controller-manager", action="store_true", help="also run kube-controller-manager")
     ap.add_argument("--port", type=int, default=None, help="kube-apiserver port (default: a free one)")
+    ap.add_argument("--feature-gates", default="", help="feature gates for every component (A=true,B=false)")
+    ap.add_argument("--runtime-config", default="", help="kube-apiserver --runtime-config (group/version=true)")
+    ap.add_argument("--gangs", action="store_true", help="Kubernetes' own gangs: --feature-gates "
+                    f"{GANG_FEATURE_GATES} and --runtime-config {GANG_RUNTIME_CONFIG} (added to the two above)")
     a = ap.parse_args(argv)
     if a.command == "build":
         print(bin_dir(build=True))
@@ -424,7 +455,10 @@ def main(argv: list[str] | None = None) -> int:
     c = LocalCluster(Path(a.state_dir), Path(a.kubeconfig) if a.kubeconfig else None)
     try:
         if a.command == "up":
-            c.up(kwok=a.kwok, controller_manager=a.controller_manager, apiserver_port=a.port)
+            gates = ",".join(x for x in (a.feature_gates, GANG_FEATURE_GATES if a.gangs else "") if x)
+            runtime = ",".join(x for x in (a.runtime_config, GANG_RUNTIME_CONFIG if a.gangs else "") if x)
+            c.up(kwok=a.kwok, controller_manager=a.controller_manager, apiserver_port=a.port,
+                 feature_gates=gates, runtime_config=runtime)
         elif a.command == "down":
             c.down()
         else:

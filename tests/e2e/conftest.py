@@ -37,11 +37,15 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def cluster():
-    """etcd + kube-apiserver + kwok, built from pinned sources by hack/ (built here if missing)."""
+    """etcd + kube-apiserver + kwok, built from pinned sources by hack/ (built here if missing),
+    with the feature gates and API of Kubernetes' own gangs."""
     _reap_stale_clusters()
     c = localcluster.LocalCluster(STATE, kubeconfig_path=STATE / "kubeconfig")
     t0 = time.monotonic()
-    c.up(kwok=True, quiet=True)
+    # with Kubernetes' own gangs served (GangScheduling's e2e and parity tests); nothing else
+    # uses scheduling.k8s.io PodGroups or spec.schedulingGroup
+    c.up(kwok=True, quiet=True, feature_gates=localcluster.GANG_FEATURE_GATES,
+         runtime_config=localcluster.GANG_RUNTIME_CONFIG)
     print(f"\nlocal control plane up in {time.monotonic() - t0:.1f}s at {c.server}")
     yield c
     c.down(quiet=True)
