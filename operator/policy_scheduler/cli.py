@@ -197,6 +197,11 @@ def _print_decision(d: dict) -> None:
             print("  what plugins saw of the top nodes:")
             for node, plugin, v in details:
                 print(f"    {node}  {plugin}: {_format_details(v)}")
+    group = d.get("group")
+    if group:
+        quorum = f", minCount {group['minCount']}" if group.get("minCount") else ""
+        where = f", domain {group['domain']}" if group.get("domain") else ""
+        print(f"  group:     PodGroup {group.get('podGroup')}{quorum}{where}")
     fails = d.get("failures") or {}
     if fails:
         print("  filtered out:")

@@ -50,7 +50,8 @@ OPERATOR_CALLS = {
                               ("policy", "poddisruptionbudgets"), ("policy-scheduler.io", "schedulingpolicies"),
                               ("", "persistentvolumes"), ("", "persistentvolumeclaims"),
                               ("storage.k8s.io", "storageclasses"), ("storage.k8s.io", "csinodes"),
-                              ("storage.k8s.io", "csidrivers"), ("scheduling.x-k8s.io", "podgroups"))
+                              ("storage.k8s.io", "csidrivers"), ("scheduling.x-k8s.io", "podgroups"),
+                              ("scheduling.k8s.io", "podgroups"))
       for v in ("list", "watch")),
     ("", "persistentvolumes", "update"),  # VolumeBinding's PreBind: a static match's claimRef
     ("", "persistentvolumeclaims", "update"),  # ... and a claim to provision: selected-node
@@ -60,6 +61,7 @@ OPERATOR_CALLS = {
     ("events.k8s.io", "events", "create"),
     ("policy-scheduler.io", "schedulingpolicies/status", "patch"),
     ("scheduling.x-k8s.io", "podgroups/status", "patch"),  # Coscheduling's PodGroup status
+    ("scheduling.k8s.io", "podgroups/status", "patch"),  # GangScheduling's PodGroup condition
 }
 # The admission webhooks' caBundle (cluster/admission.py), in the operator's own configurations.
 WEBHOOK_CONFIG_CALLS = {("admissionregistration.k8s.io", r, v) for r in ("validatingwebhookconfigurations",

@@ -24,7 +24,7 @@ import orjson
 from ..framework.binding import BINDING_ANNOTATIONS, run_binding, run_permit, run_reserve, run_unreserve, \
     wait_on_permit
 from ..framework.events import ASSIGNED_POD_DELETE
-from ..framework.interface import CycleState, PodGone
+from ..framework.interface import GROUP_PLACEMENT, CycleState, PodGone
 from ..framework.podinfo import PodInfo
 from ..framework.queue import QueuedPodInfo
 from ..framework.runner import Decision
@@ -56,8 +56,10 @@ def _rounded(v: Any) -> Any:
     return v
 
 
-def decision_annotation(policy: str, d: Decision) -> str:
-    """The bounded decision record the Binding sets on the pod (``policy-scheduler explain``)."""
+def decision_annotation(policy: str, d: Decision, group: dict[str, Any] | None = None) -> str:
+    """The bounded decision record the Binding sets on the pod (``policy-scheduler explain``);
+    ``group``: the pod's PodGroup placement, as a gang plugin wrote it in the CycleState
+    (GROUP_PLACEMENT)."""
     return orjson.dumps({
         "policy": policy, "node": d.node, "nodes": d.num_all_nodes, "evaluated": d.evaluated,
         "feasible": d.feasible, "at": now_rfc3339(),
@@ -65,6 +67,7 @@ def decision_annotation(policy: str, d: Decision) -> str:
                  **({"details": _rounded(s.details)} if s.details else {})}
                 for s in d.top[:3]],
         "failures": dict(sorted(d.failures.items(), key=lambda kv: -kv[1])[:8]),
+        **({"group": group} if group else {}),
     }).decode()
 
 
@@ -136,7 +139,8 @@ class Binder:
         if not status.is_success and status.code != Code.WAIT:
             self._failed(qpi, chain, state, assumed, status, broadcast=False)
             return False
-        state.write(BINDING_ANNOTATIONS, {DECISION_ANNOTATION: decision_annotation(st.name, decision)})
+        state.write(BINDING_ANNOTATIONS, {DECISION_ANNOTATION: decision_annotation(
+            st.name, decision, state.read(GROUP_PLACEMENT))})
         e.spawn(self._bind(qpi, st, chain, state, assumed))
         return True
 

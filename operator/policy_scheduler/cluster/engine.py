@@ -42,6 +42,9 @@ from ..framework.events import (ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NAMESPACE
                                 ActionType, ClusterEvent, ClusterEventWithHint, NamespaceChange, Resource,
                                 node_change_events, pod_change_events)
 from ..framework.interface import CycleState, Handle
+from ..framework.native_podgroups import DEFAULT_VERSION as NATIVE_DEFAULT_VERSION, GROUP as NATIVE_GROUP
+from ..framework.native_podgroups import VERSIONS as NATIVE_VERSIONS, NativePodGroupCache
+from ..framework.native_podgroups import api_path as native_pod_groups_path
 from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.nominator import Nominator
 from ..framework.podgroups import API_PATH as POD_GROUPS_PATH, PodGroupCache
@@ -129,6 +132,9 @@ class Engine:
         self.volumes = VolumeCache()
         # scheduler-plugins' PodGroups and their members: what Coscheduling reads
         self.pod_groups = PodGroupCache()
+        # Kubernetes' own PodGroups (scheduling.k8s.io) and their members: what GangScheduling reads
+        self.native_pod_groups = NativePodGroupCache()
+        self.native_pod_groups_version = NATIVE_DEFAULT_VERSION  # the API version served (sync reads discovery)
         # preemptor uid -> its last victim's key once only that one is left to delete (None before):
         # upstream Executor.preempting and lastVictimsPendingPreemption
         self.preempting: dict[str, str | None] = {}
@@ -159,6 +165,9 @@ class Engine:
                                                 admitted_namespaces=self.policy_store.admitted_namespaces)
         self.binder = Binder(self, bind_concurrency)
         self.pod_group_status = PodGroupStatusWriter(self.pod_groups, OperatorHandle(self))
+        self.native_pod_group_status = PodGroupStatusWriter(
+            self.native_pod_groups, OperatorHandle(self),
+            patch=lambda ns, name, status: OperatorHandle(self).patch_native_pod_group_status(ns, name, status))
         self._tasks = Tasks()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -211,7 +220,7 @@ class Engine:
         if event == "DELETED":
             old = self.table.specs[row] if row is not None else None
             self.table.remove_node(name)
-            self.pod_groups.capacity_changed()
+            self._capacity_changed()
             self.telemetry.nodes.set(self.table.n)
             if old is not None:
                 self._move(NODE_DELETE, old, None)
@@ -220,7 +229,7 @@ class Engine:
         if row is None:
             self.table.upsert_node(spec)
             self.telemetry.nodes.set(self.table.n)
-            self.pod_groups.capacity_changed()
+            self._capacity_changed()
             self._move(NODE_ADD, None, spec)
             return
         old = self.table.specs[row]
@@ -229,7 +238,7 @@ class Engine:
             return  # a heartbeat: nothing the scheduler reads changed
         self.table.upsert_node(spec)
         if events:
-            self.pod_groups.capacity_changed()
+            self._capacity_changed()
         for ev in events:
             self._move(ev, old, spec)
 
@@ -270,24 +279,30 @@ class Engine:
             log.info("namespace %s: default policy now %s for %d pending pods", namespace,
                      self.policy_store.default_policy_of(namespace), len(moved))
 
+    def _capacity_changed(self) -> None:
+        """Room may have been freed or added: groups waiting as one (either API) may try again."""
+        self.pod_groups.capacity_changed()
+        self.native_pod_groups.capacity_changed()
+
     def on_pod(self, event: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
         key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
-        groups = self.pod_groups
-        if not groups.tracks(key, meta.get("labels")):
+        caches = [g for g in (self.pod_groups, self.native_pod_groups) if g.tracks_pod(key, body)]
+        if not caches:
             had = key in self.table.pod_node
             self._on_pod(event, body, meta, key)
             if had and key not in self.table.pod_node:
-                groups.capacity_changed()  # its room is free: groups waiting as one may try again
+                self._capacity_changed()  # its room is free: groups waiting as one may try again
             return
         # a PodGroup member: the group's counts first (PreEnqueue reads them when the pod is
         # queued), then the pod, then the cluster event that may ungate or wake its siblings
-        cause = groups.group_of(key)
-        changes = groups.on_pod(event, body)
+        causes = {id(g): g.group_of(key) for g in caches}
+        changes = [ch for g in caches for ch in g.on_pod(event, body)]
         had = key in self.table.pod_node
         self._on_pod(event, body, meta, key)
         if had and key not in self.table.pod_node:
-            groups.capacity_changed(cause)
+            for g in (self.pod_groups, self.native_pod_groups):
+                g.capacity_changed(causes.get(id(g)))  # its own group's release cannot help that group
         for ev, old, new in changes:
             self._move(ev, old, new)
 
@@ -380,6 +395,34 @@ class Engine:
         for ev, old, new in changes:
             self._move(ev, old, new)
 
+    def on_native_pod_group(self, event: str, body: Mapping[str, Any]) -> None:
+        """A scheduling.k8s.io PodGroup: the cache, then the PodGroup event for the queue."""
+        try:
+            changes = self.native_pod_groups.apply(event, body)
+        except ValueError as e:  # a spec the scheduler cannot use: the group counts as absent
+            meta = body.get("metadata") or {}
+            log.warning("PodGroup %s/%s (%s) ignored: %s", meta.get("namespace"), meta.get("name"), NATIVE_GROUP, e)
+            return
+        for ev, old, new in changes:
+            self._move(ev, old, new)
+
+    async def _native_pod_groups_version(self) -> str:
+        """The scheduling.k8s.io version to watch PodGroups in: the first of NATIVE_VERSIONS the
+        API server serves (discovery), else the default (the informer then waits for it)."""
+        try:
+            group = await asyncio.wait_for(self.client.get(f"/apis/{NATIVE_GROUP}"), 10)
+            served = {str(v.get("version")) for v in (group or {}).get("versions") or [] if isinstance(v, dict)}
+        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            log.debug("discovery of %s failed: %s", NATIVE_GROUP, e)
+            served = set()
+        for v in NATIVE_VERSIONS:
+            if v in served:
+                return v
+        log.info("%s PodGroups are not served (the GenericWorkload feature gate and --runtime-config "
+                 "%s/%s=true enable them); GangScheduling's groups stay empty until they are",
+                 NATIVE_GROUP, NATIVE_GROUP, NATIVE_DEFAULT_VERSION)
+        return NATIVE_DEFAULT_VERSION
+
     def _volume_handler(self, kind: str) -> Callable[[str, Mapping[str, Any]], None]:
         def on_event(event: str, body: Mapping[str, Any]) -> None:
             try:
@@ -453,6 +496,7 @@ class Engine:
         Past ``sync_timeout`` the operator says which informer is stuck and why, and keeps
         waiting (readiness fails meanwhile)."""
         t0 = time.monotonic()
+        self.native_pod_groups_version = await self._native_pod_groups_version()
         self.informers = [
             Informer(self.client, "/api/v1/nodes", self.on_node, "nodes"),
             Informer(self.client, "/api/v1/namespaces", self.on_namespace, "namespaces"),
@@ -471,6 +515,9 @@ class Engine:
             # scheduler-plugins' PodGroups (Coscheduling); their CRD is optional: while it is not
             # installed the kind is empty, and the LIST is tried again in the background
             Informer(self.client, POD_GROUPS_PATH, self.on_pod_group, "podgroups", optional=True),
+            # Kubernetes' own PodGroups (GangScheduling), served only with the GenericWorkload gate
+            Informer(self.client, native_pod_groups_path(self.native_pod_groups_version), self.on_native_pod_group,
+                     f"podgroups.{NATIVE_GROUP}", optional=True),
         ]
         for inf in self.informers:
             self.spawn(inf.run())
@@ -543,6 +590,7 @@ class Engine:
         last_flush = time.monotonic()
         status_task = self.spawn(self.status_writer.run())
         pod_group_task = self.spawn(self.pod_group_status.run())
+        native_pod_group_task = self.spawn(self.native_pod_group_status.run())
         self.scheduling = True
         log.info("scheduling: %d pods waiting", len(self.queue))
         last_yield = time.perf_counter()
@@ -576,6 +624,7 @@ class Engine:
             self.scheduling = False
             status_task.cancel()
             pod_group_task.cancel()
+            native_pod_group_task.cancel()
 
     async def _elect(self) -> None:
         """The leader election (leader.py). It returns only when leadership is lost: stop

@@ -12,6 +12,7 @@ from typing import Any, TYPE_CHECKING, Mapping, Sequence
 from ..framework.binding import WaitingPods
 from ..framework.interface import Handle
 from ..framework.metricview import SOURCE as METRICS_SOURCE
+from ..framework.native_podgroups import api_path as native_pod_groups_path
 from ..framework.podgroups import API_PATH as POD_GROUPS_PATH
 from ..framework.podinfo import PodInfo
 from ..framework.status import Code, Status
@@ -61,6 +62,17 @@ class OperatorHandle(Handle):
             raise RuntimeError("not the leader: no API writes")
         await self.engine.client.merge_patch(f"{POD_GROUPS_PATH.rsplit('/', 1)[0]}/namespaces/{namespace}/"
                                              f"podgroups/{name}/status", {"status": dict(status)})
+
+    def native_pod_groups(self):
+        return self.engine.native_pod_groups
+
+    async def patch_native_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge PATCH of a scheduling.k8s.io PodGroup's status (its conditions); the leader only."""
+        if not self.engine.leadership.valid():
+            raise RuntimeError("not the leader: no API writes")
+        path = native_pod_groups_path(self.engine.native_pod_groups_version)
+        await self.engine.client.merge_patch(f"{path.rsplit('/', 1)[0]}/namespaces/{namespace}/podgroups/{name}/status",
+                                             {"status": dict(status)})
 
     def activate_pods(self, keys: Sequence[str]) -> int:
         q = self.engine.queue

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any, Awaitable, Callable
 
 import aiohttp
 
@@ -24,9 +25,12 @@ log = logging.getLogger("policy_scheduler")
 
 
 class PodGroupStatusWriter:
-    def __init__(self, cache: PodGroupCache, handle: Handle, interval: float = 1.0) -> None:
+    def __init__(self, cache: PodGroupCache, handle: Handle, interval: float = 1.0,
+                 patch: Callable[[str, str, dict[str, Any]], Awaitable[None]] | None = None) -> None:
         self.cache = cache
         self.handle = handle
+        # the write: scheduler-plugins' PodGroups by default; the native ones pass their own
+        self.patch = patch or handle.patch_pod_group_status
         self.interval = interval
         self._retry: set[str] = set()
 
@@ -49,7 +53,7 @@ class PodGroupStatusWriter:
                 self.cache.written[key] = status
                 continue
             try:
-                await self.handle.patch_pod_group_status(pg.namespace, pg.name, status)
+                await self.patch(pg.namespace, pg.name, status)
             except ApiError as e:
                 if e.status != 404:  # a group deleted meanwhile needs nothing
                     log.warning("PodGroup %s status not written: %s", key, e)

@@ -80,6 +80,7 @@ class Resource:
     POLICY = "SchedulingPolicy"  # ours: a policy was created, changed or deleted
     METRICS = "Metrics"  # ours: a policy's metric source published new values
     POD_GROUP = "scheduling.x-k8s.io/PodGroup"  # scheduler-plugins' PodGroup (framework/podgroups.py)
+    NATIVE_POD_GROUP = "scheduling.k8s.io/PodGroup"  # Kubernetes' own PodGroup (framework/native_podgroups.py)
     WILDCARD = "*"
 
 

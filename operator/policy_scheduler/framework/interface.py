@@ -24,6 +24,7 @@ from .status import Code, Status
 
 if TYPE_CHECKING:  # pragma: no cover
     from .binding import WaitingPods
+    from .native_podgroups import NativePodGroupCache
     from .nodetable import NodeTable
     from .podgroups import PodGroupCache
     from .podinfo import PodInfo
@@ -98,6 +99,9 @@ class FilterResult:
 # CycleState key, True in the cycles of a PostFilter's dry run on one node (runner.NodeFilter):
 # preemption makes room against the real allocatable (NodeResourcesFit drops overcommit factors)
 DRY_RUN_KEY = "framework/preemption-dry-run"
+# CycleState key: the pod's PodGroup placement, written by a gang plugin at PreFilter (a JSON-able
+# dict: podGroup, minCount, domain); the decision annotation carries it (``explain``)
+GROUP_PLACEMENT = "policy-scheduler.io/group-placement"
 
 
 class Handle:
@@ -171,6 +175,18 @@ class Handle:
             from .podgroups import PodGroupCache
 
             c = self._pod_groups = PodGroupCache()
+        return c
+
+    def native_pod_groups(self) -> "NativePodGroupCache":
+        """Kubernetes' own PodGroups (``scheduling.k8s.io``) and their members
+        (``framework.native_podgroups.NativePodGroupCache``), fed by the operator's informers;
+        GangScheduling reads it, records reservations, rejections and topology domains in it.
+        Default: an empty cache owned by this handle."""
+        c = getattr(self, "_native_pod_groups", None)
+        if c is None:
+            from .native_podgroups import NativePodGroupCache
+
+            c = self._native_pod_groups = NativePodGroupCache()
         return c
 
     async def patch_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:

@@ -135,6 +135,21 @@ class Counts:
 
 
 class PodGroupCache:
+    """The groups of one API and their members. Subclasses (framework/native_podgroups.py) change
+    the API: ``parse`` (the group object), ``member_group`` (a pod's group key) and
+    ``EVENTS`` (the cluster events' resource), and ``status``."""
+
+    # the cluster events handed to the queue: add, update, delete, and a change of the members
+    EVENTS = (POD_GROUP_ADD, POD_GROUP_UPDATE, POD_GROUP_DELETE, POD_GROUP_MEMBERS)
+
+    def parse(self, body: Mapping[str, Any]) -> PodGroup:
+        """The group object as the plugins read it; ValueError for a spec that cannot be used."""
+        return PodGroup.from_dict(body)
+
+    def member_group(self, namespace: str, body: Mapping[str, Any]) -> str | None:
+        """"<namespace>/<group>" of the pod object ``body``, or None for a pod in no group."""
+        return group_key_of(namespace, (body.get("metadata") or {}).get("labels"))
+
     def __init__(self, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], str] | None = None) -> None:
         self.clock = clock
@@ -162,31 +177,32 @@ class PodGroupCache:
         meta = body.get("metadata") or {}
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
         old = self.groups.get(key)
+        add, update, delete, _ = self.EVENTS
         if event == "DELETED":
             if old is None:
                 return []
             del self.groups[key]
             self._forget_group_state(key)
-            return [(POD_GROUP_DELETE, PodGroupChange(key, old), None)]
+            return [(delete, PodGroupChange(key, old), None)]
         try:
-            new = PodGroup.from_dict(body)
+            new = self.parse(body)
         except ValueError:
             if old is not None:
                 del self.groups[key]
-                return [(POD_GROUP_DELETE, PodGroupChange(key, old), None)]
+                return [(delete, PodGroupChange(key, old), None)]
             raise
         self.groups[key] = new
         if old is None:
             self._rejected.pop(key, None)
             self._mark(key)
-            return [(POD_GROUP_ADD, None, PodGroupChange(key, new))]
+            return [(add, None, PodGroupChange(key, new))]
         if old.same_spec(new):
             return []
         if old.uid != new.uid:
             self._forget_group_state(key)
         self._rejected.pop(key, None)  # a new spec may help: try the group again
         self._mark(key)
-        return [(POD_GROUP_UPDATE, PodGroupChange(key, old), PodGroupChange(key, new))]
+        return [(update, PodGroupChange(key, old), PodGroupChange(key, new))]
 
     def _forget_group_state(self, key: str) -> None:
         self._rejected.pop(key, None)
@@ -204,6 +220,10 @@ class PodGroupCache:
         """Is this pod event of interest (the pod is labelled, or was a member)?"""
         return key in self._pod_group or bool(labels and POD_GROUP_LABEL in labels)
 
+    def tracks_pod(self, key: str, body: Mapping[str, Any]) -> bool:
+        """Is this pod event of interest (the pod names a group, or was a member)?"""
+        return self.tracks(key, (body.get("metadata") or {}).get("labels"))
+
     def on_pod(self, event: str, body: Mapping[str, Any]) -> list[tuple[ClusterEvent, Any, Any]]:
         """A pod watch event. Keeps the pod's membership (label, namespace), node, phase and gates.
         Returns a PodGroupMembersChange event when the group's quorum may have changed (a member
@@ -211,7 +231,7 @@ class PodGroupCache:
         meta = body.get("metadata") or {}
         ns = meta.get("namespace") or "default"
         pod_key = f"{ns}/{meta.get('name', '')}"
-        gkey = None if event == "DELETED" else group_key_of(ns, meta.get("labels"))
+        gkey = None if event == "DELETED" else self.member_group(ns, body)
         old_gkey = self._pod_group.get(pod_key)
         out: list[tuple[ClusterEvent, Any, Any]] = []
         if old_gkey is not None and old_gkey != gkey:
@@ -222,7 +242,7 @@ class PodGroupCache:
             self._reported.pop(pod_key, None)
             if m is not None:
                 self._after_member_change(old_gkey)
-                out.append((POD_GROUP_MEMBERS, None, PodGroupChange(old_gkey, self.groups.get(old_gkey))))
+                out.append((self.EVENTS[3], None, PodGroupChange(old_gkey, self.groups.get(old_gkey))))
         if gkey is None:
             return out
         spec = body.get("spec") or {}
@@ -242,7 +262,7 @@ class PodGroupCache:
             if prev is None or (prev.gated and not new.gated):
                 self._rejected.pop(gkey, None)  # one more member that can be scheduled: try again
             self._after_member_change(gkey)
-            out.append((POD_GROUP_MEMBERS, None, PodGroupChange(gkey, self.groups.get(gkey))))
+            out.append((self.EVENTS[3], None, PodGroupChange(gkey, self.groups.get(gkey))))
         elif prev.phase != new.phase:
             self._mark(gkey)
         return out

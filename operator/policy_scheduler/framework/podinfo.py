@@ -172,6 +172,9 @@ class PodInfo:
     # PreemptionByScheduler (upstream podTerminatingByPreemption)
     terminating_by_preemption: bool = False
     scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names, in spec order
+    # spec.schedulingGroup.podGroupName: the native PodGroup (scheduling.k8s.io) the pod belongs to,
+    # in its namespace; "" for a pod in no group (GangScheduling, framework/native_podgroups.py)
+    pod_group_name: str = ""
     # spec.volumes the volume plugins read (PodVolume); empty for pods with none of those
     volumes: tuple[PodVolume, ...] = ()
     parse_error: str | None = None
@@ -329,6 +332,15 @@ def _terminating_by_preemption(status: Mapping[str, Any]) -> bool:
     return False
 
 
+def scheduling_group_name(spec: Mapping[str, Any]) -> str:
+    """``spec.schedulingGroup.podGroupName`` of a pod spec, or "" (absent or malformed)."""
+    sg = spec.get("schedulingGroup")
+    if not isinstance(sg, Mapping):
+        return ""
+    name = sg.get("podGroupName")
+    return name if isinstance(name, str) else ""
+
+
 def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -350,6 +362,7 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
         start_time=str(status.get("startTime") or ""),
         scheduling_gates=tuple(str((g or {}).get("name", "")) for g in (spec.get("schedulingGates") or [])
                                if isinstance(g, Mapping)),
+        pod_group_name=scheduling_group_name(spec),
         raw=pod,
     )
     if info.terminating:

@@ -34,6 +34,7 @@ PLUGIN_MODULES = (
     "scheduling_gates",
     "default_preemption",
     "coscheduling",
+    "gang_scheduling",
     "default_binder",
 )
 

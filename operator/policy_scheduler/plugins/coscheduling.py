@@ -38,14 +38,14 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
-from ..framework.interface import (CycleState, EnqueueExtensions, NodeToStatus, PermitPlugin, PluginArgs,
+from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, Resource
+from ..framework.gangs import GroupMachinery, format_amount, membership_hint, not_own_release
+from ..framework.interface import (CycleState, EnqueueExtensions, PermitPlugin, PluginArgs,
                                    PostFilterPlugin, PreEnqueuePlugin, PreFilterPlugin, QueueSortPlugin,
                                    ReservePlugin)
 from ..framework.nodetable import NodeTable
-from ..framework.podgroups import POD_GROUP_LABEL, PodGroup, PodGroupCache, PodGroupChange, group_key_of
+from ..framework.podgroups import POD_GROUP_LABEL, PodGroup, PodGroupCache, group_key_of
 from ..framework.podinfo import PodInfo
-from ..framework.runner import fit_error_message
 from ..framework.status import Code, Status
 from ..framework.validation import int32_errors, invalid, raise_if
 
@@ -70,46 +70,33 @@ class CoschedulingArgs(PluginArgs):
         return self
 
 
-def format_amount(resource: str, v: int) -> str:
-    """A resource amount as a quantity: cpu from millicores, bytes with a binary suffix when exact."""
-    if resource == "cpu":
-        return str(v // 1000) if v % 1000 == 0 else f"{v}m"
-    if resource in ("pods",) or v == 0:
-        return str(v)
-    for suffix, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if v % size == 0:
-            return f"{v // size}{suffix}"
-    return str(v)
-
-
 def _group_name(pod: Any) -> str | None:
     return pod.labels.get(POD_GROUP_LABEL) or None
 
 
-def _membership_hint(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-    """A PodGroup event (the object, or its members) about the pod's own group."""
-    key = group_key_of(pod.namespace, pod.labels)
-    change: PodGroupChange | None = new or old
-    return QueueingHint.QUEUE if key is None or (change is not None and change.key == key) else QueueingHint.SKIP
+def _label_key(pod: Any) -> str | None:
+    """The scheduler-plugins group of a pod: "<namespace>/<label value>", or None."""
+    return group_key_of(pod.namespace, pod.labels)
 
 
-def _not_own_release(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
-    """An assigned pod gone frees room, unless it was a pod of the waiting pod's own group (its
-    own release after a rejection cannot help it)."""
-    if old is None or pod.labels.get(POD_GROUP_LABEL) is None:
-        return QueueingHint.QUEUE
-    same = old.namespace == pod.namespace and old.labels.get(POD_GROUP_LABEL) == pod.labels.get(POD_GROUP_LABEL)
-    return QueueingHint.SKIP if same else QueueingHint.QUEUE
+_membership_hint = membership_hint(_label_key)
+_not_own_release = not_own_release(_label_key)
 
 
-class Coscheduling(QueueSortPlugin, PreEnqueuePlugin, PreFilterPlugin, PostFilterPlugin, ReservePlugin,
-                   PermitPlugin, EnqueueExtensions):
+class Coscheduling(GroupMachinery, QueueSortPlugin, PreEnqueuePlugin, PreFilterPlugin, PostFilterPlugin,
+                   ReservePlugin, PermitPlugin, EnqueueExtensions):
     NAME = NAME
     Args = CoschedulingArgs
 
     def __init__(self, args, handle) -> None:
         super().__init__(args, handle)
         self.cache: PodGroupCache = handle.pod_groups()
+
+    def group_key(self, pod: Any) -> str | None:
+        return _label_key(pod)
+
+    def rejection_backoff(self, members: int, min_member: int) -> float:
+        return float(self.args.pod_group_backoff_seconds) if members >= min_member else 0.0
 
     # ------------------------------------------------------------------ QueueSort
     def _sort_key(self, pod: PodInfo) -> tuple[str, str]:
@@ -225,46 +212,6 @@ class Coscheduling(QueueSortPlugin, PreEnqueuePlugin, PreFilterPlugin, PostFilte
                 gap[r] = q - free
         return gap
 
-    # ------------------------------------------------------------------ PostFilter
-    def post_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable,
-                    statuses: NodeToStatus) -> tuple[Status, str | None]:
-        name = _group_name(pod)
-        key = f"{pod.namespace}/{name}" if name else None
-        pg = self.cache.groups.get(key) if key else None
-        if pg is None:
-            return Status(Code.UNSCHEDULABLE), None  # nothing to add to the pod's message
-        c = self.cache.counts(pg.key)
-        if self.cache.permitted(pg.key) or c.assigned >= pg.min_member:
-            return Status(Code.UNSCHEDULABLE), None  # the quorum is met: do not disturb the group
-        hist: dict[str, int] = {}
-        for _, st in statuses.items():
-            for r in st.reasons:
-                hist[r] = hist.get(r, 0) + 1
-        why = f"pod {pod.name} does not fit: {fit_error_message(nodes.n, hist)}" if hist else \
-            f"pod {pod.name} does not fit"
-        backoff = self.args.pod_group_backoff_seconds if c.pods >= pg.min_member else 0
-        self._reject_group(pg.key, why, exclude=pod.uid, backoff=backoff,
-                           message=f"optimistic rejection in PostFilter: {why}")
-        return Status(Code.UNSCHEDULABLE, (f"PodGroup {pg.key} gets rejected due to Pod {pod.name} is "
-                                           f"unschedulable even after PostFilter",)), None
-
-    # ------------------------------------------------------------------ Reserve, Unreserve
-    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
-        key = group_key_of(pod.namespace, pod.labels)
-        if key is not None:
-            self.cache.reserve(pod.key, key)
-        return Status.success()
-
-    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
-        key = group_key_of(pod.namespace, pod.labels)
-        if key is None:
-            return
-        was_reserved = self.cache.unreserve(pod.key)
-        released = self.cache.take_released(pod.key)  # rejected with its group: nothing new
-        if was_reserved and not released and not self.cache.permitted(key):
-            why = f"pod {pod.name} was unreserved (rejected, timed out at Permit, or its binding failed)"
-            self._reject_group(key, why, exclude=pod.uid, message=f"rejection in Unreserve: {why}")
-
     # ------------------------------------------------------------------ Permit
     def permit(self, state: CycleState, pod: PodInfo, node_name: str) -> tuple[Status, float]:
         name = _group_name(pod)
@@ -277,34 +224,16 @@ class Coscheduling(QueueSortPlugin, PreEnqueuePlugin, PreFilterPlugin, PostFilte
         c = self.cache.counts(key)
         if self.cache.permitted(key) or c.assigned >= pg.min_member:
             self.cache.permit(key)
-            for wp in self._waiting(pod.namespace, name):
+            for wp in self._waiting(key):
                 wp.allow(NAME)
             return Status.success(), 0.0
-        if not any(True for _ in self._waiting(pod.namespace, name)):
+        if not any(True for _ in self._waiting(key)):
             # the first member to wait brings its siblings into the active queue, next to each other
             siblings = [k for k in self.cache.members(key) if k != pod.key]
             self.handle.activate_pods(siblings)
         timeout = pg.schedule_timeout_seconds or self.args.permit_waiting_time_seconds or DEFAULT_WAIT_SECONDS
         return Status(Code.WAIT, (f"waiting for {pg.min_member - c.assigned} more pods of PodGroup {key}",)), \
             float(timeout)
-
-    def _waiting(self, namespace: str, name: str):
-        for wp in self.handle.waiting_pods():
-            p = wp.pod
-            if p.namespace == namespace and p.labels.get(POD_GROUP_LABEL) == name:
-                yield wp
-
-    def _reject_group(self, key: str, why: str, exclude: str = "", backoff: float = 0.0,
-                      message: str | None = None) -> None:
-        """Reject the group as one: every waiting member is rejected (its binding cycle undoes its
-        reservation), and the group's pods are refused at PreFilter until something changes."""
-        self.cache.reject(key, why, backoff)
-        ns, _, name = key.partition("/")
-        text = message or f"PodGroup {key} rejected: {why}"
-        for wp in list(self._waiting(ns, name)):
-            if wp.pod.uid != exclude:
-                self.cache.released(wp.pod.key)
-                wp.reject(NAME, text)
 
     # ------------------------------------------------------------------ events
     def events_to_register(self) -> list[ClusterEventWithHint]:
