@@ -33,9 +33,12 @@ members not yet placed, with their requests summed, against each domain's free a
 nodeSelector, required node affinity, taints it does not tolerate and cordons). A domain fits
 when the members can be packed onto its nodes (first fit, largest first). Among the domains that
 fit, the tightest: the least free room left after the group (cpu, then memory, then the other
-resources, then pods), then the value's name; so big domains stay whole for big groups.
-(Upstream scores placements by the number of the group's pods they take, PodGroupPodsCount:
-every domain that takes the whole group ties.) When no domain holds every member but some hold
+resources, then pods), then upstream's placement score (the share of cpu and memory allocated
+after the group, higher first), then the value's name; so big domains stay whole for big groups.
+(Upstream 1.37.1 scores placements by the number of the group's pods they take,
+PodGroupPodsCount, plus NodeResourcesFit's MostAllocated share over the placement's nodes: without
+other pods on them the two orders agree; with some, upstream may prefer a bigger domain that ends
+up fuller over a smaller one that keeps less room.) When no domain holds every member but some hold
 minCount of them, the tightest of those. The choice holds until the group is rejected or nothing
 of it is placed any more.
 """
@@ -51,8 +54,8 @@ from ..framework.gangs import GroupMachinery, format_amount, membership_hint, no
 from ..framework.interface import (GROUP_PLACEMENT, CycleState, EnqueueExtensions, NodeToStatus, PermitPlugin,
                                    PostFilterPlugin, PreEnqueuePlugin, PreFilterPlugin, ReservePlugin)
 from ..framework.native_podgroups import Domain, DomainFit, NativePodGroup, NativePodGroupCache, native_group_key
-from ..framework.nodetable import PODS, NodeTable
-from ..framework.podinfo import PodInfo
+from ..framework.nodetable import BASE_RESOURCES, CPU, MEMORY, PODS, NodeTable
+from ..framework.podinfo import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, PodInfo
 from ..framework.status import Code, Status
 from ..framework.taints import first_untolerated
 
@@ -115,6 +118,20 @@ def _after(free: np.ndarray, items: np.ndarray) -> np.ndarray:
     return free
 
 
+def _most_allocated(nodes: NodeTable, idx: np.ndarray, items: list[dict[str, int]]) -> int:
+    """upstream's placement score (NodeResourcesFit's ScorePlacement, MostAllocated over cpu and
+    memory, weights 1): the domain's requested (non-zero defaults) plus the group's, over its
+    allocatable, 0-100. The tie-break between domains that leave the same room."""
+    scores = []
+    for col, nz, default in ((CPU, 0, DEFAULT_MILLI_CPU_REQUEST), (MEMORY, 1, DEFAULT_MEMORY_REQUEST)):
+        cap = int(nodes.allocatable[idx, col].sum())
+        if cap == 0:
+            continue
+        req = int(nodes.nonzero[idx, nz].sum()) + sum(it.get(BASE_RESOURCES[col], 0) or default for it in items)
+        scores.append(min(req, cap) * 100 // cap)
+    return sum(scores) // len(scores) if scores else 0
+
+
 def choose_domain(nodes: NodeTable, key: str, items: list[dict[str, int]], quorum: int,
                   eligible: np.ndarray, held: dict[str, list[dict[str, int]]] | None = None) -> DomainFit:
     """The tightest domain of label ``key`` that holds every item (else ``quorum`` of them, the
@@ -156,13 +173,14 @@ def choose_domain(nodes: NodeTable, key: str, items: list[dict[str, int]], quoru
             fit.largest = value
             fit.largest_free = {r: int(total[j]) for j, r in enumerate(resources)}
         if _packs(free, mat):
-            whole.append((tuple(int(x) for x in total - mat.sum(axis=0)), value))
+            whole.append((tuple(int(x) for x in total - mat.sum(axis=0)), -_most_allocated(nodes, idx, items),
+                          value))
         elif quorum < len(items) and _packs(free, small):
-            part.append((tuple(int(x) for x in total - small.sum(axis=0)), value))
+            part.append((tuple(int(x) for x in total - small.sum(axis=0)), 0, value))
     if whole:
-        fit.domain = Domain(key, min(whole)[1])
+        fit.domain = Domain(key, min(whole)[2])
     elif part:
-        fit.domain = Domain(key, min(part)[1])
+        fit.domain = Domain(key, min(part)[2])
         fit.quorum_only = True
     return fit
 
