@@ -205,6 +205,20 @@ class GangScheduling(GroupMachinery, PreEnqueuePlugin, PreFilterPlugin, PostFilt
         pg = self.cache.groups.get(key) if key else None
         return pg is not None and pg.gang
 
+    def _reject_group(self, key: str, why: str, exclude: str = "", backoff: float = 0.0,
+                      message: str | None = None) -> None:
+        """As GroupMachinery's; and when the group had a domain, the room its unplaced members
+        were to take there is free again: other rejected groups (which may have counted it) are
+        tried again (capacity changed, their pods activated)."""
+        held = self.cache.domain(key) is not None
+        super()._reject_group(key, why, exclude, backoff, message)
+        if not held:
+            return
+        self.cache.capacity_changed(key)
+        others = [g for g in self.cache.rejected_groups() if g != key]
+        self.handle.activate_pods([pk for g in others for pk, m in self.cache.members(g).items()
+                                   if not m.node and not m.assumed and not m.terminal])
+
     # ------------------------------------------------------------------ PostFilter, Unreserve
     def post_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable,
                     statuses: NodeToStatus) -> tuple[Status, str | None]:

@@ -298,3 +298,30 @@ def test_a_member_added_later_joins_its_placed_siblings_domain():
         await e.stop()
 
     asyncio.run(go())
+
+
+def test_a_rejected_group_that_held_a_domain_wakes_the_groups_it_crowded_out():
+    """g chose r0, the only rack; big, which r0 could hold alone, was refused (g's pods were
+    headed there); when g is rejected its room is free again: big's marker is stale and its pods
+    are activated, while g's own rejection stands."""
+    h = EventHandle()
+    p = plugin(h)
+    p.cache.apply("ADDED", npg("g", 2, topology="rack"))
+    p.cache.apply("ADDED", npg("big", 3, topology="rack"))
+    for i in range(2):
+        p.cache.on_pod("ADDED", pod_body(f"g-{i}", "g", cpu="4"))
+    for i in range(3):
+        p.cache.on_pod("ADDED", pod_body(f"big-{i}", "big", cpu="4"))
+    nodes = table([node("r0-n0", cpu="16", rack="r0")])
+    assert p.pre_filter(CycleState(), parse_pod(pod_body("g-0", "g", cpu="4")), nodes)[0].is_success
+    assert p.cache.domain("ns/g") == Domain("rack", "r0")
+    st, _ = p.pre_filter(CycleState(), parse_pod(pod_body("big-0", "big", cpu="4")), nodes)
+    assert st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE and "headed there" in st.message()
+    assert p.cache.rejection("ns/big") is not None
+    h.activated.clear()
+    p._reject_group("ns/g", "pod g-0 does not fit")
+    assert p.cache.domain("ns/g") is None and p.cache.rejection("ns/big") is None
+    assert h.activated == [["ns/big-0", "ns/big-1", "ns/big-2"]]
+    assert p.cache.rejection("ns/g") == "pod g-0 does not fit"  # its own rejection stands
+    st, names = p.pre_filter(CycleState(), parse_pod(pod_body("big-0", "big", cpu="4")), nodes)
+    assert st.is_success and names == {"r0-n0"}
