@@ -325,3 +325,36 @@ def test_a_rejected_group_that_held_a_domain_wakes_the_groups_it_crowded_out():
     assert p.cache.rejection("ns/g") == "pod g-0 does not fit"  # its own rejection stands
     st, names = p.pre_filter(CycleState(), parse_pod(pod_body("big-0", "big", cpu="4")), nodes)
     assert st.is_success and names == {"r0-n0"}
+
+
+def test_the_served_version_is_read_from_discovery():
+    async def go():
+        e = engine([])
+        assert await e._native_pod_groups_version() == "v1beta1"  # nothing served: the default
+        e.client.objects["/apis/scheduling.k8s.io"] = {"versions": [{"version": "v1"}, {"version": "v1alpha3"}]}
+        assert await e._native_pod_groups_version() == "v1alpha3"
+        e.client.objects["/apis/scheduling.k8s.io"]["versions"].append({"version": "v1beta1"})
+        assert await e._native_pod_groups_version() == "v1beta1"
+        await e.stop()
+
+    asyncio.run(go())
+
+
+def test_the_condition_is_written_for_groups_the_policy_schedules():
+    async def go():
+        e = engine([node(f"n{i}") for i in range(2)])
+        e.on_native_pod_group("ADDED", npg("a", 2))
+        e.on_native_pod_group("ADDED", npg("other", 2))
+        for i in range(2):
+            e.on_pod("ADDED", pod_body(f"a-{i}", "a"))
+        await drain(e, 20)
+        assert by_group(e) == {"a": 2}
+        assert await e.native_pod_group_status.flush() == 1
+        patch = [c for c in e.client.calls_of("merge_patch") if "podgroups" in c.path]
+        assert [c.path for c in patch] == [f"/apis/scheduling.k8s.io/v1beta1/namespaces/{NS}/podgroups/a/status"]
+        (cond,) = patch[0].body["status"]["conditions"]
+        assert (cond["type"], cond["status"], cond["reason"]) == ("PodGroupInitiallyScheduled", "True", "Scheduled")
+        assert await e.native_pod_group_status.flush() == 0
+        await e.stop()
+
+    asyncio.run(go())
