@@ -7,6 +7,8 @@ hold waits and says so)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -108,10 +110,10 @@ def test_two_native_groups_that_cannot_both_fit(core, namespace, nodes, example_
     print(f"\nfirst group whole after {t_whole:.1f}s; second whole {t_second:.1f}s after the first was deleted")
 
 
-def test_racks(core, namespace, nodes, example_policies, groups, operator):
+def test_racks(cluster, core, namespace, nodes, example_policies, groups, operator):
     """Racks of 4 nodes labelled `rack`: r0 of 8-cpu nodes (32 cpu), r1 of 16-cpu nodes (64).
     A group of eight 4-cpu pods with topology [{key: rack}] fits both and lands whole in r0, the
-    tightest. A group of seventeen (68 cpu) fits no rack: nothing of it is bound, and its pods'
+    tightest; `explain` names the group and its rack. A group of seventeen (68 cpu) fits no rack: nothing of it is bound, and its pods'
     events say that no single rack can hold it and give the largest rack's free room."""
     pool = f"rack-{namespace[-6:]}"
     for r, cpu in (("r0", "8"), ("r1", "16")):
@@ -123,6 +125,11 @@ def test_racks(core, namespace, nodes, example_policies, groups, operator):
     placed = wait_for(lambda: (lambda b: b if len(b) == 8 else None)(bound(core, namespace, "t-")), 30,
                       what="group t bound")
     assert {n.rsplit("-", 1)[0] for n in placed.values()} == {f"{pool}-r0"}, placed
+    # explain names the group and the domain chosen for it
+    out = subprocess.run([sys.executable, "-m", "policy_scheduler.cli", "explain", f"{namespace}/t-0",
+                          "--kubeconfig", str(cluster.kubeconfig_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"group:     PodGroup {namespace}/t, minCount 8, domain rack={pool}-r0" in out.stdout, out.stdout
 
     groups("w", 17, topology="rack")
     for i in range(17):
