@@ -113,8 +113,9 @@ def test_two_native_groups_that_cannot_both_fit(core, namespace, nodes, example_
 def test_racks(cluster, core, namespace, nodes, example_policies, groups, operator):
     """Racks of 4 nodes labelled `rack`: r0 of 8-cpu nodes (32 cpu), r1 of 16-cpu nodes (64).
     A group of eight 4-cpu pods with topology [{key: rack}] fits both and lands whole in r0, the
-    tightest; `explain` names the group and its rack. A group of seventeen (68 cpu) fits no rack: nothing of it is bound, and its pods'
-    events say that no single rack can hold it and give the largest rack's free room."""
+    tightest; `explain` names the group and its rack. A group of seventeen (68 cpu) fits no rack:
+    nothing of it is bound, and its pods' events say that no single rack can hold it and give the
+    largest rack's free room."""
     pool = f"rack-{namespace[-6:]}"
     for r, cpu in (("r0", "8"), ("r1", "16")):
         for i in range(4):

@@ -6,8 +6,8 @@ and by policy-scheduler's `gang` policy.
 
 Each case's world is built three times: twice for kube-scheduler, once for policy-scheduler.
 Racks have distinct sizes (upstream breaks ties between placements at random). Where upstream's
-outcome agrees with itself across its two runs, ours must be the same: whether the group is bound whole (or not at all), and
-in which rack. The agreement rate is printed.
+outcome agrees with itself across its two runs, ours must be the same: whether the group is
+bound whole (or not at all), and in which rack. The agreement rate is printed.
 """
 
 from __future__ import annotations
