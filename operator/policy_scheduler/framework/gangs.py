@@ -67,6 +67,12 @@ class GroupMachinery:
         """Seconds a group rejected in PostFilter is refused at PreFilter at least (0: until an event)."""
         return 0.0
 
+    def _wait(self, pod: PodInfo, kind: str, msg: str) -> Status:
+        """PreEnqueue's refusal: one FailedScheduling event per pod and reason, then the status."""
+        if self.cache.should_report(pod.key, kind):
+            self.handle.pod_event(pod, "FailedScheduling", msg)
+        return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,))
+
     def post_filter_message(self, key: str, pod: PodInfo) -> str:
         return f"PodGroup {key} gets rejected due to Pod {pod.name} is unschedulable even after PostFilter"
 

@@ -254,11 +254,6 @@ class GangScheduling(GroupMachinery, PreEnqueuePlugin, PreFilterPlugin, PostFilt
         self.cache.forget_report(pod.key)
         return Status.success()
 
-    def _wait(self, pod: PodInfo, kind: str, msg: str) -> Status:
-        if self.cache.should_report(pod.key, kind):
-            self.handle.pod_event(pod, "FailedScheduling", msg)
-        return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,))
-
     # ------------------------------------------------------------------ PreFilter
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         key = native_group_key(pod)
