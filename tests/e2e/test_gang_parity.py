@@ -18,7 +18,6 @@ import secrets
 import time
 from dataclasses import dataclass
 
-import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -121,8 +120,8 @@ def run_world(api, core, namespace: str, case: Case, scheduler: str, tag: str):
 
 
 def test_same_gang_placement_as_kube_scheduler(cluster, api, core, namespace, operator, example_policies):
-    if "GenericWorkload=true" not in cluster.feature_gates:
-        pytest.skip("the control plane runs without the GenericWorkload feature gate")
+    assert "GenericWorkload=true" in cluster.feature_gates, \
+        "the e2e control plane must run with the GenericWorkload gate (hack/localcluster.py --gangs)"
     started = "kube-scheduler" not in cluster.state.get("procs", {})
     if started:
         cluster.start_scheduler()  # its default profile has the gang plugins with the cluster's gates
