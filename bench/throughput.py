@@ -15,6 +15,11 @@ over 3 zones):
   PreemptionBasic     scheduler_perf's PreemptionBasic: every node     default  500 nodes x  500 pods
                       already holds 4 low-priority pods of 900m (created bound, not measured); the
                       measured pods (priority 10, 3 cpu) each preempt 3 of them; no latency phase
+  GangScheduling      Kubernetes' own PodGroups (scheduling.k8s.io,   default  500 nodes x 1000 pods
+                      minCount 50, pods' spec.schedulingGroup): 20 groups of 50 pods, all or
+                      nothing; the control plane and kube-scheduler run with the GenericWorkload
+                      and TopologyAwareWorkloadScheduling gates; also reported: when the last
+                      group was whole (its last member bound); no latency phase
 
 Every run (one scheduler on one workload) gets a fresh control plane (etcd + kube-apiserver in
 its own state dir under .local/bench-<time>/), plain Node objects (no kwok, so nothing else loads
@@ -56,7 +61,7 @@ the scheduler's log (logs are kept in the run directory).
         [--qps 5000] [--burst 10000] [--bind-concurrency 64] [--latency-pods L]
         [--latency-rate R | --latency-load F] [--repeat N] [--kwok] [--operator-arg=--flag=value]
 
---quick runs 200 nodes x 2000 pods (PodAntiAffinity 100 x 500) and 300 latency pods: under
+--quick runs 200 nodes x 2000 pods (PodAntiAffinity 100 x 500, GangScheduling 100 x 500) and 300 latency pods: under
 a minute per workload. --repeat N runs every scheduler N times, interleaved, and reports the
 run with the median pods/s. Tables go to stdout, progress to stderr; the last line of stdout
 is one JSON object with every figure and the ratios of pods/s policy-scheduler /
@@ -124,10 +129,25 @@ class Workload:
     quick_pods: int
     zones: int = 3
     init_per_node: int = 0  # low-priority pods created bound on every node before the run (preemption)
+    group_size: int = 0  # pods per native PodGroup (minCount), consecutive pods by index (gangs)
 
     @property
     def preempts(self) -> bool:
         return self.init_per_node > 0
+
+    @property
+    def gangs(self) -> bool:
+        return self.group_size > 0
+
+    def group(self, phase: str, i: int) -> str:
+        return f"{phase}-gang-{i // self.group_size:03d}"
+
+    def pod_groups(self, phase: str, pods: int) -> list[dict]:
+        """Kubernetes' own PodGroups (scheduling.k8s.io), all-or-nothing: minCount = group_size."""
+        return [{"apiVersion": f"scheduling.k8s.io/{localcluster.GANG_API_VERSION}", "kind": "PodGroup",
+                 "metadata": {"name": self.group(phase, i), "namespace": NAMESPACE},
+                 "spec": {"schedulingPolicy": {"gang": {"minCount": min(self.group_size, pods - i)}}}}
+                for i in range(0, pods, self.group_size)]
 
     def init_pods(self, nodes: int) -> list[dict]:
         """scheduler_perf's pod-low-priority.yaml (900m / 500Mi, grace period 0), bound up front."""
@@ -169,6 +189,8 @@ class Workload:
             spec["priorityClassName"] = HIGH_PRIORITY
             for k in ("requests", "limits"):
                 spec["containers"][0]["resources"][k]["cpu"] = "3000m"
+        if self.gangs:
+            spec["schedulingGroup"] = {"podGroupName": self.group(phase, i)}
         if self.name == "NodeAffinity":
             spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchExpressions": [
@@ -235,6 +257,7 @@ WORKLOADS = {w.name: w for w in (
     Workload("TopologySpreading", 1000, 5000, 200, 2000),
     Workload("PodAntiAffinity", 500, 1000, 100, 500),
     Workload("PreemptionBasic", 500, 500, 100, 100, init_per_node=4),
+    Workload("GangScheduling", 500, 1000, 100, 500, group_size=50),
 )}
 HIGH_PRIORITY = "bench-high"  # PriorityClass of PreemptionBasic's measured pods (value 10)
 
@@ -594,6 +617,9 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         sched_name = SCHEDULER_NAME[which]
         pod_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
         names = [f"t-{i:06d}" for i in range(plan.pods)]
+        if wl.gangs:  # the groups first, as a job controller would make them
+            await create_all(client, f"/apis/scheduling.k8s.io/{localcluster.GANG_API_VERSION}/namespaces/"
+                             f"{NAMESPACE}/podgroups", wl.pod_groups("t", plan.pods), 8)
         t0 = time.monotonic()
         await create_all(client, pod_path, [wl.pod("t", i, sched_name, plan.nodes) for i in range(plan.pods)],
                          a.create_concurrency)
@@ -618,6 +644,15 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         sampler.sample()  # at least one sample after the last bind, however short the run
         res = {"scheduler": which, **throughput_figures(sorted(watch.bound[n] for n in names), t_start, sampler),
                "loadavg_at_start": round(load, 2)}
+        if wl.gangs:  # when each group became whole: its last member bound, from the scheduler's start
+            whole: dict[str, float] = defaultdict(float)
+            for i, n in enumerate(names):
+                g = wl.group("t", i)
+                whole[g] = max(whole[g], watch.bound[n] - t_start)
+            res["groups_whole_s"] = sorted(round(v, 2) for v in whole.values())
+            res["last_group_whole_s"] = res["groups_whole_s"][-1]
+            progress(f"  {len(whole)} groups whole; the first after {res['groups_whole_s'][0]}s, "
+                     f"the last after {res['last_group_whole_s']}s")
         progress(f"  throughput {res['pods_per_s']} pods/s (10-90%), start-up {res['startup_s']}s, "
                  f"CPU {res['cpu_ms_per_pod']} ms/pod")
 
@@ -719,7 +754,9 @@ def run_one(which: str, plan: RunPlan, a: argparse.Namespace) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     cluster = localcluster.LocalCluster(run_dir / "cluster", kubeconfig_path=run_dir / "kubeconfig")
     progress(f"{plan.workload.name} / {LABEL[which]}: fresh control plane, {plan.nodes} nodes")
-    cluster.up(kwok=a.kwok, quiet=True)
+    gates = ({"feature_gates": localcluster.GANG_FEATURE_GATES, "runtime_config": localcluster.GANG_RUNTIME_CONFIG}
+             if plan.workload.gangs else {})  # every scheduler of the workload runs on the same control plane
+    cluster.up(kwok=a.kwok, quiet=True, **gates)
     try:
         return asyncio.run(measure(which, plan, cluster, a))
     except BenchError as e:
@@ -787,7 +824,10 @@ def ratio(x: float | None, y: float | None) -> float | None:
 def median_run(runs: list[dict]) -> dict:
     """The run with the median pods/s (the lower one of an even count), with every run's pods/s."""
     ordered = sorted(runs, key=lambda r: r["pods_per_s"])
-    return {**ordered[(len(ordered) - 1) // 2], "pods_per_s_repeats": [r["pods_per_s"] for r in runs]}
+    out = {**ordered[(len(ordered) - 1) // 2], "pods_per_s_repeats": [r["pods_per_s"] for r in runs]}
+    if "last_group_whole_s" in runs[0]:
+        out["last_group_whole_s_repeats"] = [r["last_group_whole_s"] for r in runs]
+    return out
 
 
 def print_table(name: str, wl_result: dict, cores: int) -> None:
@@ -825,8 +865,17 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
     if busy:
         print(f"note: other processes used cores during the measured window ({', '.join(busy)}); "
               "these figures are noisier than on a quiet machine")
+    whole = {w: r["last_group_whole_s"] for w, r in runs.items() if "last_group_whole_s" in r}
+    if whole:
+        print("last group whole (its last member bound), seconds after the scheduler's start: "
+              + "; ".join(f"{LABEL[w]} {v}" for w, v in whole.items())
+              + (f"; policy-scheduler / kube-scheduler (time) = {wl_result['ratios']['ours_vs_kube_last_group']}"
+                 if wl_result["ratios"].get("ours_vs_kube_last_group") else ""))
     if wl_result["repeat"] > 1:
         print("pods/s of every run: " + "; ".join(f"{LABEL[w]} {r['pods_per_s_repeats']}" for w, r in runs.items()))
+        if whole:
+            print("last group whole of every run: " + "; ".join(
+                f"{LABEL[w]} {r['last_group_whole_s_repeats']}" for w, r in runs.items()))
     for which, r in runs.items():
         c = r["checks"]
         print(f"  {LABEL[which]}: {c['bound']}/{c['created']} pods bound, none twice; Scheduled events "
@@ -897,7 +946,7 @@ def main(argv: list[str] | None = None) -> int:
             wl = WORKLOADS[name]
             n = a.nodes or (wl.quick_nodes if a.quick else wl.nodes)
             m = a.pods or (wl.quick_pods if a.quick else wl.pods)
-            plan = RunPlan(wl, n, m, 0 if wl.preempts else min(latency_pods, m), a.latency_rate, out)
+            plan = RunPlan(wl, n, m, 0 if wl.preempts or wl.gangs else min(latency_pods, m), a.latency_rate, out)
             reps: dict[str, list[dict]] = defaultdict(list)
             for rep in range(a.repeat):  # interleaved, so slow drifts of the machine hit all alike
                 for which in order:
@@ -909,6 +958,9 @@ def main(argv: list[str] | None = None) -> int:
             wr["ratios"] = {"ours_vs_kube": ratio(pps.get(OURS), pps.get(KUBE)),
                             "ours_vs_ceiling": ratio(pps.get(OURS), pps.get(CEILING)),
                             "kube_vs_ceiling": ratio(pps.get(KUBE), pps.get(CEILING))}
+            if wl.gangs:  # kube-scheduler's time over ours: above 1, ours made the last group whole sooner
+                lg = {k: v.get("last_group_whole_s") for k, v in runs.items()}
+                wr["ratios"]["ours_vs_kube_last_group"] = ratio(lg.get(KUBE), lg.get(OURS))
             result["workloads"][name] = wr
             print_table(name, wr, cores)
         result["ok"] = True
