@@ -124,6 +124,7 @@ class Engine:
         self.queue = SchedulingQueue(less=PrioritySort(None, Handle()).less, profile_of=self._chain_of,
                                      pseudo_events=PSEUDO_EVENTS)
         self.nominator = Nominator()
+        self._api_nominated: dict[str, str | None] = {}  # pending pod -> status.nominatedNodeName as last seen
         self.waiting = WaitingPods()  # pods parked by Permit, shared by every policy's handle
         self.namespaces: dict[str, dict[str, str]] = {}
         self.workloads = WorkloadIndex()
@@ -368,8 +369,17 @@ class Engine:
         policy = self.policy_store.policy_name(pod)
         if pod.nominated_node_name:
             self.nominator.add(pod, pod.nominated_node_name)
+        api_was = self._api_nominated.get(key)
+        self._api_nominated[key] = pod.nominated_node_name
         elif self.nominator.node_of(key) is not None:
-            self.nominator.remove(key)
+            if api_was:  # the API took the nomination away
+                self.nominator.remove(key)
+            else:
+                # upstream UpdateNominatedPod: an update without nominatedNodeName right after a
+                # PostFilter nominated the pod in memory (our status patch not applied yet, or an
+                # older write seen now) keeps the reservation, else another pod takes its room
+                pod.nominated_node_name = self.nominator.node_of(key)
+                self.nominator.add(pod, pod.nominated_node_name)
         self._pod_policy[key] = policy
         active = self.queue.active_count
         self.queue.add(pod, policy)  # for a known pod: an update (which may ungate it)
@@ -441,6 +451,7 @@ class Engine:
         self.nominator.remove(key)
         self.recorder.forget(key)
         pol = self._pod_policy.pop(key, None)
+        self._api_nominated.pop(key, None)
         if pol:
             st = self.policy_store.policies.get(pol)
             if st is not None:
@@ -614,9 +625,11 @@ class Engine:
                     continue
                 self.schedule(qpi)
                 # let watch events, bindings and victim deletions in: every few ms of cycles (eight
-                # plain cycles; after every preemption, whose API calls would otherwise wait)
+                # plain cycles); after every preemption, whose API calls would otherwise wait; and
+                # after every cycle while victims are being deleted, so that a victim's DELETED
+                # event already read reaches the cache before its preemptor is tried again
                 now = time.perf_counter()
-                if now - last_yield >= YIELD_EVERY_S or self._victims_pending:
+                if now - last_yield >= YIELD_EVERY_S or self._victims_pending or self.preempting:
                     self._victims_pending = False
                     await asyncio.sleep(0)
                     last_yield = time.perf_counter()

@@ -462,7 +462,20 @@ class SchedulingQueue:
             return BACKOFF
         return self._to_active(qpi, event)
 
-    def _strategy(self, qpi: QueuedPodInfo, event: ClusterEvent, old: Any, new: Any) -> int:
+    def _matching(self, qpi: QueuedPodInfo, plugin: str, event: ClusterEvent,
+                  cache: dict | None) -> Sequence[ClusterEventWithHint]:
+        """The plugin's registrations (in the pod's policy) that match ``event``; ``cache``
+        keeps them for the other pods of one event (they depend on the policy and plugin only)."""
+        k = (qpi.policy, plugin)
+        regs = cache.get(k) if cache is not None else None
+        if regs is None:
+            regs = tuple(r for r in self._registrations(qpi, plugin) if r.event.matches(event))
+            if cache is not None:
+                cache[k] = regs
+        return regs
+
+    def _strategy(self, qpi: QueuedPodInfo, event: ClusterEvent, old: Any, new: Any,
+                  cache: dict | None = None) -> int:
         """upstream isPodWorthRequeuing: only the hints of the plugins that rejected the pod,
         for events they registered, count. No rejector: after backoff. A wildcard event: after
         backoff. A QUEUE from a Pending plugin: immediately."""
@@ -472,9 +485,7 @@ class SchedulingQueue:
         result = _SKIP
         pod = qpi.pod
         for plugin in rejectors:
-            for reg in self._registrations(qpi, plugin):
-                if not reg.event.matches(event):
-                    continue
+            for reg in self._matching(qpi, plugin, event, cache):
                 if call_hint(reg, pod, old, new) == QueueingHint.QUEUE:
                     if plugin in qpi.pending_plugins:
                         return _IMMEDIATELY
@@ -482,10 +493,10 @@ class SchedulingQueue:
                     break
         return result
 
-    def _gated_interested(self, qpi: QueuedPodInfo, event: ClusterEvent) -> bool:
+    def _gated_interested(self, qpi: QueuedPodInfo, event: ClusterEvent, cache: dict | None = None) -> bool:
         if event.is_wildcard:
             return True
-        return any(r.event.matches(event) for r in self._registrations(qpi, qpi.gating_plugin or ""))
+        return bool(self._matching(qpi, qpi.gating_plugin or "", event, cache))
 
     # ---- informer-driven operations ------------------------------------------------------
 
@@ -703,12 +714,14 @@ class SchedulingQueue:
         if not self._unschedulable:
             return 0
         moved = skipped = 0
+        cache: dict = {}
+        gated = self._gated
         for qpi in list(self._unschedulable.values()):
             if pre_check is not None and not pre_check(qpi):
                 continue
-            if qpi.key in self._gated and not self._gated_interested(qpi, event):
+            if qpi.key in gated and not self._gated_interested(qpi, event, cache):
                 continue
-            strategy = self._strategy(qpi, event, old, new)
+            strategy = self._strategy(qpi, event, old, new, cache)
             if strategy == _SKIP:
                 skipped += 1
                 continue

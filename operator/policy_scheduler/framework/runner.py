@@ -643,10 +643,13 @@ def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
                             top=top, duration=time.perf_counter() - start)
 
     scan = cycle.timed(FILTER, cycle.find_feasible_nodes, candidates, narrowing)
-    for key in added:
-        nodes.remove_pod(key)
-    added.clear()
     feasible = scan.feasible
+    if len(feasible) or not chain.post_filter:
+        for key in added:
+            nodes.remove_pod(key)
+        added.clear()
+    # else the nominated pods stay counted through PostFilter, whose dry run counts the same ones
+    # (upstream SelectVictimsOnNode filters with them); schedule_one takes them out afterwards
 
     if len(feasible) == 0:
         code = Code.UNSCHEDULABLE if int(Code.UNSCHEDULABLE) in scan.codes else Code.UNSCHEDULABLE_AND_UNRESOLVABLE

@@ -149,3 +149,21 @@ def test_a_victim_gone_before_it_was_registered_as_the_last_still_releases_the_p
         assert e.queue.state_of(hi.key) not in (GATED, UNSCHEDULABLE)
 
     asyncio.run(go())
+
+
+def test_an_update_without_nominated_node_keeps_the_reservation_made_in_memory():
+    """upstream UpdateNominatedPod: an update event that lacks status.nominatedNodeName, when the
+    last version seen lacked it too, keeps the in-memory nomination (a status write of ours that
+    raced the nomination's patch); one that drops it from the API releases the node."""
+    e, _ = engine_with_victims()
+    hi = e.queue.pop().pod
+    e.nominator.add(hi, "n1")  # what Engine.nominate does before its status patch goes out
+    e.on_pod("MODIFIED", pod("hi", priority=10))  # e.g. the PodScheduled=False patch, seen before the nomination's
+    assert e.nominator.node_of("ns/hi") == "n1"
+    assert [p.key for p, _ in e.nominator.pods_for(parse_pod(pod("other", priority=10)))] == ["ns/hi"]
+    with_node = pod("hi", priority=10)
+    with_node["status"]["nominatedNodeName"] = "n1"
+    e.on_pod("MODIFIED", with_node)
+    assert e.nominator.node_of("ns/hi") == "n1"
+    e.on_pod("MODIFIED", pod("hi", priority=10))  # the API cleared it
+    assert e.nominator.node_of("ns/hi") is None
