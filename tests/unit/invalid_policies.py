@@ -228,6 +228,32 @@ def _spec_cases() -> list[Case]:
                           f"spec.prometheus.{fld}", "must be positive"))
     c.append(Case("prometheus-unknown-field", {"plugins": ok, "prometheus": {"url": "http://p:9090"}},
                   "spec.prometheus.url", "Extra inputs"))
+    # tuning
+    fit = {"NodeResourcesFit": [1, 10]}
+
+    def tuning(plugins=None, **kw):
+        return {"plugins": plugins or ok, "tuning": {"objective": {"nodesUsed": 1}, "bounds": fit, **kw}}
+
+    c.append(Case("tuning-mode", tuning(mode="Bogus"), "spec.tuning.mode", "Unsupported value"))
+    c.append(Case("tuning-objective-none", tuning(objective={}), "spec.tuning.objective", "positive weight"))
+    c.append(Case("tuning-objective-negative", tuning(objective={"zoneSkew": -1}), "spec.tuning.objective.zoneSkew"))
+    c.append(Case("tuning-bounds-unlisted", tuning(bounds={"PodTopologySpread": [1, 2]}),
+                  "spec.tuning.bounds.PodTopologySpread", "must name a plugin listed in plugins"))
+    c.append(Case("tuning-bounds-order", tuning(bounds={"NodeResourcesFit": [5, 2]}), "spec.tuning.bounds.NodeResourcesFit",
+                  "1 <= min <= max"))
+    c.append(Case("tuning-bounds-zero", tuning(bounds={"NodeResourcesFit": [0, 2]}), "spec.tuning.bounds.NodeResourcesFit"))
+    c.append(Case("tuning-bounds-three", tuning(bounds={"NodeResourcesFit": [1, 2, 3]}),
+                  "spec.tuning.bounds.NodeResourcesFit"))
+    c.append(Case("tuning-bounds-not-score", tuning([plugin("NodeResourcesFit"), plugin("NodeName")],
+                                                    bounds={"NodeName": [1, 2]}),
+                  "spec.tuning.bounds.NodeName", "no Score extension point"))
+    c.append(Case("tuning-interval-zero", tuning(interval="0s"), "spec.tuning.interval", "at least 1s"))
+    c.append(Case("tuning-window-both", tuning(window={"pods": 10, "minutes": 5}), "spec.tuning.window.minutes",
+                  "exactly one"))
+    c.append(Case("tuning-window-pods", tuning(window={"pods": 5001}), "spec.tuning.window.pods"))
+    c.append(Case("tuning-max-step", tuning(maxStep=0), "spec.tuning.maxStep"))
+    c.append(Case("tuning-hot-nodes", tuning(objective={"hotNodes": 1}), "spec.tuning.objective.hotNodes",
+                  "needs LoadAware"))
     return c
 
 
@@ -649,6 +675,15 @@ def valid_policies() -> list[tuple[str, dict[str, Any]]]:
                                   "matchExpressions": [req("tier", "NotIn", *[f"t{i}" for i in range(128)])]},
             "prometheus": {"address": "https://prom.example.com:9090/sub/path", "ttl": "1m30s", "usageLag": "0s"},
             "schedulerName": "a" * 63 + ".b"}),
+        ("tuning", {
+            "plugins": [plugin("NodeResourcesFit", weight=1), plugin("PodTopologySpread", weight=10),
+                        plugin("LoadAware", weight=2)],
+            "tuning": {"mode": "Apply", "interval": "1s", "window": {"minutes": 1440},
+                       "objective": {"imbalance": 1, "nodesUsed": 0.5, "zoneSkew": 0, "unschedulable": 10,
+                                     "hotNodes": 2},
+                       "bounds": {"NodeResourcesFit": [1, 1000], "PodTopologySpread": [1, 1], "LoadAware": [1, 5]},
+                       "maxStep": 10, "threshold": 0, "maxReplays": 500, "timeLimit": "500ms",
+                       "maxPredictionError": 100, "seed": 2**31 - 1}}),
         ("disabled-256", {
             "plugins": [plugin("NodeResourcesFit")], "disabled": [{"name": "NodeResourcesFit", "point": "score"}] * 256}),
     ]

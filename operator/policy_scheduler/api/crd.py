@@ -200,6 +200,7 @@ def crd() -> dict[str, Any]:
                     {"name": "CPU-Overcommit", "type": "number", "priority": 1, "jsonPath": ".spec.overcommit.cpu"},
                     {"name": "Memory-Overcommit", "type": "number", "priority": 1,
                      "jsonPath": ".spec.overcommit.memory"},
+                    {"name": "Tuning", "type": "string", "priority": 1, "jsonPath": ".status.tuning.summary"},
                 ],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",

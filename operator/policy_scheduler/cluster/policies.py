@@ -32,6 +32,7 @@ from ..framework.interface import Handle
 from ..framework.labels import LabelSelector, SelectorError
 from ..framework.podinfo import PodInfo
 from ..framework.registry import Registry
+from ..framework.validation import invalid
 from ..metricsources.manager import MetricSources
 from ..plugins import default_registry
 from .telemetry import Telemetry
@@ -169,6 +170,12 @@ class PolicyStore:
             ns_selector = (None if parsed.namespace_selector is None else LabelSelector.parse(
                 parsed.namespace_selector.model_dump(by_alias=True, exclude_none=True), "spec.namespaceSelector"))
             chain = build_chain(parsed.chain_spec(), self.registry, handle=handle)
+            if parsed.tuning is not None:
+                scored = {p.NAME for p, _ in chain.score}
+                bad = [invalid(f"spec.tuning.bounds.{n}", n, "has no Score extension point in this chain: "
+                               "only Score weights are tuned") for n in parsed.tuning.bounds if n not in scored]
+                if bad:
+                    raise PolicyInvalid(bad)
         except ValidationError as e:
             raise PolicyInvalid([f"{'.'.join(['spec', *(str(x) for x in err['loc'])])}: {err['msg']}"
                                  for err in e.errors()]) from None
