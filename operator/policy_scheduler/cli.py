@@ -98,6 +98,9 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
                     rng=random.Random(seed) if seed is not None else None,
                     plugin_metrics_sample_percent=a.plugin_metrics_sample_percent, leadership=leadership,
                     sync_timeout=a.cache_sync_timeout, default_policy=a.default_policy)
+    from .cluster.tuner import Tuner
+
+    tuner = Tuner(engine, plugin_modules=list(getattr(a, "plugin_module", None) or []))  # policies with spec.tuning
     if on_engine is not None:
         on_engine(engine)
     stop_flag = stop_flag or asyncio.Event()
@@ -143,11 +146,15 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
     log.info("policy-scheduler %s starting: scheduler name %s, API %s (%s), namespaces %s, %s", __version__,
              a.scheduler_name, creds.server, creds.source, ",".join(a.namespace) if a.namespace else "all",
              election)
+    tuner_task = asyncio.get_running_loop().create_task(tuner.run())
     try:
         # kopf handles SIGTERM/SIGINT itself in the main thread: its cleanup stops the engine, which
         # releases the Lease
         await run_operator(engine, kubeconfig=a.kubeconfig, context=a.context, stop_flag=stop_flag)
     finally:
+        tuner_task.cancel()
+        await asyncio.gather(tuner_task, return_exceptions=True)
+        await tuner.stop()
         if webhooks is not None:
             await webhooks.stop()
         if server is not None:
@@ -410,6 +417,72 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(a: argparse.Namespace) -> int:
+    from .whatif import snapshot, tune
+    from .whatif.pods import InputError, load_pods, load_policy_documents
+    from .whatif.world import PolicyError, World
+
+    _quiet_operator_logs()
+    if not 0 <= a.holdout < 1:
+        print("policy-scheduler tune: --holdout must be in [0, 1)", file=sys.stderr)
+        return 2
+    try:
+        snap = snapshot.load(a.snapshot)
+        world = World(snap)
+        if _is_file_arg(a.policy):
+            docs = load_policy_documents(a.policy)
+            if len(docs) != 1:
+                raise PolicyError(f"{a.policy}: one SchedulingPolicy expected, found {len(docs)} documents")
+            name = world.add_policy(docs[0], a.policy)
+        else:
+            name = a.policy
+        st = world.usable_policy(name)
+        tuning = st.good_spec.tuning if st.good_spec is not None else None
+        if tuning is None:
+            raise PolicyError(f'SchedulingPolicy "{name}" has no spec.tuning: it names the objective and the bounds '
+                              "(docs/policy-reference.md#spectuning)")
+        podset = load_pods(a.pods, a.replicas)
+        world.add_workloads(podset.workloads)
+        pods = podset.pods
+    except (snapshot.SnapshotError, PolicyError, InputError) as e:
+        print(f"policy-scheduler tune: {e}", file=sys.stderr)
+        return 2
+    cut = len(pods) - int(round(len(pods) * a.holdout))
+    if a.holdout and not 0 < cut < len(pods):
+        print(f"policy-scheduler tune: {len(pods)} pods cannot be split with --holdout {a.holdout}", file=sys.stderr)
+        return 2
+    window, held_out = pods[:cut], pods[cut:]
+    if a.max_replays is not None:
+        tuning = tuning.model_copy(update={"max_replays": a.max_replays})
+    if a.seed is not None:
+        tuning = tuning.model_copy(update={"seed": a.seed})
+
+    async def go():
+        await world.prepare()
+        res = await tune.search(world, name, window, tuning)
+        check = None
+        if held_out:
+            objective = tuning.objective.weights()
+            cur = await tune.replay(world, name, held_out, res.current.weights, objective, seed=tuning.seed)
+            rec = await tune.replay(world, name, held_out, res.recommended.weights, objective, seed=tuning.seed)
+            check = (cur, rec)
+        return res, check
+
+    res, check = asyncio.run(go())
+    if a.json:
+        out = {"policy": name, "snapshot": a.snapshot, "pods": len(pods), "objective": tuning.objective.weights(),
+               **res.to_dict()}
+        if check is not None:
+            out["heldOut"] = {"pods": len(held_out), "current": check[0].to_dict(), "recommended": check[1].to_dict(),
+                              "gain": round(tune.relative(check[1].objective, check[0].objective), 6)}
+        json.dump(out, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    tune.write_text(res, sys.stdout, policy=name, objective=tuning.objective.weights(), nodes=len(world.node_specs),
+                    held_out=check, held_out_pods=len(held_out))
+    return 0
+
+
 def _duration(v: str) -> float:
     from .api.models import duration_seconds
 
@@ -606,6 +679,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print explain's per-plugin table for every simulated pod")
     _cluster_flags(m)
     m.set_defaults(fn=cmd_simulate)
+
+    t = sub.add_parser("tune", help="search a policy's Score weights offline, as its spec.tuning would",
+                       description="Replays the pods on the snapshot with the operator's own core (as simulate) under "
+                                   "the policy's current weights and under candidates within spec.tuning.bounds "
+                                   "(coordinate search, seeded tie-breaks, the policy's replay and time budget), and "
+                                   "prints every candidate's objective and the recommendation. With --holdout, the "
+                                   "search sees only the first part of the pods and the last part checks the "
+                                   "recommendation.")
+    t.add_argument("--policy", required=True, metavar="FILE|NAME",
+                   help="a SchedulingPolicy manifest with spec.tuning, or the name of one in the snapshot")
+    t.add_argument("--snapshot", required=True, metavar="FILE", help="a snapshot (`policy-scheduler snapshot`): the "
+                                                                     "state before the pods")
+    t.add_argument("--pods", required=True, metavar="FILE", help="the pods, in order: Pod manifests or pod templates")
+    t.add_argument("--replicas", type=int, metavar="N", help="make N pods of every template (and every Pod) in --pods")
+    t.add_argument("--holdout", type=float, default=0.0, metavar="F",
+                   help="keep the last F of the pods (0 to 1, e.g. 0.5) out of the search, and compare the current "
+                        "and recommended weights on them")
+    t.add_argument("--seed", type=int, default=None, metavar="N", help="tie-break seed (default spec.tuning.seed)")
+    t.add_argument("--max-replays", type=int, default=None, metavar="N",
+                   help="replay budget (default spec.tuning.maxReplays)")
+    t.add_argument("--json", action="store_true", help="print the result as JSON")
+    t.set_defaults(fn=cmd_tune)
     return p
 
 

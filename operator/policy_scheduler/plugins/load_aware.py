@@ -297,6 +297,13 @@ class LoadAware(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions):
             self._texts[rid] = texts
         return texts
 
+    def hot_rows(self, nodes: NodeTable) -> np.ndarray:
+        """Per row of ``nodes``: the node has fresh metrics and its cpu or memory usage (measured,
+        plus the pods in flight at their estimates) is above its threshold: what Filter rejects
+        as hot (the tuner's hotNodes measure)."""
+        r = self._sync(CycleState(), nodes)
+        return (r.rid[:nodes.n] & 6) > 0
+
     # ------------------------------------------------------------------ reserve
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         """Count the pod on ``node_name`` as in flight until a fresh sample covers it; the row of

@@ -119,6 +119,7 @@ class PolicyRun:
     fits_before: int
     fits_after: int
     seconds: float
+    table: NodeTable | None = field(default=None, repr=False)  # the state after the run (the tuner reads it)
 
     @property
     def placed(self) -> list[PodResult]:
@@ -219,10 +220,11 @@ def _free_for(table: NodeTable, pod: PodInfo | None) -> tuple[np.ndarray, np.nda
     return free[rows], vec
 
 
-async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, Any]], *, seed: int = 0,
+async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, Any] | PodInfo], *, seed: int = 0,
                      keep_decisions: bool = False, follow: Mapping[str, str] | None = None,
                      progress: Callable[[int], None] | None = None) -> PolicyRun:
-    """Place ``pod_objects`` under ``policy`` on a fresh copy of the snapshot.
+    """Place ``pod_objects`` (pod objects, or pods the engine parsed already) under ``policy`` on
+    a fresh copy of the snapshot.
 
     ``follow`` (pod key -> node): after each decision, count the pod on that node instead of the
     decided one (replay: every decision is made on the state a recorded run had)."""
@@ -234,7 +236,7 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
     table = world.table()
     world.fresh_volumes()
     before = NodeState.of(table)
-    pods = [parse_pod(p) for p in pod_objects]
+    pods = [p if isinstance(p, PodInfo) else parse_pod(p) for p in pod_objects]
     shape, shape_pod = _shape(pods)
     free, vec = _free_for(table, shape_pod)
     fits_before = metrics.fits(free, vec)
@@ -255,7 +257,7 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
     after = NodeState.of(table)
     free, vec = _free_for(table, shape_pod)
     return PolicyRun(policy, [by_key[p.key] for p in pods], before, after, shape, fits_before,
-                     metrics.fits(free, vec), time.perf_counter() - t0)
+                     metrics.fits(free, vec), time.perf_counter() - t0, table)
 
 
 def _place(world: World, chain: Chain, table: NodeTable, pod: PodInfo, rng: random.Random, nominator: Nominator,

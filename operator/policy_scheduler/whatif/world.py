@@ -24,6 +24,7 @@ from ..framework.metricview import SOURCE as METRICS_SOURCE
 from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podinfo import PodInfo, parse_pod
 from ..framework.preemption import PDB
+from ..framework.volumes import VolumeCache
 from ..framework.registry import Registry
 from ..metricsources.prometheus import PrometheusMetricSources
 from ..plugins.node_resources_fit import OVERCOMMIT_ANYWHERE, OVERCOMMIT_SOURCE
@@ -99,10 +100,15 @@ class SnapshotHandle(Handle):
 class World:
     """Everything the engine would hold for a snapshot, ready to schedule on."""
 
-    def __init__(self, snapshot: Snapshot, registry: Registry | None = None) -> None:
+    def __init__(self, snapshot: Snapshot, registry: Registry | None = None, *,
+                 nodes: list[NodeSpec] | None = None, bound: list[tuple[PodInfo, str]] | None = None,
+                 workloads: WorkloadIndex | None = None, volumes: VolumeCache | None = None) -> None:
+        """``nodes``, ``bound``, ``workloads`` and ``volumes``, when given, are the engine's own
+        cache (parsed already) instead of the snapshot's lists: the tuner replays the operator's
+        state without a round trip through JSON."""
         self.snapshot = snapshot
         self.namespaces: dict[str, dict[str, str]] = {k: dict(v) for k, v in snapshot.namespaces.items()}
-        self.workloads = WorkloadIndex()
+        self.workloads = workloads if workloads is not None else WorkloadIndex()
         for body in snapshot.services:
             self.workloads.on_service("ADDED", body)
         for body in snapshot.replication_controllers:
@@ -119,11 +125,12 @@ class World:
                                  default_policy=snapshot.default_policy)
         for body in snapshot.policies:
             self.store.on_policy("ADDED", self._ours(body))
-        self.node_specs = [NodeSpec.from_dict(n) for n in snapshot.nodes]
+        self.node_specs = [NodeSpec.from_dict(n) for n in snapshot.nodes] + list(nodes or ())
         # PVs, PVCs, StorageClasses, CSINodes, CSIDrivers; VolumeBinding's Reserve assumes PV/PVC
         # copies in it, so each simulation starts from a fresh one (fresh_volumes)
-        self.volumes = snapshot.volume_cache()
-        self.bound: list[tuple[PodInfo, str]] = []
+        self._volumes_given = volumes
+        self.volumes = snapshot.volume_cache() if volumes is None else copy.deepcopy(volumes)
+        self.bound: list[tuple[PodInfo, str]] = list(bound or ())
         for p in snapshot.pods:
             info = parse_pod(p)
             info.raw = None  # as the engine: nothing reads a bound pod's object
@@ -189,7 +196,8 @@ class World:
 
     def fresh_volumes(self) -> None:
         """The snapshot's storage objects again, without the assumptions of an earlier run."""
-        self.volumes = self.snapshot.volume_cache()
+        given = self._volumes_given
+        self.volumes = self.snapshot.volume_cache() if given is None else copy.deepcopy(given)
 
     def admits(self, st: PolicyState, namespace: str) -> bool:
         """The policy's namespaceSelector (PolicyStore.resolve_policy's check)."""
