@@ -183,8 +183,6 @@ class Engine:
         self.on_leadership_lost: Callable[[], None] | None = None  # the operator exits (cli.py)
         self._election: asyncio.Task | None = None
         self._victims_pending = False  # a preemption spawned deletions since the loop last yielded
-        # called with (pod, policy, node) for every pod bound (the tuner's placement log)
-        self.placement_listeners: list[Callable[[PodInfo, str, str], None]] = []
 
     @property
     def policies(self) -> dict[str, PolicyState]:
@@ -369,10 +367,10 @@ class Engine:
             return  # our binding of it is in flight
         pod = parse_pod(body)
         policy = self.policy_store.policy_name(pod)
-        if pod.nominated_node_name:
-            self.nominator.add(pod, pod.nominated_node_name)
         api_was = self._api_nominated.get(key)
         self._api_nominated[key] = pod.nominated_node_name
+        if pod.nominated_node_name:
+            self.nominator.add(pod, pod.nominated_node_name)
         elif self.nominator.node_of(key) is not None:
             if api_was:  # the API took the nomination away
                 self.nominator.remove(key)
@@ -451,9 +449,9 @@ class Engine:
     def _forget_pending(self, key: str) -> None:
         self.queue.delete(key)
         self.nominator.remove(key)
+        self._api_nominated.pop(key, None)
         self.recorder.forget(key)
         pol = self._pod_policy.pop(key, None)
-        self._api_nominated.pop(key, None)
         if pol:
             st = self.policy_store.policies.get(pol)
             if st is not None:
@@ -847,8 +845,6 @@ class Engine:
         self.recorder.forget(key)
         self._pod_policy.pop(key, None)
         self.recorder.event(pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {key} to {node}")
-        for listener in self.placement_listeners:
-            listener(pod, st.name, node)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("pod %s bound to %s under policy %s", key, node, st.name,
                       extra=fields(pod=key, node=node, policy=st.name))
