@@ -183,6 +183,8 @@ class Engine:
         self.on_leadership_lost: Callable[[], None] | None = None  # the operator exits (cli.py)
         self._election: asyncio.Task | None = None
         self._victims_pending = False  # a preemption spawned deletions since the loop last yielded
+        # called with (pod, policy, node) for every pod bound (the tuner's placement log)
+        self.placement_listeners: list[Callable[[PodInfo, str, str], None]] = []
 
     @property
     def policies(self) -> dict[str, PolicyState]:
@@ -845,6 +847,8 @@ class Engine:
         self.recorder.forget(key)
         self._pod_policy.pop(key, None)
         self.recorder.event(pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {key} to {node}")
+        for listener in self.placement_listeners:
+            listener(pod, st.name, node)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("pod %s bound to %s under policy %s", key, node, st.name,
                       extra=fields(pod=key, node=node, policy=st.name))
