@@ -57,6 +57,12 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         if k == "const":
             out["enum"] = [v]
             continue
+        if k in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(v, bool):
+            # JSON Schema's numeric form (pydantic gt/lt); the API server's OpenAPI v3.0 schema
+            # takes a bound plus a boolean
+            out["minimum" if k == "exclusiveMinimum" else "maximum"] = v
+            out[k] = True
+            continue
         if k == "properties":
             out[k] = {pk: _structural(pv, defs) for pk, pv in v.items()}
         elif k in ("items", "additionalProperties") and isinstance(v, dict):
