@@ -28,7 +28,8 @@ tune`` call the same functions.
   ``threshold`` (relative) from the current weights.
 - **Apply step.** From the current weights toward the recommendation, each weight moving at most
   ``maxStep`` of itself (at least 1), within its bounds, skipping the plugins held (a person
-  changed their weight).
+  changed their weight); ``evaluate_window`` replays the step and offers it only when its
+  predicted objective is no worse than the current weights'.
 """
 
 from __future__ import annotations

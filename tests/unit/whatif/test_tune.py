@@ -82,9 +82,10 @@ def test_tune_command_recommends_weights_that_pack_the_held_out_half_better(tmp_
     out = json.loads(capsys.readouterr().out)
     held = out["heldOut"]
     rec = out["recommended"]["weights"]
-    print(f"\nheld-out objective (nodes used): current {held['current']['objective']:g} with "
-          f"{out['current']['weights']}, recommended {held['recommended']['objective']:g} with {rec}: "
-          f"{100 * held['gain']:+.1f}%; {out['replays']} replays in {out['seconds']:.2f}s ({out['stopped']})")
+    with capsys.disabled():
+        print(f"\nheld-out objective (nodes used): current {held['current']['objective']:g} with "
+              f"{out['current']['weights']}, recommended {held['recommended']['objective']:g} with {rec}: "
+              f"{100 * held['gain']:+.1f}%; {out['replays']} replays in {out['seconds']:.2f}s ({out['stopped']})")
     assert out["window"] == 100 and held["pods"] == 100
     assert held["gain"] <= -0.10
     assert held["recommended"]["objective"] <= 0.9 * held["current"]["objective"]
