@@ -158,7 +158,7 @@ class Engine:
         self.queue.fallback = build_chain({"plugins": []}, self.policy_store.registry, OperatorHandle(self))
         may_write = self.leadership.valid  # a standby (or a deposed leader) writes nothing
         self.recorder = EventRecorder(client, scheduler_name=scheduler_name, telemetry=self.telemetry,
-                                      pods_waiting=lambda: self.queue.counts()["active"] > 0, side_sem=side_sem,
+                                      side_sem=side_sem,
                                       may_write=may_write)
         self.status_writer = PolicyStatusWriter(client, self.policy_store.policies, self.queue, self.sources,
                                                 self.telemetry, interval=status_interval, side_sem=side_sem,

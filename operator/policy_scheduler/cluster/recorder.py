@@ -1,9 +1,9 @@
 """EventRecorder: the pods' Kubernetes Events (events.k8s.io/v1) and PodScheduled=False conditions.
 
 Events go through a bounded queue (when it is full they are dropped and counted, as upstream's
-recorder does) and are posted by a few workers. While pods wait in the active queue, bindings
-have the API server first: an event waits until the burst is over, or at most EVENT_MAX_DELAY
-seconds. A scheduling failure (``failure``) posts a Warning event and patches the pod's
+recorder does) and are posted as they come by EVENT_WORKERS workers, as many as the bindings in
+flight by default: a pod's Scheduled event keeps pace with its binding, as kube-scheduler's
+does, instead of trailing behind a burst. A scheduling failure (``failure``) posts a Warning event and patches the pod's
 PodScheduled condition, once per distinct message a minute. Nothing here raises into the
 scheduler: failed writes are logged and counted in telemetry (``events_dropped``). Nothing is
 written unless ``may_write()`` (the leader's lease is valid).
@@ -30,8 +30,9 @@ log = logging.getLogger("policy_scheduler")
 
 EVENT_NOTE_LIMIT = 1024
 EVENT_QUEUE_SIZE = 10000  # like upstream's recorder: a bounded queue; when full, events are dropped
-EVENT_WORKERS = 4  # few on purpose: bindings come first, events trail behind in a burst
-EVENT_MAX_DELAY = 2.0  # seconds an event may be held back while pods are waiting to be scheduled
+# as many as the default bindings in flight (--bind-concurrency): with fewer, events got a small
+# share of the API server during a burst and trailed the bindings by seconds
+EVENT_WORKERS = 64
 FAILURE_REPEAT_AFTER = 60.0  # seconds before the same failure message of a pod is reported again
 
 
@@ -51,24 +52,21 @@ def truncate_note(msg: str) -> str:
 class EventRecorder:
     """Posts Events and PodScheduled conditions for pods, off the scheduling loop.
 
-    ``pods_waiting()`` tells whether pods wait in the active queue (events then wait behind
-    bindings). ``side_sem`` bounds the concurrent condition patches (shared with the status
+    ``side_sem`` bounds the concurrent condition patches (shared with the status
     writer by the engine).
     """
 
     def __init__(self, client: KubeClient, *, scheduler_name: str, telemetry: Telemetry,
-                 pods_waiting: Callable[[], bool], instance: str | None = None,
+                 instance: str | None = None,
                  side_sem: asyncio.Semaphore | None = None, workers: int = EVENT_WORKERS,
-                 queue_size: int = EVENT_QUEUE_SIZE, max_delay: float = EVENT_MAX_DELAY,
+                 queue_size: int = EVENT_QUEUE_SIZE,
                  may_write: Callable[[], bool] = lambda: True) -> None:
         self.client = client
         self.may_write = may_write  # False on a standby or a deposed leader: nothing is written
         self.scheduler_name = scheduler_name
         self.instance = instance or f"{scheduler_name}-{socket.gethostname()}"
         self.telemetry = telemetry
-        self.pods_waiting = pods_waiting
         self.workers = workers
-        self.max_delay = max_delay
         self._side_sem = side_sem or asyncio.Semaphore(32)
         self._events: asyncio.Queue = asyncio.Queue(queue_size)
         self._tasks = Tasks()
@@ -124,13 +122,9 @@ class EventRecorder:
 
     # ------------------------------------------------------------------ writers
     async def _event_worker(self) -> None:
-        """Post queued events. While pods wait to be scheduled, bindings have the API server first:
-        an event waits until the burst is over, or at most ``max_delay`` seconds."""
+        """Post queued events, as they come."""
         while True:
             item = await self._events.get()
-            queued = time.monotonic()
-            while self.pods_waiting() and time.monotonic() - queued < self.max_delay:
-                await asyncio.sleep(0.05)
             await self._post_event(*item)
 
     async def _post_event(self, pod: PodInfo, type_: str, reason: str, action: str, note: str,

@@ -17,9 +17,9 @@ POD = parse_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "uid-p"},
                  "spec": {"schedulerName": "policy-scheduler", "containers": [{"name": "c", "image": "i"}]}})
 
 
-def recorder(client, telemetry=None, waiting=lambda: False, **kw):
+def recorder(client, telemetry=None, **kw):
     return EventRecorder(client, scheduler_name="policy-scheduler", telemetry=telemetry or Telemetry(),
-                         pods_waiting=waiting, instance="policy-scheduler-host", **kw)
+                         instance="policy-scheduler-host", **kw)
 
 
 async def until(cond, timeout=2.0):
@@ -161,24 +161,28 @@ def test_a_full_event_queue_drops_and_counts():
     assert dropped(t, "event-queue-full") == 1 and not c.calls
 
 
-def test_events_wait_behind_bindings_at_most_max_delay():
+def test_events_are_posted_as_they_come_by_as_many_workers_as_bindings_in_flight():
+    """No event waits for a burst of bindings to end: with every worker's POST still in flight,
+    as many events as workers are posted at once (a slow API server does not serialize them)."""
     c = FakeClient()
-    waiting = [True]
+    release = asyncio.Event()
 
     async def main():
-        r = recorder(c, waiting=lambda: waiting[0], max_delay=5.0)
+        async def slow_post(path, body):
+            c._record("post", path, body)
+            await release.wait()
+
+        c.post = slow_post
+        r = recorder(c)
+        assert r.workers == 64
         r.start()
-        r.event(POD, "Normal", "Scheduled", "Binding", "later")
-        await asyncio.sleep(0.2)
-        assert not c.calls_of("post")  # pods wait in the active queue: bindings first
-        waiting[0] = False
-        await until(lambda: c.calls_of("post"))
-        waiting[0] = True
-        r2 = recorder(c, waiting=lambda: waiting[0], max_delay=0.1)
-        r2.start()
-        r2.event(POD, "Normal", "Scheduled", "Binding", "bounded")
-        await until(lambda: len(c.calls_of("post")) == 2)  # posted after max_delay anyway
+        for i in range(80):
+            r.event(POD, "Normal", "Scheduled", "Binding", f"event {i}")
+        await until(lambda: len(c.calls_of("post")) == 64)
+        await asyncio.sleep(0.05)
+        assert len(c.calls_of("post")) == 64  # the other 16 wait for a free worker
+        release.set()
+        await until(lambda: len(c.calls_of("post")) == 80)
         await r.stop()
-        await r2.stop()
 
     asyncio.run(main())
