@@ -1,7 +1,15 @@
 #!/usr/bin/env python3
-"""Scheduling throughput and latency on the real local control plane: policy-scheduler (the
-``default`` policy) against the real kube-scheduler (its default profile) and against a bare
-binder that binds pods round-robin with no decision, the ceiling the API server allows here.
+"""Scheduling throughput and latency on the real local control plane, like for like: four
+schedulers, one after the other, each on a fresh control plane:
+
+  policy-scheduler                the ``default`` policy
+  kube-scheduler                  v1.37.1, its full default profile
+  kube-scheduler (same plugins)   v1.37.1 with a profile of exactly the ``default`` policy's
+                                  plugins, weights and args (every other default plugin disabled:
+                                  DynamicResources is the one left out; GangScheduling only with
+                                  the gang gates on)
+  bare binder (ceiling)           binds pods round-robin with no decision and posts their
+                                  Scheduled event: the most this API server allows here
 
 Workloads, shaped like upstream's scheduler_perf (its node-default and pod-default templates:
 nodes of 4 cpu / 32Gi / 110 pods, pods requesting and limited to 100m / 500Mi; nodes spread
@@ -19,54 +27,61 @@ over 3 zones):
                       minCount 50, pods' spec.schedulingGroup): 20 groups of 50 pods, all or
                       nothing; the control plane and kube-scheduler run with the GenericWorkload
                       and TopologyAwareWorkloadScheduling gates; also reported: when the last
-                      group was whole (its last member bound); no latency phase
+                      group was whole (its last member scheduled); no latency phase
+  SchedulingBasic5k   SchedulingBasic at upstream's headline size     default 5000 nodes x 10000 pods
+  Scale               5,000 nodes holding 50,000 pods created bound   default 5000 nodes x  1000 pods
+                      up front (10 per node, in every scheduler's cache), then SchedulingBasic
+                      pods: peak RSS and decision time at that size; no latency phase
 
-Every run (one scheduler on one workload) gets a fresh control plane (etcd + kube-apiserver in
-its own state dir under .local/bench-<time>/), plain Node objects (no kwok, so nothing else loads
-the API server; --kwok adds it), and these phases:
+Without --workload the first four run (with --quick, SchedulingBasic only). Every run gets a
+fresh control plane (etcd + kube-apiserver in its own state dir under .local/bench-<time>/),
+plain Node objects (no kwok, so nothing else loads the API server; --kwok adds it), and:
 
 1. Throughput. All measured pods are created first, while no scheduler runs, then the scheduler
-   process starts: this measures pure scheduling throughput, without pod creation taking CPU
-   and API server time from the scheduler (upstream's scheduler_perf also measures pods created
-   up front). The benchmark watches pods (LIST+WATCH) and notes when each one's
-   spec.nodeName appears; pods/s is the rate between the 10% and the 90% bound pod, which
-   skips the start-up (process start, cache sync) and the tail. Also reported: the start-up
-   (process start to first bind), CPU seconds of the scheduler process from its start to the
-   last bind, its CPU per pod and cores used in the measured window, and API server + etcd CPU
-   in that window, and the cores the rest of the machine used then (anything else running
-   makes every figure noisier: compare runs made on a quiet machine, or use --repeat).
-2. Latency. With the scheduler running, more pods (other apps of the same shape) are created at
-   a steady open-loop rate below saturation, and the latency of each is the time from its
-   creation to its binding, both as the benchmark's watch sees them (the ADDED event, then the
-   event that carries spec.nodeName). The rate is the same for every scheduler of a workload:
-   --latency-rate, or by default --latency-load (0.25) x the throughput of the first run, which
-   is policy-scheduler's. That is why runs go policy-scheduler, kube-scheduler, bare binder.
-   A run whose achieved rate falls below 90% of the offered one is marked saturated.
+   process starts (upstream's scheduler_perf also measures pods created up front). The benchmark
+   watches pods and events (LIST+WATCH). A pod counts as scheduled once it is bound (its
+   spec.nodeName seen) and its Scheduled event exists; pods/s is the rate between the 10% and
+   the 90% pod scheduled, which skips the start-up (process start, cache sync) and the tail.
+   Also reported: the start-up (process start to the first pod scheduled), the time to the last
+   Scheduled event, the scheduler's CPU per pod in the window and over the whole run (its start
+   to the last pod), the API server's and etcd's CPU seconds over the whole run, the requests
+   the API server served per pod (apiserver_request_total), the cores the rest of the machine
+   used in the window (anything else running makes every figure noisier: compare runs made on
+   a quiet machine, or use --repeat), and the decision time per attempt both schedulers export
+   (scheduler_framework_extension_point_duration_seconds, PreFilter to Score).
+2. Latency, twice. With the scheduler running, more pods (other apps of the same shape) are
+   created at a steady open-loop rate, and the latency of each is the time from its creation to
+   its being scheduled, as the benchmark's watches see them. First at --latency-load (0.25) x
+   this scheduler's own measured pods/s (the same load for each), then at --latency-rate (100
+   pods/s) for every scheduler alike. A phase whose achieved rate falls below 90% of the offered
+   one is marked saturated.
 
 Peak RSS is the scheduler process's VmHWM at the end of the run. Client limits are the same for
-all three: --qps / --burst (kube-scheduler's clientConnection, policy-scheduler's --qps/--burst,
-the binder's client); policy-scheduler and the binder bind with --bind-concurrency requests in
+all: --qps / --burst (kube-scheduler's clientConnection, policy-scheduler's --qps/--burst, the
+binder's client); policy-scheduler and the binder bind with --bind-concurrency requests in
 flight.
 
 Checks (any failure ends the benchmark with an error and ``"ok": false``): every created pod
-ends bound; no pod's node ever changes (the API forbids rebinding); for the two schedulers no
-node holds more than its allocatable cpu, memory and pods, and the workload's constraint holds
-(zone affinity, skew <= 1 per app, at most one pod of an app per node); no pod has more than one
+ends bound; no pod's node ever changes (the API forbids rebinding); for the schedulers no node
+holds more than its allocatable cpu, memory and pods, and the workload's constraint holds (zone
+affinity, skew <= 1 per app, at most one pod of an app per node); no pod has more than one
 Scheduled event. Also reported: Scheduled events and 'scheduled' attempts from each scheduler's
 own metrics (each should equal the pods), binding conflicts (409), and warnings or errors in
 the scheduler's log (logs are kept in the run directory).
 
     .venv/bin/python bench/throughput.py [--quick] [--workload NAME ... | --workload all]
-        [--nodes N] [--pods M] [--schedulers policy-scheduler kube-scheduler ceiling]
+        [--nodes N] [--pods M] [--schedulers policy-scheduler kube-scheduler kube-same ceiling]
         [--qps 5000] [--burst 10000] [--bind-concurrency 64] [--latency-pods L]
-        [--latency-rate R | --latency-load F] [--repeat N] [--kwok] [--operator-arg=--flag=value]
+        [--latency-load F] [--latency-rate R] [--repeat N] [--kwok] [--operator-arg=--flag=value]
 
---quick runs 200 nodes x 2000 pods (PodAntiAffinity 100 x 500, GangScheduling 100 x 500) and 300 latency pods: under
-a minute per workload. --repeat N runs every scheduler N times, interleaved, and reports the
-run with the median pods/s. Tables go to stdout, progress to stderr; the last line of stdout
-is one JSON object with every figure and the ratios of pods/s policy-scheduler /
-kube-scheduler and policy-scheduler / ceiling, also saved as result.json in the run directory
-next to each run's logs.
+--quick runs SchedulingBasic at 200 nodes x 2000 pods with 300 latency pods (other workloads:
+PodAntiAffinity 100 x 500, GangScheduling 100 x 500, PreemptionBasic 100 x 100,
+SchedulingBasic5k 1000 x 2000, Scale 1000 nodes with 2,000 bound pods): under two minutes.
+--repeat N runs every scheduler N times, interleaved, and reports the run with the median
+pods/s. Tables go to stdout, progress to stderr; the last line of stdout is one JSON object with
+every figure and the ratios of pods/s (``ratios.ours_vs_kube``: policy-scheduler / kube-scheduler
+with the same plugins; ``ours_vs_kube_full``: against its default profile; ``ours_vs_ceiling``),
+also saved as result.json in the run directory next to each run's logs.
 """
 
 from __future__ import annotations
@@ -77,6 +92,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -100,10 +116,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 import localcluster  # noqa: E402
 
-OURS, KUBE, CEILING = "policy-scheduler", "kube-scheduler", "ceiling"
-SCHEDULERS = (OURS, KUBE, CEILING)  # run order: the first run sets the latency phase's rate
-SCHEDULER_NAME = {OURS: "policy-scheduler", KUBE: "default-scheduler", CEILING: "bench-binder"}
-LABEL = {OURS: "policy-scheduler", KUBE: "kube-scheduler", CEILING: "bare binder (ceiling)"}
+OURS, KUBE, KUBE_SAME, CEILING = "policy-scheduler", "kube-scheduler", "kube-same", "ceiling"
+SCHEDULERS = (OURS, KUBE, KUBE_SAME, CEILING)  # run order
+SCHEDULER_NAME = {OURS: "policy-scheduler", KUBE: "default-scheduler", KUBE_SAME: "default-scheduler",
+                  CEILING: "bench-binder"}
+LABEL = {OURS: "policy-scheduler", KUBE: "kube-scheduler", KUBE_SAME: "kube-scheduler (same plugins)",
+         CEILING: "bare binder (ceiling)"}
 NAMESPACE = "bench"
 ZONE, HOSTNAME = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
 NODE_CPU, NODE_MEM, NODE_PODS = "4", "32Gi", "110"  # scheduler_perf's node-default.yaml
@@ -128,12 +146,10 @@ class Workload:
     quick_nodes: int
     quick_pods: int
     zones: int = 3
-    init_per_node: int = 0  # low-priority pods created bound on every node before the run (preemption)
+    init_per_node: int = 0  # pods created bound on every node before the run (not measured)
     group_size: int = 0  # pods per native PodGroup (minCount), consecutive pods by index (gangs)
-
-    @property
-    def preempts(self) -> bool:
-        return self.init_per_node > 0
+    preempts: bool = False  # the init pods are low-priority victims, the measured pods preempt them
+    quick_init_per_node: int | None = None  # init pods per node with --quick (default: init_per_node)
 
     @property
     def gangs(self) -> bool:
@@ -149,16 +165,18 @@ class Workload:
                  "spec": {"schedulingPolicy": {"gang": {"minCount": min(self.group_size, pods - i)}}}}
                 for i in range(0, pods, self.group_size)]
 
-    def init_pods(self, nodes: int) -> list[dict]:
-        """scheduler_perf's pod-low-priority.yaml (900m / 500Mi, grace period 0), bound up front."""
+    def init_pods(self, nodes: int, per_node: int) -> list[dict]:
+        """Pods bound up front: for preemption scheduler_perf's pod-low-priority.yaml (900m /
+        500Mi, grace period 0), else its pod-default.yaml (100m / 500Mi)."""
+        cpu = "900m" if self.preempts else POD_CPU
         return [{"apiVersion": "v1", "kind": "Pod",
                  "metadata": {"name": f"low-{i:05d}-{j}", "namespace": NAMESPACE, "labels": {"app": "low"}},
                  "spec": {"nodeName": f"node-{i:05d}", "terminationGracePeriodSeconds": 0,
                           "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
                                           "ports": [{"containerPort": 80}],
-                                          "resources": {"requests": {"cpu": "900m", "memory": POD_MEM},
-                                                        "limits": {"cpu": "900m", "memory": POD_MEM}}}]}}
-                for i in range(nodes) for j in range(self.init_per_node)]
+                                          "resources": {"requests": {"cpu": cpu, "memory": POD_MEM},
+                                                        "limits": {"cpu": cpu, "memory": POD_MEM}}}]}}
+                for i in range(nodes) for j in range(per_node)]
 
     def node(self, i: int, kwok: bool) -> dict:
         name = f"node-{i:05d}"
@@ -256,9 +274,13 @@ WORKLOADS = {w.name: w for w in (
     Workload("NodeAffinity", 1000, 5000, 200, 2000),
     Workload("TopologySpreading", 1000, 5000, 200, 2000),
     Workload("PodAntiAffinity", 500, 1000, 100, 500),
-    Workload("PreemptionBasic", 500, 500, 100, 100, init_per_node=4),
+    Workload("PreemptionBasic", 500, 500, 100, 100, init_per_node=4, preempts=True),
     Workload("GangScheduling", 500, 1000, 100, 500, group_size=50),
+    Workload("SchedulingBasic5k", 5000, 10000, 1000, 2000),
+    # the scale mode: 50,000 pods bound up front in the cache of every scheduler, then 1,000 more
+    Workload("Scale", 5000, 1000, 1000, 500, init_per_node=10, quick_init_per_node=2),
 )}
+MAIN_WORKLOADS = ("SchedulingBasic", "NodeAffinity", "TopologySpreading", "PodAntiAffinity")
 HIGH_PRIORITY = "bench-high"  # PriorityClass of PreemptionBasic's measured pods (value 10)
 
 
@@ -329,14 +351,34 @@ class Sampler:
 
 # ------------------------------------------------------------------------------------ pod watch
 class PodWatch:
-    """LIST+WATCH of the benchmark namespace's pods: when each was first seen and first bound."""
+    """LIST+WATCH of the benchmark namespace's pods and Scheduled events: when each pod was first
+    seen, first bound, and when its first Scheduled event appeared. A pod counts as scheduled
+    once both are there (``scheduled``)."""
 
     def __init__(self, client: KubeClient) -> None:
         self.added: dict[str, float] = {}
         self.bound: dict[str, float] = {}
+        self.event: dict[str, float] = {}
         self.node: dict[str, str] = {}
         self.rebound: list[str] = []
         self.informer = Informer(client, f"/api/v1/namespaces/{NAMESPACE}/pods", self.on_pod, "bench-pods")
+        self.events = Informer(client, f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events", self.on_event,
+                               "bench-events")
+
+    def on_event(self, kind: str, obj: dict) -> None:
+        if kind == "DELETED" or obj.get("reason") != "Scheduled":
+            return
+        name = (obj.get("regarding") or {}).get("name")
+        if name:
+            self.event.setdefault(name, time.monotonic())
+
+    def scheduled(self, name: str) -> float | None:
+        """When the pod was bound and had its Scheduled event, whichever came last."""
+        b, e = self.bound.get(name), self.event.get(name)
+        return None if b is None or e is None else max(b, e)
+
+    def count_scheduled(self, names: list[str]) -> int:
+        return sum(1 for n in names if n in self.bound and n in self.event)
 
     def on_pod(self, kind: str, obj: dict) -> None:
         if kind == "DELETED":
@@ -493,11 +535,29 @@ def terminate(p: subprocess.Popen) -> None:
             p.wait(5)
 
 
-async def start_scheduler(which: str, cluster: localcluster.LocalCluster, run_dir: Path,
+def same_plugins_config(gangs: bool) -> str:
+    """A KubeSchedulerConfiguration profile with exactly the ``default`` policy's plugins, weights
+    and args (plus the two our chain adds implicitly: SchedulingGates, DefaultBinder), every
+    other default plugin disabled. GangScheduling only with the gang gates (kube-scheduler has
+    it only then; without them ours passes every pod in no group at once)."""
+    policy = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
+    plugins = [p for p in policy["spec"]["plugins"] if gangs or p["name"] != "GangScheduling"]
+    enabled = [{"name": "SchedulingGates"}]
+    enabled += [{"name": p["name"], **({"weight": p["weight"]} if "weight" in p else {})} for p in plugins]
+    enabled.append({"name": "DefaultBinder"})
+    profile = {"schedulerName": SCHEDULER_NAME[KUBE_SAME],
+               "plugins": {"multiPoint": {"enabled": enabled, "disabled": [{"name": "*"}]}},
+               "pluginConfig": [{"name": p["name"], "args": p["args"]} for p in plugins if p.get("args")]}
+    return yaml.safe_dump({"profiles": [profile]}, sort_keys=False)
+
+
+async def start_scheduler(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
                           a: argparse.Namespace) -> Proc:
     kc = str(cluster.admin_kubeconfig)
-    if which == KUBE:
-        await asyncio.to_thread(cluster.start_scheduler, a.qps, a.burst)
+    run_dir = plan.run_dir
+    if which in (KUBE, KUBE_SAME):
+        extra = same_plugins_config(plan.workload.gangs) if which == KUBE_SAME else ""
+        await asyncio.to_thread(cluster.start_scheduler, a.qps, a.burst, None, extra)
         info = cluster.state["procs"]["kube-scheduler"]
         cmdline = Path(f"/proc/{info['pid']}/cmdline").read_bytes().decode().split("\0")
         port = next(x.split("=", 1)[1] for x in cmdline if x.startswith("--secure-port="))
@@ -525,7 +585,7 @@ def log_findings(which: str, log: Path) -> dict[str, Any]:
     if which == OURS:
         bad = [x for x in lines if " WARNING " in x or " ERROR " in x or "Traceback" in x]
         conflicts = sum(1 for x in lines if "not needed" in x and "HTTP 409" in x)
-    elif which == KUBE:
+    elif which in (KUBE, KUBE_SAME):
         bad = [x for x in lines if x[:1] in ("E", "W") and x[1:5].isdigit()]  # klog severity prefix
         conflicts = sum(1 for x in lines if "already assigned" in x)
     else:
@@ -541,22 +601,36 @@ def percentile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))] if s else float("nan")
 
 
-def throughput_figures(bound_t: list[float], t_start: float, sampler: Sampler) -> dict[str, Any]:
-    """pods/s between the 10% and the 90% bound pod, and CPU of the processes in that window."""
-    n = len(bound_t)
+def window_rate(ts: list[float]) -> float:
+    """pods/s between the 10% and the 90% of sorted times ``ts``."""
+    n = len(ts)
     lo, hi = int(0.1 * (n - 1)), max(1, int(0.9 * (n - 1)))
-    t10, t90, t_last = bound_t[lo], bound_t[hi], bound_t[-1]
+    return round((hi - lo) / max(ts[hi] - ts[lo], 1e-6), 1)
+
+
+def throughput_figures(done_t: list[float], bound_t: list[float], event_t: list[float], t_start: float,
+                       sampler: Sampler) -> dict[str, Any]:
+    """pods/s between the 10% and the 90% scheduled pod (bound, with its Scheduled event), CPU
+    of the processes in that window and over the whole run (start to the last pod scheduled)."""
+    n = len(done_t)
+    lo, hi = int(0.1 * (n - 1)), max(1, int(0.9 * (n - 1)))
+    t10, t90, t_last = done_t[lo], done_t[hi], done_t[-1]
     window = max(t90 - t10, 1e-6)
     cpu = sampler.between(t10, t90)
+    run = sampler.between(t_start, t_last)
     cores = {k: round(v / window, 2) for k, v in cpu.items()}
     per_second = [0] * (int(t_last - t_start) + 1)
-    for t in bound_t:
+    for t in done_t:
         per_second[int(t - t_start)] += 1
     return {
         "pods_per_s": round((hi - lo) / window, 1), "pods_per_s_overall": round(n / (t_last - t_start), 1),
-        "startup_s": round(bound_t[0] - t_start, 2), "makespan_s": round(t_last - t_start, 2),
-        "cpu_s": round(sampler.between(t_start, t_last)["scheduler"], 2),
+        "pods_per_s_bound_only": window_rate(bound_t),
+        "startup_s": round(done_t[0] - t_start, 2), "makespan_s": round(t_last - t_start, 2),
+        "last_bound_s": round(bound_t[-1] - t_start, 2), "last_event_s": round(event_t[-1] - t_start, 2),
+        "cpu_s": round(run["scheduler"], 2),
         "cpu_ms_per_pod": round(1000 * cpu["scheduler"] / (hi - lo), 3),
+        "cpu_ms_per_pod_run": round(1000 * run["scheduler"] / n, 3),
+        "apiserver_cpu_s_run": round(run["apiserver"], 2), "etcd_cpu_s_run": round(run["etcd"], 2),
         "cpu_cores_in_window": cores["scheduler"], "apiserver_cores_in_window": cores["apiserver"],
         "etcd_cores_in_window": cores["etcd"], "bench_cores_in_window": cores["bench"],
         # everything else on the machine: other users of the cores make every figure noisier
@@ -587,8 +661,68 @@ class RunPlan:
     nodes: int
     pods: int
     latency_pods: int
-    latency_rate: float | None  # None: set from this run's throughput
+    init_per_node: int  # pods bound up front on every node
     run_dir: Path
+
+
+async def run_latency(client: KubeClient, watch: PodWatch, plan: RunPlan, which: str, proc: Proc, prefix: str,
+                      rate: float, a: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
+    """A steady stream of ``plan.latency_pods`` new pods at ``rate``: creation to scheduled."""
+    wl, sched_name = plan.workload, SCHEDULER_NAME[which]
+    names = [f"{prefix}-{i:06d}" for i in range(plan.latency_pods)]
+    progress(f"  latency phase {prefix}: {plan.latency_pods} pods at {rate} pods/s")
+    creating = asyncio.create_task(create_paced(
+        client, f"/api/v1/namespaces/{NAMESPACE}/pods",
+        [wl.pod(prefix, i, sched_name, plan.nodes) for i in range(plan.latency_pods)], rate))
+    await wait_until(lambda: creating.done() and watch.count_scheduled(names) >= len(names),
+                     f"{LABEL[which]}, latency phase {prefix}: scheduled", a.stall_timeout,
+                     lambda: len(watch.event), proc.exited)
+    await creating
+    fig = latency_figures([watch.added[n] for n in names], [watch.scheduled(n) for n in names], rate)
+    progress(f"  latency p50 {fig['p50_ms']} ms, p99 {fig['p99_ms']} ms")
+    return names, fig
+
+
+def decision_time(metrics: str) -> dict[str, Any]:
+    """Decision time per scheduling attempt, as both schedulers measure it: the sum of
+    scheduler_framework_extension_point_duration_seconds over PreFilter, Filter, PostFilter,
+    PreScore and Score, divided by the attempts (PreFilter's count); and the mean of
+    scheduler_scheduling_attempt_duration_seconds (the whole attempt, binding included)."""
+    name = "scheduler_framework_extension_point_duration_seconds"
+    points = ("PreFilter", "Filter", "PostFilter", "PreScore", "Score")
+    total = count = att_sum = att_count = 0.0
+    for line in metrics.splitlines():
+        value = line.rsplit(" ", 1)[-1]
+        if line.startswith(name + "_sum{") or line.startswith(name + "_count{"):
+            point = re.search(r'extension_point="([^"]+)"', line)
+            if point and point.group(1) in points:
+                if "_sum{" in line:
+                    total += float(value)
+                elif point.group(1) == "PreFilter":
+                    count += float(value)
+        elif line.startswith("scheduler_scheduling_attempt_duration_seconds_sum"):
+            att_sum += float(value)
+        elif line.startswith("scheduler_scheduling_attempt_duration_seconds_count"):
+            att_count += float(value)
+    out: dict[str, Any] = {}
+    if count:
+        out.update(attempts=int(count), mean_ms=round(1000 * total / count, 3))
+    if att_count:
+        out["attempt_mean_ms"] = round(1000 * att_sum / att_count, 3)
+    return out
+
+
+async def api_requests(client: KubeClient) -> Counter:
+    """The API server's apiserver_request_total, summed by verb, resource and subresource."""
+    text = await client.request("GET", "/metrics")
+    out: Counter = Counter()
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            key = " ".join(x for x in (labels.get("verb", ""), labels.get("resource", ""),
+                                       labels.get("subresource", "")) if x)
+            out[key] += int(float(line.rsplit(" ", 1)[1]))
+    return out
 
 
 async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster, a: argparse.Namespace) -> dict:
@@ -608,11 +742,16 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
             await client.post("/apis/scheduling.k8s.io/v1/priorityclasses", {
                 "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": HIGH_PRIORITY},
                 "value": 10})
-            await create_all(client, f"/api/v1/namespaces/{NAMESPACE}/pods", wl.init_pods(plan.nodes),
-                             a.create_concurrency)
+        if plan.init_per_node:
+            t0 = time.monotonic()
+            await create_all(client, f"/api/v1/namespaces/{NAMESPACE}/pods",
+                             wl.init_pods(plan.nodes, plan.init_per_node), a.create_concurrency)
+            progress(f"  {plan.nodes * plan.init_per_node} pods created bound in {time.monotonic() - t0:.0f}s")
         watch = PodWatch(client)
         tasks.append(asyncio.create_task(watch.informer.run()))
-        await asyncio.wait_for(watch.informer.synced.wait(), 30)
+        tasks.append(asyncio.create_task(watch.events.run()))
+        await asyncio.wait_for(watch.informer.synced.wait(), 120)
+        await asyncio.wait_for(watch.events.synced.wait(), 30)
 
         sched_name = SCHEDULER_NAME[which]
         pod_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
@@ -623,7 +762,7 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         t0 = time.monotonic()
         await create_all(client, pod_path, [wl.pod("t", i, sched_name, plan.nodes) for i in range(plan.pods)],
                          a.create_concurrency)
-        await wait_until(lambda: len(watch.added) >= plan.pods, "pods to appear in the watch", 30,
+        await wait_until(lambda: watch.count(names, watch.added) >= plan.pods, "pods to appear in the watch", 30,
                          lambda: len(watch.added))
         created_rate = plan.pods / (time.monotonic() - t0)
         pids = {"apiserver": cluster.state["procs"]["kube-apiserver"]["pid"],
@@ -631,53 +770,59 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         await settle(pids)
 
         # ---- throughput: the scheduler starts with every measured pod pending
+        requests_before = await api_requests(client)
         load = os.getloadavg()[0]
         sampler = Sampler(pids)
         t_start = time.monotonic()
         sampler.sample()  # the scheduler has used no CPU yet: its column reads 0 here
-        proc = await start_scheduler(which, cluster, plan.run_dir, a)
+        proc = await start_scheduler(which, plan, cluster, a)
         sampler.pids["scheduler"] = proc.pid
         tasks.append(asyncio.create_task(sampler.run()))
         progress(f"  {plan.pods} pods pending ({created_rate:.0f} created/s); {LABEL[which]} started")
-        await wait_until(lambda: watch.count(names, watch.bound) >= plan.pods, f"{LABEL[which]}: bound",
-                         a.stall_timeout, lambda: len(watch.bound), proc.exited)
-        sampler.sample()  # at least one sample after the last bind, however short the run
-        res = {"scheduler": which, **throughput_figures(sorted(watch.bound[n] for n in names), t_start, sampler),
+        await wait_until(lambda: watch.count_scheduled(names) >= plan.pods,
+                         f"{LABEL[which]}: scheduled (bound, with a Scheduled event)",
+                         a.stall_timeout, lambda: len(watch.bound) + len(watch.event), proc.exited)
+        sampler.sample()  # at least one sample after the last pod, however short the run
+        res = {"scheduler": which,
+               **throughput_figures(sorted(watch.scheduled(n) for n in names), sorted(watch.bound[n] for n in names),
+                                    sorted(watch.event[n] for n in names), t_start, sampler),
                "loadavg_at_start": round(load, 2)}
-        if wl.gangs:  # when each group became whole: its last member bound, from the scheduler's start
+        if wl.gangs:  # when each group became whole: its last member scheduled, from the scheduler's start
             whole: dict[str, float] = defaultdict(float)
             for i, n in enumerate(names):
                 g = wl.group("t", i)
-                whole[g] = max(whole[g], watch.bound[n] - t_start)
+                whole[g] = max(whole[g], watch.scheduled(n) - t_start)
             res["groups_whole_s"] = sorted(round(v, 2) for v in whole.values())
             res["last_group_whole_s"] = res["groups_whole_s"][-1]
             progress(f"  {len(whole)} groups whole; the first after {res['groups_whole_s'][0]}s, "
                      f"the last after {res['last_group_whole_s']}s")
         progress(f"  throughput {res['pods_per_s']} pods/s (10-90%), start-up {res['startup_s']}s, "
-                 f"CPU {res['cpu_ms_per_pod']} ms/pod")
+                 f"last event {res['last_event_s']}s, CPU {res['cpu_ms_per_pod_run']} ms/pod over the run")
+        metrics_before = await scrape(proc.metrics_url, metrics_ssl(cluster)) if proc.metrics_url else ""
+        # what the API server served during the throughput phase, per measured pod (the benchmark's
+        # own watches and LISTs included, the same for every scheduler)
+        reqs = await api_requests(client) - requests_before
+        res["api_requests_per_pod"] = {k: round(v / plan.pods, 2) for k, v in reqs.most_common()
+                                       if v / plan.pods >= 0.05}
 
-        # ---- latency: a steady stream of new pods below saturation
+        # ---- latency: steady streams of new pods below saturation, at a share of this
+        # scheduler's own throughput, then at one rate common to every scheduler
         lat_names: list[str] = []
         if plan.latency_pods > 0:
             await settle(pids)  # the last Scheduled events and the watch fan-out of the burst
-            r = plan.latency_rate or round(a.latency_load * res["pods_per_s"], 1)
-            plan.latency_rate = r
-            lat_names = [f"l-{i:06d}" for i in range(plan.latency_pods)]
-            progress(f"  latency phase: {plan.latency_pods} pods at {r} pods/s")
-            creating = asyncio.create_task(create_paced(
-                client, pod_path, [wl.pod("l", i, sched_name, plan.nodes) for i in range(plan.latency_pods)], r))
-            await wait_until(lambda: creating.done() and watch.count(lat_names, watch.bound) >= len(lat_names),
-                             f"{LABEL[which]}, latency phase: bound", a.stall_timeout,
-                             lambda: len(watch.bound), proc.exited)
-            await creating
-            res["latency"] = latency_figures([watch.added[n] for n in lat_names],
-                                             [watch.bound[n] for n in lat_names], r)
-            progress(f"  latency p50 {res['latency']['p50_ms']} ms, p99 {res['latency']['p99_ms']} ms")
+            own = round(a.latency_load * res["pods_per_s"], 1)
+            got, res["latency"] = await run_latency(client, watch, plan, which, proc, "l", own, a)
+            lat_names += got
+            if a.latency_rate:
+                await settle(pids)
+                got, res["latency_common"] = await run_latency(client, watch, plan, which, proc, "c",
+                                                               a.latency_rate, a)
+                lat_names += got
         res["peak_rss_mb"] = round(peak_rss_mb(proc.pid), 1)
         res["cpu_s_total"] = round(cpu_seconds(proc.pid), 2)
-        # Scheduled events are posted after the binding: give the last ones a moment
-        events = await scheduled_events(client, 0 if which == CEILING else len(names) + len(lat_names))
+        events = await scheduled_events(client, len(names) + len(lat_names))  # every one is in the watch already
         metrics = await scrape(proc.metrics_url, metrics_ssl(cluster)) if proc.metrics_url else ""
+        res["decision"] = decision_time(metrics_before)  # the throughput phase's attempts
         t_stop = time.monotonic()
         await asyncio.to_thread(proc.stop)
         res["stop_s"] = round(time.monotonic() - t_stop, 2)
@@ -724,7 +869,7 @@ def check_run(which: str, plan: RunPlan, watch: PodWatch, names: list[str], pods
     unbound = [n for n in names if not (by_name.get(n) or {}).get("spec", {}).get("nodeName")]
     if unbound:
         errors.append(f"{len(unbound)} pods not bound, e.g. {unbound[:5]}")
-    init = plan.nodes * plan.workload.init_per_node  # preemption victims go, the rest stay
+    init = plan.nodes * plan.init_per_node  # preemption victims go, the rest stay
     if not len(names) <= len(by_name) <= len(names) + init:
         errors.append(f"{len(by_name)} pods in the namespace, {len(names)} created (and {init} bound up front)")
     moved = [n for n in names if n in by_name and watch.node.get(n) != by_name[n]["spec"].get("nodeName")]
@@ -769,7 +914,9 @@ def run_one(which: str, plan: RunPlan, a: argparse.Namespace) -> dict:
 # ------------------------------------------------------------------------------------ the binder
 async def binder_main(a: argparse.Namespace) -> None:
     """The ceiling: bind every pending pod of our scheduler name round-robin over the nodes, with
-    no decision, ``concurrency`` bindings in flight, through the same client as the operator."""
+    no decision, ``concurrency`` bindings in flight, through the same client as the operator;
+    then post its Scheduled event (events.k8s.io/v1, as both schedulers do), since a pod counts
+    as scheduled only with both."""
     client = KubeClient(load_credentials(a.kubeconfig), qps=a.qps, burst=a.burst, user_agent="bench-binder")
     nodes = sorted(n["metadata"]["name"] for n in await list_all(client, "/api/v1/nodes"))
     queue: asyncio.Queue = asyncio.Queue()
@@ -789,9 +936,19 @@ async def binder_main(a: argparse.Namespace) -> None:
     async def worker() -> None:
         while True:
             (ns, name), uid = await queue.get()
+            node = nodes[next(rr) % len(nodes)]
             try:
-                await client.bind(ns, name, nodes[next(rr) % len(nodes)], uid=uid)
+                await client.bind(ns, name, node, uid=uid)
                 counts["bound"] += 1
+                now = time.time()
+                await client.post(f"/apis/events.k8s.io/v1/namespaces/{ns}/events", {
+                    "apiVersion": "events.k8s.io/v1", "kind": "Event",
+                    "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": ns},
+                    "eventTime": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z",
+                    "reportingController": SCHEDULER_NAME[CEILING], "reportingInstance": SCHEDULER_NAME[CEILING],
+                    "action": "Binding", "reason": "Scheduled", "type": "Normal",
+                    "note": f"Successfully assigned {ns}/{name} to {node}",
+                    "regarding": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns, "uid": uid}})
             except ApiError as e:
                 counts["conflicts" if e.status == 409 else "errors"] += 1
                 print(f"bind error {ns}/{name}: {e}", flush=True)
@@ -833,33 +990,40 @@ def median_run(runs: list[dict]) -> dict:
 def print_table(name: str, wl_result: dict, cores: int) -> None:
     runs = wl_result["runs"]
     lat = next((r["latency"] for r in runs.values() if "latency" in r), None)
+    common = next((r["latency_common"] for r in runs.values() if "latency_common" in r), None)
     print(f"\n{name}: {wl_result['nodes']} nodes, {wl_result['pods']} pods measured"
-          + (f", then {lat['pods']} pods at {lat['rate']} pods/s for latency" if lat else "")
+          + (f" ({wl_result['init_pods']} more bound up front)" if wl_result.get("init_pods") else "")
+          + (f", then twice {lat['pods']} pods for latency ({wl_result['latency_load']} x each scheduler's own "
+             f"pods/s" + (f", then {common['rate']} pods/s for all)" if common else ")") if lat else "")
           + f"; {cores} cores" + (f"; median of {wl_result['repeat']} runs" if wl_result["repeat"] > 1 else ""))
-    head = (f"{'scheduler':<22} {'pods/s':>7} {'start s':>7} {'p50 ms':>7} {'p99 ms':>8} {'CPU s':>6} "
-            f"{'ms/pod':>6} {'cores':>5} {'api+etcd':>8} {'other':>5} {'RSS MB':>6}")
+    head = (f"{'scheduler':<30} {'pods/s':>7} {'start s':>7} {'last ev s':>9} {'p99 own':>8} {'p99 common':>10} "
+            f"{'ms/pod':>6} {'run ms/pod':>10} {'api+etcd s':>10} {'other':>5} {'RSS MB':>6} {'decide ms':>9}")
     print(head)
     print("-" * len(head))
-    for which in (CEILING, KUBE, OURS):
+    for which in (CEILING, KUBE, KUBE_SAME, OURS):
         r = runs.get(which)
         if r is None:
             continue
-        la = r.get("latency") or {}
-        p50 = f"{la['p50_ms']:.1f}" if la else "-"
+        la, lc = r.get("latency") or {}, r.get("latency_common") or {}
         p99 = f"{la['p99_ms']:.1f}" + ("*" if la.get("saturated") else "") if la else "-"
-        print(f"{LABEL[which]:<22} {r['pods_per_s']:>7.1f} {r['startup_s']:>7.2f} {p50:>7} {p99:>8} "
-              f"{r['cpu_s']:>6.1f} {r['cpu_ms_per_pod']:>6.2f} {r['cpu_cores_in_window']:>5.2f} "
-              f"{r['apiserver_cores_in_window'] + r['etcd_cores_in_window']:>8.2f} "
-              f"{r['other_cores_in_window']:>5.2f} {r['peak_rss_mb']:>6.0f}")
+        p99c = f"{lc['p99_ms']:.1f}" + ("*" if lc.get("saturated") else "") if lc else "-"
+        dec = r.get("decision") or {}
+        print(f"{LABEL[which]:<30} {r['pods_per_s']:>7.1f} {r['startup_s']:>7.2f} {r['last_event_s']:>9.2f} "
+              f"{p99:>8} {p99c:>10} {r['cpu_ms_per_pod']:>6.2f} {r['cpu_ms_per_pod_run']:>10.2f} "
+              f"{r['apiserver_cpu_s_run'] + r['etcd_cpu_s_run']:>10.1f} "
+              f"{r['other_cores_in_window']:>5.2f} {r['peak_rss_mb']:>6.0f} "
+              f"{dec['mean_ms'] if dec else '-':>9}")
     rat = {k: "-" if v is None else v for k, v in wl_result["ratios"].items()}
-    print(f"ratios of pods/s: policy-scheduler / kube-scheduler = {rat['ours_vs_kube']}, "
-          f"policy-scheduler / ceiling = {rat['ours_vs_ceiling']}")
-    print("pods/s: 10%..90% bound; start s: process start to first bind; p50/p99: creation to bound at the "
-          "steady rate; CPU s: scheduler process, start to last bind; ms/pod, cores: its CPU in the 10..90% window; "
-          "api+etcd, other: cores used by the API server + etcd and by the rest of the machine in that window; "
-          "RSS: the scheduler's peak")
-    if any((r.get("latency") or {}).get("saturated") for r in runs.values()):
-        print("* saturated: bound less than 90% of the offered rate")
+    print(f"ratios of pods/s: policy-scheduler / kube-scheduler (same plugins) = {rat['ours_vs_kube']}, "
+          f"/ kube-scheduler (default profile) = {rat['ours_vs_kube_full']}, / bare binder = {rat['ours_vs_ceiling']}")
+    print("pods/s: between the 10% and the 90% pod scheduled (bound, and its Scheduled event posted); start s: "
+          "process start to the first; last ev s: to the last Scheduled event; p99 own / common: creation to "
+          "scheduled at a share of the scheduler's own pods/s / at the common rate; ms/pod: the scheduler's CPU in "
+          "the 10..90% window; run ms/pod: its CPU from its start to the last pod, per pod; api+etcd s: their CPU "
+          "seconds over that run; other: cores the rest of the machine used in the window; RSS: the scheduler's "
+          "peak; decide ms: mean of scheduler_scheduling_attempt_duration_seconds in the throughput phase")
+    if any((r.get(k) or {}).get("saturated") for r in runs.values() for k in ("latency", "latency_common")):
+        print("* saturated: scheduled less than 90% of the offered rate")
     busy = [f"{LABEL[w]} {r['other_cores_in_window']:.2f}" for w, r in runs.items()
             if r["other_cores_in_window"] > 0.2]
     if busy:
@@ -867,9 +1031,9 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
               "these figures are noisier than on a quiet machine")
     whole = {w: r["last_group_whole_s"] for w, r in runs.items() if "last_group_whole_s" in r}
     if whole:
-        print("last group whole (its last member bound), seconds after the scheduler's start: "
+        print("last group whole (its last member scheduled), seconds after the scheduler's start: "
               + "; ".join(f"{LABEL[w]} {v}" for w, v in whole.items())
-              + (f"; policy-scheduler / kube-scheduler (time) = {wl_result['ratios']['ours_vs_kube_last_group']}"
+              + (f"; kube-scheduler / policy-scheduler (time) = {wl_result['ratios']['ours_vs_kube_last_group']}"
                  if wl_result["ratios"].get("ours_vs_kube_last_group") else ""))
     if wl_result["repeat"] > 1:
         print("pods/s of every run: " + "; ".join(f"{LABEL[w]} {r['pods_per_s_repeats']}" for w, r in runs.items()))
@@ -881,7 +1045,7 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
         print(f"  {LABEL[which]}: {c['bound']}/{c['created']} pods bound, none twice; Scheduled events "
               f"{c['scheduled_events']}; 'scheduled' attempts {c['scheduled_attempts']}; "
               f"log warnings/errors {c['log_warnings_or_errors']}")
-        for line in c["log_first"][:3] if which != KUBE else ():  # kube-scheduler's are start-up noise here
+        for line in c["log_first"][:3] if which not in (KUBE, KUBE_SAME) else ():  # kube's: start-up noise here
             print(f"      {line[:200]}")
 
 
@@ -899,8 +1063,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", action="append", default=[],
-                    choices=[*WORKLOADS, "all"], help="repeatable; default SchedulingBasic")
+    ap.add_argument("--workload", action="append", default=[], choices=[*WORKLOADS, "all"],
+                    help="repeatable; default: " + ", ".join(MAIN_WORKLOADS) + " (with --quick: SchedulingBasic); "
+                         "all: every workload")
     ap.add_argument("--quick", action="store_true", help="small sizes: under a minute per workload")
     ap.add_argument("--nodes", type=int, help="nodes (default: the workload's size)")
     ap.add_argument("--pods", type=int, help="pods measured for throughput (default: the workload's size)")
@@ -911,9 +1076,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="bindings in flight (policy-scheduler and the binder)")
     ap.add_argument("--latency-pods", type=int,
                     help="pods of the latency phase (default 1000, quick 300, at most --pods; 0: none)")
-    ap.add_argument("--latency-rate", type=float, help="pods/s of the latency phase (default: see --latency-load)")
+    ap.add_argument("--latency-rate", type=float, default=100,
+                    help="pods/s of the second latency phase, the same for every scheduler (default 100; 0: none)")
     ap.add_argument("--latency-load", type=float, default=0.25,
-                    help="latency phase rate as a share of the first run's throughput (default 0.25)")
+                    help="first latency phase: this share of each scheduler's own measured pods/s (default 0.25)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per scheduler, interleaved; the run with the median pods/s is reported")
     ap.add_argument("--create-concurrency", type=int, default=64, help="pod creations in flight")
@@ -926,7 +1092,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
-    names = list(WORKLOADS) if "all" in a.workload else (list(dict.fromkeys(a.workload)) or ["SchedulingBasic"])
+    default = ["SchedulingBasic"] if a.quick else list(MAIN_WORKLOADS)
+    names = list(WORKLOADS) if "all" in a.workload else (list(dict.fromkeys(a.workload)) or default)
     order = [s for s in SCHEDULERS if s in a.schedulers]
     out = a.out or ROOT / ".local" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     cores = os.cpu_count() or 1
@@ -936,7 +1103,9 @@ def main(argv: list[str] | None = None) -> int:
         "config": {"qps": a.qps, "burst": a.burst, "bind_concurrency": a.bind_concurrency, "kwok": a.kwok,
                    "quick": a.quick, "schedulers": order, "run_dir": str(out),
                    "method": "throughput: pods created first, scheduler started, pods/s between the 10% and 90% "
-                             "bound pod; latency: more pods created at a steady rate, creation to bound as watched"},
+                             "pod scheduled (bound and its Scheduled event seen); latency: more pods created at a "
+                             "steady rate (a share of each scheduler's own pods/s, then a common rate), creation "
+                             "to scheduled as watched"},
         "workloads": {},
     }
     progress(f"run directory {out}; {cores} cores, load average {result['machine']['loadavg_at_start']}")
@@ -946,21 +1115,26 @@ def main(argv: list[str] | None = None) -> int:
             wl = WORKLOADS[name]
             n = a.nodes or (wl.quick_nodes if a.quick else wl.nodes)
             m = a.pods or (wl.quick_pods if a.quick else wl.pods)
-            plan = RunPlan(wl, n, m, 0 if wl.preempts or wl.gangs else min(latency_pods, m), a.latency_rate, out)
+            init = wl.quick_init_per_node if a.quick and wl.quick_init_per_node is not None else wl.init_per_node
+            no_latency = wl.preempts or wl.gangs or wl.init_per_node
+            plan = RunPlan(wl, n, m, 0 if no_latency else min(latency_pods, m), init, out)
             reps: dict[str, list[dict]] = defaultdict(list)
             for rep in range(a.repeat):  # interleaved, so slow drifts of the machine hit all alike
                 for which in order:
                     plan.run_dir = out / (f"{name}-{which}" + (f"-{rep + 1}" if a.repeat > 1 else ""))
                     reps[which].append(run_one(which, plan, a))
             runs = {which: median_run(rs) for which, rs in reps.items()}
-            wr = {"nodes": n, "pods": m, "latency_rate": plan.latency_rate, "repeat": a.repeat, "runs": runs}
+            wr = {"nodes": n, "pods": m, "init_pods": n * init, "latency_load": a.latency_load,
+                  "latency_rate": a.latency_rate, "repeat": a.repeat, "runs": runs}
             pps = {k: v["pods_per_s"] for k, v in runs.items()}
-            wr["ratios"] = {"ours_vs_kube": ratio(pps.get(OURS), pps.get(KUBE)),
+            wr["ratios"] = {"ours_vs_kube": ratio(pps.get(OURS), pps.get(KUBE_SAME)),  # like for like
+                            "ours_vs_kube_full": ratio(pps.get(OURS), pps.get(KUBE)),
                             "ours_vs_ceiling": ratio(pps.get(OURS), pps.get(CEILING)),
-                            "kube_vs_ceiling": ratio(pps.get(KUBE), pps.get(CEILING))}
+                            "kube_vs_ceiling": ratio(pps.get(KUBE), pps.get(CEILING)),
+                            "kube_same_vs_ceiling": ratio(pps.get(KUBE_SAME), pps.get(CEILING))}
             if wl.gangs:  # kube-scheduler's time over ours: above 1, ours made the last group whole sooner
                 lg = {k: v.get("last_group_whole_s") for k, v in runs.items()}
-                wr["ratios"]["ours_vs_kube_last_group"] = ratio(lg.get(KUBE), lg.get(OURS))
+                wr["ratios"]["ours_vs_kube_last_group"] = ratio(lg.get(KUBE_SAME) or lg.get(KUBE), lg.get(OURS))
             result["workloads"][name] = wr
             print_table(name, wr, cores)
         result["ok"] = True
