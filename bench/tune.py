@@ -23,13 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-import simulate as simbench  # noqa: E402
-
-from policy_scheduler.api.models import duration_seconds  # noqa: E402
-from policy_scheduler.framework.nodetable import NodeSpec  # noqa: E402
-from policy_scheduler.framework.podinfo import parse_pod  # noqa: E402
-from policy_scheduler.whatif import tune  # noqa: E402
-from policy_scheduler.whatif.pods import pods_from_documents  # noqa: E402
+import simulate as simbench
+from policy_scheduler.api.models import duration_seconds
+from policy_scheduler.framework.nodetable import NodeSpec
+from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.whatif import tune
+from policy_scheduler.whatif.pods import pods_from_documents
 
 
 def policy(max_replays: int, time_limit: str) -> dict:

@@ -8,17 +8,25 @@ from __future__ import annotations
 import subprocess
 import time
 
-from kubernetes import client
-
 import localcluster
-from helpers import GROUP, PLURAL, VERSION, apply_policy, pod, policy_status, wait_bound, wait_for
+from helpers import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    apply_policy,
+    events_for,
+    pod,
+    policy_status,
+    wait_bound,
+    wait_for,
+)
 
 LABEL = "policy-scheduler.io/policy"
 BOUNDS = {"NodeResourcesFit": [1, 10], "PodTopologySpread": [1, 10]}
 
 
 def plugins(fit=1, spread=10):
-    return [{"name": "PrioritySort"}, {"name": "NodeUnschedulable"},
+    return [{"name": "PrioritySort"}, {"name": "NodeUnschedulable"}, {"name": "NodeAffinity"},  # nodeSelector
             {"name": "NodeResourcesFit", "weight": fit, "args": {"scoringStrategy": {"type": "MostAllocated"}}},
             {"name": "PodTopologySpread", "weight": spread}]
 
@@ -68,11 +76,12 @@ def test_apply_changes_weights_within_bounds_and_pods_placed_after_use_fewer_nod
         assert tuning["current"]["weights"] and tuning["recommended"]["weights"]
         assert tuning["windowPods"] == 12 and tuning["replays"] >= 2
         assert tuning["summary"].startswith("apply ")
-        evs = client.EventsV1Api(core.api_client).list_namespaced_event(
-            "default", field_selector=f"regarding.name={name}").items
-        tuned = [e for e in evs if e.reason == "WeightsTuned"]
-        assert tuned and "predicted objective" in tuned[0].note, [e.reason for e in evs]
-        print(f"WeightsTuned: {tuned[0].note}")
+        tuned = wait_for(lambda: events_for(core, "default", name, "WeightsTuned"), 15, what="a WeightsTuned event")
+        assert "predicted objective" in tuned[0].message, tuned[0].message
+        print(f"WeightsTuned: {tuned[0].message}")
+        # the operator scheduling with the new weights before the next pods come
+        wait_for(lambda: f"NodeResourcesFit:{new['NodeResourcesFit']}" in
+                 (policy_status(policies, name).get("pluginSummary") or ""), 15, what="the chain rebuilt")
 
         after = burst(core, namespace, name, "after", 12)
         used_after = len(set(after.values()))

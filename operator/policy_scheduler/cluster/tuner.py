@@ -29,8 +29,9 @@ import multiprocessing
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 
@@ -282,7 +283,7 @@ class Tuner:
         except ApiError as e:
             log.info("SchedulingPolicy %s: weights not applied (%s); the next evaluation starts again", name, e)
             return None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
             log.warning("SchedulingPolicy %s: weights not applied: %s", name, e)
             return None
         note = (f"{', '.join(changed)}: predicted objective {step['objective']:.4g} (was {res['current']['objective']:.4g}, "
@@ -304,7 +305,7 @@ class Tuner:
                               "kind": "SchedulingPolicy", "name": name, "uid": meta.get("uid")}}
         try:
             await self.client.post("/apis/events.k8s.io/v1/namespaces/default/events", body)
-        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        except (TimeoutError, ApiError, aiohttp.ClientError, OSError) as e:
             log.warning("event %s for SchedulingPolicy %s not recorded: %s", reason, name, e)
 
     async def _write_status(self, name: str, status: dict[str, Any]) -> None:
@@ -312,5 +313,5 @@ class Tuner:
             return
         try:
             await self.client.merge_patch(f"{PLURAL_PATH}/{name}/status", {"status": {"tuning": status}})
-        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        except (TimeoutError, ApiError, aiohttp.ClientError, OSError) as e:
             log.warning("tuning status of SchedulingPolicy %s not written: %s", name, e)

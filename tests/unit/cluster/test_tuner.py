@@ -10,11 +10,14 @@ import copy
 import functools
 
 from fakeclient import FakeClient
-
 from policy_scheduler.api.models import TuningSpec
 from policy_scheduler.cluster.engine import Engine
 from policy_scheduler.cluster.policies import PLURAL_PATH
-from policy_scheduler.cluster.tuner import FIELD_MANAGER, PlacementLog, Tuner, TuningState
+from policy_scheduler.cluster.tuner import (
+    PlacementLog,
+    Tuner,
+    TuningState,
+)
 from policy_scheduler.framework.podinfo import parse_pod
 
 PATH = f"{PLURAL_PATH}/pack"

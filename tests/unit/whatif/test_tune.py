@@ -8,7 +8,6 @@ import json
 import random
 
 import pytest
-
 from policy_scheduler import cli
 from policy_scheduler.api.models import TuningSpec
 from policy_scheduler.framework.podinfo import parse_pod
