@@ -72,7 +72,8 @@ def test_apply_changes_weights_within_bounds_and_pods_placed_after_use_fewer_nod
         assert "policy-scheduler-tuner" in managers, managers
         tuning = wait_for(lambda: (policy_status(policies, name).get("tuning") or {}).get("lastApplied") and
                           policy_status(policies, name)["tuning"], 15, what="status.tuning with lastApplied")
-        assert tuning["lastApplied"]["to"] == new
+        # the status lists every Score weight; the spec carries only the ones written (the bounded two)
+        assert {k: v for k, v in tuning["lastApplied"]["to"].items() if k in BOUNDS} == new
         assert tuning["current"]["weights"] and tuning["recommended"]["weights"]
         assert tuning["windowPods"] == 12 and tuning["replays"] >= 2
         assert tuning["summary"].startswith("apply ")
