@@ -163,6 +163,15 @@ class Telemetry:
                             ["name"], registry=r)
         self.events_dropped = Counter("policy_scheduler_events_dropped",
                                       "Kubernetes Events or status writes that failed.", ["kind"], registry=r)
+        # the tuner (cluster/tuner.py): evaluations that replayed a window, their replays and time
+        self.tuning_evaluations = Counter("policy_scheduler_tuning_evaluations",
+                                          "Tuner evaluations that replayed a window of pods, by policy.",
+                                          ["policy"], registry=r)
+        self.tuning_replays = Counter("policy_scheduler_tuning_replays", "Replays the tuner ran, by policy.",
+                                      ["policy"], registry=r)
+        self.tuning_duration = Histogram("policy_scheduler_tuning_evaluation_duration_seconds",
+                                         "Time of one tuner evaluation (its replays, off the scheduling loop).",
+                                         ["policy"], buckets=exponential_buckets(0.05, 2, 12), registry=r)
 
         self.known_policies: Mapping[str, Any] = known_policies if known_policies is not None else {}
         self.plugin_sample_percent = plugin_sample_percent

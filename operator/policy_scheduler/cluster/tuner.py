@@ -203,6 +203,11 @@ class Tuner:
         job = self._job(obj, current, window, ts, since)
         t0 = time.perf_counter()
         out = await asyncio.get_running_loop().run_in_executor(self.executor(), tune.evaluate_window_sync, job)
+        seconds = time.perf_counter() - t0
+        tel = self.engine.telemetry
+        tel.tuning_evaluations.labels(name).inc()
+        tel.tuning_replays.labels(name).inc(out["replays"])
+        tel.tuning_duration.labels(name).observe(seconds)
         res = out["result"]
         fb = out.get("feedback")
         if fb is not None and tuning.mode == "Apply" and not ts.paused and abs(fb["error"]) > tuning.max_prediction_error:
@@ -216,7 +221,7 @@ class Tuner:
                    + ("no vector improves the objective by the threshold" if rec["weights"] == res["current"]["weights"]
                       else "recommended weights improve the objective by the threshold"))
         status.update(summary=tune.summary(tuning.mode, gain, paused=bool(ts.paused)), replays=out["replays"],
-                      seconds=round(time.perf_counter() - t0, 3), stopped=res["stopped"],
+                      seconds=round(seconds, 3), stopped=res["stopped"],
                       current={"weights": res["current"]["weights"], "objective": res["current"]["objective"]},
                       recommended={"weights": rec["weights"], "objective": rec["objective"]}, gain=gain,
                       measured=out["measured"], feedback=fb, paused=bool(ts.paused), held=sorted(ts.held),

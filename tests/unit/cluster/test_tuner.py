@@ -113,6 +113,9 @@ async def test_recommend_writes_status_and_never_the_spec():
     assert status["recommended"]["objective"] < status["current"]["objective"]
     assert status["summary"] == f"recommend {100 * status['gain']:+.1f}%" and status["gain"] <= -0.02
     assert status["measured"] == status["current"]["objective"]  # the log's placements are the replay's
+    tel = engine.telemetry
+    assert tel.tuning_evaluations.labels("pack")._value.get() == 1
+    assert tel.tuning_replays.labels("pack")._value.get() == status["replays"]
 
 
 @on_a_loop
