@@ -117,11 +117,18 @@ sys.path.insert(0, str(ROOT / "hack"))
 import localcluster  # noqa: E402
 
 OURS, KUBE, KUBE_SAME, CEILING = "policy-scheduler", "kube-scheduler", "kube-same", "ceiling"
-SCHEDULERS = (OURS, KUBE, KUBE_SAME, CEILING)  # run order
-SCHEDULER_NAME = {OURS: "policy-scheduler", KUBE: "default-scheduler", KUBE_SAME: "default-scheduler",
-                  CEILING: "bench-binder"}
-LABEL = {OURS: "policy-scheduler", KUBE: "kube-scheduler", KUBE_SAME: "kube-scheduler (same plugins)",
-         CEILING: "bare binder (ceiling)"}
+OURS_TUNING = "policy-scheduler-tuning"  # --tuning: the default policy with spec.tuning on (Recommend)
+SCHEDULERS = (OURS, OURS_TUNING, KUBE, KUBE_SAME, CEILING)  # run order
+SCHEDULER_NAME = {OURS: "policy-scheduler", OURS_TUNING: "policy-scheduler", KUBE: "default-scheduler",
+                  KUBE_SAME: "default-scheduler", CEILING: "bench-binder"}
+LABEL = {OURS: "policy-scheduler", OURS_TUNING: "policy-scheduler, tuning on", KUBE: "kube-scheduler",
+         KUBE_SAME: "kube-scheduler (same plugins)", CEILING: "bare binder (ceiling)"}
+# what --tuning adds to the default policy: the tuner evaluates every 3 s over the last 500 pods,
+# in Recommend mode, so that the weights stay as they are and any change in pods/s is its cost
+TUNING = {"mode": "Recommend", "interval": "3s", "window": {"pods": 500},
+          "objective": {"imbalance": 10, "nodesUsed": 1},
+          "bounds": {"NodeResourcesFit": [1, 10], "PodTopologySpread": [1, 10],
+                     "NodeResourcesBalancedAllocation": [1, 10]}}
 NAMESPACE = "bench"
 ZONE, HOSTNAME = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
 NODE_CPU, NODE_MEM, NODE_PODS = "4", "32Gi", "110"  # scheduler_perf's node-default.yaml
@@ -462,11 +469,13 @@ async def scheduled_events(client: KubeClient, expected: int, quiet: float = 3.0
         await asyncio.sleep(0.5)
 
 
-async def install_policy(client: KubeClient) -> None:
+async def install_policy(client: KubeClient, tuning: bool = False) -> None:
     crd = yaml.safe_load((ROOT / "crds" / "schedulingpolicies.yaml").read_text())
     await client.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
     path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
     policy = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
+    if tuning:
+        policy["spec"]["tuning"] = TUNING
     deadline = time.monotonic() + 30
     while True:
         conds = ((await client.get(path)).get("status") or {}).get("conditions") or []
@@ -563,7 +572,7 @@ async def start_scheduler(which: str, plan: RunPlan, cluster: localcluster.Local
         port = next(x.split("=", 1)[1] for x in cmdline if x.startswith("--secure-port="))
         return Proc(info["pid"], Path(info["log"]), lambda: cluster.stop("kube-scheduler"),
                     f"https://127.0.0.1:{port}/metrics", "scheduler_schedule_attempts_total")
-    if which == OURS:
+    if which in (OURS, OURS_TUNING):
         port = localcluster.free_port()
         args = [sys.executable, "-m", "policy_scheduler.cli", "run", "--kubeconfig", kc, "--qps", str(a.qps),
                 "--burst", str(a.burst), "--bind-concurrency", str(a.bind_concurrency),
@@ -582,7 +591,7 @@ async def start_scheduler(which: str, plan: RunPlan, cluster: localcluster.Local
 def log_findings(which: str, log: Path) -> dict[str, Any]:
     """Warnings, errors and binding conflicts in a scheduler's log."""
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    if which == OURS:
+    if which in (OURS, OURS_TUNING):
         bad = [x for x in lines if " WARNING " in x or " ERROR " in x or "Traceback" in x]
         conflicts = sum(1 for x in lines if "not needed" in x and "HTTP 409" in x)
     elif which in (KUBE, KUBE_SAME):
@@ -736,8 +745,8 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
                                                   "metadata": {"name": NAMESPACE}})
         nodes = {b["metadata"]["name"]: b for b in (wl.node(i, a.kwok) for i in range(plan.nodes))}
         await create_all(client, "/api/v1/nodes", list(nodes.values()), 32)
-        if which == OURS:
-            await install_policy(client)
+        if which in (OURS, OURS_TUNING):
+            await install_policy(client, tuning=which == OURS_TUNING)
         if wl.preempts:
             await client.post("/apis/scheduling.k8s.io/v1/priorityclasses", {
                 "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": HIGH_PRIORITY},
@@ -799,6 +808,12 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         progress(f"  throughput {res['pods_per_s']} pods/s (10-90%), start-up {res['startup_s']}s, "
                  f"last event {res['last_event_s']}s, CPU {res['cpu_ms_per_pod_run']} ms/pod over the run")
         metrics_before = await scrape(proc.metrics_url, metrics_ssl(cluster)) if proc.metrics_url else ""
+        if which == OURS_TUNING:  # what the tuner did while the pods were scheduled
+            st = ((await client.get("/apis/policy-scheduler.io/v1alpha1/schedulingpolicies/default"))
+                  .get("status") or {}).get("tuning") or {}
+            res["tuning"] = {k: st.get(k) for k in ("windowPods", "replays", "seconds", "stopped", "evaluatedTime",
+                                                     "summary")}
+            res["tuning"]["evaluations"] = metric_sum(metrics_before, "policy_scheduler_tuning_evaluations_total")
         # what the API server served during the throughput phase, per measured pod (the benchmark's
         # own watches and LISTs included, the same for every scheduler)
         reqs = await api_requests(client) - requests_before
@@ -1000,7 +1015,7 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
             f"{'ms/pod':>6} {'run ms/pod':>10} {'api+etcd s':>10} {'other':>5} {'RSS MB':>6} {'decide ms':>9}")
     print(head)
     print("-" * len(head))
-    for which in (CEILING, KUBE, KUBE_SAME, OURS):
+    for which in (CEILING, KUBE, KUBE_SAME, OURS, OURS_TUNING):
         r = runs.get(which)
         if r is None:
             continue
@@ -1014,6 +1029,11 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
               f"{r['other_cores_in_window']:>5.2f} {r['peak_rss_mb']:>6.0f} "
               f"{dec['mean_ms'] if dec else '-':>9}")
     rat = {k: "-" if v is None else v for k, v in wl_result["ratios"].items()}
+    tun = (runs.get(OURS_TUNING) or {}).get("tuning")
+    if tun is not None:
+        print(f"tuning on / off, pods/s: {rat['tuning_vs_ours']}; the tuner meanwhile: "
+              f"{tun.get('evaluations', 0)} evaluations, the last: {tun.get('windowPods')} pods, "
+              f"{tun.get('replays')} replays in {tun.get('seconds')} s ({tun.get('stopped') or 'converged'})")
     print(f"ratios of pods/s: policy-scheduler / kube-scheduler (same plugins) = {rat['ours_vs_kube']}, "
           f"/ kube-scheduler (default profile) = {rat['ours_vs_kube_full']}, / bare binder = {rat['ours_vs_ceiling']}")
     print("pods/s: between the 10% and the 90% pod scheduled (bound, and its Scheduled event posted); start s: "
@@ -1085,6 +1105,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--create-concurrency", type=int, default=64, help="pod creations in flight")
     ap.add_argument("--stall-timeout", type=float, default=60, help="fail when no pod is bound for this long")
     ap.add_argument("--kwok", action="store_true", help="kwok-managed nodes (kwok also updates pod status)")
+    ap.add_argument("--tuning", action="store_true",
+                    help="also run policy-scheduler with spec.tuning on in the default policy (Recommend, every "
+                         "3 s over the last 500 pods): the tuner's cost in pods/s, same run")
     ap.add_argument("--operator-arg", action="append", default=[],
                     help="extra argument for `policy-scheduler run` (repeatable), "
                          "e.g. --operator-arg=--log-level=warning")
@@ -1094,7 +1117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     default = ["SchedulingBasic"] if a.quick else list(MAIN_WORKLOADS)
     names = list(WORKLOADS) if "all" in a.workload else (list(dict.fromkeys(a.workload)) or default)
-    order = [s for s in SCHEDULERS if s in a.schedulers]
+    order = [s for s in SCHEDULERS if s in a.schedulers or (s == OURS_TUNING and a.tuning)]
     out = a.out or ROOT / ".local" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     cores = os.cpu_count() or 1
     latency_pods = a.latency_pods if a.latency_pods is not None else (300 if a.quick else 1000)
@@ -1131,7 +1154,8 @@ def main(argv: list[str] | None = None) -> int:
                             "ours_vs_kube_full": ratio(pps.get(OURS), pps.get(KUBE)),
                             "ours_vs_ceiling": ratio(pps.get(OURS), pps.get(CEILING)),
                             "kube_vs_ceiling": ratio(pps.get(KUBE), pps.get(CEILING)),
-                            "kube_same_vs_ceiling": ratio(pps.get(KUBE_SAME), pps.get(CEILING))}
+                            "kube_same_vs_ceiling": ratio(pps.get(KUBE_SAME), pps.get(CEILING)),
+                            "tuning_vs_ours": ratio(pps.get(OURS_TUNING), pps.get(OURS))}
             if wl.gangs:  # kube-scheduler's time over ours: above 1, ours made the last group whole sooner
                 lg = {k: v.get("last_group_whole_s") for k, v in runs.items()}
                 wr["ratios"]["ours_vs_kube_last_group"] = ratio(lg.get(KUBE_SAME) or lg.get(KUBE), lg.get(OURS))
