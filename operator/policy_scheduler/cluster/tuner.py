@@ -100,10 +100,15 @@ class TuningState:
 
 
 def _nice() -> None:
+    """The worker runs only on CPU nobody else wants: SCHED_IDLE where the OS has it (Linux),
+    else the lowest nice. The scheduling loop, the API server and etcd keep their cores."""
     try:
-        os.nice(10)
-    except OSError:
-        pass
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        try:
+            os.nice(19)
+        except OSError:
+            pass
 
 
 class Tuner:
