@@ -1089,7 +1089,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes: under a minute per workload")
     ap.add_argument("--nodes", type=int, help="nodes (default: the workload's size)")
     ap.add_argument("--pods", type=int, help="pods measured for throughput (default: the workload's size)")
-    ap.add_argument("--schedulers", nargs="+", choices=SCHEDULERS, default=list(SCHEDULERS))
+    ap.add_argument("--schedulers", nargs="+", choices=[s for s in SCHEDULERS if s != OURS_TUNING],
+                    default=[s for s in SCHEDULERS if s != OURS_TUNING])
     ap.add_argument("--qps", type=float, default=5000, help="client QPS of every scheduler")
     ap.add_argument("--burst", type=int, default=10000, help="client burst of every scheduler")
     ap.add_argument("--bind-concurrency", type=int, default=64,
