@@ -817,6 +817,13 @@ class Engine:
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             log.warning("preemption victim %s not deleted: %s", victim.key, e)
             return False
+        # the API server has it terminating (or gone) now: so does the cache, before its watch
+        # event arrives, which may lag seconds behind in a burst. Until then the victim still
+        # counts on the node, and a preemptor tried meanwhile waits for it (PodEligibleToPreemptOthers)
+        # instead of preempting the same pod again
+        cached = self.table.pod(victim.key)
+        if cached is not None and cached.uid == victim.uid and not cached.terminating:
+            cached.terminating = cached.terminating_by_preemption = True
         self.recorder.event(victim, "Normal", "Preempted", "Preempting",
                             f"Preempted by pod {preemptor.uid} on node {node}")
         return True

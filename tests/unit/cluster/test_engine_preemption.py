@@ -167,3 +167,22 @@ def test_an_update_without_nominated_node_keeps_the_reservation_made_in_memory()
     assert e.nominator.node_of("ns/hi") == "n1"
     e.on_pod("MODIFIED", pod("hi", priority=10))  # the API cleared it
     assert e.nominator.node_of("ns/hi") is None
+
+
+def test_a_deleted_victim_counts_as_terminating_in_the_cache_before_its_watch_event():
+    """Once the DELETE succeeded the cache has the victim terminating by preemption (its watch
+    event may lag): the node still counts it, and its preemptor, tried meanwhile, is not eligible
+    to preempt again (upstream PodEligibleToPreemptOthers) rather than preempting it twice."""
+    from policy_scheduler.framework.preemption import MSG_TERMINATING, eligible
+    from policy_scheduler.framework.status import Status
+
+    e, victims = engine_with_victims()
+    hi = e.queue.pop().pod
+    e.preempting[hi.uid] = None
+    asyncio.run(e._delete_victims(hi, victims, "n1"))
+    cached = [e.table.pod(f"ns/v{i}") for i in range(3)]
+    assert all(p is not None and p.terminating and p.terminating_by_preemption for p in cached)
+    hi.nominated_node_name = "n1"
+    assert eligible(hi, e.table, Status.success()) == (False, MSG_TERMINATING)
+    e.on_pod("DELETED", pod("v2", "n1", terminating=True))
+    assert e.table.pod("ns/v2") is None
