@@ -789,8 +789,10 @@ class Engine:
             self.preempting.pop(pod.uid, None)
             # on a failure; or when the last victim left the cache before it was registered as
             # the last (its deletion event found the preemptor still held, and no later event
-            # will look at the gate again): the preemptor goes now
-            if not ok or (self._victim_gone(victims[-1].key) and self.queue.state_of(pod.key) == GATED):
+            # will look at the gate again): the preemptor goes now. A victim still in the cache,
+            # terminating, has its DELETED event to come, which moves the preemptor (tried now,
+            # it would find the victim still counted on the node, and wait anyway)
+            if not ok or (self.table.pod(victims[-1].key) is None and self.queue.state_of(pod.key) == GATED):
                 if self.queue.activate([pod.key]):
                     self.wake()
 

@@ -186,3 +186,22 @@ def test_a_deleted_victim_counts_as_terminating_in_the_cache_before_its_watch_ev
     assert eligible(hi, e.table, Status.success()) == (False, MSG_TERMINATING)
     e.on_pod("DELETED", pod("v2", "n1", terminating=True))
     assert e.table.pod("ns/v2") is None
+
+
+def test_a_preemptor_whose_last_victim_is_still_cached_waits_for_its_deleted_event():
+    """The DELETE calls returned but the watch has not delivered them: the preemptor stays held
+    (tried now, it would find the victims still counted), and the last DELETED event moves it."""
+
+    async def go():
+        e, victims = engine_with_victims(4)
+        hi = preempting(e)
+        e.on_pod("DELETED", pod("v3", "n1"))  # some other pod's deletion: the held preemptor is gated
+        assert e.queue.state_of(hi.key) == GATED
+        await e._delete_victims(hi, victims[:3], "n1")
+        assert hi.uid not in e.preempting
+        assert e.queue.state_of(hi.key) == GATED  # not activated: v2 is still in the cache
+        for i in range(3):
+            e.on_pod("DELETED", pod(f"v{i}", "n1", terminating=True))
+        assert e.queue.state_of(hi.key) not in (GATED, UNSCHEDULABLE)
+
+    asyncio.run(go())
