@@ -71,6 +71,8 @@ class EventRecorder:
         self._events: asyncio.Queue = asyncio.Queue(queue_size)
         self._tasks = Tasks()
         self._last_failure: dict[str, tuple[str, float]] = {}  # pod key -> (message, time posted)
+        # pod key -> (pod, status fields, what) of a status write not sent yet (_queue_status)
+        self._pending_status: dict[str, tuple[PodInfo, dict, list[str]]] = {}
 
     def _spawn(self, coro) -> asyncio.Task:
         return self._tasks.spawn(coro)
@@ -93,11 +95,35 @@ class EventRecorder:
         self._last_failure[pod.key] = (msg, now)
         self.event(pod, "Warning", reason, "Scheduling", msg)
         cond_reason = "SchedulerError" if code == Code.ERROR else "Unschedulable"
-        self._spawn(self._patch_condition(pod, cond_reason, msg))
+        self._queue_status(pod, {"conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": cond_reason, "message": msg,
+             "lastTransitionTime": now_rfc3339()}]}, "PodScheduled condition")
 
     def nominate(self, pod: PodInfo, node: str | None) -> None:
         """Write status.nominatedNodeName (a PostFilter's nomination; None clears it), off the loop."""
-        self._spawn(self._patch_status(pod, {"status": {"nominatedNodeName": node}}, "nominatedNodeName"))
+        self._queue_status(pod, {"nominatedNodeName": node}, "nominatedNodeName")
+
+    def _queue_status(self, pod: PodInfo, status: dict, what: str) -> None:
+        """A status write, off the loop. Writes for the same pod made before the writer runs go
+        out as one patch, as upstream's updatePod writes the PodScheduled condition and the
+        nomination of a failed attempt together (a later value of a field wins)."""
+        pending = self._pending_status.get(pod.key)
+        if pending is None:
+            self._pending_status[pod.key] = (pod, dict(status), [what])
+            self._spawn(self._flush_status(pod.key))
+            return
+        body, whats = pending[1], pending[2]
+        for k, v in status.items():
+            if k == "conditions":
+                types = {c["type"] for c in v}
+                body[k] = [c for c in body.get(k, []) if c["type"] not in types] + list(v)
+            else:
+                body[k] = v
+        whats.append(what)
+
+    async def _flush_status(self, key: str) -> None:
+        pod, status, whats = self._pending_status.pop(key)
+        await self._patch_status(pod, {"status": status}, " and ".join(whats))
 
     async def disruption_target(self, pod: PodInfo, msg: str) -> None:
         """The DisruptionTarget condition of a pod about to be preempted (upstream, before the
@@ -146,11 +172,6 @@ class EventRecorder:
         except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             self.telemetry.events_dropped.labels("event").inc()
             log.warning("event %s for %s not recorded: %s", reason, pod.key, e)
-
-    async def _patch_condition(self, pod: PodInfo, reason: str, msg: str) -> None:
-        body = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
-                                           "message": msg, "lastTransitionTime": now_rfc3339()}]}}
-        await self._patch_status(pod, body, "PodScheduled condition")
 
     async def _patch_status(self, pod: PodInfo, body: dict, what: str) -> None:
         if not self.may_write():

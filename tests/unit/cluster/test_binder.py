@@ -259,7 +259,9 @@ def test_a_postfilter_nomination_is_written_counted_and_tried_first():
         # status.nominatedNodeName is written, and the nomination holds room on n1 for pods of
         # lower or equal priority
         patches = [c for c in e.client.calls_of("strategic_patch") if "nominatedNodeName" in c.body["status"]]
-        assert patches and patches[0].body == {"status": {"nominatedNodeName": "n1"}}
+        # with the PodScheduled condition of the same attempt, in one patch (upstream updatePod)
+        assert patches and patches[0].body["status"]["nominatedNodeName"] == "n1"
+        assert [x["type"] for x in patches[0].body["status"]["conditions"]] == ["PodScheduled"]
         assert e.nominator.node_of("ns/big") == "n1"
         low = pod("low")
         low["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"

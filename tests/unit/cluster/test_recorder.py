@@ -138,6 +138,7 @@ def test_failed_writes_are_counted_and_do_not_raise():
         r.event(POD, "Normal", "Scheduled", "Binding", "first")
         r.event(POD, "Normal", "Scheduled", "Binding", "second")  # the worker goes on
         r.failure(POD, "FailedScheduling", "a", Code.UNSCHEDULABLE)
+        await until(lambda: len(c.calls_of("strategic_patch")) == 1)
         r.failure(POD, "FailedScheduling", "b", Code.UNSCHEDULABLE)
         await until(lambda: len(c.calls_of("post")) == 4 and len(c.calls_of("strategic_patch")) == 2)
         await asyncio.sleep(0.05)
@@ -186,3 +187,25 @@ def test_events_are_posted_as_they_come_by_as_many_workers_as_bindings_in_flight
         await r.stop()
 
     asyncio.run(main())
+
+
+def test_a_failure_and_its_nomination_go_out_as_one_status_patch():
+    """upstream updatePod: the PodScheduled condition and nominatedNodeName of one failed attempt
+    in one PATCH; a write made after that patch went out is a patch of its own."""
+    c = FakeClient()
+
+    async def main():
+        r = recorder(c)
+        r.failure(POD, "FailedScheduling", "0/3 nodes are available", Code.UNSCHEDULABLE)
+        r.nominate(POD, "n2")
+        await until(lambda: len(c.calls_of("strategic_patch")) == 1)
+        r.nominate(POD, None)
+        await until(lambda: len(c.calls_of("strategic_patch")) == 2)
+        await r.stop()
+
+    asyncio.run(main())
+    first, second = (p.body["status"] for p in c.calls_of("strategic_patch"))
+    assert first["nominatedNodeName"] == "n2"
+    assert [(x["type"], x["status"], x["reason"]) for x in first["conditions"]] == [
+        ("PodScheduled", "False", "Unschedulable")]
+    assert second == {"nominatedNodeName": None}
