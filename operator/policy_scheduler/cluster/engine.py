@@ -813,22 +813,26 @@ class Engine:
                                        **({"preconditions": {"uid": victim.uid}} if victim.uid else {})})
         except ApiError as e:
             if e.status in (404, 409):  # gone already, or replaced by a pod of the same name
+                self._mark_terminating(victim)
                 return True
             log.warning("preemption victim %s not deleted: %s", victim.key, e)
             return False
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             log.warning("preemption victim %s not deleted: %s", victim.key, e)
             return False
-        # the API server has it terminating (or gone) now: so does the cache, before its watch
-        # event arrives, which may lag seconds behind in a burst. Until then the victim still
-        # counts on the node, and a preemptor tried meanwhile waits for it (PodEligibleToPreemptOthers)
-        # instead of preempting the same pod again
-        cached = self.table.pod(victim.key)
-        if cached is not None and cached.uid == victim.uid and not cached.terminating:
-            cached.terminating = cached.terminating_by_preemption = True
+        self._mark_terminating(victim)
         self.recorder.event(victim, "Normal", "Preempted", "Preempting",
                             f"Preempted by pod {preemptor.uid} on node {node}")
         return True
+
+    def _mark_terminating(self, victim: PodInfo) -> None:
+        """The API server has the victim terminating (or gone): so does the cache, before its watch
+        event arrives, which may lag seconds behind in a burst. Until then the victim still counts
+        on the node, and a preemptor tried meanwhile waits for it (PodEligibleToPreemptOthers)
+        instead of preempting the same pod again."""
+        cached = self.table.pod(victim.key)
+        if cached is not None and cached.uid == victim.uid and not cached.terminating:
+            cached.terminating = cached.terminating_by_preemption = True
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         """A PostFilter nominated ``node``: the pod counts there for pods of lower or equal

@@ -205,3 +205,15 @@ def test_a_preemptor_whose_last_victim_is_still_cached_waits_for_its_deleted_eve
         assert e.queue.state_of(hi.key) not in (GATED, UNSCHEDULABLE)
 
     asyncio.run(go())
+
+
+def test_a_victim_already_gone_from_the_api_is_terminating_in_the_cache_too():
+    """DELETE answered 404 (gone) while the watch has not said so: the cache holds it terminating,
+    so the preemptor, once released, waits for it instead of preempting it again."""
+    e, victims = engine_with_victims()
+    hi = e.queue.pop().pod
+    e.preempting[hi.uid] = None
+    e.client.fail("delete", 404, path_contains="/pods/v2", times=1)
+    asyncio.run(e._delete_victims(hi, victims, "n1"))
+    assert hi.uid not in e.preempting
+    assert e.table.pod("ns/v2").terminating_by_preemption
