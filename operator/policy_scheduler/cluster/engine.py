@@ -183,6 +183,9 @@ class Engine:
         self.on_leadership_lost: Callable[[], None] | None = None  # the operator exits (cli.py)
         self._election: asyncio.Task | None = None
         self._victims_pending = False  # a preemption spawned deletions since the loop last yielded
+        # (key, uid) of victims whose DELETE succeeded, until their DELETED event: a late watch
+        # event of an older version does not make them look alive again (_mark_terminating)
+        self._deleted_victims: set[tuple[str, str]] = set()
         # called with (pod, policy, node) for every pod bound (the tuner's placement log)
         self.placement_listeners: list[Callable[[PodInfo, str, str], None]] = []
 
@@ -317,6 +320,7 @@ class Engine:
             self._forget_pending(key)
             if event == "DELETED" and meta.get("uid"):  # upstream: RejectWaitingPod on delete
                 self.waiting.reject(str(meta["uid"]), "", f"pod {key} was deleted")
+            self._deleted_victims.discard((key, str(meta.get("uid") or "")))
             old = self.table.remove_pod(key)
             if old is not None:  # its room is free: pods waiting for it may fit now
                 self._move(ASSIGNED_POD_DELETE, old, None)
@@ -356,6 +360,9 @@ class Engine:
             was_assumed = key in self.table.assumed
             info = parse_pod(body)
             info.raw = None  # nothing reads a bound pod's object: do not keep managedFields & co.
+            if not info.terminating and (key, info.uid) in self._deleted_victims:
+                # a version older than our DELETE (e.g. its DisruptionTarget condition), seen late
+                info.terminating = info.terminating_by_preemption = True
             self.table.add_pod(info, node)  # replaces an assumption: now confirmed
             if prev is None or was_assumed or prev.uid != info.uid:
                 self._move(ASSIGNED_POD_ADD, None, info)
@@ -831,8 +838,10 @@ class Engine:
         on the node, and a preemptor tried meanwhile waits for it (PodEligibleToPreemptOthers)
         instead of preempting the same pod again."""
         cached = self.table.pod(victim.key)
-        if cached is not None and cached.uid == victim.uid and not cached.terminating:
-            cached.terminating = cached.terminating_by_preemption = True
+        if cached is not None and cached.uid == victim.uid:
+            self._deleted_victims.add((victim.key, victim.uid))  # until its DELETED event
+            if not cached.terminating:
+                cached.terminating = cached.terminating_by_preemption = True
 
     def nominate(self, pod: PodInfo, node: str) -> None:
         """A PostFilter nominated ``node``: the pod counts there for pods of lower or equal

@@ -217,3 +217,8 @@ def test_a_victim_already_gone_from_the_api_is_terminating_in_the_cache_too():
     asyncio.run(e._delete_victims(hi, victims, "n1"))
     assert hi.uid not in e.preempting
     assert e.table.pod("ns/v2").terminating_by_preemption
+    # a late watch event of an older version (its DisruptionTarget condition, no deletionTimestamp)
+    e.on_pod("MODIFIED", pod("v2", "n1"))
+    assert e.table.pod("ns/v2").terminating_by_preemption
+    e.on_pod("DELETED", pod("v2", "n1", terminating=True))
+    assert e.table.pod("ns/v2") is None and not e._deleted_victims - {("ns/v0", "uid-v0"), ("ns/v1", "uid-v1")}
