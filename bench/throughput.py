@@ -1031,9 +1031,10 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
     rat = {k: "-" if v is None else v for k, v in wl_result["ratios"].items()}
     tun = (runs.get(OURS_TUNING) or {}).get("tuning")
     if tun is not None:
-        print(f"tuning on / off, pods/s: {rat['tuning_vs_ours']}; the tuner meanwhile: "
-              f"{tun.get('evaluations', 0)} evaluations, the last: {tun.get('windowPods')} pods, "
-              f"{tun.get('replays')} replays in {tun.get('seconds')} s ({tun.get('stopped') or 'converged'})")
+        done = tun.get("evaluations") or 0
+        print(f"tuning on / off, pods/s: {rat['tuning_vs_ours']}; tuner evaluations finished by the end of the "
+              f"throughput phase: {done}" + (f", the last: {tun.get('windowPods')} pods, {tun.get('replays')} replays "
+                                             f"in {tun.get('seconds')} s" if done else " (the first still running)"))
     print(f"ratios of pods/s: policy-scheduler / kube-scheduler (same plugins) = {rat['ours_vs_kube']}, "
           f"/ kube-scheduler (default profile) = {rat['ours_vs_kube_full']}, / bare binder = {rat['ours_vs_ceiling']}; "
           f"avg / kube-scheduler (same plugins) = {rat.get('ours_vs_kube_avg', '-')}")
