@@ -182,7 +182,6 @@ class Engine:
         self.crashed: BaseException | None = None  # why the loop died, if it did
         self.on_leadership_lost: Callable[[], None] | None = None  # the operator exits (cli.py)
         self._election: asyncio.Task | None = None
-        self._victims_pending = False  # a preemption spawned deletions since the loop last yielded
         # (key, uid) of victims whose DELETE succeeded, until their DELETED event: a late watch
         # event of an older version does not make them look alive again (_mark_terminating)
         self._deleted_victims: set[tuple[str, str]] = set()
@@ -634,12 +633,11 @@ class Engine:
                     continue
                 self.schedule(qpi)
                 # let watch events, bindings and victim deletions in: every few ms of cycles (eight
-                # plain cycles); after every preemption, whose API calls would otherwise wait; and
-                # after every cycle while victims are being deleted, so that a victim's DELETED
-                # event already read reaches the cache before its preemptor is tried again
+                # plain cycles); and after every cycle while a preemption's victims are being deleted
+                # (from the preemption on: its API calls start at once, and a victim's DELETED event
+                # already read reaches the cache before its preemptor is tried again)
                 now = time.perf_counter()
-                if now - last_yield >= YIELD_EVERY_S or self._victims_pending or self.preempting:
-                    self._victims_pending = False
+                if now - last_yield >= YIELD_EVERY_S or self.preempting:
                     await asyncio.sleep(0)
                     last_yield = time.perf_counter()
         finally:
@@ -775,8 +773,7 @@ class Engine:
             if v.uid:
                 self.waiting.reject(v.uid, PREEMPTION, "preempted")  # a pod parked at Permit: never bound
         if victims:
-            self.spawn(self._delete_victims(pod, victims, node))
-            self._victims_pending = True  # the loop yields next, so the deletions start now
+            self.spawn(self._delete_victims(pod, victims, node))  # the loop yields next: they start now
 
     async def _delete_victims(self, pod: PodInfo, victims: list[PodInfo], node: str) -> None:
         """All victims but the last in parallel, then the last one (upstream): the preemptor
