@@ -121,6 +121,12 @@ def calls(log: Path, key: str) -> list[str]:
     return [line.split()[1] for line in log.read_text().splitlines() if line.split()[0] == key]
 
 
+def settled(log: Path, key: str, last: str) -> None:
+    """Wait until the probe logged ``last`` for the pod (the plugin runs in the operator's process,
+    after the API server already shows the pod bound)."""
+    wait_for(lambda: calls(log, key)[-1:] == [last], 10, what=f"{last} of {key} in the probe's log")
+
+
 def test_binding_cycle_runs_plugins_in_order(core, namespace, nodes, probe_operator, policies, tmp_path):
     log = tmp_path / "probe.log"
     apply_policy(policies, "probe", [{"name": "NodeResourcesFit"},
@@ -136,11 +142,14 @@ def test_binding_cycle_runs_plugins_in_order(core, namespace, nodes, probe_opera
     # Permit waits, then the plugin allows it through the waiting pods' handle: bound
     mk("allowed", "wait-allow")
     wait_bound(core, namespace, ["allowed"], 30)
+    # PostBind runs once the Binding's answer is in, which the API can show bound a moment before
+    settled(log, f"{namespace}/allowed", "postbind")
     assert calls(log, f"{namespace}/allowed") == ["reserve", "permit", "allow", "prebind", "bind-skip", "postbind"]
 
     # a PreBind failure unreserves and requeues with backoff; the second try binds
     mk("prebind", "prebind-fail")
     wait_bound(core, namespace, ["prebind"], 30)
+    settled(log, f"{namespace}/prebind", "postbind")
     assert calls(log, f"{namespace}/prebind") == ["reserve", "permit", "prebind", "unreserve",
                                                   "reserve", "permit", "prebind", "bind-skip", "postbind"]
     ev = events_for(core, namespace, "prebind", "FailedScheduling")
@@ -156,6 +165,7 @@ def test_binding_cycle_runs_plugins_in_order(core, namespace, nodes, probe_opera
     time.sleep(1.2)
     core.patch_node("probe-0", {"metadata": {"labels": {"touched": "yes"}}})
     wait_bound(core, namespace, ["late"], 30)
+    settled(log, f"{namespace}/late", "postbind")
     assert calls(log, f"{namespace}/late")[3:] == ["reserve", "permit", "prebind", "bind-skip", "postbind"]
     policies.delete_cluster_custom_object(GROUP, VERSION, PLURAL, "probe")
 
