@@ -66,9 +66,14 @@ def apply_policy(objs, name: str, plugins: list, **spec) -> dict:
     except ApiException as e:
         if e.status != 409:
             raise
+    for attempt in range(10):  # the operator may write the status between our read and our write
         cur = objs.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
         body["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
-        return objs.replace_cluster_custom_object(GROUP, VERSION, PLURAL, name, body)
+        try:
+            return objs.replace_cluster_custom_object(GROUP, VERSION, PLURAL, name, body)
+        except ApiException as e:
+            if e.status != 409 or attempt == 9:
+                raise
 
 
 def policy_status(objs, name: str) -> dict:

@@ -140,6 +140,18 @@ class PrometheusServer:
         wait_for(self._ready, 60, 0.2, what="Prometheus ready")
         return self
 
+    def wait_rate_window(self, window: int, refresh: float = 1.0) -> None:
+        """Wait until every idle cpu counter has a sample per second of the last ``window``
+        seconds, then one operator refresh more. Before, ``rate(x[window])`` sees too few samples
+        (the server begins scraping seconds after it is ready): Prometheus extrapolates the
+        increase only part of the way to the window's start, so it reads a rate well below the true
+        one (a node's idle rate too low, its cpu usage too high)."""
+        def whole() -> bool:
+            got = self.query(f'count_over_time(node_cpu_seconds_total{{mode="idle"}}[{window}s])')
+            return bool(got) and min(float(x["value"][1]) for x in got) >= window
+        wait_for(whole, 60, 0.5, what=f"{window}s of samples in Prometheus")
+        time.sleep(refresh + 0.5)
+
     def _ready(self) -> bool:
         assert self.proc is not None and self.proc.poll() is None, \
             f"prometheus exited:\n{(self.dir / 'prometheus.log').read_text()[-2000:]}"
