@@ -7,7 +7,8 @@ is evaluated on its recent placements (whatif/tune.py does the work; this module
 - **State before the window.** The engine's cache (nodes, bound pods, namespaces, workloads,
   storage, the policy's metric samples) without the window's pods.
 - **Off the loop.** The replays run in a worker process (one, started at the first evaluation,
-  at a lower CPU priority), so the scheduling loop keeps its core and the GIL.
+  under ``SCHED_IDLE`` from its first import on: see idle.py), so the scheduling loop keeps its
+  core and the GIL.
 - **Writes.** ``status.tuning`` (merge patch on the status subresource); in Apply mode,
   ``spec.plugins`` with the stepped weights, under the field manager ``policy-scheduler-tuner``
   and the resourceVersion read just before (a concurrent edit wins: 409, nothing written), then a
@@ -26,7 +27,6 @@ import concurrent.futures
 import copy
 import logging
 import multiprocessing
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -37,6 +37,7 @@ import aiohttp
 
 from ..api.models import MAX_TUNING_WINDOW_PODS, TuningSpec, duration_seconds
 from ..framework.podinfo import PodInfo
+from ..idle import become_idle
 from ..whatif import tune
 from .kubeclient import ApiError
 from .policies import PLURAL_PATH, PolicyState
@@ -99,18 +100,6 @@ class TuningState:
     running: bool = False
 
 
-def _nice() -> None:
-    """The worker runs only on CPU nobody else wants: SCHED_IDLE where the OS has it (Linux),
-    else the lowest nice. The scheduling loop, the API server and etcd keep their cores."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        try:
-            os.nice(19)
-        except OSError:
-            pass
-
-
 class Tuner:
     """Runs the evaluations of every policy with ``spec.tuning`` while this replica leads."""
 
@@ -132,7 +121,7 @@ class Tuner:
     def executor(self) -> concurrent.futures.Executor:
         if self._executor is None:
             self._executor = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_nice)
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=become_idle)
         return self._executor
 
     async def run(self) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import concurrent.futures
 import copy
 import functools
+import os
 
 from fakeclient import FakeClient
 from policy_scheduler.api.models import TuningSpec
@@ -179,3 +180,15 @@ async def test_a_prediction_that_misses_pauses_apply():
     assert fb["pods"] == 10 and fb["measured"] > fb["predicted"]
     assert status["paused"] and status["summary"] == "apply paused" and "Apply paused" in status["message"]
     assert len(spec_patches(client)) == 1
+
+
+def test_the_worker_process_runs_under_sched_idle():
+    """The default executor: one spawned process, lowered by idle.become_idle before its imports."""
+    async def main():
+        _, engine, _ = setup(policy())
+        tuner = Tuner(engine)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(tuner.executor(), os.sched_getscheduler, 0)
+        finally:
+            await tuner.stop()
+    assert asyncio.run(main()) == os.SCHED_IDLE
