@@ -1,6 +1,7 @@
 """idle.py: the tuner's worker initializer lowers the process, and importing it pulls in nothing
 but the standard library (a spawn worker unpickles its initializer before anything else, so the
-heavy imports come after the process is lowered)."""
+heavy imports come after the process is lowered); the worker waits while the parent's busy flag is
+up, at most its limit."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
+import time
 
-from policy_scheduler.idle import become_idle
+from policy_scheduler.idle import become_idle, yield_while_busy
 
 
 def test_importing_the_initializer_loads_only_the_standard_library():
@@ -26,3 +29,17 @@ def test_a_spawned_worker_runs_under_sched_idle():
                                                 initializer=become_idle) as ex:
         assert ex.submit(os.sched_getscheduler, 0).result(60) == os.SCHED_IDLE
     assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the parent keeps its priority
+
+
+def test_the_worker_waits_while_the_parent_is_busy_at_most_its_limit():
+    ctx = multiprocessing.get_context("spawn")
+    busy = ctx.RawValue("b", 0)
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx, initializer=become_idle, initargs=(busy,)) as ex:
+        assert ex.submit(yield_while_busy, 5.0).result(60) == 0.0  # not busy: no wait
+        busy.value = 1
+        assert 0.4 <= ex.submit(yield_while_busy, 0.4).result(60) < 2.0  # busy throughout: the limit
+        t0 = time.monotonic()
+        threading.Timer(0.5, lambda: setattr(busy, "value", 0)).start()  # the burst ends after 0.5 s
+        waited = ex.submit(yield_while_busy, 30.0).result(60)
+        assert 0.3 <= waited < 5.0 and time.monotonic() - t0 < 10, waited
+    assert yield_while_busy(5.0) == 0.0  # a process without a flag never waits

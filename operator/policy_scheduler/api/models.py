@@ -346,6 +346,8 @@ class TuningStatus(_Model):
     replays: int = Field(default=0, description="Replays spent by the last evaluation.")
     max_replays: int = Field(default=0, alias="maxReplays")
     seconds: float = Field(default=0.0, description="Time spent by the last evaluation.")
+    yielded_seconds: float = Field(default=0.0, alias="yieldedSeconds",
+                                   description="Of which the worker waited for the scheduler's bursts to end.")
     stopped: str = Field(default="", description="Why the search stopped: converged, replay budget, time budget.")
     current: TunedWeights | None = None
     recommended: TunedWeights | None = None

@@ -8,7 +8,9 @@ is evaluated on its recent placements (whatif/tune.py does the work; this module
   storage, the policy's metric samples) without the window's pods.
 - **Off the loop.** The replays run in a worker process (one, started at the first evaluation,
   under ``SCHED_IDLE`` from its first import on: see idle.py), so the scheduling loop keeps its
-  core and the GIL.
+  core and the GIL. While the scheduling queue has work, a shared flag is up and the worker waits
+  before its next replay (at most 2 s at a time): a burst is placed at full speed, and the
+  evaluation's status says how long it waited (``yieldedSeconds``).
 - **Writes.** ``status.tuning`` (merge patch on the status subresource); in Apply mode,
   ``spec.plugins`` with the stepped weights, under the field manager ``policy-scheduler-tuner``
   and the resourceVersion read just before (a concurrent edit wins: 409, nothing written), then a
@@ -47,6 +49,7 @@ log = logging.getLogger("policy_scheduler")
 
 FIELD_MANAGER = "policy-scheduler-tuner"
 TICK = 0.5  # how often the tuner looks for a policy due
+BUSY_TICK = 0.1  # how often, during an evaluation, the worker's busy flag follows the queue
 
 
 @dataclass
@@ -112,6 +115,7 @@ class Tuner:
         self.log = PlacementLog(self._enabled)
         self._executor = executor
         self._own_executor = executor is None
+        self._busy: Any = None  # the worker's flag: up while the scheduling queue has work (idle.py)
         engine.placement_listeners.append(self.log.record)
 
     def _enabled(self, policy: str) -> bool:
@@ -120,9 +124,23 @@ class Tuner:
 
     def executor(self) -> concurrent.futures.Executor:
         if self._executor is None:
+            ctx = multiprocessing.get_context("spawn")
+            self._busy = ctx.RawValue("b", 0)
             self._executor = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=become_idle)
+                max_workers=1, mp_context=ctx, initializer=become_idle, initargs=(self._busy,))
         return self._executor
+
+    def busy(self) -> bool:
+        """The scheduling queue has work: pods to try, or in their binding cycle."""
+        q = self.engine.queue
+        return bool(q.active_count or q.in_flight_count)
+
+    async def _follow_busy(self) -> None:
+        """While an evaluation runs: keep the worker's flag equal to ``busy()`` (the worker waits
+        before its next replay while it is up: a burst is placed at full speed)."""
+        while True:
+            self._busy.value = 1 if self.busy() else 0
+            await asyncio.sleep(BUSY_TICK)
 
     async def run(self) -> None:
         """Until cancelled: wait to lead, then evaluate each policy when it is due."""
@@ -182,7 +200,8 @@ class Tuner:
             "windowPods": len(window), "maxReplays": tuning.max_replays, "held": sorted(ts.held),
             "paused": bool(ts.paused), "lastApplied": ts.last_applied}
         if not window:
-            status.update(summary=tune.summary(tuning.mode, None), replays=0, seconds=0.0, stopped="",
+            status.update(summary=tune.summary(tuning.mode, None), replays=0, seconds=0.0, yieldedSeconds=0.0,
+                          stopped="",
                           current={"weights": current, "objective": None}, recommended=None, gain=None,
                           measured=None, feedback=None,
                           message="no pods placed by this policy in the window yet")
@@ -196,7 +215,14 @@ class Tuner:
                 since = None
         job = self._job(obj, current, window, ts, since)
         t0 = time.perf_counter()
-        out = await asyncio.get_running_loop().run_in_executor(self.executor(), tune.evaluate_window_sync, job)
+        executor = self.executor()
+        follow = asyncio.create_task(self._follow_busy()) if self._busy is not None else None
+        try:
+            out = await asyncio.get_running_loop().run_in_executor(executor, tune.evaluate_window_sync, job)
+        finally:
+            if follow is not None:
+                follow.cancel()
+                self._busy.value = 0
         seconds = time.perf_counter() - t0
         tel = self.engine.telemetry
         tel.tuning_evaluations.labels(name).inc()
@@ -215,7 +241,7 @@ class Tuner:
                    + ("no vector improves the objective by the threshold" if rec["weights"] == res["current"]["weights"]
                       else "recommended weights improve the objective by the threshold"))
         status.update(summary=tune.summary(tuning.mode, gain, paused=bool(ts.paused)), replays=out["replays"],
-                      seconds=round(seconds, 3), stopped=res["stopped"],
+                      seconds=round(seconds, 3), yieldedSeconds=out.get("yieldedSeconds", 0.0), stopped=res["stopped"],
                       current={"weights": res["current"]["weights"], "objective": res["current"]["objective"]},
                       recommended={"weights": rec["weights"], "objective": rec["objective"]}, gain=gain,
                       measured=out["measured"], feedback=fb, paused=bool(ts.paused), held=sorted(ts.held),

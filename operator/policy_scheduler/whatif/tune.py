@@ -83,6 +83,7 @@ class TuneResult:
     stopped: str  # "converged", "replay budget", "time budget", "nothing to tune"
     threshold: float
     window: int
+    yielded: float = 0.0  # seconds spent waiting for the scheduler's bursts to end (``pace``)
 
     @property
     def gain(self) -> float:
@@ -99,7 +100,8 @@ class TuneResult:
     def to_dict(self) -> dict[str, Any]:
         rec = self.recommended
         return {"window": self.window, "replays": self.replays, "maxReplays": self.max_replays,
-                "seconds": round(self.seconds, 3), "stopped": self.stopped, "threshold": self.threshold,
+                "seconds": round(self.seconds, 3), "yieldedSeconds": round(self.yielded, 3),
+                "stopped": self.stopped, "threshold": self.threshold,
                 "current": self.current.to_dict(), "best": self.best.to_dict(), "recommended": rec.to_dict(),
                 "gain": round(relative(rec.objective, self.current.objective), 6),
                 "candidates": [c.to_dict() for c in self.candidates]}
@@ -179,9 +181,13 @@ def _key(obj: Mapping[str, Any]) -> str:
 async def search(world: World, policy: str, pods: Sequence[Mapping[str, Any] | PodInfo], tuning: TuningSpec, *,
                  current: Mapping[str, int] | None = None, held: Iterable[str] = (),
                  max_replays: int | None = None, time_limit: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> TuneResult:
+                 clock: Callable[[], float] = time.monotonic,
+                 pace: Callable[[], float] | None = None) -> TuneResult:
     """Coordinate search (see the module doc) of the weights of ``tuning.bounds`` (less ``held``)
-    for ``pods`` on ``world``. ``current``: the weights in force (default: the chain's)."""
+    for ``pods`` on ``world``. ``current``: the weights in force (default: the chain's).
+    ``pace``: called before each replay; it may wait (the operator's worker waits while the
+    scheduler has a burst to place) and returns the seconds it waited, which count against
+    ``time_limit``."""
     t0 = clock()
     budget = max_replays if max_replays is not None else tuning.max_replays
     limit = time_limit if time_limit is not None else duration_seconds(tuning.time_limit)
@@ -193,10 +199,14 @@ async def search(world: World, policy: str, pods: Sequence[Mapping[str, Any] | P
     tuned = sorted(n for n in tuning.bounds if n in base and n not in set(held))
     seen: dict[tuple[int, ...], Evaluation] = {}
     order: list[Evaluation] = []
+    yielded = 0.0
 
     async def evaluate(w: Weights, note: str) -> Evaluation:
+        nonlocal yielded
         k = tuple(w[n] for n in sorted(w))
         if k not in seen:
+            if pace is not None:
+                yielded += pace()
             seen[k] = await replay(world, policy, pods, w, objective, seed=tuning.seed, note=note)
             order.append(seen[k])
         return seen[k]
@@ -257,7 +267,8 @@ async def search(world: World, policy: str, pods: Sequence[Mapping[str, Any] | P
         if not moved:
             steps = {n: s // 2 for n, s in steps.items()}
     best = min(order, key=lambda e: (e.objective, 0 if e is cur else 1))
-    return TuneResult(cur, best, order, len(seen), budget, clock() - t0, stopped, tuning.threshold, len(pods))
+    return TuneResult(cur, best, order, len(seen), budget, clock() - t0, stopped, tuning.threshold, len(pods),
+                      yielded)
 
 
 def step_toward(current: Mapping[str, int], target: Mapping[str, int], tuning: TuningSpec,
@@ -356,12 +367,22 @@ class WindowJob:
     plugin_modules: list[str] = field(default_factory=list)
 
 
-async def evaluate_window(job: WindowJob) -> dict[str, Any]:
+async def evaluate_window(job: WindowJob, pace: Callable[[], float] | None = None) -> dict[str, Any]:
     """Search, the window as really placed, the feedback on the pods since the last Apply step and,
-    in Apply mode, the step and its prediction. Returns plain data (status and event material)."""
+    in Apply mode, the step and its prediction. Returns plain data (status and event material).
+    ``pace``: as ``search``'s, also called before building the replay world and before each
+    replay outside the search."""
     from ..plugins import registry_with
     from .snapshot import Snapshot
 
+    waited = 0.0
+
+    def wait() -> None:
+        nonlocal waited
+        if pace is not None:
+            waited += pace()
+
+    wait()
     registry, _ = registry_with(job.plugin_modules)
     snap = Snapshot(taken_at=job.taken_at, scheduler_name=job.scheduler_name, default_policy="",
                     namespaces=job.namespaces, metrics=job.metrics)
@@ -371,8 +392,9 @@ async def evaluate_window(job: WindowJob) -> dict[str, Any]:
     st = world.usable_policy(name)
     tuning: TuningSpec = st.good_spec.tuning
     objective = tuning.objective.weights()
-    res = await search(world, name, job.pods, tuning, current=job.current, held=job.held)
+    res = await search(world, name, job.pods, tuning, current=job.current, held=job.held, pace=pace)
     out: dict[str, Any] = {"result": res.to_dict(), "replays": res.replays, "seconds": res.seconds}
+    wait()
     measured = await replay(world, name, job.pods, res.current.weights, objective, seed=tuning.seed,
                             follow=job.nodes_of)
     out["measured"] = measured.objective
@@ -389,7 +411,9 @@ async def evaluate_window(job: WindowJob) -> dict[str, Any]:
                 q.node_name = node
                 world.bound.append((q, node))
         try:
+            wait()
             pred = await replay(world, name, after, res.current.weights, objective, seed=tuning.seed)
+            wait()
             real = await replay(world, name, after, res.current.weights, objective, seed=tuning.seed,
                                 follow=job.nodes_of)
         finally:
@@ -403,15 +427,20 @@ async def evaluate_window(job: WindowJob) -> dict[str, Any]:
         if step is not None and step != res.current.weights:
             ev = next((c for c in res.candidates if c.weights == step), None)
             if ev is None:
+                wait()
                 ev = await replay(world, name, job.pods, step, objective, seed=tuning.seed, note="apply step")
                 replays += 1
             if ev.objective <= res.current.objective:  # a step predicted to make things worse waits
                 out["step"] = {"weights": step, "objective": ev.objective,
                                "gain": relative(ev.objective, res.current.objective)}
     out["replays"] = replays
+    out["yieldedSeconds"] = round(waited + res.yielded, 3)
     return out
 
 
 def evaluate_window_sync(job: WindowJob) -> dict[str, Any]:
-    """``evaluate_window`` on an event loop of its own (the tuner's worker process runs this)."""
-    return asyncio.run(evaluate_window(job))
+    """``evaluate_window`` on an event loop of its own (the tuner's worker process runs this),
+    paced by the operator's busy flag (idle.py: a no-op in a process without one)."""
+    from ..idle import yield_while_busy
+
+    return asyncio.run(evaluate_window(job, pace=yield_while_busy))

@@ -182,13 +182,27 @@ async def test_a_prediction_that_misses_pauses_apply():
     assert len(spec_patches(client)) == 1
 
 
-def test_the_worker_process_runs_under_sched_idle():
-    """The default executor: one spawned process, lowered by idle.become_idle before its imports."""
-    async def main():
-        _, engine, _ = setup(policy())
-        tuner = Tuner(engine)
-        try:
-            return await asyncio.get_running_loop().run_in_executor(tuner.executor(), os.sched_getscheduler, 0)
-        finally:
-            await tuner.stop()
-    assert asyncio.run(main()) == os.SCHED_IDLE
+@on_a_loop
+async def test_the_worker_runs_under_sched_idle_and_waits_while_the_queue_has_work():
+    """The default executor: one spawned process, lowered by idle.become_idle before its imports;
+    while a pod waits in the scheduling queue, the worker waits before its replays."""
+    _, engine, _ = setup(policy())
+    tuner = Tuner(engine)
+    loop = asyncio.get_running_loop()
+    try:
+        assert await loop.run_in_executor(tuner.executor(), os.sched_getscheduler, 0) == os.SCHED_IDLE
+        raw = {"metadata": {"name": "waiting", "namespace": "ns", "uid": "w1",
+                            "labels": {"policy-scheduler.io/policy": "pack"}},
+               "spec": {"schedulerName": "policy-scheduler", "containers": [{"name": "c"}]}}
+        assert not tuner.busy()
+        engine.on_pod("ADDED", raw)
+        assert tuner.busy()
+        loop.call_later(3.0, engine.on_pod, "DELETED", raw)  # the burst ends after 3 s
+        spread_placements(tuner)
+        status = await evaluate(tuner, engine)
+        assert not tuner.busy() and status["replays"] > 0
+        assert 0.5 <= status["yieldedSeconds"] <= status["seconds"], status
+        again = await evaluate(tuner, engine)  # nothing to wait for
+        assert again["yieldedSeconds"] == 0.0 and again["recommended"] == status["recommended"], again
+    finally:
+        await tuner.stop()

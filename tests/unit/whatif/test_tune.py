@@ -146,6 +146,24 @@ def test_the_search_keeps_its_replay_budget_and_its_time_budget():
     assert res.stopped == "time budget" and res.replays <= 3
 
 
+def test_pace_runs_before_every_replay_and_its_waits_count_against_the_time_budget():
+    w, name = world_with()
+    pods = stream(60)
+    now = [0.0]
+    calls = []
+
+    def pace() -> float:  # a burst to wait for: 10 s before every replay
+        calls.append(now[0])
+        now[0] += 10.0
+        return 10.0
+
+    res = asyncio.run(tune.search(w, name, pods, spec_of(w, name), time_limit=25, clock=lambda: now[0], pace=pace))
+    assert len(calls) == res.replays == 3 and res.stopped == "time budget", (calls, res.stopped)
+    assert res.yielded == 30.0 and res.to_dict()["yieldedSeconds"] == 30.0
+    res = asyncio.run(tune.search(w, name, pods, spec_of(w, name), max_replays=4, pace=lambda: 0.0))
+    assert res.yielded == 0.0 and res.replays == 4
+
+
 def test_only_bounded_plugins_move_and_held_ones_do_not():
     w, name = world_with(policy(bounds={"NodeResourcesFit": [1, 10]}))
     res = asyncio.run(tune.search(w, name, stream(40), spec_of(w, name)))
