@@ -491,6 +491,17 @@ async def install_policy(client: KubeClient, tuning: bool = False) -> None:
         await asyncio.sleep(0.2)
 
 
+async def tuning_status(client: KubeClient, timeout: float) -> dict:
+    """status.tuning of the default policy once its first evaluation over placed pods is written."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = ((await client.get("/apis/policy-scheduler.io/v1alpha1/schedulingpolicies/default"))
+              .get("status") or {}).get("tuning") or {}
+        if st.get("replays") or time.monotonic() > deadline:
+            return st
+        await asyncio.sleep(1)
+
+
 async def scrape(url: str, ssl_ctx: ssl.SSLContext | bool) -> str:
     try:
         async with aiohttp.ClientSession() as s, s.get(url, ssl=ssl_ctx, timeout=aiohttp.ClientTimeout(10)) as r:
@@ -808,17 +819,19 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         progress(f"  throughput {res['pods_per_s']} pods/s (10-90%), start-up {res['startup_s']}s, "
                  f"last event {res['last_event_s']}s, CPU {res['cpu_ms_per_pod_run']} ms/pod over the run")
         metrics_before = await scrape(proc.metrics_url, metrics_ssl(cluster)) if proc.metrics_url else ""
-        if which == OURS_TUNING:  # what the tuner did while the pods were scheduled
-            st = ((await client.get("/apis/policy-scheduler.io/v1alpha1/schedulingpolicies/default"))
-                  .get("status") or {}).get("tuning") or {}
-            res["tuning"] = {k: st.get(k) for k in ("windowPods", "replays", "seconds", "stopped", "evaluatedTime",
-                                                     "summary")}
-            res["tuning"]["evaluations"] = metric_sum(metrics_before, "policy_scheduler_tuning_evaluations_total")
         # what the API server served during the throughput phase, per measured pod (the benchmark's
         # own watches and LISTs included, the same for every scheduler)
         reqs = await api_requests(client) - requests_before
         res["api_requests_per_pod"] = {k: round(v / plan.pods, 2) for k, v in reqs.most_common()
                                        if v / plan.pods >= 0.05}
+        if which == OURS_TUNING:  # what the tuner did while the pods were scheduled, and its first evaluation
+            res["tuning"] = {"evaluations": metric_sum(metrics_before, "policy_scheduler_tuning_evaluations_total")}
+            first = await tuning_status(client, 120)
+            res["tuning"]["first"] = {k: first.get(k) for k in ("windowPods", "replays", "seconds", "yieldedSeconds",
+                                                                "stopped", "evaluatedTime", "summary")}
+            progress(f"  the tuner's first evaluation (started during the burst): {first.get('windowPods')} pods, "
+                     f"{first.get('replays')} replays in {first.get('seconds')} s, of which "
+                     f"{first.get('yieldedSeconds')} s waiting for the scheduler's queue to empty")
 
         # ---- latency: steady streams of new pods below saturation, at a share of this
         # scheduler's own throughput, then at one rate common to every scheduler
@@ -1031,10 +1044,10 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
     rat = {k: "-" if v is None else v for k, v in wl_result["ratios"].items()}
     tun = (runs.get(OURS_TUNING) or {}).get("tuning")
     if tun is not None:
-        done = tun.get("evaluations") or 0
+        done, first = tun.get("evaluations") or 0, tun.get("first") or {}
         print(f"tuning on / off, pods/s: {rat['tuning_vs_ours']}; tuner evaluations finished by the end of the "
-              f"throughput phase: {done}" + (f", the last: {tun.get('windowPods')} pods, {tun.get('replays')} replays "
-                                             f"in {tun.get('seconds')} s" if done else " (the first still running)"))
+              f"throughput phase: {done}; the first: {first.get('windowPods')} pods, {first.get('replays')} replays "
+              f"in {first.get('seconds')} s, {first.get('yieldedSeconds')} s of it waiting for the scheduler")
     print(f"ratios of pods/s: policy-scheduler / kube-scheduler (same plugins) = {rat['ours_vs_kube']}, "
           f"/ kube-scheduler (default profile) = {rat['ours_vs_kube_full']}, / bare binder = {rat['ours_vs_ceiling']}; "
           f"avg / kube-scheduler (same plugins) = {rat.get('ours_vs_kube_avg', '-')}")
