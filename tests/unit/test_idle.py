@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from policy_scheduler.idle import become_idle, yield_while_busy
+from policy_scheduler.idle import MAX_YIELD, MIN_YIELD, become_idle, wait_limit, warm, yield_while_busy
 
 
 def test_importing_the_initializer_loads_only_the_standard_library():
@@ -43,3 +43,21 @@ def test_the_worker_waits_while_the_parent_is_busy_at_most_its_limit():
         waited = ex.submit(yield_while_busy, 30.0).result(60)
         assert 0.3 <= waited < 5.0 and time.monotonic() - t0 < 10, waited
     assert yield_while_busy(5.0) == 0.0  # a process without a flag never waits
+
+
+def test_while_busy_the_worker_works_at_most_a_tenth_of_the_time():
+    assert wait_limit(0.0) == MIN_YIELD  # the first wait, and after short steps
+    assert abs(wait_limit(1.0) - 9.0) < 1e-9  # 1 s of work, 9 s of waiting
+    assert wait_limit(600.0) == MAX_YIELD
+
+
+def test_warm_imports_in_the_worker():
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=become_idle) as ex:
+        pid = ex.submit(warm, ["policy_scheduler.whatif.tune"]).result(120)
+        assert pid != os.getpid()
+        assert ex.submit(_imported, "policy_scheduler.whatif.tune").result(60)
+
+
+def _imported(name: str) -> bool:
+    return name in sys.modules

@@ -6,11 +6,13 @@ is evaluated on its recent placements (whatif/tune.py does the work; this module
   the last N of them, or those placed in the last N minutes.
 - **State before the window.** The engine's cache (nodes, bound pods, namespaces, workloads,
   storage, the policy's metric samples) without the window's pods.
-- **Off the loop.** The replays run in a worker process (one, started at the first evaluation,
-  under ``SCHED_IDLE`` from its first import on: see idle.py), so the scheduling loop keeps its
-  core and the GIL. While the scheduling queue has work, a shared flag is up and the worker waits
-  before its next replay (at most 2 s at a time): a burst is placed at full speed, and the
-  evaluation's status says how long it waited (``yieldedSeconds``).
+- **Off the loop.** The replays run in a worker process (one, under ``SCHED_IDLE`` from its first
+  import on: see idle.py), so the scheduling loop keeps its core and the GIL. It is started, and
+  imports the scheduling core, as soon as this replica leads and a policy has tuning, not in the
+  middle of a later burst. While the scheduling queue has work, a shared flag is up and the
+  worker waits before each step, so that it works at most a tenth of the time: a burst is
+  placed at nearly full speed, and the evaluation's status says how long it waited
+  (``yieldedSeconds``).
 - **Writes.** ``status.tuning`` (merge patch on the status subresource); in Apply mode,
   ``spec.plugins`` with the stepped weights, under the field manager ``policy-scheduler-tuner``
   and the resourceVersion read just before (a concurrent edit wins: 409, nothing written), then a
@@ -39,7 +41,7 @@ import aiohttp
 
 from ..api.models import MAX_TUNING_WINDOW_PODS, TuningSpec, duration_seconds
 from ..framework.podinfo import PodInfo
-from ..idle import become_idle
+from ..idle import become_idle, warm
 from ..whatif import tune
 from .kubeclient import ApiError
 from .policies import PLURAL_PATH, PolicyState
@@ -50,6 +52,7 @@ log = logging.getLogger("policy_scheduler")
 FIELD_MANAGER = "policy-scheduler-tuner"
 TICK = 0.5  # how often the tuner looks for a policy due
 BUSY_TICK = 0.1  # how often, during an evaluation, the worker's busy flag follows the queue
+WORKER_MODULES = ("policy_scheduler.whatif.tune",)  # what the worker imports when it starts
 
 
 @dataclass
@@ -130,6 +133,13 @@ class Tuner:
                 max_workers=1, mp_context=ctx, initializer=become_idle, initargs=(self._busy,))
         return self._executor
 
+    def _start_worker(self) -> None:
+        """Spawn the worker and let it import the scheduling core now, ahead of the first
+        evaluation (a failure here shows again, with its evaluation, at the first one)."""
+        fut = asyncio.get_running_loop().run_in_executor(self.executor(), warm, WORKER_MODULES)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None
+                              or log.warning("the tuner's worker failed to start: %s", f.exception()))
+
     def busy(self) -> bool:
         """The scheduling queue has work: pods to try, or in their binding cycle."""
         q = self.engine.queue
@@ -155,6 +165,8 @@ class Tuner:
                 if tuning is None:
                     self.states.pop(name, None)
                     continue
+                if self._executor is None:
+                    self._start_worker()
                 ts = self.states.setdefault(name, TuningState(due=now + duration_seconds(tuning.interval)))
                 if ts.running or now < ts.due:
                     continue
