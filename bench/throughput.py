@@ -829,7 +829,8 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
             first = await tuning_status(client, 120)
             res["tuning"]["first"] = {k: first.get(k) for k in ("windowPods", "replays", "seconds", "yieldedSeconds",
                                                                 "stopped", "evaluatedTime", "summary")}
-            progress(f"  the tuner's first evaluation (started during the burst): {first.get('windowPods')} pods, "
+            progress(f"  the tuner's first evaluation (due {TUNING['interval']} after the start, in the burst): "
+                     f"{first.get('windowPods')} pods, "
                      f"{first.get('replays')} replays in {first.get('seconds')} s, of which "
                      f"{first.get('yieldedSeconds')} s waiting for the scheduler's queue to empty")
 

@@ -8,11 +8,11 @@ is evaluated on its recent placements (whatif/tune.py does the work; this module
   storage, the policy's metric samples) without the window's pods.
 - **Off the loop.** The replays run in a worker process (one, under ``SCHED_IDLE`` from its first
   import on: see idle.py), so the scheduling loop keeps its core and the GIL. It is started, and
-  imports the scheduling core, as soon as this replica leads and a policy has tuning, not in the
-  middle of a later burst. While the scheduling queue has work, a shared flag is up and the
-  worker waits before each step, so that it works at most a tenth of the time: a burst is
-  placed at nearly full speed, and the evaluation's status says how long it waited
-  (``yieldedSeconds``).
+  imports the scheduling core, at the first moment this replica leads, a policy has tuning and
+  the scheduling queue is empty (or at the first evaluation, if that comes first), so that a
+  later burst does not pay for it. While the queue has work, a shared flag is up and the worker
+  waits before each step, so that it works at most a tenth of the time: a burst is placed at
+  nearly full speed, and the evaluation's status says how long it waited (``yieldedSeconds``).
 - **Writes.** ``status.tuning`` (merge patch on the status subresource); in Apply mode,
   ``spec.plugins`` with the stepped weights, under the field manager ``policy-scheduler-tuner``
   and the resourceVersion read just before (a concurrent edit wins: 409, nothing written), then a
@@ -134,8 +134,8 @@ class Tuner:
         return self._executor
 
     def _start_worker(self) -> None:
-        """Spawn the worker and let it import the scheduling core now, ahead of the first
-        evaluation (a failure here shows again, with its evaluation, at the first one)."""
+        """Spawn the worker and let it import the scheduling core now, while the queue is empty,
+        ahead of the first evaluation (a failure here shows again at the first one)."""
         fut = asyncio.get_running_loop().run_in_executor(self.executor(), warm, WORKER_MODULES)
         fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None
                               or log.warning("the tuner's worker failed to start: %s", f.exception()))
@@ -165,7 +165,7 @@ class Tuner:
                 if tuning is None:
                     self.states.pop(name, None)
                     continue
-                if self._executor is None:
+                if self._executor is None and not self.busy():
                     self._start_worker()
                 ts = self.states.setdefault(name, TuningState(due=now + duration_seconds(tuning.interval)))
                 if ts.running or now < ts.due:

@@ -206,3 +206,32 @@ async def test_the_worker_runs_under_sched_idle_and_waits_while_the_queue_has_wo
         assert again["yieldedSeconds"] == 0.0 and again["recommended"] == status["recommended"], again
     finally:
         await tuner.stop()
+
+
+@on_a_loop
+async def test_the_worker_is_started_ahead_of_the_first_evaluation_once_the_queue_is_empty():
+    _, engine, _ = setup(policy(interval="10m"))
+    engine.scheduling = True
+    tuner = Tuner(engine)
+    started = []
+
+    def start():  # instead of spawning: record when, and hand over an executor
+        started.append(tuner.busy())
+        tuner._executor = concurrent.futures.ThreadPoolExecutor(1)
+
+    tuner._start_worker = start
+    raw = {"metadata": {"name": "waiting", "namespace": "ns", "uid": "w2",
+                        "labels": {"policy-scheduler.io/policy": "pack"}},
+           "spec": {"schedulerName": "policy-scheduler", "containers": [{"name": "c"}]}}
+    engine.on_pod("ADDED", raw)
+    task = asyncio.create_task(tuner.run())
+    try:
+        await asyncio.sleep(1.5)
+        assert started == []  # a pod waits: not now
+        engine.on_pod("DELETED", raw)
+        await asyncio.sleep(1.5)
+        assert started == [False]  # once, with the queue empty, long before the evaluation (10 min)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await tuner.stop()
