@@ -16,8 +16,9 @@ seconds, up to ``w * (1 - BUSY_SHARE) / BUSY_SHARE``, at least ``MIN_YIELD`` and
 ``MAX_YIELD`` seconds). Under sustained load it still makes progress; the evaluation's own time
 budget bounds it.
 
-``warm`` imports the modules a worker needs, so that the tuner can start its worker when it
-begins to lead rather than in the middle of a burst.
+``warm`` imports the modules a worker needs, so that the tuner can start its worker while the
+scheduling queue is empty rather than in the middle of a burst. ``new_job`` starts the count of
+work over (the time between two jobs is not work).
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ def yield_while_busy(limit: float | None = None) -> float:
         time.sleep(POLL)
     _resumed = time.monotonic()
     return _resumed - t0
+
+
+def new_job() -> None:
+    """A job begins: the first wait of it counts no earlier work."""
+    global _resumed
+    _resumed = None
 
 
 def wait_limit(worked: float) -> float:

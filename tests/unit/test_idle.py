@@ -61,3 +61,21 @@ def test_warm_imports_in_the_worker():
 
 def _imported(name: str) -> bool:
     return name in sys.modules
+
+
+def test_the_work_counted_for_a_wait_starts_over_with_each_job(monkeypatch):
+    import types
+
+    from policy_scheduler import idle
+
+    seen = []
+    monkeypatch.setattr(idle, "_busy", types.SimpleNamespace(value=1))
+    monkeypatch.setattr(idle, "wait_limit", lambda worked: seen.append(worked) or 0.0)
+    idle.new_job()
+    idle.yield_while_busy()
+    time.sleep(0.2)  # a step of work
+    idle.yield_while_busy()
+    time.sleep(0.2)  # between two jobs: not work
+    idle.new_job()
+    idle.yield_while_busy()
+    assert seen[0] == 0.0 and 0.15 < seen[1] < 1.0 and seen[2] == 0.0, seen

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import concurrent.futures.process
 import copy
 import logging
 import multiprocessing
@@ -145,11 +146,11 @@ class Tuner:
         q = self.engine.queue
         return bool(q.active_count or q.in_flight_count)
 
-    async def _follow_busy(self) -> None:
-        """While an evaluation runs: keep the worker's flag equal to ``busy()`` (the worker waits
-        before its next replay while it is up: a burst is placed at full speed)."""
+    async def _follow_busy(self, flag: Any) -> None:
+        """While an evaluation runs: keep the worker's flag equal to ``busy()`` (while it is up, the
+        worker waits before each step: see idle.py)."""
         while True:
-            self._busy.value = 1 if self.busy() else 0
+            flag.value = 1 if self.busy() else 0
             await asyncio.sleep(BUSY_TICK)
 
     async def run(self) -> None:
@@ -227,14 +228,19 @@ class Tuner:
                 since = None
         job = self._job(obj, current, window, ts, since)
         t0 = time.perf_counter()
-        executor = self.executor()
-        follow = asyncio.create_task(self._follow_busy()) if self._busy is not None else None
+        executor, busy = self.executor(), self._busy
+        follow = asyncio.create_task(self._follow_busy(busy)) if busy is not None else None
         try:
             out = await asyncio.get_running_loop().run_in_executor(executor, tune.evaluate_window_sync, job)
+        except concurrent.futures.process.BrokenProcessPool:
+            if self._own_executor and self._executor is executor:  # the worker died (OOM-killed, ...):
+                executor.shutdown(wait=False, cancel_futures=True)  # the next evaluation starts another
+                self._executor = self._busy = None
+            raise
         finally:
             if follow is not None:
                 follow.cancel()
-                self._busy.value = 0
+                busy.value = 0
         seconds = time.perf_counter() - t0
         tel = self.engine.telemetry
         tel.tuning_evaluations.labels(name).inc()

@@ -441,6 +441,7 @@ async def evaluate_window(job: WindowJob, pace: Callable[[], float] | None = Non
 def evaluate_window_sync(job: WindowJob) -> dict[str, Any]:
     """``evaluate_window`` on an event loop of its own (the tuner's worker process runs this),
     paced by the operator's busy flag (idle.py: a no-op in a process without one)."""
-    from ..idle import yield_while_busy
+    from ..idle import new_job, yield_while_busy
 
+    new_job()
     return asyncio.run(evaluate_window(job, pace=yield_while_busy))

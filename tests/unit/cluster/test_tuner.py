@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import concurrent.futures.process
 import copy
 import functools
 import os
@@ -234,4 +235,29 @@ async def test_the_worker_is_started_ahead_of_the_first_evaluation_once_the_queu
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await tuner.stop()
+
+
+@on_a_loop
+async def test_a_dead_worker_is_replaced_at_the_next_evaluation():
+    import signal
+
+    from policy_scheduler.idle import warm
+
+    _, engine, _ = setup(policy())
+    tuner = Tuner(engine)
+    loop = asyncio.get_running_loop()
+    try:
+        pid = await loop.run_in_executor(tuner.executor(), warm, [])
+        os.kill(pid, signal.SIGKILL)  # as the OOM killer would
+        spread_placements(tuner)
+        try:
+            await evaluate(tuner, engine)
+            raise AssertionError("the evaluation on a dead worker succeeded")
+        except concurrent.futures.process.BrokenProcessPool:
+            pass
+        status = await evaluate(tuner, engine)  # a new worker
+        assert status["replays"] > 0
+        assert await loop.run_in_executor(tuner.executor(), warm, []) != pid
+    finally:
         await tuner.stop()
