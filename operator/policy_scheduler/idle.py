@@ -38,22 +38,19 @@ _busy: Any = None  # the parent's flag (a shared ctypes byte), in a worker proce
 _resumed: float | None = None  # when the last wait ended (time.monotonic())
 
 
-def become_idle(busy: Any = None) -> str:
+def become_idle(busy: Any = None) -> None:
     """Lower the calling process to ``SCHED_IDLE`` where the OS has it (Linux), else to the lowest
-    nice, and keep ``busy`` (the parent's flag, with a ``value``) for ``yield_while_busy``.
-    Returns which priority (``"SCHED_IDLE"``, ``"nice 19"``, or ``""`` when neither was allowed)."""
+    nice (or leave it, when neither is allowed), and keep ``busy`` (the parent's flag, with a
+    ``value``) for ``yield_while_busy``."""
     global _busy
     _busy = busy
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return "SCHED_IDLE"
     except (AttributeError, OSError):
-        pass
-    try:
-        os.nice(19)  # an increment: the kernel caps the value at 19
-        return "nice 19"
-    except OSError:
-        return ""
+        try:
+            os.nice(19)  # an increment: the kernel caps the value at 19
+        except OSError:
+            pass
 
 
 def yield_while_busy(limit: float | None = None) -> float:

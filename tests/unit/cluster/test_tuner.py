@@ -68,6 +68,13 @@ def spread_placements(tuner, n=20):
         tuner.log.record(pod(i), "pack", f"n{i % 12}")
 
 
+def waiting_pod():
+    """A pending pod of the policy (while it is in the scheduling queue, the tuner is busy)."""
+    return {"metadata": {"name": "waiting", "namespace": "ns", "uid": "w1",
+                         "labels": {"policy-scheduler.io/policy": "pack"}},
+            "spec": {"schedulerName": "policy-scheduler", "containers": [{"name": "c"}]}}
+
+
 async def evaluate(tuner, engine):
     st = engine.policies["pack"]
     ts = tuner.states.setdefault("pack", TuningState())
@@ -192,9 +199,7 @@ async def test_the_worker_runs_under_sched_idle_and_waits_while_the_queue_has_wo
     loop = asyncio.get_running_loop()
     try:
         assert await loop.run_in_executor(tuner.executor(), os.sched_getscheduler, 0) == os.SCHED_IDLE
-        raw = {"metadata": {"name": "waiting", "namespace": "ns", "uid": "w1",
-                            "labels": {"policy-scheduler.io/policy": "pack"}},
-               "spec": {"schedulerName": "policy-scheduler", "containers": [{"name": "c"}]}}
+        raw = waiting_pod()
         assert not tuner.busy()
         engine.on_pod("ADDED", raw)
         assert tuner.busy()
@@ -221,9 +226,7 @@ async def test_the_worker_is_started_ahead_of_the_first_evaluation_once_the_queu
         tuner._executor = concurrent.futures.ThreadPoolExecutor(1)
 
     tuner._start_worker = start
-    raw = {"metadata": {"name": "waiting", "namespace": "ns", "uid": "w2",
-                        "labels": {"policy-scheduler.io/policy": "pack"}},
-           "spec": {"schedulerName": "policy-scheduler", "containers": [{"name": "c"}]}}
+    raw = waiting_pod()
     engine.on_pod("ADDED", raw)
     task = asyncio.create_task(tuner.run())
     try:
