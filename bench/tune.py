@@ -63,7 +63,7 @@ def main() -> int:
     window = [parse_pod(p) for p in podset.pods]
     rnd = random.Random(1)
     placed = {p.key: rnd.choice(nodes).name for p in window}  # where they "really" went: anywhere
-    from policy_scheduler.cluster.workloads import WorkloadIndex
+    from policy_scheduler.cache.workloads import WorkloadIndex
 
     workloads = WorkloadIndex()
     for kind, body in podset.workloads:

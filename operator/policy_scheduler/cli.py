@@ -100,7 +100,10 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
                     sync_timeout=a.cache_sync_timeout, default_policy=a.default_policy)
     from .cluster.tuner import Tuner
 
-    tuner = Tuner(engine, plugin_modules=list(getattr(a, "plugin_module", None) or []))  # policies with spec.tuning
+    tuner = Tuner(client, engine.state, engine.policy_store, engine.sources, engine.queue, engine.leadership,  # spec.tuning
+                  engine.telemetry, lambda: engine.scheduling,
+                  plugin_modules=list(getattr(a, "plugin_module", None) or []))
+    engine.placement_listeners.append(tuner.log.record)
     if on_engine is not None:
         on_engine(engine)
     stop_flag = stop_flag or asyncio.Event()
@@ -124,7 +127,7 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
         svc_ns, svc = a.webhook_service
         hosts = [f"{svc}.{svc_ns}.svc", f"{svc}.{svc_ns}.svc.cluster.local", f"{svc}.{svc_ns}", svc,
                  *a.webhook_host]
-        webhooks = WebhookServer(engine, address=a.webhook_address, port=a.webhook_port, secret=a.webhook_secret,
+        webhooks = WebhookServer(client, engine.policy_store, address=a.webhook_address, port=a.webhook_port, secret=a.webhook_secret,
                                  hosts=hosts, configuration=a.webhook_configuration or None,
                                  manage_certs=a.webhook_manage_certs)
 
@@ -515,7 +518,7 @@ def _url(v: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from .cluster.leader import LEASE_DURATION, RENEW_DEADLINE, RESOURCE_NAMESPACE, RETRY_PERIOD
-    from .cluster.policies import DEFAULT_POLICY
+    from .cache.policies import DEFAULT_POLICY
 
     p = argparse.ArgumentParser(
         prog="policy-scheduler",
@@ -705,7 +708,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
-    from .cluster.policies import DEFAULT_POLICY
+    from .cache.policies import DEFAULT_POLICY
 
     g = p.add_argument_group("cluster", "where the state is read from (the live cluster; simulate reads it only "
                                         "without --snapshot)")

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from policy_scheduler.cluster.policies import PolicyStore
+from policy_scheduler.cache.policies import PolicyStore
 from policy_scheduler.framework.interface import Handle
 from policy_scheduler.metricsources.manager import MetricSources
 

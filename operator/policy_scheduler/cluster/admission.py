@@ -28,16 +28,15 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 
 from .. import POLICY_LABEL, SCHEDULER_NAME
 from .certs import Bundle, ensure_bundle
-from .kubeclient import ApiError
+from .kubeclient import REQUEST_ERRORS, ApiError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine
+    from ..cache.policies import PolicyStore
 
 log = logging.getLogger("policy_scheduler.webhooks")
 
@@ -66,19 +65,19 @@ def review(request: dict[str, Any], allowed: bool, *, message: str = "", code: i
 
 
 class Admission:
-    """The three decisions, on the engine's cache (pure: no I/O)."""
+    """The three decisions, on the policy store and the namespaces it reads (pure: no I/O)."""
 
-    def __init__(self, engine: "Engine") -> None:
-        self.engine = engine
+    def __init__(self, store: "PolicyStore") -> None:
+        self.store = store
 
     def validate_policy(self, req: dict[str, Any]) -> dict[str, Any]:
         obj = req.get("object") or {}
         name = (obj.get("metadata") or {}).get("name", "")
         spec = obj.get("spec")
         owner = (spec.get("schedulerName") if isinstance(spec, dict) else None) or SCHEDULER_NAME
-        if owner != self.engine.scheduler_name:
+        if owner != self.store.scheduler_name:
             return review(req, True)  # another instance's policy: its own webhook, or its Ready=False
-        errors = self.engine.policy_store.validate(spec)
+        errors = self.store.validate(spec)
         if not errors:
             return review(req, True)
         return review(req, False, code=422, reason="Invalid",
@@ -90,10 +89,10 @@ class Admission:
         if spec.get("schedulerName") not in (None, "", "default-scheduler"):
             return review(req, True)  # the pod chose a scheduler: not ours to change
         ns = req.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
-        patch: list[dict] = [{"op": "add", "path": "/spec/schedulerName", "value": self.engine.scheduler_name}]
+        patch: list[dict] = [{"op": "add", "path": "/spec/schedulerName", "value": self.store.scheduler_name}]
         labels = (pod.get("metadata") or {}).get("labels")
         if not (labels or {}).get(POLICY_LABEL):
-            policy = self.engine.policy_store.default_policy_of(ns)
+            policy = self.store.default_policy_of(ns)
             if labels is None:
                 patch.append({"op": "add", "path": "/metadata/labels", "value": {POLICY_LABEL: policy}})
             else:
@@ -102,12 +101,12 @@ class Admission:
 
     def validate_pod(self, req: dict[str, Any]) -> dict[str, Any]:
         pod = req.get("object") or {}
-        if (pod.get("spec") or {}).get("schedulerName") != self.engine.scheduler_name:
+        if (pod.get("spec") or {}).get("schedulerName") != self.store.scheduler_name:
             return review(req, True)
         name = ((pod.get("metadata") or {}).get("labels") or {}).get(POLICY_LABEL)
         ns = req.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
-        st = self.engine.policies.get(name) if name else None
-        labels = self.engine.namespaces.get(ns)
+        st = self.store.policies.get(name) if name else None
+        labels = self.store.namespaces.get(ns)
         if st is None or st.namespace_selector is None or labels is None:
             return review(req, True)  # nothing known against it: the scheduler still checks
         if st.namespace_selector.matches(labels):
@@ -121,11 +120,10 @@ class WebhookServer:
     """HTTPS server of the admission webhooks, with the certificate of the Secret, and the
     caBundle written into the webhook configurations."""
 
-    def __init__(self, engine: "Engine", *, address: str, port: int, secret: tuple[str, str],
+    def __init__(self, client, store: "PolicyStore", *, address: str, port: int, secret: tuple[str, str],
                  hosts: list[str], configuration: str | None, manage_certs: bool = True) -> None:
-        self.engine = engine
-        self.client = engine.client
-        self.admission = Admission(engine)
+        self.client = client
+        self.admission = Admission(store)
         self.address, self.port = address, port
         self.secret = secret
         self.hosts = hosts
@@ -224,7 +222,7 @@ class WebhookServer:
                 break
             except asyncio.CancelledError:
                 raise
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, RuntimeError) as e:
+            except (*REQUEST_ERRORS, ValueError, RuntimeError) as e:
                 self.error = f"certificates: {e}"
                 delay = backoff.next()
                 log.warning("admission webhooks not serving: %s; retrying in %.0fs", self.error, delay)
@@ -239,7 +237,7 @@ class WebhookServer:
             await asyncio.sleep(RECHECK_CERTS)
             try:
                 await self._prepare()
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError, RuntimeError) as e:
+            except (*REQUEST_ERRORS, ValueError, RuntimeError) as e:
                 log.warning("webhook certificate check failed: %s", e)
 
     def describe(self) -> dict[str, Any]:

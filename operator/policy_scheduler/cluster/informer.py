@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import aiohttp
 import orjson
 
-from .kubeclient import ApiError, KubeClient
+from .kubeclient import TRANSPORT_ERRORS, ApiError, KubeClient
 
 log = logging.getLogger("policy_scheduler.informer")
 
@@ -166,7 +166,7 @@ class Informer:
                 self.last_error = None
                 await asyncio.sleep(self.absent_retry)
                 continue
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+            except (*TRANSPORT_ERRORS, ValueError) as e:
                 delay = self._failed(e, need_list)
                 need_list = True
                 await asyncio.sleep(delay)

@@ -46,6 +46,8 @@ RETRY_PERIOD = 10.0  # seconds before a failed renewal is tried again (the old t
 
 
 class ApiError(Exception):
+    """The API server answered with an HTTP error status (``status``, its Status ``body``)."""
+
     def __init__(self, status: int, body: Any, method: str = "", path: str = "") -> None:
         self.status = status
         self.body = body
@@ -55,6 +57,14 @@ class ApiError(Exception):
     @property
     def reason(self) -> str:
         return self.body.get("reason", "") if isinstance(self.body, dict) else ""
+
+
+# The one policy for failed requests, used by every caller in cluster/: TRANSPORT_ERRORS, the
+# request got no answer (connection refused or reset, TLS, a timeout); REQUEST_ERRORS, any
+# failed request, answered with an error status (ApiError) or not. A caller catches one of the
+# two (adding what its own parsing may raise), never its own spelling of them.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+REQUEST_ERRORS: tuple[type[BaseException], ...] = (ApiError, *TRANSPORT_ERRORS)
 
 
 class CredentialsError(RuntimeError):

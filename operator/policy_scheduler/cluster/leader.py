@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-import aiohttp
 
-from .kubeclient import ApiError
+from .kubeclient import REQUEST_ERRORS, ApiError
 
 log = logging.getLogger("policy_scheduler.leader")
 
@@ -270,7 +269,7 @@ class LeaderElector(Leadership):
         except asyncio.TimeoutError:
             self._error(f"no answer within {timeout:.1f}s")
             return False
-        except (ApiError, aiohttp.ClientError, OSError, ValueError) as e:
+        except (*REQUEST_ERRORS, ValueError) as e:
             self._error(str(e))
             return False
         self.last_error = None
@@ -333,7 +332,7 @@ class LeaderElector(Leadership):
         rec = LeaseRecord("", 1, micro_time(), micro_time(), self.observed.transitions)
         try:
             await asyncio.wait_for(self._write(rec, self.observed_version), timeout=self.config.retry_period)
-        except (ApiError, aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+        except REQUEST_ERRORS as e:
             log.warning("lease %s not released: %s", self.lease, e)
             return False
         log.info("released lease %s", self.lease)

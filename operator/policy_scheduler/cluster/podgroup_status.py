@@ -15,11 +15,10 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable
 
-import aiohttp
 
 from ..framework.interface import Handle
 from ..framework.podgroups import PodGroupCache
-from .kubeclient import ApiError
+from .kubeclient import TRANSPORT_ERRORS, ApiError
 
 log = logging.getLogger("policy_scheduler")
 
@@ -59,7 +58,7 @@ class PodGroupStatusWriter:
                     log.warning("PodGroup %s status not written: %s", key, e)
                     self._retry.add(key)
                 continue
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError) as e:
+            except (*TRANSPORT_ERRORS, RuntimeError) as e:
                 log.warning("PodGroup %s status not written: %s", key, e)
                 self._retry.add(key)
                 continue

@@ -12,12 +12,11 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
-import aiohttp
 
 from ..framework.queue import UNSCHEDULABLE, SchedulingQueue
 from ..metricsources.manager import MetricSources
-from .kubeclient import ApiError, KubeClient
-from .policies import PLURAL_PATH, PolicyState
+from .kubeclient import TRANSPORT_ERRORS, ApiError, KubeClient
+from ..cache.policies import PLURAL_PATH, PolicyState
 from .recorder import now_rfc3339
 from .telemetry import Telemetry
 from .tasks import Tasks
@@ -99,7 +98,7 @@ class PolicyStatusWriter:
                     return
                 self.telemetry.events_dropped.labels("status").inc()
                 log.warning("status of SchedulingPolicy %s not written: %s", st.name, e)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            except TRANSPORT_ERRORS as e:
                 self.telemetry.events_dropped.labels("status").inc()
                 log.warning("status of SchedulingPolicy %s not written: %s", st.name, e)
 

@@ -18,11 +18,10 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-import aiohttp
 
 from ..framework.podinfo import PodInfo
 from ..framework.status import Code
-from .kubeclient import ApiError, KubeClient
+from .kubeclient import REQUEST_ERRORS, ApiError, KubeClient
 from .telemetry import Telemetry
 from .tasks import Tasks
 
@@ -169,7 +168,7 @@ class EventRecorder:
         }
         try:
             await self.client.post(f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events", body)
-        except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        except REQUEST_ERRORS as e:
             self.telemetry.events_dropped.labels("event").inc()
             log.warning("event %s for %s not recorded: %s", reason, pod.key, e)
 
@@ -180,7 +179,7 @@ class EventRecorder:
             try:
                 await self.client.strategic_patch(
                     f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", body)
-            except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            except REQUEST_ERRORS as e:
                 if isinstance(e, ApiError) and e.status == 422 and "already bound" in str(e):
                     return  # a nomination that came after the pod was bound: nothing to say
                 self.telemetry.events_dropped.labels("condition").inc()

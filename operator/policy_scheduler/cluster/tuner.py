@@ -38,14 +38,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from ..api.models import MAX_TUNING_WINDOW_PODS, TuningSpec, duration_seconds
 from ..framework.podinfo import PodInfo
 from ..idle import become_idle, warm
 from ..whatif import tune
-from .kubeclient import ApiError
-from .policies import PLURAL_PATH, PolicyState
+from ..cache.policies import PLURAL_PATH, PolicyState, PolicyStore
+from ..cache.state import ClusterState
+from ..framework.queue import SchedulingQueue
+from ..metricsources.manager import MetricSources
+from .kubeclient import REQUEST_ERRORS, TRANSPORT_ERRORS, ApiError, KubeClient
+from .leader import Leadership
+from .telemetry import Telemetry
 from .recorder import now_micro, now_rfc3339
 
 log = logging.getLogger("policy_scheduler")
@@ -110,20 +113,29 @@ class TuningState:
 class Tuner:
     """Runs the evaluations of every policy with ``spec.tuning`` while this replica leads."""
 
-    def __init__(self, engine, *, plugin_modules: list[str] | None = None,
+    def __init__(self, client: KubeClient, state: ClusterState, store: PolicyStore, sources: MetricSources,
+                 queue: SchedulingQueue, leadership: Leadership, telemetry: Telemetry,
+                 scheduling: Callable[[], bool], *, plugin_modules: list[str] | None = None,
                  executor: concurrent.futures.Executor | None = None) -> None:
-        self.engine = engine
-        self.client = engine.client
+        """``scheduling()``: the scheduling loop runs (this replica leads and is synced). The
+        caller adds ``self.log.record`` to the engine's placement listeners."""
+        self.client = client
+        self.state = state
+        self.store = store
+        self.sources = sources
+        self.queue = queue
+        self.leadership = leadership
+        self.telemetry = telemetry
+        self.scheduling = scheduling
         self.plugin_modules = list(plugin_modules or [])
         self.states: dict[str, TuningState] = {}
         self.log = PlacementLog(self._enabled)
         self._executor = executor
         self._own_executor = executor is None
         self._busy: Any = None  # the worker's flag: up while the scheduling queue has work (idle.py)
-        engine.placement_listeners.append(self.log.record)
 
     def _enabled(self, policy: str) -> bool:
-        st = self.engine.policies.get(policy)
+        st = self.store.policies.get(policy)
         return st is not None and st.good_spec is not None and st.good_spec.tuning is not None
 
     def executor(self) -> concurrent.futures.Executor:
@@ -143,7 +155,7 @@ class Tuner:
 
     def busy(self) -> bool:
         """The scheduling queue has work: pods to try, or in their binding cycle."""
-        q = self.engine.queue
+        q = self.queue
         return bool(q.active_count or q.in_flight_count)
 
     async def _follow_busy(self, flag: Any) -> None:
@@ -155,13 +167,13 @@ class Tuner:
 
     async def run(self) -> None:
         """Until cancelled: wait to lead, then evaluate each policy when it is due."""
-        await self.engine.leadership.wait_acquired()
+        await self.leadership.wait_acquired()
         while True:
             await asyncio.sleep(TICK)
-            if not self.engine.leadership.valid() or not self.engine.scheduling:
+            if not self.leadership.valid() or not self.scheduling():
                 continue
             now = time.monotonic()
-            for name, st in list(self.engine.policies.items()):
+            for name, st in list(self.store.policies.items()):
                 tuning = st.good_spec.tuning if st.ready and st.good_spec is not None else None
                 if tuning is None:
                     self.states.pop(name, None)
@@ -242,7 +254,7 @@ class Tuner:
                 follow.cancel()
                 busy.value = 0
         seconds = time.perf_counter() - t0
-        tel = self.engine.telemetry
+        tel = self.telemetry
         tel.tuning_evaluations.labels(name).inc()
         tel.tuning_replays.labels(name).inc(out["replays"])
         tel.tuning_duration.labels(name).observe(seconds)
@@ -265,7 +277,7 @@ class Tuner:
                       measured=out["measured"], feedback=fb, paused=bool(ts.paused), held=sorted(ts.held),
                       message=(ts.paused and f"Apply paused: {ts.paused}") or message)
         step = out.get("step")
-        if step is not None and tuning.mode == "Apply" and not ts.paused and self.engine.leadership.valid():
+        if step is not None and tuning.mode == "Apply" and not ts.paused and self.leadership.valid():
             applied = await self._apply(obj, step, current, res, len(window))
             if applied is not None:
                 ts.written, ts.written_generation = step["weights"], applied
@@ -279,9 +291,9 @@ class Tuner:
 
     def _job(self, obj: dict, current: dict[str, int], window: list[Placement], ts: TuningState,
              since: int | None) -> tune.WindowJob:
-        e = self.engine
         keys = {p.pod.key for p in window}
-        table = e.table
+        state = self.state
+        table = state.table
         nodes = [table.specs[i] for i in range(table.n)]
         bound = [(table.pod(k), n) for k, n in table.pod_node.items() if k not in keys and table.pod(k) is not None]
         pods = []
@@ -290,7 +302,7 @@ class Tuner:
             q.raw = None
             q.node_name = None
             pods.append(q)
-        src = getattr(e.sources, "sources", {}).get(obj["metadata"]["name"])
+        src = getattr(self.sources, "sources", {}).get(obj["metadata"]["name"])
         metric_list = []
         if src is not None:
             for (query, label), per_node in src.samples.items():
@@ -301,9 +313,9 @@ class Tuner:
                 "spec": obj.get("spec")}
         return tune.WindowJob(policy=body, current=current, nodes=nodes, bound=bound, pods=pods,
                               nodes_of={p.pod.key: p.node for p in window},
-                              namespaces={k: dict(v) for k, v in e.namespaces.items()}, workloads=e.workloads,
-                              volumes=e.volumes, metrics=metric_list, taken_at=time.time(),
-                              scheduler_name=e.scheduler_name, held=sorted(ts.held), since=since,
+                              namespaces={k: dict(v) for k, v in state.namespaces.items()},
+                              workloads=state.workloads, volumes=state.volumes, metrics=metric_list, taken_at=time.time(),
+                              scheduler_name=self.store.scheduler_name, held=sorted(ts.held), since=since,
                               plugin_modules=self.plugin_modules)
 
     async def _apply(self, obj: dict, step: dict, current: dict[str, int], res: dict, window: int) -> int | None:
@@ -326,7 +338,7 @@ class Tuner:
         except ApiError as e:
             log.info("SchedulingPolicy %s: weights not applied (%s); the next evaluation starts again", name, e)
             return None
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+        except TRANSPORT_ERRORS as e:
             log.warning("SchedulingPolicy %s: weights not applied: %s", name, e)
             return None
         note = (f"{', '.join(changed)}: predicted objective {step['objective']:.4g} (was {res['current']['objective']:.4g}, "
@@ -341,20 +353,20 @@ class Tuner:
         name = meta.get("name", "")
         body = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
                 "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": "default"},
-                "eventTime": now_micro(), "reportingController": self.engine.scheduler_name,
-                "reportingInstance": f"{self.engine.scheduler_name}-tuner", "action": "Tuning", "reason": reason,
+                "eventTime": now_micro(), "reportingController": self.store.scheduler_name,
+                "reportingInstance": f"{self.store.scheduler_name}-tuner", "action": "Tuning", "reason": reason,
                 "type": "Normal", "note": note[:1024],
                 "regarding": {"apiVersion": obj.get("apiVersion", "policy-scheduler.io/v1alpha1"),
                               "kind": "SchedulingPolicy", "name": name, "uid": meta.get("uid")}}
         try:
             await self.client.post("/apis/events.k8s.io/v1/namespaces/default/events", body)
-        except (TimeoutError, ApiError, aiohttp.ClientError, OSError) as e:
+        except REQUEST_ERRORS as e:
             log.warning("event %s for SchedulingPolicy %s not recorded: %s", reason, name, e)
 
     async def _write_status(self, name: str, status: dict[str, Any]) -> None:
-        if not self.engine.leadership.valid():
+        if not self.leadership.valid():
             return
         try:
             await self.client.merge_patch(f"{PLURAL_PATH}/{name}/status", {"status": {"tuning": status}})
-        except (TimeoutError, ApiError, aiohttp.ClientError, OSError) as e:
+        except REQUEST_ERRORS as e:
             log.warning("tuning status of SchedulingPolicy %s not written: %s", name, e)

@@ -22,7 +22,6 @@ same seed on the same state, taking the same pods in the same order, breaks ever
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
 import json
 import random
@@ -34,7 +33,6 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from ..cluster.binder import decision_annotation, failure_message
-from ..framework.binding import run_permit, run_reserve, run_unreserve
 from ..framework.chain import Chain
 from ..framework.interface import CycleState
 from ..framework.nodetable import CPU, MEMORY, PODS, NodeTable
@@ -275,25 +273,20 @@ def _place(world: World, chain: Chain, table: NodeTable, pod: PodInfo, rng: rand
                          d if keep else None)
     node = follow or d.node
     assert node is not None
-    # the binder's assume: a copy with spec.nodeName set counts on the node
-    assumed = copy.copy(pod)
-    assumed.node_name = node
-    table.add_pod(assumed, node, assumed=True)
-    status = run_reserve(chain, state, pod, node)
+    # the binder's assume, Reserve and Permit: the operator's own (ClusterState.reserve)
+    cluster = world.state
+    _, status = cluster.reserve(chain, state, pod, node)
     note = ""
-    if status.is_success:
-        status = run_permit(chain, state, pod, node, world.waiting)
-        if status.code == Code.WAIT:  # nothing will allow it here: counted as allowed
-            wp = world.waiting.get(pod.uid)
-            if wp is not None:
-                for plugin in wp.pending_plugins():
-                    wp.allow(plugin)
-                world.waiting.remove(pod.uid)
-            note = "a Permit plugin asked to wait; counted as allowed"
-            status = Status.success()
+    if status.code == Code.WAIT:  # nothing will allow it here: counted as allowed
+        wp = cluster.waiting.get(pod.uid)
+        if wp is not None:
+            for plugin in wp.pending_plugins():
+                wp.allow(plugin)
+            cluster.waiting.remove(pod.uid)
+        note = "a Permit plugin asked to wait; counted as allowed"
+        status = Status.success()
     if not status.is_success:
-        run_unreserve(chain, state, pod, node)
-        table.remove_pod(pod.key)
+        cluster.unreserve(chain, state, pod, node)
         return PodResult(pod.key, None, failure_message(status), d.feasible, top, False, "", d if keep else None)
     return PodResult(pod.key, d.node, "", d.feasible, top, unique_best(d), note, d if keep else None)
 

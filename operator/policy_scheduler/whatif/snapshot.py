@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..cache.state import KINDS
 from ..framework.podinfo import _VOLUME_SOURCES
 from ..framework.volumes import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
                                  STORAGE_CLASSES, VolumeCache)
@@ -44,16 +45,18 @@ READ_VERSIONS = (API_VERSION, API_VERSION_V1)
 KIND = "ClusterSnapshot"
 
 # the lists of API objects a snapshot holds, and the path each one is listed from
+# (cache/state.py KINDS: the kinds that feed the cluster state, and their paths, as the
+# operator's informers list them)
 LISTS: dict[str, str] = {
-    "nodes": "/api/v1/nodes",
-    "services": "/api/v1/services",
-    "replicationControllers": "/api/v1/replicationcontrollers",
-    "replicaSets": "/apis/apps/v1/replicasets",
-    "statefulSets": "/apis/apps/v1/statefulsets",
-    "podDisruptionBudgets": "/apis/policy/v1/poddisruptionbudgets",
+    "nodes": KINDS["nodes"],
+    "services": KINDS["services"],
+    "replicationControllers": KINDS["replicationcontrollers"],
+    "replicaSets": KINDS["replicasets"],
+    "statefulSets": KINDS["statefulsets"],
+    "podDisruptionBudgets": KINDS["poddisruptionbudgets"],
 }
 # the storage lists (v2): snapshot field -> the VolumeCache kind (framework/volumes.py), which is
-# also the operator's informer name (cluster/engine.py VOLUME_INFORMERS gives the API paths)
+# also the kind's name in KINDS
 VOLUME_LISTS: dict[str, str] = {
     "persistentVolumes": PERSISTENT_VOLUMES,
     "persistentVolumeClaims": PERSISTENT_VOLUME_CLAIMS,
@@ -407,13 +410,10 @@ async def take(client, *, scheduler_name: str, default_policy: str, prometheus_u
     of the metrics the policies query. ``warn(msg)`` hears about metrics that could not be read."""
     import asyncio
 
-    from ..cluster.policies import PLURAL_PATH
+    from ..cache.policies import PLURAL_PATH
 
-    from ..cluster.engine import VOLUME_INFORMERS
-
-    volume_paths = dict(VOLUME_INFORMERS)
-    paths = {**LISTS, "pods": "/api/v1/pods", "namespaces": "/api/v1/namespaces", "policies": PLURAL_PATH,
-             **{key: volume_paths[kind] for key, kind in VOLUME_LISTS.items()}}
+    paths = {**LISTS, "pods": KINDS["pods"], "namespaces": KINDS["namespaces"], "policies": PLURAL_PATH,
+             **{key: KINDS[kind] for key, kind in VOLUME_LISTS.items()}}
     keys = list(paths)
     results = await asyncio.gather(*(client.get(paths[k]) for k in keys), return_exceptions=True)
     got: dict[str, list] = {}

@@ -1,9 +1,9 @@
-"""A snapshot as the engine holds the cluster: the NodeTable with every bound pod, the policies
-built by the operator's own PolicyStore (the same parsing, validation and chain building as
-``policy-scheduler run``), and a framework Handle that answers from the snapshot as the
-operator's PolicyHandle answers from its caches (namespace labels, Services and controllers for
-default spreading, PDBs, a policy's metrics and overcommit factors, and the storage objects the
-volume plugins read, in a VolumeCache filled as the operator's informers fill its own).
+"""A snapshot as the engine holds the cluster: a ClusterState (cache/state.py) filled from the
+snapshot's objects through the same ``apply_*`` methods the operator's informers call (nodes,
+bound pods, namespaces, Services and controllers for default spreading, PDBs, the storage
+objects the volume plugins read), the policies built by the operator's own PolicyStore (the same
+parsing, validation and chain building as ``policy-scheduler run``), and the operator's own
+Handle over them (cache/handle.py StateHandle), with no Actions: nothing is written.
 
 Metrics go through the operator's Prometheus source too: each policy's source is refreshed once
 with a query function that answers from the snapshot's samples, and its clock is the snapshot's
@@ -16,18 +16,15 @@ import copy
 import logging
 from typing import Any, Iterable, Mapping
 
-from ..cluster.policies import PolicyState, PolicyStore
-from ..cluster.workloads import WorkloadIndex
-from ..framework.binding import WaitingPods
-from ..framework.interface import Handle
-from ..framework.metricview import SOURCE as METRICS_SOURCE
+from ..cache.handle import StateHandle
+from ..cache.policies import PolicyState, PolicyStore
+from ..cache.state import VOLUME_KINDS, ClusterState
+from ..cache.workloads import WorkloadIndex
 from ..framework.nodetable import NodeSpec, NodeTable
 from ..framework.podinfo import PodInfo, parse_pod
-from ..framework.preemption import PDB
-from ..framework.volumes import VolumeCache
 from ..framework.registry import Registry
+from ..framework.volumes import VolumeCache
 from ..metricsources.prometheus import PrometheusMetricSources
-from ..plugins.node_resources_fit import OVERCOMMIT_ANYWHERE, OVERCOMMIT_SOURCE
 from .snapshot import Snapshot
 
 log = logging.getLogger("policy_scheduler.whatif")
@@ -61,42 +58,6 @@ class SnapshotMetricSources(PrometheusMetricSources):
             await src.refresh(self.query_fn)
 
 
-class SnapshotHandle(Handle):
-    """One policy's plugins' view of the world, answered from the snapshot (as PolicyHandle)."""
-
-    def __init__(self, world: "World", policy: str) -> None:
-        self.world = world
-        self.policy = policy
-
-    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
-        return self.world.namespaces.get(namespace)
-
-    def all_namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
-        return self.world.namespaces
-
-    def default_spread_selector(self, pod: PodInfo):
-        return self.world.workloads.default_selector(pod)
-
-    def source(self, name: str) -> Any:
-        if name == METRICS_SOURCE:
-            return self.world.sources.view(self.policy)
-        if name == OVERCOMMIT_SOURCE:
-            st = self.world.store.policies.get(self.policy)
-            return st.overcommit if st is not None else None
-        if name == OVERCOMMIT_ANYWHERE:
-            return any(st.overcommit for st in self.world.store.policies.values())
-        return None
-
-    def waiting_pods(self) -> WaitingPods:
-        return self.world.waiting
-
-    def pdbs(self):
-        return self.world.pdbs
-
-    def volumes(self):
-        return self.world.volumes
-
-
 class World:
     """Everything the engine would hold for a snapshot, ready to schedule on."""
 
@@ -104,37 +65,53 @@ class World:
                  nodes: list[NodeSpec] | None = None, bound: list[tuple[PodInfo, str]] | None = None,
                  workloads: WorkloadIndex | None = None, volumes: VolumeCache | None = None) -> None:
         """``nodes``, ``bound``, ``workloads`` and ``volumes``, when given, are the engine's own
-        cache (parsed already) instead of the snapshot's lists: the tuner replays the operator's
+        state (parsed already) instead of the snapshot's lists: the tuner replays the operator's
         state without a round trip through JSON."""
         self.snapshot = snapshot
-        self.namespaces: dict[str, dict[str, str]] = {k: dict(v) for k, v in snapshot.namespaces.items()}
-        self.workloads = workloads if workloads is not None else WorkloadIndex()
-        for body in snapshot.services:
-            self.workloads.on_service("ADDED", body)
-        for body in snapshot.replication_controllers:
-            self.workloads.on_replication_controller("ADDED", body)
-        for body in snapshot.replica_sets:
-            self.workloads.on_replica_set("ADDED", body)
-        for body in snapshot.stateful_sets:
-            self.workloads.on_stateful_set("ADDED", body)
-        self.pdbs = [PDB.from_dict(b) for b in snapshot.pod_disruption_budgets]
-        self.waiting = WaitingPods()
+        self.state = state = ClusterState()
+        for name, labels in snapshot.namespaces.items():
+            state.apply_namespace("ADDED", {"metadata": {"name": name, "labels": labels}})
+        if workloads is not None:
+            state.workloads = workloads
+        for kind, bodies in (("services", snapshot.services), ("replicationcontrollers",
+                                                                snapshot.replication_controllers),
+                             ("replicasets", snapshot.replica_sets), ("statefulsets", snapshot.stateful_sets)):
+            for body in bodies:
+                state.apply_workload(kind, "ADDED", body)
+        for body in snapshot.pod_disruption_budgets:
+            state.apply_pdb("ADDED", body)
         self.sources = SnapshotMetricSources(snapshot, registry)
-        self.store = PolicyStore(self.sources, lambda name: SnapshotHandle(self, name), registry=registry,
-                                 namespaces=self.namespaces, scheduler_name=snapshot.scheduler_name,
-                                 default_policy=snapshot.default_policy)
+        self.store = PolicyStore(self.sources, lambda name: StateHandle(state, self.store, self.sources, name),
+                                 registry=registry, namespaces=state.namespaces,
+                                 scheduler_name=snapshot.scheduler_name, default_policy=snapshot.default_policy)
         for body in snapshot.policies:
             self.store.on_policy("ADDED", self._ours(body))
         self.node_specs = [NodeSpec.from_dict(n) for n in snapshot.nodes] + list(nodes or ())
         # PVs, PVCs, StorageClasses, CSINodes, CSIDrivers; VolumeBinding's Reserve assumes PV/PVC
-        # copies in it, so each simulation starts from a fresh one (fresh_volumes)
+        # copies in them, so each simulation starts from a fresh copy (fresh_volumes)
         self._volumes_given = volumes
-        self.volumes = snapshot.volume_cache() if volumes is None else copy.deepcopy(volumes)
         self.bound: list[tuple[PodInfo, str]] = list(bound or ())
         for p in snapshot.pods:
             info = parse_pod(p)
             info.raw = None  # as the engine: nothing reads a bound pod's object
             self.bound.append((info, info.node_name))
+        self.fresh_volumes()
+
+    @property
+    def namespaces(self) -> dict[str, dict[str, str]]:
+        return self.state.namespaces
+
+    @property
+    def workloads(self) -> WorkloadIndex:
+        return self.state.workloads
+
+    @property
+    def waiting(self):
+        return self.state.waiting
+
+    @property
+    def volumes(self) -> VolumeCache:
+        return self.state.volumes
 
     def _ours(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The policy as this snapshot's scheduler would own it (a policy file written for another
@@ -184,20 +161,22 @@ class World:
         simulated policies are added)."""
         await self.sources.refresh_all()
 
-    # ------------------------------------------------------------------ the cache
+    # ------------------------------------------------------------------ the state
     def table(self) -> NodeTable:
-        """A fresh NodeTable: every node and every bound pod of the snapshot."""
-        t = NodeTable(capacity=max(len(self.node_specs), 1))
-        for spec in self.node_specs:
-            t.upsert_node(spec)
-        for info, node in self.bound:
-            t.add_pod(info, node)
-        return t
+        """A fresh NodeTable in the state: every node and every bound pod of the snapshot."""
+        self.state.load(self.node_specs, self.bound)
+        return self.state.table
 
     def fresh_volumes(self) -> None:
         """The snapshot's storage objects again, without the assumptions of an earlier run."""
         given = self._volumes_given
-        self.volumes = self.snapshot.volume_cache() if given is None else copy.deepcopy(given)
+        if given is not None:
+            self.state.volumes = copy.deepcopy(given)
+            return
+        self.state.volumes = VolumeCache()
+        for kind in VOLUME_KINDS:
+            for body in self.snapshot.volumes.get(kind, ()):
+                self.state.apply_volume(kind, "ADDED", body)
 
     def admits(self, st: PolicyState, namespace: str) -> bool:
         """The policy's namespaceSelector (PolicyStore.resolve_policy's check)."""
@@ -207,6 +186,6 @@ class World:
         """Controllers the simulated pods belong to (kind "rs", "ss" or "rc"), so that default
         spreading selects them as it would the real ones."""
         for kind, body in objects:
-            {"rs": self.workloads.on_replica_set, "ss": self.workloads.on_stateful_set,
-             "rc": self.workloads.on_replication_controller}[kind]("ADDED", body)
+            self.state.apply_workload({"rs": "replicasets", "ss": "statefulsets", "rc": "replicationcontrollers"}[kind],
+                                      "ADDED", body)
 

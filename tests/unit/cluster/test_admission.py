@@ -1,4 +1,4 @@
-"""cluster/admission.py: the webhooks' decisions on the engine's cache (the HTTPS server, the
+"""cluster/admission.py: the webhooks' decisions on the policy store (the HTTPS server, the
 certificates and the API server's calls run in tests/e2e/test_webhooks.py)."""
 
 from __future__ import annotations
@@ -6,25 +6,22 @@ from __future__ import annotations
 import base64
 import json
 
-from types import SimpleNamespace
-
 from policy_scheduler import POLICY_LABEL
 from policy_scheduler.cluster.admission import Admission, review
-from policy_scheduler.cluster.policies import PolicyStore
+from policy_scheduler.cache.policies import PolicyStore
 from policy_scheduler.framework.interface import Handle
 from policy_scheduler.metricsources.manager import MetricSources
 
 
-def engine():
-    """What Admission reads of the engine: its policy store, policies, namespaces and name."""
+def policy_store():
+    """What Admission reads: the policy store, with its policies, namespaces and scheduler name."""
     namespaces = {"web": {"team": "web"},
                   "jobs": {"team": "batch", "policy-scheduler.io/default-policy": "batch"}}
     store = PolicyStore(MetricSources(), lambda name: Handle(), namespaces=namespaces)
     store.on_policy("ADDED", {"metadata": {"name": "batch", "generation": 1},
                               "spec": {"plugins": [{"name": "NodeResourcesFit"}],
                                        "namespaceSelector": {"matchLabels": {"team": "batch"}}}})
-    return SimpleNamespace(policy_store=store, policies=store.policies, namespaces=namespaces,
-                           scheduler_name="policy-scheduler")
+    return store
 
 
 def req(obj, namespace="web", uid="u1"):
@@ -36,7 +33,7 @@ def patch_of(out):
 
 
 def test_a_bad_policy_is_refused_with_the_field_path_and_a_good_one_passes():
-    a = Admission(engine())
+    a = Admission(policy_store())
     bad = {"metadata": {"name": "p"}, "spec": {"plugins": [{"name": "NodeResourcesFit", "weight": -1}]}}
     out = a.validate_policy(req(bad))
     r = out["response"]
@@ -49,7 +46,7 @@ def test_a_bad_policy_is_refused_with_the_field_path_and_a_good_one_passes():
 
 
 def test_pods_of_an_opted_in_namespace_get_the_scheduler_and_a_policy():
-    a = Admission(engine())
+    a = Admission(policy_store())
     out = a.mutate_pod(req({"metadata": {"name": "x"}, "spec": {"containers": []}}))
     assert patch_of(out) == [{"op": "add", "path": "/spec/schedulerName", "value": "policy-scheduler"},
                              {"op": "add", "path": "/metadata/labels", "value": {POLICY_LABEL: "default"}}]
@@ -66,7 +63,7 @@ def test_pods_of_an_opted_in_namespace_get_the_scheduler_and_a_policy():
 
 
 def test_a_pod_naming_a_policy_its_namespace_may_not_use_is_refused():
-    a = Admission(engine())
+    a = Admission(policy_store())
 
     def pod(ns, policy, scheduler="policy-scheduler"):
         return req({"metadata": {"name": "x", "labels": {POLICY_LABEL: policy}},

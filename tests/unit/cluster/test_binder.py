@@ -88,7 +88,7 @@ def test_success_binds_with_the_decision_annotation_and_counts():
     assert len(binds) == 1 and binds[0].body["target"]["name"] == "n1"
     assert '"node":"n1"' in binds[0].body["metadata"]["annotations"][DECISION_ANNOTATION]
     assert engine.bound_by_us == 1 and not engine.queue.is_in_flight("ns/a")
-    assert "ns/a" in engine.table.assumed  # until the watch confirms it
+    assert "ns/a" in engine.state.table.assumed  # until the watch confirms it
     assert CALLS == [("reserve", "a"), ("permit", "a")]
 
 
@@ -105,7 +105,7 @@ def test_binding_answers(status, message, requeued):
         e.client.fail("bind", status, {"kind": "Status", "code": status, "message": message})
         await schedule(e, pod("a"))
     engine = run(body)
-    assert "ns/a" not in engine.table.pod_node  # the assumption is forgotten either way
+    assert "ns/a" not in engine.state.table.pod_node  # the assumption is forgotten either way
     assert CALLS[-1] == ("unreserve", "a")
     assert engine.queue.state_of("ns/a") == requeued  # None: dropped, the watch has the truth
     assert not engine.queue.is_in_flight("ns/a")
@@ -124,8 +124,8 @@ def test_reserve_and_permit_rejections_requeue_with_the_plugin_recorded():
     for key in ("ns/r", "ns/p"):
         assert engine.queue.state_of(key) == UNSCHEDULABLE
         assert engine.queue.get(key).unschedulable_plugins == {"Recorder"}
-        assert key not in engine.table.pod_node
-    assert engine.table.requested[0, 0] == 0  # nothing left reserved on the node
+        assert key not in engine.state.table.pod_node
+    assert engine.state.table.requested[0, 0] == 0  # nothing left reserved on the node
 
 
 def _waiting_huge_pod(e):
@@ -269,9 +269,9 @@ def test_a_postfilter_nomination_is_written_counted_and_tried_first():
         d = e.schedule(e.queue.pop())
         assert d.node == "n2"  # n1 is held for "big": counted there, it leaves no room for 3 cpu
         e.nominator.remove("ns/big")
-        e.forget_assumed("ns/low")
+        e.state.forget("ns/low")
         e.queue.done("ns/low")
-        e.table.remove_pod("ns/low")
+        e.state.table.remove_pod("ns/low")
         again = pod("again")
         again["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
         e.on_pod("ADDED", again)
@@ -299,10 +299,10 @@ def test_deleting_a_pod_that_waits_at_permit_rejects_it_and_frees_its_room():
         e.on_policy("MODIFIED", {"metadata": {"name": "default", "generation": 2}, "spec": {"plugins": [
             {"name": "NodeResourcesFit"}, {"name": "Hold"}]}})
         await schedule(e, pod("w"))
-        assert len(e.waiting) == 1 and "ns/w" in e.table.assumed
+        assert len(e.state.waiting) == 1 and "ns/w" in e.state.table.assumed
         e.on_pod("DELETED", pod("w"))
         for _ in range(5):
             await asyncio.sleep(0)
-        assert len(e.waiting) == 0 and "ns/w" not in e.table.pod_node
+        assert len(e.state.waiting) == 0 and "ns/w" not in e.state.table.pod_node
         assert e.client.calls_of("bind") == [] and not e.queue.is_in_flight("ns/w") and "ns/w" not in e.queue
     run(body)

@@ -63,7 +63,7 @@ def test_a_replica_without_a_valid_lease_writes_nothing():
         await asyncio.sleep(0.1)
         calls = [c.method for c in e.client.calls]
         assert calls == [], calls
-        assert "ns/a" not in e.table.pod_node  # the assumption was forgotten and the pod requeued
+        assert "ns/a" not in e.state.table.pod_node  # the assumption was forgotten and the pod requeued
         assert e.queue.get("ns/a") is not None
         assert e.policies["default"].dirty  # its status waits for a leader
 

@@ -10,7 +10,7 @@ import pytest
 from fakeclient import FakeClient
 
 from policy_scheduler.cluster import policy_status
-from policy_scheduler.cluster.policies import PLURAL_PATH, PolicyStore
+from policy_scheduler.cache.policies import PLURAL_PATH, PolicyStore
 from policy_scheduler.cluster.policy_status import PolicyStatusWriter
 from policy_scheduler.cluster.telemetry import Telemetry
 from policy_scheduler.framework.interface import Handle

@@ -249,17 +249,17 @@ def test_two_groups_that_fit_alone_but_not_together_do_not_deadlock():
     once the first group's pods are gone."""
     async def go():
         e = engine()
-        e.on_pod_group("ADDED", pg("a", 4))
-        e.on_pod_group("ADDED", pg("b", 4))
+        e.route("podgroups")("ADDED", pg("a", 4))
+        e.route("podgroups")("ADDED", pg("b", 4))
         for i in range(4):
             for g in ("a", "b"):
                 e.on_pod("ADDED", pod_body(f"{g}-{i}", g))
         await drain(e)
         assert bound_by_group(e) == {"a": 4}
-        assert len(e.waiting) == 0
-        assert not [k for k in e.table.pod_node if k.startswith("ns/b-")]  # b holds no room
-        assert e.pod_groups.rejection("ns/b") is not None
-        assert e.pod_groups.counts("ns/b").assigned == 0
+        assert len(e.state.waiting) == 0
+        assert not [k for k in e.state.table.pod_node if k.startswith("ns/b-")]  # b holds no room
+        assert e.state.pod_groups.rejection("ns/b") is not None
+        assert e.state.pod_groups.counts("ns/b").assigned == 0
         confirm_bindings(e)
         await drain(e, 20)
         assert bound_by_group(e) == {"a": 4}  # a binding of a's coming back helps b nothing
@@ -267,7 +267,7 @@ def test_two_groups_that_fit_alone_but_not_together_do_not_deadlock():
             e.on_pod("DELETED", pod_body(f"a-{i}", "a", node="n0"))
         await drain(e)
         assert bound_by_group(e) == {"a": 4, "b": 4}
-        assert len(e.waiting) == 0
+        assert len(e.state.waiting) == 0
         await e.stop()
 
     asyncio.run(go())
@@ -278,21 +278,21 @@ def test_a_permit_timeout_releases_every_reservation():
     wait; at the 1 s timeout both are rejected and unreserved, and a plain pod uses the room."""
     async def go():
         e = engine(n_nodes=1)
-        e.on_pod_group("ADDED", pg("s", 3, scheduleTimeoutSeconds=1))
+        e.route("podgroups")("ADDED", pg("s", 3, scheduleTimeoutSeconds=1))
         e.on_pod("ADDED", pod_body("s-0", "s"))
         e.on_pod("ADDED", pod_body("s-1", "s"))
         e.on_pod("ADDED", pod_body("s-2", "s", scheduler="someone-else"))
         await drain(e, 10)
-        assert len(e.waiting) == 2 and e.pod_groups.counts("ns/s").assumed == 2
+        assert len(e.state.waiting) == 2 and e.state.pod_groups.counts("ns/s").assumed == 2
         e.on_pod("ADDED", pod_body("x-0", None))
         await drain(e, 10)
         assert bound_by_group(e) == {}  # the room is held while the group waits
         await asyncio.sleep(1.1)
         await drain(e, 20)
-        assert len(e.waiting) == 0 and e.pod_groups.counts("ns/s").assumed == 0
+        assert len(e.state.waiting) == 0 and e.state.pod_groups.counts("ns/s").assumed == 0
         assert bound_by_group(e) == {"x": 1}
-        assert not [k for k in e.table.pod_node if k.startswith("ns/s-")]
-        assert "timed out" in (e.pod_groups.rejection("ns/s") or "") or e.pod_groups.rejection("ns/s")
+        assert not [k for k in e.state.table.pod_node if k.startswith("ns/s-")]
+        assert "timed out" in (e.state.pod_groups.rejection("ns/s") or "") or e.state.pod_groups.rejection("ns/s")
         events = [(x[0].name, x[4]) for x in list(e.recorder._events._queue)]
         assert any(n.startswith("s-") and "rejected due to timeout after waiting 1s at plugin Coscheduling" in m
                    for n, m in events), events
@@ -304,12 +304,12 @@ def test_a_permit_timeout_releases_every_reservation():
 def test_status_is_written_for_managed_groups_through_the_handle():
     async def go():
         e = engine(n_nodes=1)
-        e.on_pod_group("ADDED", pg("a", 2))
-        e.on_pod_group("ADDED", pg("unmanaged", 2))
+        e.route("podgroups")("ADDED", pg("a", 2))
+        e.route("podgroups")("ADDED", pg("unmanaged", 2))
         for i in range(2):
             e.on_pod("ADDED", pod_body(f"a-{i}", "a"))
         await drain(e, 10)
-        writer = PodGroupStatusWriter(e.pod_groups, e.binder.engine.pod_group_status.handle)
+        writer = PodGroupStatusWriter(e.state.pod_groups, e.handle)
         assert await writer.flush() == 1
         patch = [c for c in e.client.calls_of("merge_patch") if "podgroups" in c.path]
         assert [c.path for c in patch] == [f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{NS}/podgroups/a/status"]

@@ -16,6 +16,7 @@ from fakeclient import FakeClient  # noqa: E402
 
 from kit import QUEUE, SKIP, table  # noqa: E402
 from policy_scheduler.cluster.engine import DECISION_ANNOTATION, Engine  # noqa: E402
+from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402
 from policy_scheduler.framework.events import call_hint  # noqa: E402
 from policy_scheduler.framework.interface import CycleState, Handle  # noqa: E402
 from policy_scheduler.framework.native_podgroups import NATIVE_POD_GROUP_MEMBERS, Domain  # noqa: E402
@@ -224,8 +225,8 @@ def events(e: Engine) -> list[tuple[str, str]]:
 def test_two_native_groups_that_fit_alone_but_not_together():
     async def go():
         e = engine([node(f"n{i}") for i in range(3)])
-        e.on_native_pod_group("ADDED", npg("a", 4))
-        e.on_native_pod_group("ADDED", npg("b", 4))
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("a", 4))
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("b", 4))
         for i in range(4):
             for g in ("a", "b"):
                 e.on_pod("ADDED", pod_body(f"{g}-{i}", g))
@@ -234,9 +235,9 @@ def test_two_native_groups_that_fit_alone_but_not_together():
         assert list(won.values()) == [4], won
         winner = next(iter(won))
         loser = "b" if winner == "a" else "a"
-        assert len(e.waiting) == 0
-        assert not [k for k in e.table.pod_node if k.startswith(f"ns/{loser}-")]
-        assert e.native_pod_groups.rejection(f"ns/{loser}") is not None
+        assert len(e.state.waiting) == 0
+        assert not [k for k in e.state.table.pod_node if k.startswith(f"ns/{loser}-")]
+        assert e.state.native_pod_groups.rejection(f"ns/{loser}") is not None
         for name, target in binds(e).items():
             e.on_pod("MODIFIED", pod_body(name, winner, node=target))
         await drain(e, 20)
@@ -254,7 +255,7 @@ def test_racks_a_group_lands_in_the_tightest_rack_and_one_no_rack_holds_waits_sa
         # r0: 4 nodes of 8 cpu (32), r1: 4 nodes of 16 cpu (64); eight 4-cpu pods fit both: r0 is tighter
         e = engine([node(f"r0-n{i}", cpu="8", rack="r0") for i in range(4)]
                    + [node(f"r1-n{i}", cpu="16", rack="r1") for i in range(4)])
-        e.on_native_pod_group("ADDED", npg("t", 8, topology="rack"))
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("t", 8, topology="rack"))
         for i in range(8):
             e.on_pod("ADDED", pod_body(f"t-{i}", "t", cpu="4"))
         await drain(e)
@@ -264,7 +265,7 @@ def test_racks_a_group_lands_in_the_tightest_rack_and_one_no_rack_holds_waits_sa
         ann = json.loads(e.client.calls_of("bind")[0].body["metadata"]["annotations"][DECISION_ANNOTATION])
         assert ann["group"] == {"podGroup": "ns/t", "minCount": 8, "domain": "rack=r0"}
         # a group of 17 4-cpu pods (68 cpu): no rack holds it; it waits, saying so
-        e.on_native_pod_group("ADDED", npg("w", 17, topology="rack"))
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("w", 17, topology="rack"))
         for i in range(17):
             e.on_pod("ADDED", pod_body(f"w-{i}", "w", cpu="4"))
         await drain(e)
@@ -272,7 +273,7 @@ def test_racks_a_group_lands_in_the_tightest_rack_and_one_no_rack_holds_waits_sa
         msgs = [m for n, m in events(e) if n.startswith("w-")]
         assert any("no single rack domain can hold the group's 17 pods (cpu: 68); the largest is "
                    "rack=r1 with cpu: 64 free" in m for m in msgs), msgs
-        assert not [k for k in e.table.pod_node if k.startswith("ns/w-")]
+        assert not [k for k in e.state.table.pod_node if k.startswith("ns/w-")]
         await e.stop()
 
     asyncio.run(go())
@@ -282,7 +283,7 @@ def test_a_member_added_later_joins_its_placed_siblings_domain():
     async def go():
         e = engine([node(f"r0-n{i}", cpu="8", rack="r0") for i in range(2)]
                    + [node(f"r1-n{i}", cpu="8", rack="r1") for i in range(2)])
-        e.on_native_pod_group("ADDED", npg("g", 2, topology="rack"))
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("g", 2, topology="rack"))
         for i in range(2):
             e.on_pod("ADDED", pod_body(f"g-{i}", "g", cpu="4"))
         await drain(e)
@@ -330,11 +331,11 @@ def test_a_rejected_group_that_held_a_domain_wakes_the_groups_it_crowded_out():
 def test_the_served_version_is_read_from_discovery():
     async def go():
         e = engine([])
-        assert await e._native_pod_groups_version() == "v1beta1"  # nothing served: the default
+        assert await e.informers.discover_native_version() == "v1beta1"  # nothing served: the default
         e.client.objects["/apis/scheduling.k8s.io"] = {"versions": [{"version": "v1"}, {"version": "v1alpha3"}]}
-        assert await e._native_pod_groups_version() == "v1alpha3"
+        assert await e.informers.discover_native_version() == "v1alpha3"
         e.client.objects["/apis/scheduling.k8s.io"]["versions"].append({"version": "v1beta1"})
-        assert await e._native_pod_groups_version() == "v1beta1"
+        assert await e.informers.discover_native_version() == "v1beta1"
         await e.stop()
 
     asyncio.run(go())
@@ -343,8 +344,8 @@ def test_the_served_version_is_read_from_discovery():
 def test_the_condition_is_written_for_groups_the_policy_schedules():
     async def go():
         e = engine([node(f"n{i}") for i in range(2)])
-        e.on_native_pod_group("ADDED", npg("a", 2))
-        e.on_native_pod_group("ADDED", npg("other", 2))
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("a", 2))
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("other", 2))
         for i in range(2):
             e.on_pod("ADDED", pod_body(f"a-{i}", "a"))
         await drain(e, 20)

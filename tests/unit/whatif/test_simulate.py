@@ -117,7 +117,7 @@ def test_a_policy_file_gets_the_webhooks_error():
                                 {"name": "Nope", "weight": 2}]}}
     with pytest.raises(PolicyError) as e:
         world.add_policy(bad, "p.yaml")
-    webhook = Admission(SimpleNamespace(policy_store=world.store, scheduler_name="policy-scheduler"))
+    webhook = Admission(world.store)
     expected = webhook.validate_policy({"uid": "u", "object": bad})["response"]["status"]["message"]
     assert str(e.value) == f"p.yaml: {expected}"
     assert "spec.plugins[0].args.scoringStrategy.type: Unsupported value: \"Bogus\"" in str(e.value)

@@ -4,8 +4,7 @@ chain, which policy a pod gets (and why none)."""
 from __future__ import annotations
 
 from policy_scheduler import POLICY_LABEL
-from policy_scheduler.cluster.policies import DEFAULT_POLICY, PolicyStore, policy_name
-from policy_scheduler.cluster.telemetry import Telemetry
+from policy_scheduler.cache.policies import DEFAULT_POLICY, PolicyStore, policy_name
 from policy_scheduler.framework.interface import Handle
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.registry import Registry
@@ -32,13 +31,20 @@ def store(**kw):
     return s, changed
 
 
-def ready_gauge(t: Telemetry, ready: str) -> float:
-    return t.registry.get_sample_value("policy_scheduler_policies", {"ready": ready})
+class Counts(dict):
+    """What the store reports through on_counts: {"true": ready, "false": not ready}."""
+
+    def __call__(self, ready: int, not_ready: int) -> None:
+        self["true"], self["false"] = ready, not_ready
+
+
+def ready_gauge(t: Counts, ready: str) -> float:
+    return t.get(ready, 0)
 
 
 def test_a_valid_policy_is_ready_with_its_chain():
-    t = Telemetry()
-    s, changed = store(telemetry=t)
+    t = Counts()
+    s, changed = store(on_counts=t)
     s.on_policy("ADDED", policy("p", GOOD))
     st = s.policies["p"]
     assert st.ready and st.errors == [] and st.chain_generation == 1
@@ -68,8 +74,8 @@ def test_invalid_policies_name_the_field():
 
 
 def test_an_invalid_edit_keeps_the_last_valid_chain_and_generation():
-    t = Telemetry()
-    s, changed = store(telemetry=t)
+    t = Counts()
+    s, changed = store(on_counts=t)
     s.on_policy("ADDED", policy("p", GOOD, gen=1))
     st = s.policies["p"]
     chain = st.chain
@@ -125,8 +131,8 @@ def test_chains_are_built_from_the_given_registry():
 
 
 def test_an_instance_loads_only_the_policies_that_name_it():
-    t = Telemetry()
-    s, changed = store(telemetry=t, scheduler_name="batch", default_policy="batch-default")
+    t = Counts()
+    s, changed = store(on_counts=t, scheduler_name="batch", default_policy="batch-default")
     s.on_policy("ADDED", policy("theirs", GOOD))  # no schedulerName: policy-scheduler's
     s.on_policy("ADDED", policy("other", {**GOOD, "schedulerName": "gpu"}))
     s.on_policy("ADDED", policy("batch-default", {**GOOD, "schedulerName": "batch"}))
@@ -145,8 +151,8 @@ def test_an_instance_loads_only_the_policies_that_name_it():
 
 
 def test_a_policy_handed_to_another_instance_is_dropped_and_one_handed_over_is_taken():
-    t = Telemetry()
-    s, changed = store(telemetry=t)
+    t = Counts()
+    s, changed = store(on_counts=t)
     s.on_policy("ADDED", policy("p", GOOD))
     assert "p" in s.policies and ready_gauge(t, "true") == 1
     s.on_policy("MODIFIED", policy("p", {**GOOD, "schedulerName": "batch"}, gen=2))

@@ -1,13 +1,13 @@
-"""Engine: asynchronous preemption (upstream prepareCandidateAsync). The preemptor is held by
-DefaultPreemption's PreEnqueue while its victims are deleted: all but the last in parallel, then
-the last one, after which the preemptor may go as soon as the cache no longer holds that victim."""
+"""cluster/preemptor.py, through the engine: asynchronous preemption (upstream
+prepareCandidateAsync). The preemptor is held by DefaultPreemption's PreEnqueue while its victims
+are deleted: all but the last in parallel, then the last one, after which the preemptor may go as
+soon as the state no longer holds that victim."""
 
 import asyncio
 
 from fakeclient import FakeClient
 
 from policy_scheduler.cluster.engine import Engine
-from policy_scheduler.cluster.handle import OperatorHandle
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.queue import ACTIVE, GATED, UNSCHEDULABLE
 from policy_scheduler.plugins.default_preemption import WAITING_MESSAGE, DefaultPreemption
@@ -34,30 +34,30 @@ def engine_with_victims(n=3):
     victims = []
     for i in range(n):
         e.on_pod("ADDED", pod(f"v{i}", "n1"))
-        victims.append(e.table.pod(f"ns/v{i}"))
+        victims.append(e.state.table.pod(f"ns/v{i}"))
     e.on_pod("ADDED", pod("hi", priority=10))
     return e, victims
 
 
 def test_a_preemptor_runs_preemption_until_its_last_victim_leaves_the_cache():
     e, victims = engine_with_victims()
-    assert not e.is_pod_running_preemption("uid-hi")
-    e.preempting["uid-hi"] = None  # deleting all victims but the last
-    assert e.is_pod_running_preemption("uid-hi")
-    e.preempting["uid-hi"] = "ns/v2"  # only the last is left, still in the cache
-    assert e.is_pod_running_preemption("uid-hi")
+    assert not e.preemptor.is_running("uid-hi")
+    e.preemptor.preempting["uid-hi"] = None  # deleting all victims but the last
+    assert e.preemptor.is_running("uid-hi")
+    e.preemptor.preempting["uid-hi"] = "ns/v2"  # only the last is left, still in the cache
+    assert e.preemptor.is_running("uid-hi")
     e.on_pod("MODIFIED", pod("v2", "n1", terminating=True))  # its deletion has started
-    assert not e.is_pod_running_preemption("uid-hi")
+    assert not e.preemptor.is_running("uid-hi")
     e.on_pod("DELETED", pod("v2", "n1", terminating=True))
-    assert not e.is_pod_running_preemption("uid-hi")
+    assert not e.preemptor.is_running("uid-hi")
 
 
 def test_default_preemption_gates_a_pod_whose_preemption_runs():
     e, _ = engine_with_victims()
-    plugin = DefaultPreemption(DefaultPreemption.Args(), OperatorHandle(e))
+    plugin = DefaultPreemption(DefaultPreemption.Args(), e.handle)
     hi = parse_pod(pod("hi", priority=10))
     assert plugin.pre_enqueue(hi).is_success
-    e.preempting["uid-hi"] = None
+    e.preemptor.preempting["uid-hi"] = None
     st = plugin.pre_enqueue(hi)
     assert not st.is_success and st.message() == WAITING_MESSAGE
 
@@ -65,24 +65,24 @@ def test_default_preemption_gates_a_pod_whose_preemption_runs():
 def test_victims_are_deleted_all_but_the_last_first_and_the_preemptor_is_released():
     e, victims = engine_with_victims()
     hi = e.queue.pop().pod
-    e.preempting[hi.uid] = None
+    e.preemptor.preempting[hi.uid] = None
     seen = []
 
     async def go():
         real = e.client.request
 
         async def spy(method, path, body=None, **kw):
-            seen.append((path.rsplit("/", 1)[1], e.preempting.get(hi.uid, "released")))
+            seen.append((path.rsplit("/", 1)[1], e.preemptor.preempting.get(hi.uid, "released")))
             return await real(method, path, body, **kw)
 
         e.client.request = spy
-        await e._delete_victims(hi, victims, "n1")
+        await e.preemptor._delete_victims(hi, victims, "n1")
 
     asyncio.run(go())
     # the first two while the preemptor is fully held; the last once it is registered as the last
     assert sorted(seen[:2]) == [("v0", None), ("v1", None)]
     assert seen[2] == ("v2", "ns/v2")
-    assert hi.uid not in e.preempting
+    assert hi.uid not in e.preemptor.preempting
     deletes = e.client.calls_of("delete")
     assert [c.body["preconditions"]["uid"] for c in deletes] == ["uid-v0", "uid-v1", "uid-v2"]
     assert all("DisruptionTarget" in str(c.body) for c in e.client.calls_of("strategic_patch")
@@ -94,11 +94,11 @@ def test_a_failed_victim_deletion_activates_the_preemptor_and_spares_the_last_vi
     qpi = e.queue.pop()
     hi = qpi.pod
     e.queue.add_unschedulable(qpi, {"NodeResourcesFit"})
-    e.preempting[hi.uid] = None
+    e.preemptor.preempting[hi.uid] = None
     assert e.queue.state_of(hi.key) == UNSCHEDULABLE
     e.client.fail("delete", 500, path_contains="/pods/v0", times=1)
-    asyncio.run(e._delete_victims(hi, victims, "n1"))
-    assert hi.uid not in e.preempting
+    asyncio.run(e.preemptor._delete_victims(hi, victims, "n1"))
+    assert hi.uid not in e.preemptor.preempting
     assert [c.path.rsplit("/", 1)[1] for c in e.client.calls_of("delete")] == ["v0", "v1"]
     assert e.queue.state_of(hi.key) == ACTIVE  # not left waiting for a deletion event
 
@@ -109,7 +109,7 @@ def preempting(e):
     e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1},
                           "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "DefaultPreemption"}]}})
     qpi = e.queue.pop()
-    e.preempting[qpi.pod.uid] = None
+    e.preemptor.preempting[qpi.pod.uid] = None
     e.queue.add_unschedulable(qpi, {"NodeResourcesFit"})
     return qpi.pod
 
@@ -124,7 +124,7 @@ def test_a_held_preemptor_moves_on_its_victims_deletion_once_released():
         e.on_pod("DELETED", pod("v0", "n1"))
         assert e.queue.state_of(hi.key) == GATED
         assert e.queue.get(hi.key).gating_message == WAITING_MESSAGE
-        e.preempting[hi.uid] = "ns/v2"
+        e.preemptor.preempting[hi.uid] = "ns/v2"
         e.on_pod("DELETED", pod("v1", "n1"))
         assert e.queue.state_of(hi.key) == GATED  # the last victim is still there
         e.on_pod("DELETED", pod("v2", "n1"))
@@ -144,8 +144,8 @@ def test_a_victim_gone_before_it_was_registered_as_the_last_still_releases_the_p
         hi = preempting(e)
         e.on_pod("DELETED", pod("v0", "n1"))
         assert e.queue.state_of(hi.key) == GATED
-        await e._delete_victims(hi, victims, "n1")
-        assert hi.uid not in e.preempting
+        await e.preemptor._delete_victims(hi, victims, "n1")
+        assert hi.uid not in e.preemptor.preempting
         assert e.queue.state_of(hi.key) not in (GATED, UNSCHEDULABLE)
 
     asyncio.run(go())
@@ -178,14 +178,14 @@ def test_a_deleted_victim_counts_as_terminating_in_the_cache_before_its_watch_ev
 
     e, victims = engine_with_victims()
     hi = e.queue.pop().pod
-    e.preempting[hi.uid] = None
-    asyncio.run(e._delete_victims(hi, victims, "n1"))
-    cached = [e.table.pod(f"ns/v{i}") for i in range(3)]
+    e.preemptor.preempting[hi.uid] = None
+    asyncio.run(e.preemptor._delete_victims(hi, victims, "n1"))
+    cached = [e.state.table.pod(f"ns/v{i}") for i in range(3)]
     assert all(p is not None and p.terminating and p.terminating_by_preemption for p in cached)
     hi.nominated_node_name = "n1"
-    assert eligible(hi, e.table, Status.success()) == (False, MSG_TERMINATING)
+    assert eligible(hi, e.state.table, Status.success()) == (False, MSG_TERMINATING)
     e.on_pod("DELETED", pod("v2", "n1", terminating=True))
-    assert e.table.pod("ns/v2") is None
+    assert e.state.table.pod("ns/v2") is None
 
 
 def test_a_preemptor_whose_last_victim_is_still_cached_waits_for_its_deleted_event():
@@ -197,8 +197,8 @@ def test_a_preemptor_whose_last_victim_is_still_cached_waits_for_its_deleted_eve
         hi = preempting(e)
         e.on_pod("DELETED", pod("v3", "n1"))  # some other pod's deletion: the held preemptor is gated
         assert e.queue.state_of(hi.key) == GATED
-        await e._delete_victims(hi, victims[:3], "n1")
-        assert hi.uid not in e.preempting
+        await e.preemptor._delete_victims(hi, victims[:3], "n1")
+        assert hi.uid not in e.preemptor.preempting
         assert e.queue.state_of(hi.key) == GATED  # not activated: v2 is still in the cache
         for i in range(3):
             e.on_pod("DELETED", pod(f"v{i}", "n1", terminating=True))
@@ -212,13 +212,13 @@ def test_a_victim_already_gone_from_the_api_is_terminating_in_the_cache_too():
     so the preemptor, once released, waits for it instead of preempting it again."""
     e, victims = engine_with_victims()
     hi = e.queue.pop().pod
-    e.preempting[hi.uid] = None
+    e.preemptor.preempting[hi.uid] = None
     e.client.fail("delete", 404, path_contains="/pods/v2", times=1)
-    asyncio.run(e._delete_victims(hi, victims, "n1"))
-    assert hi.uid not in e.preempting
-    assert e.table.pod("ns/v2").terminating_by_preemption
+    asyncio.run(e.preemptor._delete_victims(hi, victims, "n1"))
+    assert hi.uid not in e.preemptor.preempting
+    assert e.state.table.pod("ns/v2").terminating_by_preemption
     # a late watch event of an older version (its DisruptionTarget condition, no deletionTimestamp)
     e.on_pod("MODIFIED", pod("v2", "n1"))
-    assert e.table.pod("ns/v2").terminating_by_preemption
+    assert e.state.table.pod("ns/v2").terminating_by_preemption
     e.on_pod("DELETED", pod("v2", "n1", terminating=True))
-    assert e.table.pod("ns/v2") is None and not e._deleted_victims - {("ns/v0", "uid-v0"), ("ns/v1", "uid-v1")}
+    assert e.state.table.pod("ns/v2") is None and not e.state.deleted_victims - {("ns/v0", "uid-v0"), ("ns/v1", "uid-v1")}

@@ -35,7 +35,6 @@ from ..framework.registry import Registry
 from ..framework.validation import invalid
 from ..metricsources.manager import MetricSources
 from ..plugins import default_registry
-from .telemetry import Telemetry
 
 log = logging.getLogger("policy_scheduler")
 
@@ -86,11 +85,12 @@ class PolicyStore:
     every policy change. ``handle_for(name)``: the framework Handle of that policy's plugins.
     ``namespaces``: namespace name -> labels (read, never written, for namespaceSelector).
     ``on_change(state)``: called after a policy was created or changed (not on deletion).
+    ``on_counts(ready, not_ready)``: called after every change (the operator's readiness gauge).
     """
 
     def __init__(self, sources: MetricSources, handle_for: Callable[[str], Handle], *,
                  registry: Registry | None = None, namespaces: Mapping[str, Mapping[str, str]] | None = None,
-                 telemetry: Telemetry | None = None,
+                 on_counts: Callable[[int, int], None] | None = None,
                  on_change: Callable[[PolicyState], None] | None = None,
                  scheduler_name: str = SCHEDULER_NAME, default_policy: str = DEFAULT_POLICY) -> None:
         self.scheduler_name = scheduler_name
@@ -100,7 +100,7 @@ class PolicyStore:
         self.sources = sources
         self.handle_for = handle_for
         self.namespaces = namespaces if namespaces is not None else {}
-        self.telemetry = telemetry or Telemetry()
+        self.on_counts = on_counts  # (ready, not ready) after every change: the operator's gauge
         self.on_change = on_change
         self.policies: dict[str, PolicyState] = {}
 
@@ -197,10 +197,10 @@ class PolicyStore:
         return []
 
     def _update_gauge(self) -> None:
-        """The readiness gauge: policies by ready true/false."""
-        ready = sum(1 for p in self.policies.values() if p.ready)
-        self.telemetry.policies.labels("true").set(ready)
-        self.telemetry.policies.labels("false").set(len(self.policies) - ready)
+        """Tell ``on_counts`` how many policies are ready and how many are not."""
+        if self.on_counts is not None:
+            ready = sum(1 for p in self.policies.values() if p.ready)
+            self.on_counts(ready, len(self.policies) - ready)
 
     def default_policy_of(self, namespace: str) -> str:
         """The policy of a namespace's unlabelled pods: its default-policy label, else ours."""

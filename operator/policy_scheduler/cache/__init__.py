@@ -1,0 +1,12 @@
+"""The cluster state, pure: what the plugins read of the cluster and what a change of it means.
+
+- ``state.py``: ClusterState, fed one watch event at a time by ``apply_*`` methods that return
+  the cluster events for the queue; assume/forget and assume-Reserve-Permit; KINDS, the API
+  paths of the kinds that feed it.
+- ``handle.py``: StateHandle, the one framework Handle over it, with the operator's Actions
+  (API writes, queue, events) injected, or none in what-if.
+- ``policies.py``: SchedulingPolicies parsed, validated and built into chains; a pod's policy.
+- ``workloads.py``: Services and controllers, for system default spreading.
+
+No client, no kopf, no tasks: the operator (cluster/) and what-if (whatif/) both use it.
+"""

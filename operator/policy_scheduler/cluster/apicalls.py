@@ -1,0 +1,163 @@
+"""The scheduling writes to the API server, in one place: the Binding, the preemption victim's
+DELETE, PodGroup status patches and the requests bind-side plugins make (VolumeBinding's PreBind).
+
+Each write is made by the leader only: a standby, or a deposed leader, writes nothing (a Binding
+may not outlive the lease either). Failed requests are told apart with kubeclient's one policy
+(REQUEST_ERRORS, TRANSPORT_ERRORS). Events and PodScheduled conditions go through recorder.py,
+policy status through policy_status.py; both use the same client and the same policy.
+
+``OperatorActions`` is what the operator's Handle (cache/handle.py) may do beyond reading the
+state: these writes, plus activating pods in the queue, a pod's event and asking whether a
+preemption is still deleting its victims.
+
+upstream: DefaultBinder's ``handle.ClientSet().CoreV1().Pods().Bind``, the preemption
+Executor's victim deletion, and the API dispatcher (``backend/api_dispatcher``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from ..framework.interface import PodGone
+from ..framework.native_podgroups import api_path as native_pod_groups_path
+from ..framework.podgroups import API_PATH as POD_GROUPS_PATH
+from ..framework.podinfo import PodInfo
+from ..framework.status import Code, Status
+from .kubeclient import TRANSPORT_ERRORS, ApiError, KubeClient
+from .leader import Leadership
+from .telemetry import Telemetry
+
+log = logging.getLogger("policy_scheduler")
+
+GATED_CONFLICT = "has non-empty .spec.schedulingGates"
+DELETED, GONE = "deleted", "gone"  # what delete_pod did
+
+
+class NotLeader(RuntimeError):
+    """This replica does not hold the leader lease: it makes no API write."""
+
+    def __init__(self) -> None:
+        super().__init__("not the leader: no API writes")
+
+
+class ApiCalls:
+    """The operator's scheduling writes; ``native_version()``: the scheduling.k8s.io version
+    PodGroups are served in (the engine reads discovery)."""
+
+    def __init__(self, client: KubeClient, leadership: Leadership, telemetry: Telemetry,
+                 native_version: Callable[[], str]) -> None:
+        self.client = client
+        self.leadership = leadership
+        self.telemetry = telemetry
+        self.native_version = native_version
+
+    def _check_leader(self) -> None:
+        if not self.leadership.valid():
+            raise NotLeader()
+
+    async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> Status:
+        """POST pods/binding (DefaultBinder through the Handle). Success; PodGone when no binding
+        is needed any more; an Error status (the pod is requeued) otherwise. A 409 is told
+        apart: already assigned, being deleted or replaced (a UID precondition) is PodGone; a pod
+        that got scheduling gates behind our back is an error, requeued and gated on its next try."""
+        t0 = time.perf_counter()
+        telemetry = self.telemetry
+        left = self.leadership.time_left()
+        if left is not None and left <= 0:  # not (or no longer) the leader: a deposed leader never binds
+            return Status.error("not bound: this replica does not hold the leader lease")
+        try:
+            # a leader's binding may not outlive its lease: past the renew deadline another replica may lead
+            await self.client.bind(pod.namespace, pod.name, node, uid=pod.uid or None,
+                                   annotations=dict(annotations), timeout=left)
+        except ApiError as e:
+            telemetry.bind_errors.labels(str(e.status)).inc()
+            text = str(e)
+            if e.status == 404:
+                raise PodGone(f"pod {pod.key} not found: {text}") from None
+            if e.status == 409:
+                if GATED_CONFLICT in text:
+                    return Status.error(f"Binding rejected: the pod has scheduling gates: {text}")
+                if "already assigned" in text or "being deleted" in text or "UID in precondition" in text:
+                    raise PodGone(text) from None
+            return Status.error(f"Binding rejected: {text}")
+        except TRANSPORT_ERRORS as e:
+            telemetry.bind_errors.labels("transport").inc()
+            return Status.error(f"Binding failed: {type(e).__name__}: {e}")
+        telemetry.binding_duration.observe(time.perf_counter() - t0)
+        return Status.success()
+
+    async def delete_pod(self, pod: PodInfo) -> str | None:
+        """DELETE a preemption victim, with its uid as precondition: DELETED; GONE when it was
+        gone already or replaced by a pod of the same name (404, 409); None when it could not be
+        deleted (this replica does not lead, or the request failed: logged)."""
+        if not self.leadership.valid():
+            return None
+        try:
+            await self.client.request("DELETE", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}",
+                                      {"apiVersion": "v1", "kind": "DeleteOptions",
+                                       **({"preconditions": {"uid": pod.uid}} if pod.uid else {})})
+        except ApiError as e:
+            if e.status in (404, 409):  # gone already, or replaced by a pod of the same name
+                return GONE
+            log.warning("preemption victim %s not deleted: %s", pod.key, e)
+            return None
+        except TRANSPORT_ERRORS as e:
+            log.warning("preemption victim %s not deleted: %s", pod.key, e)
+            return None
+        return DELETED
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One request for a bind-side plugin; a PATCH is a merge patch. The leader only."""
+        self._check_leader()
+        ct = "application/merge-patch+json" if method.upper() == "PATCH" else "application/json"
+        return await self.client.request(method.upper(), path, body, content_type=ct)
+
+    async def patch_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge PATCH of a scheduler-plugins PodGroup's status subresource; the leader only (a
+        standby's call raises NotLeader, and the writer keeps the group for later)."""
+        self._check_leader()
+        await self.client.merge_patch(f"{POD_GROUPS_PATH.rsplit('/', 1)[0]}/namespaces/{namespace}/"
+                                      f"podgroups/{name}/status", {"status": dict(status)})
+
+    async def patch_native_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge PATCH of a scheduling.k8s.io PodGroup's status (its conditions); the leader only."""
+        self._check_leader()
+        path = native_pod_groups_path(self.native_version())
+        await self.client.merge_patch(f"{path.rsplit('/', 1)[0]}/namespaces/{namespace}/podgroups/{name}/status",
+                                      {"status": dict(status)})
+
+
+class OperatorActions:
+    """The operator's side of the Handle (cache/handle.Actions): the API writes above, the
+    queue's activation (``activate``: keys -> how many moved), a pod's Warning event
+    (``event``) and the preemptor's ``is_running`` (upstream IsPodRunningPreemption)."""
+
+    def __init__(self, api: ApiCalls, activate: Callable[[Sequence[str]], int],
+                 event: Callable[[PodInfo, str, str, Code], None], is_running: Callable[[str], bool]) -> None:
+        self.api = api
+        self._activate = activate
+        self._event = event
+        self._is_running = is_running
+
+    async def bind_pod(self, pod: PodInfo, node_name: str, annotations: Mapping[str, str]) -> Status:
+        return await self.api.bind(pod, node_name, annotations)
+
+    async def api_request(self, method: str, path: str, body: Any = None) -> Any:
+        return await self.api.request(method, path, body)
+
+    async def patch_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        await self.api.patch_pod_group_status(namespace, name, status)
+
+    async def patch_native_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        await self.api.patch_native_pod_group_status(namespace, name, status)
+
+    def activate_pods(self, keys: Sequence[str]) -> int:
+        return self._activate(keys)
+
+    def pod_event(self, pod: PodInfo, reason: str, message: str) -> None:
+        self._event(pod, reason, message, Code.UNSCHEDULABLE)
+
+    def is_pod_running_preemption(self, uid: str) -> bool:
+        return self._is_running(uid)

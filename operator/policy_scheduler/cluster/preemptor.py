@@ -1,0 +1,156 @@
+"""Acting on DefaultPreemption's choice: nominations, DisruptionTarget, the victims' DELETEs and
+the Preempted events, off the scheduling loop; and whether a preemptor is still waiting for its
+victims to go (DefaultPreemption's PreEnqueue asks, through the Handle).
+
+upstream: ``framework/preemption/executor.go`` (prepareCandidateAsync, IsPodRunningPreemption,
+``preempting`` and ``lastVictimsPendingPreemption``) and the scheduler's nominator updates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable, Coroutine
+
+from ..cache.state import ClusterState
+from ..framework.nominator import Nominator
+from ..framework.podinfo import PodInfo
+from ..framework.preemption import PreemptionResult
+from ..framework.queue import GATED, SchedulingQueue
+from ..logs import MAX_MESSAGE_LEN, fields, truncate
+from ..plugins.default_preemption import NAME as PREEMPTION
+from .apicalls import GONE, ApiCalls
+from .recorder import EventRecorder
+from .telemetry import Telemetry
+
+log = logging.getLogger("policy_scheduler")
+
+
+class Preemptor:
+    """Preemptions in progress: preemptor uid -> its last victim's key once only that one is
+    left to delete (None before)."""
+
+    def __init__(self, state: ClusterState, queue: SchedulingQueue, nominator: Nominator, recorder: EventRecorder,
+                 api: ApiCalls, telemetry: Telemetry, spawn: Callable[[Coroutine], asyncio.Task],
+                 wake: Callable[[], None], scheduler_name: str) -> None:
+        self.state = state
+        self.queue = queue
+        self.nominator = nominator
+        self.recorder = recorder
+        self.api = api
+        self.telemetry = telemetry
+        self.spawn = spawn
+        self.wake = wake
+        self.scheduler_name = scheduler_name
+        self.preempting: dict[str, str | None] = {}
+
+    def victims_to_delete(self, pod: PodInfo, result: PreemptionResult) -> list[PodInfo]:
+        """The victims that need an API call: not those parked at Permit (rejected there, never
+        bound) nor those already terminating (upstream: no second DELETE)."""
+        if not result.nominated_node or not result.victims:
+            return []
+        waiting = self.state.waiting
+        return [v for v in result.victims if not v.terminating and not (v.uid and waiting.get(v.uid) is not None)]
+
+    def start(self, pod: PodInfo, victims: list[PodInfo]) -> None:
+        """Mark ``pod`` as preempting before it is requeued: its PreEnqueue must see it so."""
+        if victims and pod.uid:
+            self.preempting[pod.uid] = None
+
+    def is_running(self, uid: str) -> bool:
+        """upstream Executor.IsPodRunningPreemption: the preemptor's victims are still being
+        deleted. Once only the last victim is left, the preemption counts as done as soon as the
+        state no longer holds that victim (or holds it terminating), so the victim's deletion
+        event, which may arrive before the DELETE call returns, can let the preemptor go."""
+        if uid not in self.preempting:
+            return False
+        last = self.preempting[uid]
+        return last is None or not self.state.victim_gone(last)
+
+    def nominate(self, pod: PodInfo, node: str) -> None:
+        """A PostFilter nominated ``node``: the pod counts there for pods of lower or equal
+        priority, is tried there first next time, and status.nominatedNodeName says so."""
+        self.nominator.add(pod, node)
+        pod.nominated_node_name = node
+        self.recorder.nominate(pod, node)
+
+    def preempt(self, pod: PodInfo, result: PreemptionResult, victims: list[PodInfo]) -> None:
+        """Act on DefaultPreemption's choice (upstream prepareCandidateAsync), off the loop: the
+        preemptor is nominated to the node, lower-priority pods nominated there lose their
+        nomination, and each victim gets the DisruptionTarget condition, is deleted and gets a
+        Preempted event. Until the victims' deletions are done the preemptor is held by
+        DefaultPreemption's PreEnqueue (``is_running``); the deletion events then requeue it,
+        and it is tried on its nominated node first."""
+        node = result.nominated_node
+        if node is None:
+            return  # not eligible, or an error: the nomination stays as it is
+        self.telemetry.preemption_attempts.inc()
+        if node == "":
+            if pod.nominated_node_name or self.nominator.node_of(pod.key):  # no candidate: clear an old one
+                self.nominator.remove(pod.key)
+                pod.nominated_node_name = None
+                self.recorder.nominate(pod, None)
+            return
+        for other in result.clear_nominations:
+            self.nominator.remove(other.key)
+            other.nominated_node_name = None
+            self.recorder.nominate(other, None)
+        self.nominate(pod, node)
+        if not result.victims:
+            return
+        log.info("pod %s preempts %d pods on node %s: %s", pod.key, len(result.victims), node,
+                 ", ".join(result.victim_keys), extra=fields(pod=pod.key, node=node, victims=result.victim_keys))
+        top = result.victims[0]
+        self.recorder.event(pod, "Normal", "Preempting", "Preempting", truncate(
+            f"Preempting {len(result.victims)} pod(s) on node {node}: {', '.join(result.victim_keys)} "
+            f"(chosen from {result.candidates} candidate node(s) by upstream's order: {result.num_pdb_violations} "
+            f"PDB violation(s), highest victim priority {top.priority}, priority sum "
+            f"{sum(v.priority for v in result.victims)}, {len(result.victims)} victim(s))", MAX_MESSAGE_LEN))
+        self.telemetry.preemption_victims.observe(len(result.victims))
+        for v in result.victims:
+            if v.uid:
+                self.state.waiting.reject(v.uid, PREEMPTION, "preempted")  # a pod parked at Permit: never bound
+        if victims:
+            self.spawn(self._delete_victims(pod, victims, node))  # the loop yields next: they start now
+
+    async def _delete_victims(self, pod: PodInfo, victims: list[PodInfo], node: str) -> None:
+        """All victims but the last in parallel, then the last one (upstream): the preemptor
+        stays gated until the last victim is gone from the state. On any failure the preemptor
+        is activated, so it is not left waiting for a deletion event that will not come."""
+        ok = True
+        try:
+            if len(victims) > 1:
+                done = await asyncio.gather(*(self._delete_victim(v, pod, node) for v in victims[:-1]))
+                ok = all(done)
+            if ok:
+                last = victims[-1]
+                if pod.uid in self.preempting:
+                    self.preempting[pod.uid] = last.key
+                ok = await self._delete_victim(last, pod, node)
+        finally:
+            self.preempting.pop(pod.uid, None)
+            # on a failure; or when the last victim left the state before it was registered as
+            # the last (its deletion event found the preemptor still held, and no later event
+            # will look at the gate again): the preemptor goes now. A victim still there,
+            # terminating, has its DELETED event to come, which moves the preemptor (tried now,
+            # it would find the victim still counted on the node, and wait anyway)
+            if not ok or (self.state.table.pod(victims[-1].key) is None and self.queue.state_of(pod.key) == GATED):
+                if self.queue.activate([pod.key]):
+                    self.wake()
+
+    async def _delete_victim(self, victim: PodInfo, preemptor: PodInfo, node: str) -> bool:
+        """DisruptionTarget, DELETE (with the victim's uid as precondition) and the Preempted
+        event. False when the victim could not be deleted (it being gone already is success)."""
+        if not self.api.leadership.valid():
+            return False
+        await self.recorder.disruption_target(
+            victim, f"{self.scheduler_name}: preempting to accommodate a higher priority pod")
+        done = await self.api.delete_pod(victim)
+        if done is None:
+            return False
+        self.state.mark_terminating(victim)
+        if done == GONE:
+            return True
+        self.recorder.event(victim, "Normal", "Preempted", "Preempting",
+                            f"Preempted by pod {preemptor.uid} on node {node}")
+        return True
