@@ -48,7 +48,9 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from .events import (DEFAULT_REGISTRATION, FORCE_ACTIVATE, UNSCHEDULABLE_TIMEOUT, ClusterEvent, ClusterEventWithHint,
                      QueueingHint, call_hint, pod_change_events)
+from .instrumentation import NOOP, PRE_ENQUEUE
 from .podinfo import PodInfo
+from .runtime import Abort, call, status_code
 from .status import Status
 
 log = logging.getLogger(__name__)
@@ -392,10 +394,9 @@ class SchedulingQueue:
             plugins.sort(key=lambda p: p.NAME != qpi.gating_plugin)
         for p in plugins:
             try:
-                st = p.pre_enqueue(qpi.pod)
-            except Exception as e:  # a broken PreEnqueue gates the pod and says why
-                log.exception("PreEnqueue plugin %s failed on pod %s", p.NAME, qpi.key)
-                st = Status.error(f'running PreEnqueue plugin "{p.NAME}": {type(e).__name__}: {e}')
+                st = call(NOOP, p.NAME, PRE_ENQUEUE, PRE_ENQUEUE, status_code, p.pre_enqueue, qpi.pod, log_key=qpi.key)
+            except Abort as a:  # a broken PreEnqueue gates the pod and says why
+                st = a.status
             if not st.is_success:
                 qpi.gating_plugin = p.NAME
                 qpi.gating_message = st.message()
