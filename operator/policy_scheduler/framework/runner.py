@@ -21,6 +21,7 @@ from time import perf_counter
 import numpy as np
 
 from .chain import Chain
+from .decision import Decision, NodeScore, fit_error_message  # Decision: also imported from here by cluster/, whatif/
 from .instrumentation import FILTER, POST_FILTER, PRE_FILTER, PRE_SCORE, SCORE, CycleRecorder
 from .interface import DRY_RUN_KEY, MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, FilterResult, NodeToStatus
 from .nodetable import NodeTable
@@ -54,51 +55,6 @@ def num_feasible_nodes_to_find(percentage: int | None, num_all_nodes: int) -> in
             pct = MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND
     n = num_all_nodes * pct // 100
     return max(n, MIN_FEASIBLE_NODES_TO_FIND)
-
-
-@dataclass
-class NodeScore:
-    node: str
-    total: int
-    plugins: dict[str, tuple[int, int]] = field(default_factory=dict)  # plugin -> (normalized, weighted)
-    details: dict[str, dict] = field(default_factory=dict)  # plugin -> what its describe() says of the node
-
-
-@dataclass
-class Decision:
-    """What one cycle decided and why (bounded in size: top nodes only)."""
-
-    pod: str
-    node: str | None
-    status: Status
-    num_all_nodes: int = 0
-    evaluated: int = 0
-    feasible: int = 0
-    top: list[NodeScore] = field(default_factory=list)
-    failures: dict[str, int] = field(default_factory=dict)  # reason -> node count
-    message: str = ""
-    unschedulable_plugins: set[str] = field(default_factory=set)
-    pending_plugins: set[str] = field(default_factory=set)
-    nominated_node: str | None = None  # a PostFilter's nomination (the pod is tried there first next time)
-    duration: float = 0.0
-
-    @property
-    def scheduled(self) -> bool:
-        return self.node is not None
-
-
-def fit_error_message(num_all_nodes: int, failures: dict[str, int], prefilter_msg: str | None = None,
-                      postfilter_msg: str = "") -> str:
-    """upstream FitError.Error(): "0/N nodes are available: <histogram>." (+ PostFilter text)."""
-    if prefilter_msg is not None:
-        reasons = f" {prefilter_msg}."
-    else:
-        hist = sorted(f"{count} {reason}" for reason, count in failures.items())
-        reasons = " " + ", ".join(hist) + "."
-    msg = f"0/{num_all_nodes} nodes are available:{reasons}"
-    if postfilter_msg:
-        msg += " " + postfilter_msg
-    return msg
 
 
 class _Failures:
