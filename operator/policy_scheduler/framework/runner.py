@@ -6,9 +6,12 @@ and the nominated pods counted), ``post_filter`` when nothing fits, ``prioritize
 One error channel: a rejection (Unschedulable, UnschedulableAndUnresolvable, Pending) only ever
 says the pod does not fit, and names the plugins that rejected it so the queue knows which
 events may wake it. Anything else a plugin returns, or raises, aborts the cycle with an Error in
-upstream's words (``running "X" filter plugin: ...``), and the pod is retried with backoff. The
-plugins are called, timed and their errors worded by runtime.py. Never raises: a pod that cannot be parsed, a plugin that fails, or a cluster with no nodes all
+upstream's words (``running "X" filter plugin: ...``), and the pod is retried with backoff.
+Never raises: a pod that cannot be parsed, a plugin that fails, or a cluster with no nodes all
 come back as a Decision whose status says why.
+
+The plugins are called, timed and their errors worded by runtime.py; the Decision and its
+messages are in decision.py.
 """
 
 from __future__ import annotations

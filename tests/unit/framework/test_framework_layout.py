@@ -1,6 +1,6 @@
-"""framework/'s modules import one another without a circle, counting the imports under
-TYPE_CHECKING and those inside functions: the contract (interface.py) never depends on a module
-that depends on it."""
+"""framework/'s layout: its modules import one another without a circle, counting the imports
+under TYPE_CHECKING and those inside functions (the contract, interface.py, never depends on a
+module that depends on it), and none of them grows past MAX_LINES."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import policy_scheduler.framework
 
 FRAMEWORK = Path(policy_scheduler.framework.__file__).resolve().parent
+MAX_LINES = 600
 
 
 def _graph() -> dict[str, set[str]]:
@@ -66,3 +67,8 @@ def test_waiting_and_status_are_leaves():
     graph = _graph()
     assert graph["status"] == set()
     assert graph["waiting"] == {"status"}
+
+
+def test_no_framework_module_is_over_max_lines():
+    sizes = {f.name: len(f.read_text().splitlines()) for f in FRAMEWORK.glob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
