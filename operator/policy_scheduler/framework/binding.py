@@ -5,120 +5,29 @@ The scheduling loop calls ``run_reserve`` and ``run_permit`` right after it assu
 the chosen node (synchronously, so the next pod already sees the reservation). The engine then
 starts ``run_binding`` as a task. Whoever sees a failure calls ``run_unreserve`` (every Reserve
 plugin, in reverse order), forgets the assumption and requeues the pod; the statuses returned
-here say who failed and why, in upstream's words (``running Reserve plugin "X": ...``).
+here say who failed and why, in upstream's words (``running Reserve plugin "X": ...``). The
+plugins are called, timed and their errors worded by runtime.py.
 
 No I/O here: Bind plugins reach the API server only through ``Handle.bind_pod``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from time import perf_counter
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from .instrumentation import BIND, PERMIT, POST_BIND, PRE_BIND, RESERVE, UNRESERVE
 from .interface import CycleState, PodGone
+from .runtime import Abort, call, call_async, call_informational, first_code, plugin_error, settle, status_code
 from .status import Code, Status
+from .waiting import WaitingPod, WaitingPods  # WaitingPods: re-exported for cluster/ and whatif/
 
 if TYPE_CHECKING:  # pragma: no cover
     from .chain import Chain
     from .podinfo import PodInfo
 
-log = logging.getLogger(__name__)
-
 MAX_PERMIT_TIMEOUT = 15 * 60.0  # upstream maxTimeout
 BINDING_ANNOTATIONS = "policy-scheduler.io/binding-annotations"  # CycleState key: annotations the Binding sets
-
-
-def go_duration(seconds: float) -> str:
-    """A duration as Go's time.Duration prints it (1s, 500ms, 1m30s), for upstream's messages."""
-    if seconds <= 0:
-        return "0s"
-    if seconds < 1:
-        ms = seconds * 1000
-        return f"{ms:g}ms" if ms >= 1 else f"{seconds * 1e6:g}µs"
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    out = (f"{int(h)}h" if h else "") + (f"{int(m)}m" if h or m else "")
-    return out + f"{round(s, 9):g}s"
-
-
-def _error(point: str, plugin: str, st_or_exc) -> Status:
-    if isinstance(st_or_exc, Status):
-        detail = st_or_exc.message() or str(st_or_exc.code)
-    else:
-        detail = f"{type(st_or_exc).__name__}: {st_or_exc}"
-    return Status.error(f'running {point} plugin "{plugin}": {detail}', plugin)
-
-
-class WaitingPod:
-    """upstream waitingPod: a pod parked by Permit until every waiting plugin allows it, one
-    rejects it, or a plugin's timeout passes (then it is rejected in that plugin's name)."""
-
-    def __init__(self, pod: "PodInfo", node: str, timeouts: dict[str, float]) -> None:
-        self.pod = pod
-        self.node = node
-        loop = asyncio.get_running_loop()
-        self._future: asyncio.Future[Status] = loop.create_future()
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        for plugin, timeout in timeouts.items():
-            msg = f"rejected due to timeout after waiting {go_duration(timeout)} at plugin {plugin}"
-            self._timers[plugin] = loop.call_later(timeout, self.reject, plugin, msg)
-
-    @property
-    def uid(self) -> str:
-        return self.pod.uid
-
-    def pending_plugins(self) -> list[str]:
-        return list(self._timers)
-
-    def allow(self, plugin: str) -> None:
-        """This plugin lets the pod go; the pod is allowed when no plugin is waiting any more."""
-        timer = self._timers.pop(plugin, None)
-        if timer is not None:
-            timer.cancel()
-        if not self._timers and not self._future.done():
-            self._future.set_result(Status.success())
-
-    def reject(self, plugin: str, message: str) -> None:
-        for t in self._timers.values():
-            t.cancel()
-        self._timers.clear()
-        if not self._future.done():
-            self._future.set_result(Status(Code.UNSCHEDULABLE, (message,), plugin))
-
-    async def wait(self) -> Status:
-        return await self._future
-
-
-class WaitingPods:
-    """The waiting pods of the scheduler, by pod UID (upstream waitingPodsMap)."""
-
-    def __init__(self) -> None:
-        self._pods: dict[str, WaitingPod] = {}
-
-    def add(self, wp: WaitingPod) -> None:
-        self._pods[wp.uid] = wp
-
-    def remove(self, uid: str) -> None:
-        self._pods.pop(uid, None)
-
-    def get(self, uid: str) -> WaitingPod | None:
-        return self._pods.get(uid)
-
-    def __iter__(self) -> Iterator[WaitingPod]:
-        return iter(list(self._pods.values()))
-
-    def __len__(self) -> int:
-        return len(self._pods)
-
-    def reject(self, uid: str, plugin: str, message: str) -> bool:
-        wp = self._pods.get(uid)
-        if wp is None:
-            return False
-        wp.reject(plugin, message)
-        return True
 
 
 # -------------------------------------------------------------------------------------- Reserve
@@ -135,40 +44,22 @@ def run_reserve(chain: "Chain", state: CycleState, pod: "PodInfo", node: str) ->
 
 def _reserve(chain: "Chain", state: CycleState, pod: "PodInfo", node: str) -> Status:
     rec = state.recorder
-    sampled = rec.sampled
     for p in chain.reserve:
-        t = perf_counter() if sampled else 0.0
         try:
-            st = p.reserve(state, pod, node)
-        except Exception as e:
-            log.exception("Reserve plugin %s failed on pod %s", p.NAME, pod.key)
-            st = _error("Reserve", p.NAME, e)
-            if sampled:
-                rec.plugin(p.NAME, RESERVE, Code.ERROR, perf_counter() - t)
-            return st
-        if sampled:
-            rec.plugin(p.NAME, RESERVE, st.code, perf_counter() - t)
-        if st.is_success:
-            continue
-        if st.is_rejected:
-            return st.with_plugin(p.NAME)
-        return _error("Reserve", p.NAME, st)
+            st = call(rec, p.NAME, RESERVE, RESERVE, status_code, p.reserve, state, pod, node, log_key=pod.key)
+        except Abort as a:
+            return a.status
+        if not st.is_success:
+            return settle(RESERVE, p.NAME, st)
     return Status.success()
 
 
 def run_unreserve(chain: "Chain", state: CycleState, pod: "PodInfo", node: str) -> None:
     """Every Reserve plugin's unreserve, in reverse order; errors are logged, never raised."""
     rec = state.recorder
-    sampled = rec.sampled
     t0 = perf_counter()
     for p in reversed(chain.reserve):
-        t = perf_counter() if sampled else 0.0
-        try:
-            p.unreserve(state, pod, node)
-        except Exception:
-            log.exception("Unreserve of plugin %s failed on pod %s", p.NAME, pod.key)
-        if sampled:  # upstream reports Success for every Unreserve call
-            rec.plugin(p.NAME, UNRESERVE, Code.SUCCESS, perf_counter() - t)
+        call_informational(rec, p.NAME, UNRESERVE, p.unreserve, state, pod, node, log_key=pod.key)
     rec.point(UNRESERVE, Code.SUCCESS, perf_counter() - t0)
 
 
@@ -186,27 +77,18 @@ def run_permit(chain: "Chain", state: CycleState, pod: "PodInfo", node: str, wai
 
 def _permit(chain: "Chain", state: CycleState, pod: "PodInfo", node: str, waiting: WaitingPods) -> Status:
     rec = state.recorder
-    sampled = rec.sampled
     timeouts: dict[str, float] = {}
     for p in chain.permit:
-        t = perf_counter() if sampled else 0.0
         try:
-            st, timeout = p.permit(state, pod, node)
-        except Exception as e:
-            log.exception("Permit plugin %s failed on pod %s", p.NAME, pod.key)
-            if sampled:
-                rec.plugin(p.NAME, PERMIT, Code.ERROR, perf_counter() - t)
-            return _error("Permit", p.NAME, e)
-        if sampled:
-            rec.plugin(p.NAME, PERMIT, st.code, perf_counter() - t)
+            st, timeout = call(rec, p.NAME, PERMIT, PERMIT, first_code, p.permit, state, pod, node, log_key=pod.key)
+        except Abort as a:
+            return a.status
         if st.is_success:
             continue
-        if st.is_rejected:
-            return st.with_plugin(p.NAME)
         if st.code == Code.WAIT:
             timeouts[p.NAME] = min(max(float(timeout), 0.0), MAX_PERMIT_TIMEOUT)
             continue
-        return _error("Permit", p.NAME, st)
+        return settle(PERMIT, p.NAME, st)
     if timeouts:
         waiting.add(WaitingPod(pod, node, timeouts))
         return Status(Code.WAIT, (f"one or more plugins asked to wait and no plugin rejected pod {pod.name!r}",))
@@ -225,25 +107,15 @@ async def wait_on_permit(waiting: WaitingPods, pod: "PodInfo") -> Status:
         waiting.remove(pod.uid)
 
 
-async def _guarded(point: str, plugin: str, pod: "PodInfo", call, state: CycleState | None = None) -> Status:
-    """Await a bind-side plugin call: Success or Skip as they are; anything else, or an
-    exception (other than PodGone), becomes an Error naming the plugin. In a sampled cycle
-    (``state``'s recorder) the call is timed, with the plugin's own status code."""
-    rec = state.recorder if state is not None else None
-    sampled = rec is not None and rec.sampled
-    t = perf_counter() if sampled else 0.0
+async def _guarded(point: str, plugin: str, fn, state: CycleState, pod: "PodInfo", node: str) -> Status:
+    """A bind-side plugin call, ``fn(state, pod, node)`` awaited: Success or Skip as they are;
+    anything else, even a rejection, or an exception (other than PodGone), becomes an Error
+    naming the plugin."""
     try:
-        st = await call
-    except PodGone:
-        raise
-    except Exception as e:
-        log.exception("%s plugin %s failed on pod %s", point, plugin, pod.key)
-        if sampled:
-            rec.plugin(plugin, point, Code.ERROR, perf_counter() - t)
-        return _error(point, plugin, e)
-    if sampled:
-        rec.plugin(plugin, point, st.code, perf_counter() - t)
-    return st if st.is_success or st.is_skip else _error(point, plugin, st)
+        st = await call_async(state.recorder, plugin, point, fn, state, pod, node, log_key=pod.key)
+    except Abort as a:
+        return a.status
+    return st if st.is_success or st.is_skip else plugin_error(point, plugin, st)
 
 
 async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: str,
@@ -255,10 +127,9 @@ async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: s
     if not st.is_success:
         return st
     rec = state.recorder
-    sampled = rec.sampled
     t0 = perf_counter()
     for p in chain.pre_bind:
-        st = await _guarded(PRE_BIND, p.NAME, pod, p.pre_bind(state, pod, node), state)
+        st = await _guarded(PRE_BIND, p.NAME, p.pre_bind, state, pod, node)
         if st.code == Code.ERROR:
             rec.point(PRE_BIND, st.code, perf_counter() - t0)
             return st
@@ -267,7 +138,7 @@ async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: s
     bound = False
     try:
         for p in chain.bind:
-            st = await _guarded(BIND, p.NAME, pod, p.bind(state, pod, node), state)
+            st = await _guarded(BIND, p.NAME, p.bind, state, pod, node)
             if st.is_skip:
                 continue
             if st.code == Code.ERROR:
@@ -283,13 +154,7 @@ async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: s
     finally:
         rec.point(BIND, st.code, perf_counter() - t1)
     t2 = perf_counter()
-    for p in chain.post_bind:
-        t = perf_counter() if sampled else 0.0
-        try:
-            p.post_bind(state, pod, node)
-        except Exception:  # informational: a failing PostBind does not undo the binding
-            log.exception("PostBind plugin %s failed on pod %s", p.NAME, pod.key)
-        if sampled:  # upstream reports Success for every PostBind call
-            rec.plugin(p.NAME, POST_BIND, Code.SUCCESS, perf_counter() - t)
+    for p in chain.post_bind:  # informational: a failing PostBind does not undo the binding
+        call_informational(rec, p.NAME, POST_BIND, p.post_bind, state, pod, node, log_key=pod.key)
     rec.point(POST_BIND, Code.SUCCESS, perf_counter() - t2)
     return Status.success()

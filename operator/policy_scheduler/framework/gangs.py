@@ -13,7 +13,7 @@ from .interface import CycleState, NodeToStatus
 from .nodetable import NodeTable
 from .podgroups import PodGroupCache, PodGroupChange
 from .podinfo import PodInfo
-from .runner import fit_error_message
+from .decision import fit_error_message
 from .status import Code, Status
 
 

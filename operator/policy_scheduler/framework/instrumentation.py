@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from .status import Code
 
+PRE_ENQUEUE = "PreEnqueue"  # not timed (the queue passes NOOP); names the point in a plugin's error
 PRE_FILTER = "PreFilter"
 FILTER = "Filter"
 POST_FILTER = "PostFilter"

@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict
 from .events import ClusterEventWithHint
 from .instrumentation import NOOP, CycleRecorder
 from .status import Code, Status
+from .waiting import WaitingPods
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .binding import WaitingPods
     from .native_podgroups import NativePodGroupCache
     from .nodetable import NodeTable
     from .podgroups import PodGroupCache
@@ -136,13 +136,11 @@ class Handle:
         victims (asynchronous preemption)? Default: never."""
         return False
 
-    def waiting_pods(self) -> "WaitingPods":
+    def waiting_pods(self) -> WaitingPods:
         """upstream Handle.IterateOverWaitingPods / GetWaitingPod / RejectWaitingPod: the pods
         parked by a Permit plugin's Wait, shared by every policy of the scheduler."""
         w = getattr(self, "_waiting", None)
         if w is None:
-            from .binding import WaitingPods
-
             w = self._waiting = WaitingPods()
         return w
 

@@ -25,6 +25,9 @@ up). Events of interest that arrive while pods are in flight are recorded and re
 the hints when one of those pods comes back, so an event that landed mid-cycle is not lost
 (upstream's in-flight events).
 
+This module decides the moves; the structures it moves pods between (activeQ, backoffQ with the
+backoff lengths, the in-flight records) and ``QueuedPodInfo`` are in subqueues.py.
+
 Simplifications against upstream, all deliberate:
 
 - No locking, no blocking ``pop``, no background goroutines: the caller runs ``pop``
@@ -38,18 +41,17 @@ Simplifications against upstream, all deliberate:
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from .events import (DEFAULT_REGISTRATION, FORCE_ACTIVATE, UNSCHEDULABLE_TIMEOUT, ClusterEvent, ClusterEventWithHint,
                      QueueingHint, call_hint, pod_change_events)
+from .instrumentation import NOOP, PRE_ENQUEUE
 from .podinfo import PodInfo
+from .runtime import Abort, call, status_code
 from .status import Status
+from .subqueues import ActiveQueue, BackoffQueue, InFlight, Less, QueuedPodInfo
 
 log = logging.getLogger(__name__)
 
@@ -77,164 +79,6 @@ class QueueProfile(Protocol):
     events: Mapping[str, Sequence[ClusterEventWithHint]]  # rejecting plugin -> its registrations
 
 
-@dataclass(eq=False, slots=True)
-class QueuedPodInfo:
-    """A pod in the queue, upstream's framework.QueuedPodInfo.
-
-    ``timestamp`` is when the pod was added, refreshed each time a failed attempt puts it back;
-    PrioritySort breaks priority ties on it and both the backoff and the leftover flush are
-    measured from it. Backoff grows with ``unschedulable_count`` (plugin rejections), or with
-    ``consecutive_errors_count`` while the latest failures were errors; ``attempts`` counts pops.
-    """
-
-    pod: PodInfo
-    policy: str
-    timestamp: float
-    initial_attempt_timestamp: float | None = None
-    attempts: int = 0
-    unschedulable_count: int = 0
-    consecutive_errors_count: int = 0
-    unschedulable_plugins: set[str] = field(default_factory=set)
-    pending_plugins: set[str] = field(default_factory=set)
-    backoff_expiry: float | None = None
-    gating_plugin: str | None = None  # the PreEnqueue plugin holding the pod back, if any
-    gating_message: str = ""
-
-    @property
-    def key(self) -> str:
-        return self.pod.key
-
-
-Less = Callable[[QueuedPodInfo, QueuedPodInfo], bool]
-
-
-class _Entry:
-    __slots__ = ("item", "seq", "less", "live")
-
-    def __init__(self, item: QueuedPodInfo, seq: int, less: Less) -> None:
-        self.item, self.seq, self.less, self.live = item, seq, less, True
-
-    def __lt__(self, other: "_Entry") -> bool:
-        # Ties under ``less`` fall back to insertion order, so equal pods pop FIFO.
-        if self.less(self.item, other.item):
-            return True
-        if self.less(other.item, self.item):
-            return False
-        return self.seq < other.seq
-
-
-class _Heap:
-    """A keyed heap (upstream backend/heap) with lazy deletion."""
-
-    def __init__(self, less: Less) -> None:
-        self._less = less
-        self._heap: list[_Entry] = []
-        self._index: dict[str, _Entry] = {}
-        self._seq = itertools.count()
-        self._dead = 0
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._index
-
-    def get(self, key: str) -> QueuedPodInfo | None:
-        e = self._index.get(key)
-        return e.item if e else None
-
-    def items(self) -> list[QueuedPodInfo]:
-        return [e.item for e in self._index.values()]
-
-    def push(self, item: QueuedPodInfo) -> None:
-        self.remove(item.key)
-        e = _Entry(item, next(self._seq), self._less)
-        self._index[item.key] = e
-        heapq.heappush(self._heap, e)
-
-    def remove(self, key: str) -> QueuedPodInfo | None:
-        e = self._index.pop(key, None)
-        if e is None:
-            return None
-        e.live = False
-        self._dead += 1
-        if self._dead > 64 and self._dead > len(self._index):
-            self._heap = [x for x in self._heap if x.live]
-            heapq.heapify(self._heap)
-            self._dead = 0
-        return e.item
-
-    def peek(self) -> QueuedPodInfo | None:
-        while self._heap and not self._heap[0].live:
-            heapq.heappop(self._heap)
-            self._dead -= 1
-        return self._heap[0].item if self._heap else None
-
-    def pop(self) -> QueuedPodInfo | None:
-        item = self.peek()
-        if item is not None:
-            heapq.heappop(self._heap)
-            del self._index[item.key]
-        return item
-
-
-def _expires_first(a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-    return (a.backoff_expiry or 0.0) < (b.backoff_expiry or 0.0)
-
-
-def _expires_first_then_priority(a: QueuedPodInfo, b: QueuedPodInfo) -> bool:
-    ea, eb = a.backoff_expiry or 0.0, b.backoff_expiry or 0.0
-    if ea != eb:
-        return ea < eb
-    pa, pb = a.pod.priority, b.pod.priority
-    return pa > pb or (pa == pb and a.timestamp < b.timestamp)
-
-
-class _BackoffQ:
-    """backoffQ: rejected pods (``rejected``) and errored pods (``errored``), each a heap by
-    expiry; a pod is in one of them at most."""
-
-    def __init__(self) -> None:
-        self.rejected = _Heap(_expires_first_then_priority)
-        self.errored = _Heap(_expires_first)
-
-    def __len__(self) -> int:
-        return len(self.rejected) + len(self.errored)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.rejected or key in self.errored
-
-    def get(self, key: str) -> QueuedPodInfo | None:
-        return self.rejected.get(key) or self.errored.get(key)
-
-    def items(self) -> list[QueuedPodInfo]:
-        return self.rejected.items() + self.errored.items()
-
-    def push(self, qpi: QueuedPodInfo) -> None:
-        if qpi.unschedulable_plugins or qpi.pending_plugins:
-            self.errored.remove(qpi.key)
-            self.rejected.push(qpi)
-        else:
-            self.rejected.remove(qpi.key)
-            self.errored.push(qpi)
-
-    def remove(self, key: str) -> QueuedPodInfo | None:
-        return self.rejected.remove(key) or self.errored.remove(key)
-
-    def peek(self) -> QueuedPodInfo | None:
-        """The pod whose backoff ends first, of both heaps."""
-        a, b = self.rejected.peek(), self.errored.peek()
-        if a is None or b is None:
-            return a or b
-        return b if _expires_first(b, a) else a
-
-    def pop(self) -> QueuedPodInfo | None:
-        qpi = self.peek()
-        if qpi is not None:
-            self.remove(qpi.key)
-        return qpi
-
-
 _IGNORED_METADATA = ("resourceVersion", "generation", "managedFields", "finalizers")
 _KEPT_STATUS = ("resourceClaimStatuses", "extendedResourceClaimStatus")
 
@@ -256,17 +100,6 @@ def is_pod_updated(old: PodInfo, new: PodInfo) -> bool:
     if old.raw is None or new.raw is None:
         return old != new
     return _strip(old.raw) != _strip(new.raw)
-
-
-@dataclass(slots=True)
-class _InFlight:
-    qpi: QueuedPodInfo
-    cycle: int
-    event_seq: int  # events recorded after this sequence number arrived during the flight
-    latest: PodInfo | None = None  # newest version received while in flight
-    updated: bool = False  # an update that may make it schedulable arrived while in flight
-    deleted: bool = False
-    ended: bool = False
 
 
 class _NoProfile:
@@ -297,24 +130,16 @@ class SchedulingQueue:
         selection). ``pop_from_backoff``: upstream's SchedulerPopFromBackoffQ (see the module)."""
         self._clock = clock
         self.pop_from_backoff = pop_from_backoff
-        self.initial_backoff = initial_backoff
-        self.max_backoff = max_backoff
         self.unschedulable_max_duration = unschedulable_max_duration
         self._default_less = less
         self._profile_of = profile_of or (lambda _policy: None)
         self.fallback: QueueProfile = _NO_PROFILE
         self._pseudo = dict(pseudo_events or {})
-        self._active: dict[str, _Heap] = {}  # policy -> its activeQ heap
-        self._active_n = 0
-        self._last_policy = ""  # round-robin position among policies
-        self._backoff = _BackoffQ()
+        self._active = ActiveQueue(self._less_of)
+        self._backoff = BackoffQueue(clock, initial_backoff, max_backoff)
         self._unschedulable: dict[str, QueuedPodInfo] = {}
         self._gated: set[str] = set()  # keys of the pool pods a PreEnqueue plugin holds
-        self._in_flight: dict[str, _InFlight] = {}
-        self._flight_order: deque[_InFlight] = deque()  # in pop order; ended ones dropped lazily
-        self._cycle = 0
-        self._events: deque[tuple[int, ClusterEvent, Any, Any]] = deque()  # in-flight events
-        self._event_seq = 0
+        self._in_flight = InFlight()  # the pods popped and not done, and the events since
         self.moved_by_event: dict[str, int] = {}  # event label -> pods it moved out of the pool
         self.skipped_by_hint: dict[str, int] = {}  # event label -> pool pods it left in place
         # (sub-queue, event label) -> pods that entered it (upstream scheduler_queue_incoming_pods_total)
@@ -333,21 +158,9 @@ class SchedulingQueue:
         qs = self._profile(policy).queue_sort
         return qs.less if qs is not None else self._default_less
 
-    def _heap(self, policy: str) -> _Heap:
-        h = self._active.get(policy)
-        if h is None:
-            h = self._active[policy] = _Heap(self._less_of(policy))
-        return h
-
     def policy_changed(self, policy: str) -> None:
         """The policy's chain changed: reorder its activeQ with its (new) QueueSort."""
-        h = self._active.get(policy)
-        if h is None:
-            return
-        items = h.items()
-        nh = self._active[policy] = _Heap(self._less_of(policy))
-        for qpi in sorted(items, key=lambda q: q.timestamp):
-            nh.push(qpi)
+        self._active.reorder(policy)
 
     def _registrations(self, qpi: QueuedPodInfo, plugin: str) -> Sequence[ClusterEventWithHint]:
         regs = self._profile(qpi.policy).events.get(plugin)
@@ -358,29 +171,8 @@ class SchedulingQueue:
     # ---- backoff -------------------------------------------------------------------------
 
     def backoff_duration(self, count: int) -> float:
-        """upstream calculateBackoffDuration: initial * 2^(count-1), capped at max (the doubling
-        stops as soon as it would pass max); 0 for a pod that never failed."""
-        if count == 0:
-            return 0.0
-        duration = self.initial_backoff
-        for _ in range(1, count):
-            if duration > self.max_backoff - duration:
-                return self.max_backoff
-            duration += duration
-        return duration
-
-    def _backoff_expiry(self, qpi: QueuedPodInfo) -> float | None:
-        """upstream getBackoffTime: from the pod's timestamp; none when max backoff is 0."""
-        if self.max_backoff == 0:
-            return None
-        count = qpi.consecutive_errors_count or qpi.unschedulable_count
-        if count == 0:
-            return None
-        return qpi.timestamp + self.backoff_duration(count)
-
-    def is_backing_off(self, qpi: QueuedPodInfo) -> bool:
-        """upstream isPodBackingoff: the expiry instant itself still counts as backing off."""
-        return qpi.backoff_expiry is not None and qpi.backoff_expiry >= self._clock()
+        """upstream calculateBackoffDuration (``BackoffQueue.duration``)."""
+        return self._backoff.duration(count)
 
     # ---- PreEnqueue ----------------------------------------------------------------------
 
@@ -392,10 +184,9 @@ class SchedulingQueue:
             plugins.sort(key=lambda p: p.NAME != qpi.gating_plugin)
         for p in plugins:
             try:
-                st = p.pre_enqueue(qpi.pod)
-            except Exception as e:  # a broken PreEnqueue gates the pod and says why
-                log.exception("PreEnqueue plugin %s failed on pod %s", p.NAME, qpi.key)
-                st = Status.error(f'running PreEnqueue plugin "{p.NAME}": {type(e).__name__}: {e}')
+                st = call(NOOP, p.NAME, PRE_ENQUEUE, PRE_ENQUEUE, status_code, p.pre_enqueue, qpi.pod, log_key=qpi.key)
+            except Abort as a:  # a broken PreEnqueue gates the pod and says why
+                st = a.status
             if not st.is_success:
                 qpi.gating_plugin = p.NAME
                 qpi.gating_message = st.message()
@@ -410,7 +201,7 @@ class SchedulingQueue:
             self._count_in(GATED, event)
         self._drop_from_pool(qpi.key)
         self._backoff.remove(qpi.key)
-        self._remove_active(qpi.key, qpi.policy)
+        self._active.remove(qpi.key, qpi.policy)
         self._unschedulable[qpi.key] = qpi
         self._gated.add(qpi.key)
         log.debug("pod %s gated by %s: %s", qpi.key, qpi.gating_plugin, qpi.gating_message)
@@ -422,17 +213,6 @@ class SchedulingQueue:
         self._gated.discard(key)
         return self._unschedulable.pop(key, None)
 
-    def _remove_active(self, key: str, policy: str | None = None) -> QueuedPodInfo | None:
-        heaps = [self._active[policy]] if policy in self._active else self._active.values()
-        for h in heaps:
-            qpi = h.remove(key)
-            if qpi is not None:
-                self._active_n -= 1
-                return qpi
-        if policy is not None:  # the pod may sit under the policy it had before
-            return self._remove_active(key)
-        return None
-
     def _to_active(self, qpi: QueuedPodInfo, event: str) -> str:
         """upstream moveToActiveQ: PreEnqueue first; a gated pod goes to the pool instead."""
         if self._run_pre_enqueue(qpi) is not None:
@@ -441,9 +221,8 @@ class SchedulingQueue:
             qpi.initial_attempt_timestamp = self._clock()
         self._drop_from_pool(qpi.key)
         self._backoff.remove(qpi.key)
-        self._remove_active(qpi.key, qpi.policy)
-        self._heap(qpi.policy).push(qpi)
-        self._active_n += 1
+        self._active.remove(qpi.key, qpi.policy)
+        self._active.push(qpi)
         self._count_in(ACTIVE, event)
         log.debug("pod %s moved to the %s queue (event %s)", qpi.key, ACTIVE, event)
         return ACTIVE
@@ -452,7 +231,7 @@ class SchedulingQueue:
         """upstream requeuePodWithQueueingStrategy: backoffQ while still backing off, else activeQ;
         ``immediately`` (a Pending plugin's Queue hint) skips the backoff. PreEnqueue runs before
         either (SchedulerPopFromBackoffQ), so a pod gated meanwhile stays in the pool."""
-        if not immediately and self.is_backing_off(qpi):
+        if not immediately and self._backoff.is_backing_off(qpi):
             if self._run_pre_enqueue(qpi) is not None:
                 return self._gate(qpi, event)
             self._drop_from_pool(qpi.key)
@@ -521,12 +300,10 @@ class SchedulingQueue:
         return self._to_active(QueuedPodInfo(pod=pod, policy=policy, timestamp=self._clock()), EVENT_POD_ADD)
 
     def _move_policy(self, qpi: QueuedPodInfo, policy: str) -> None:
-        if self._remove_active(qpi.key, qpi.policy) is not None:
-            qpi.policy = policy
-            self._heap(policy).push(qpi)
-            self._active_n += 1
-        else:
-            qpi.policy = policy
+        active = self._active.remove(qpi.key, qpi.policy) is not None
+        qpi.policy = policy
+        if active:
+            self._active.push(qpi)
 
     def update(self, pod: PodInfo) -> bool:
         """upstream Update. In activeQ or backoffQ the PodInfo is replaced in place. In the pool,
@@ -536,12 +313,8 @@ class SchedulingQueue:
         and a relevant update counts as an event of its cycle. Returns False when the queue does
         not know the pod."""
         key = pod.key
-        for h in self._active.values():
-            qpi = h.get(key)
-            if qpi is not None:
-                qpi.pod = pod
-                h.push(qpi)  # reorders on a priority change
-                return True
+        if self._active.replace(key, pod):  # reorders on a priority change
+            return True
         qpi = self._backoff.get(key)
         if qpi is not None:
             qpi.pod = pod  # the expiry, the backoff heap's order, is unchanged
@@ -571,7 +344,7 @@ class SchedulingQueue:
     def delete(self, key: str) -> bool:
         """upstream Delete: drop the pod from whichever sub-queue holds it. An in-flight pod is
         marked so that a later ``add_unschedulable`` drops it."""
-        found = (self._remove_active(key) or self._backoff.remove(key)
+        found = (self._active.remove(key) or self._backoff.remove(key)
                  or self._drop_from_pool(key)) is not None
         rec = self._in_flight.get(key)
         if rec is not None:
@@ -587,7 +360,7 @@ class SchedulingQueue:
         attempts and the scheduling cycle, clears the plugins that rejected it last time, and
         marks it in flight. None when activeQ is empty."""
         self.flush_backoff_completed()
-        if not self._active_n:
+        if not self._active:
             qpi = self._backoff.rejected.pop() if self.pop_from_backoff else None
             if qpi is None:
                 return None
@@ -595,56 +368,19 @@ class SchedulingQueue:
                 qpi.initial_attempt_timestamp = self._clock()
             self._count_in(ACTIVE, EVENT_POPPED_FROM_BACKOFF)
             return self._start_flight(qpi)
-        best: list[tuple[str, QueuedPodInfo]] = []
-        top = None
-        for policy, h in self._active.items():
-            head = h.peek()
-            if head is None:
-                continue
-            prio = head.pod.priority
-            if top is None or prio > top:
-                top, best = prio, [(policy, head)]
-            elif prio == top:
-                best.append((policy, head))
-        if len(best) == 1:
-            policy, _ = best[0]
-        else:
-            names = sorted(p for p, _ in best)
-            policy = next((p for p in names if p > self._last_policy), names[0])
-        self._last_policy = policy
-        qpi = self._active[policy].pop()
-        self._active_n -= 1
-        return self._start_flight(qpi)
+        qpi = self._active.pop()
+        return self._start_flight(qpi) if qpi is not None else None
 
     def _start_flight(self, qpi: QueuedPodInfo) -> QueuedPodInfo:
         qpi.attempts += 1
-        self._cycle += 1
-        rec = self._in_flight[qpi.key] = _InFlight(qpi, self._cycle, self._event_seq)
-        self._flight_order.append(rec)
+        self._in_flight.start(qpi)
         qpi.unschedulable_plugins = set()
         qpi.pending_plugins = set()
         return qpi
 
-    def _end_flight(self, key: str) -> _InFlight | None:
-        rec = self._in_flight.pop(key, None)
-        if rec is None:
-            return None
-        rec.ended = True
-        order = self._flight_order
-        while order and order[0].ended:
-            order.popleft()
-        if not order:
-            self._events.clear()
-        elif self._events:  # events older than the oldest flight are of no use any more
-            oldest = order[0].event_seq
-            events = self._events
-            while events and events[0][0] <= oldest:
-                events.popleft()
-        return rec
-
     def done(self, key: str) -> None:
         """upstream Done: the pod's attempt is over (bound, or given up)."""
-        self._end_flight(key)
+        self._in_flight.end(key)
 
     def add_unschedulable(
         self,
@@ -667,8 +403,8 @@ class SchedulingQueue:
         """
         key = qpi.key
         rec = self._in_flight.get(key)
-        events = ([e for e in self._events if e[0] > rec.event_seq] if rec is not None and self._events else [])
-        self._end_flight(key)
+        events = self._in_flight.events_since(rec) if rec is not None else []
+        self._in_flight.end(key)
         if (rec is not None and rec.deleted) or key in self:
             return None
         if rec is not None and rec.latest is not None:
@@ -682,7 +418,7 @@ class SchedulingQueue:
         else:
             qpi.consecutive_errors_count += 1
         qpi.timestamp = self._clock()
-        qpi.backoff_expiry = self._backoff_expiry(qpi)
+        qpi.backoff_expiry = self._backoff.expiry(qpi)
         if not rejected:
             return self._requeue(qpi, False, EVENT_ATTEMPT_FAILURE)
         if rec is not None and rec.updated:
@@ -708,9 +444,7 @@ class SchedulingQueue:
         registered the event and that plugin's hint says QUEUE (to backoffQ if still backing
         off, else activeQ); a gated pod only on its gating plugin's events, and PreEnqueue runs
         again. The event is also recorded for the pods in flight. Returns the count moved."""
-        if self._in_flight:
-            self._event_seq += 1
-            self._events.append((self._event_seq, event, old, new))
+        self._in_flight.record(event, old, new)
         if not self._unschedulable:
             return 0
         moved = skipped = 0
@@ -744,9 +478,7 @@ class SchedulingQueue:
                 if now - q.timestamp > self.unschedulable_max_duration]
         if not pods:
             return 0
-        if self._in_flight:
-            self._event_seq += 1
-            self._events.append((self._event_seq, UNSCHEDULABLE_TIMEOUT, None, None))
+        self._in_flight.record(UNSCHEDULABLE_TIMEOUT)
         moved = 0
         for qpi in pods:
             if qpi.key in self._gated:
@@ -768,14 +500,13 @@ class SchedulingQueue:
                 if self._to_active(qpi, FORCE_ACTIVATE.label) == ACTIVE:
                     n += 1
             elif key in self._in_flight:
-                self._event_seq += 1
-                self._events.append((self._event_seq, FORCE_ACTIVATE, None, None))
+                self._in_flight.record(FORCE_ACTIVATE)
         return n
 
     def flush_backoff_completed(self) -> int:
         """upstream flushBackoffQCompleted: move every pod whose backoff is over to activeQ."""
         moved = 0
-        while (qpi := self._backoff.peek()) is not None and not self.is_backing_off(qpi):
+        while (qpi := self._backoff.peek()) is not None and not self._backoff.is_backing_off(qpi):
             self._backoff.pop()
             self._to_active(qpi, EVENT_BACKOFF_COMPLETE)
             moved += 1
@@ -787,7 +518,7 @@ class SchedulingQueue:
         qpi = self._backoff.peek()
         if qpi is None:
             return None
-        if self.pop_from_backoff and len(self._backoff.rejected) and not self._active_n:
+        if self.pop_from_backoff and len(self._backoff.rejected) and not self._active:
             return 0.0
         return max(0.0, (qpi.backoff_expiry or 0.0) - self._clock())
 
@@ -795,23 +526,16 @@ class SchedulingQueue:
 
     @property
     def scheduling_cycle(self) -> int:
-        return self._cycle
+        return self._in_flight.cycle
 
     def __len__(self) -> int:
-        return self._active_n + len(self._backoff) + len(self._unschedulable)
+        return len(self._active) + len(self._backoff) + len(self._unschedulable)
 
     def __contains__(self, key: str) -> bool:
         return self.state_of(key) is not None
 
-    def _active_get(self, key: str) -> QueuedPodInfo | None:
-        for h in self._active.values():
-            qpi = h.get(key)
-            if qpi is not None:
-                return qpi
-        return None
-
     def get(self, key: str) -> QueuedPodInfo | None:
-        return self._active_get(key) or self._backoff.get(key) or self._unschedulable.get(key)
+        return self._active.get(key) or self._backoff.get(key) or self._unschedulable.get(key)
 
     def state_of(self, key: str) -> str | None:
         """ACTIVE, BACKOFF, UNSCHEDULABLE or GATED; None if not queued (in flight pods are not)."""
@@ -819,7 +543,7 @@ class SchedulingQueue:
             return BACKOFF
         if key in self._unschedulable:
             return GATED if key in self._gated else UNSCHEDULABLE
-        if self._active_get(key) is not None:
+        if self._active.get(key) is not None:
             return ACTIVE
         return None
 
@@ -832,11 +556,11 @@ class SchedulingQueue:
 
     @property
     def active_count(self) -> int:
-        return self._active_n
+        return len(self._active)
 
     def pending_pods(self, policy: str | None = None) -> list[QueuedPodInfo]:
         """upstream PendingPods: activeQ, then backoffQ, then the pool (each unordered)."""
-        pods = [q for h in self._active.values() for q in h.items()]
+        pods = self._active.items()
         pods += self._backoff.items() + list(self._unschedulable.values())
         return pods if policy is None else [q for q in pods if q.policy == policy]
 
@@ -854,13 +578,12 @@ class SchedulingQueue:
         """Pending pods per sub-queue (the pending_pods gauge), optionally for one policy; the
         pool is split into ``unschedulable`` and ``gated``."""
         if policy is None:
-            return {ACTIVE: self._active_n, BACKOFF: len(self._backoff),
+            return {ACTIVE: len(self._active), BACKOFF: len(self._backoff),
                     UNSCHEDULABLE: len(self._unschedulable) - len(self._gated), GATED: len(self._gated)}
         pool = [q for q in self._unschedulable.values() if q.policy == policy]
         gated = sum(q.key in self._gated for q in pool)
-        h = self._active.get(policy)
         return {
-            ACTIVE: len(h) if h is not None else 0,
+            ACTIVE: self._active.count(policy),
             BACKOFF: sum(q.policy == policy for q in self._backoff.items()),
             UNSCHEDULABLE: len(pool) - gated,
             GATED: gated,

@@ -9,6 +9,9 @@ events may wake it. Anything else a plugin returns, or raises, aborts the cycle 
 upstream's words (``running "X" filter plugin: ...``), and the pod is retried with backoff.
 Never raises: a pod that cannot be parsed, a plugin that fails, or a cluster with no nodes all
 come back as a Decision whose status says why.
+
+The plugins are called, timed and their errors worded by runtime.py; the Decision and its
+messages are in decision.py.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from time import perf_counter
 import numpy as np
 
 from .chain import Chain
-from .instrumentation import FILTER, POST_FILTER, PRE_FILTER, PRE_SCORE, SCORE, SCORE_NORMALIZE, CycleRecorder
-from .interface import (DRY_RUN_KEY, MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, FilterResult, NodeToStatus,
-                        ScorePlugin)
+from .decision import Decision, NodeScore, fit_error_message  # Decision: also imported from here by cluster/, whatif/
+from .instrumentation import FILTER, POST_FILTER, PRE_FILTER, PRE_SCORE, SCORE, CycleRecorder
+from .interface import DRY_RUN_KEY, MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, FilterResult, NodeToStatus
 from .nodetable import NodeTable
 from .nominator import Nominator
 from .podinfo import PodInfo
+from .runtime import (Abort, call, cycle_failed, filter_code, first_code, invalid_score, plugin_error, score,
+                      status_code, timed)
 from .status import Code, Status
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
@@ -53,51 +58,6 @@ def num_feasible_nodes_to_find(percentage: int | None, num_all_nodes: int) -> in
             pct = MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND
     n = num_all_nodes * pct // 100
     return max(n, MIN_FEASIBLE_NODES_TO_FIND)
-
-
-@dataclass
-class NodeScore:
-    node: str
-    total: int
-    plugins: dict[str, tuple[int, int]] = field(default_factory=dict)  # plugin -> (normalized, weighted)
-    details: dict[str, dict] = field(default_factory=dict)  # plugin -> what its describe() says of the node
-
-
-@dataclass
-class Decision:
-    """What one cycle decided and why (bounded in size: top nodes only)."""
-
-    pod: str
-    node: str | None
-    status: Status
-    num_all_nodes: int = 0
-    evaluated: int = 0
-    feasible: int = 0
-    top: list[NodeScore] = field(default_factory=list)
-    failures: dict[str, int] = field(default_factory=dict)  # reason -> node count
-    message: str = ""
-    unschedulable_plugins: set[str] = field(default_factory=set)
-    pending_plugins: set[str] = field(default_factory=set)
-    nominated_node: str | None = None  # a PostFilter's nomination (the pod is tried there first next time)
-    duration: float = 0.0
-
-    @property
-    def scheduled(self) -> bool:
-        return self.node is not None
-
-
-def fit_error_message(num_all_nodes: int, failures: dict[str, int], prefilter_msg: str | None = None,
-                      postfilter_msg: str = "") -> str:
-    """upstream FitError.Error(): "0/N nodes are available: <histogram>." (+ PostFilter text)."""
-    if prefilter_msg is not None:
-        reasons = f" {prefilter_msg}."
-    else:
-        hist = sorted(f"{count} {reason}" for reason, count in failures.items())
-        reasons = " " + ", ".join(hist) + "."
-    msg = f"0/{num_all_nodes} nodes are available:{reasons}"
-    if postfilter_msg:
-        msg += " " + postfilter_msg
-    return msg
 
 
 class _Failures:
@@ -147,25 +107,6 @@ def describe_top(chain: Chain, state: CycleState, pod: PodInfo, nodes: NodeTable
                 s.details[p.NAME] = d
 
 
-def plugin_error(point: str, plugin: str, cause: Status | BaseException) -> Status:
-    """upstream's wording for a plugin's internal error at ``point``, stamped with its name."""
-    if isinstance(cause, Status):
-        detail = cause.message() or str(cause.code)
-    else:
-        detail = f"{type(cause).__name__}: {cause}"
-    if point == "filter":
-        return Status.error(f'running "{plugin}" filter plugin: {detail}', plugin)
-    return Status.error(f'running {point} plugin "{plugin}": {detail}', plugin)
-
-
-class _Abort(Exception):
-    """Ends the cycle with ``status`` (an Error, or a rejection of every node)."""
-
-    def __init__(self, status: Status, rejectors: set[str] | None = None) -> None:
-        self.status = status
-        self.rejectors = rejectors
-
-
 @dataclass
 class _Scan:
     """What filtering found: feasible rows, and the rejected ones with their statuses."""
@@ -193,61 +134,27 @@ class _Cycle:
         self.pending: set[str] = set()  # Filter plugins that answered Pending for some node
         self.rec: CycleRecorder = state.recorder
 
-    def timed(self, point: str, fn, *args):
-        """``fn(*args)`` as one extension point: its duration and how it ended (Success, or the
-        status of the ``_Abort`` it raised) go to the cycle's recorder."""
-        t = perf_counter()
-        code = Code.ERROR
-        try:
-            out = fn(*args)
-            code = Code.SUCCESS
-            return out
-        except _Abort as a:
-            code = a.status.code
-            raise
-        finally:
-            self.rec.point(point, code, perf_counter() - t)
-
-    def call(self, p, point: str, label: str, code_of, fn, *args):
-        """One plugin call, ``fn(*args)``: an exception becomes the runner's error for
-        ``label`` (``_Abort``); in a sampled cycle its duration and ``code_of(result)`` (Error
-        when it raised) go to the recorder."""
-        rec = self.rec
-        if not rec.sampled:
-            try:
-                return fn(*args)
-            except Exception as e:
-                raise _Abort(plugin_error(label, p.NAME, e)) from None
-        t = perf_counter()
-        try:
-            out = fn(*args)
-        except Exception as e:
-            rec.plugin(p.NAME, point, Code.ERROR, perf_counter() - t)
-            raise _Abort(plugin_error(label, p.NAME, e)) from None
-        rec.plugin(p.NAME, point, code_of(out), perf_counter() - t)
-        return out
-
     # ------------------------------------------------------------------------ PreFilter
     def pre_filter(self) -> tuple[np.ndarray, list[str]]:
         """Every PreFilter plugin, in order. Returns the candidate rows (all, or the
         intersection of the node sets plugins returned) and the narrowing plugins. A rejection
-        rejects every node (``_Abort``); Skip disables the plugin's Filter for this cycle."""
+        rejects every node (``Abort``); Skip disables the plugin's Filter for this cycle."""
         chain, pod, nodes, state = self.chain, self.pod, self.nodes, self.state
         allowed: set[str] | None = None
         narrowing: list[str] = []
         rejected: Status | None = None  # an Unschedulable PreFilter status; later PreFilters still run
         for p in chain.pre_filter:
-            st, result = self.call(p, PRE_FILTER, "PreFilter", _first_code, p.pre_filter, state, pod, nodes)
+            st, result = call(self.rec, p.NAME, PRE_FILTER, "PreFilter", first_code, p.pre_filter, state, pod, nodes)
             if st.is_skip:
                 state.skip_filter.add(p.NAME)
                 continue
             if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
-                raise _Abort(st.with_plugin(p.NAME), {p.NAME})
+                raise Abort(st.with_plugin(p.NAME), {p.NAME})
             if st.is_rejected:
                 rejected = st.with_plugin(p.NAME)
                 continue
             if not st.is_success:
-                raise _Abort(plugin_error("PreFilter", p.NAME, st))
+                raise Abort(plugin_error("PreFilter", p.NAME, st))
             if result is not None:
                 narrowing.append(p.NAME)
                 allowed = set(result) if allowed is None else allowed & set(result)
@@ -255,9 +162,9 @@ class _Cycle:
                     names = sorted(narrowing)
                     msg = (f"node(s) didn't satisfy plugin {names[0]}" if len(names) == 1 else
                            f"node(s) didn't satisfy plugin(s) [{' '.join(names)}] simultaneously")
-                    raise _Abort(Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,), p.NAME), set(narrowing))
+                    raise Abort(Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,), p.NAME), set(narrowing))
         if rejected is not None:
-            raise _Abort(rejected, set(narrowing) | {rejected.plugin or ""})
+            raise Abort(rejected, set(narrowing) | {rejected.plugin or ""})
         if allowed is None:
             return np.arange(nodes.n, dtype=np.int64), narrowing
         return np.array(sorted(nodes.index[nm] for nm in allowed if nm in nodes.index), dtype=np.int64), narrowing
@@ -272,10 +179,10 @@ class _Cycle:
                 break
             if p.NAME in self.state.skip_filter:
                 continue
-            res: FilterResult = self.call(p, FILTER, "filter", _filter_code, p.filter, self.state, self.pod,
-                                          self.nodes, rows)
+            res: FilterResult = call(self.rec, p.NAME, FILTER, "filter", filter_code, p.filter, self.state,
+                                     self.pod, self.nodes, rows)
             if res.error is not None:
-                raise _Abort(plugin_error("filter", p.NAME, res.error))
+                raise Abort(plugin_error("filter", p.NAME, res.error))
             ok = np.asarray(res.passed, dtype=bool)
             if ok.all():
                 continue
@@ -294,7 +201,7 @@ class _Cycle:
             if internal:
                 # not a rejection: an internal error (e.g. state PreFilter should have written)
                 msg = "; ".join(r for r, mk in res.reasons if (np.asarray(mk, dtype=bool) & bad).any())
-                raise _Abort(plugin_error("filter", p.NAME, Status(Code.ERROR, (msg or "error",))))
+                raise Abort(plugin_error("filter", p.NAME, Status(Code.ERROR, (msg or "error",))))
             reasons = [(r, rpos[np.asarray(mk, dtype=bool) & bad]) for r, mk in res.reasons]
             failures.add(p.NAME, rpos[bad], codes, [(r, x) for r, x in reasons if len(x)])
             rows, rpos = rows[ok], rpos[ok]
@@ -340,7 +247,7 @@ class _Cycle:
                 found += len(rows)
                 pos += chunk
                 chunk *= 2
-        except _Abort:  # upstream advances the start even when a filter errored
+        except Abort:  # upstream advances the start even when a filter errored
             n_failed = failures.summarize(cutoff)[0]
             chain.next_start_node_index = (chain.next_start_node_index + found + n_failed) % n_all
             raise
@@ -389,10 +296,10 @@ class _Cycle:
         self.state.write(NODE_FILTER_KEY, NodeFilter(self.chain, self.nominator))
         try:
             for p in self.chain.post_filter:
-                pst, node = self.call(p, POST_FILTER, "PostFilter", _first_code, p.post_filter, self.state,
-                                      self.pod, self.nodes, statuses)
+                pst, node = call(self.rec, p.NAME, POST_FILTER, "PostFilter", first_code, p.post_filter, self.state,
+                                 self.pod, self.nodes, statuses)
                 if pst.code == Code.ERROR:
-                    raise _Abort(plugin_error("PostFilter", p.NAME, pst))
+                    raise Abort(plugin_error("PostFilter", p.NAME, pst))
                 if pst.reasons:
                     if pst.is_success:
                         post_msg = pst.message()
@@ -403,7 +310,7 @@ class _Cycle:
                     nominated = node or None
                     code = Code.SUCCESS
                     break
-        except _Abort:
+        except Abort:
             code = Code.ERROR
             raise
         finally:
@@ -419,35 +326,27 @@ class _Cycle:
         t0 = perf_counter()
         try:
             for p in chain.pre_score:
-                st = self.call(p, PRE_SCORE, "PreScore", _status_code, p.pre_score, state, pod, nodes, feasible)
+                st = call(rec, p.NAME, PRE_SCORE, "PreScore", status_code, p.pre_score, state, pod, nodes, feasible)
                 if st.is_skip:
                     state.skip_score.add(p.NAME)
                 elif not st.is_success:
-                    raise _Abort(plugin_error("PreScore", p.NAME, st))
-        except _Abort as a:
+                    raise Abort(plugin_error("PreScore", p.NAME, st))
+        except Abort as a:
             rec.point(PRE_SCORE, a.status.code, perf_counter() - t0)
             raise
         rec.point(PRE_SCORE, Code.SUCCESS, perf_counter() - t0)
-        return self.timed(SCORE, self._score, feasible)
+        return timed(self.rec, SCORE, self._score, feasible)
 
     def _score(self, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
         chain, state, pod, nodes = self.chain, self.state, self.pod, self.nodes
         rec = self.rec
-        sampled = rec.sampled
         # as upstream, every Score plugin runs before the normalized scores are range-checked
         scored: list[tuple[str, int]] = []
         norms: list[np.ndarray] = []
         for p, weight in chain.score:
             if p.NAME in state.skip_score:
                 continue
-            if sampled:
-                norms.append(self._timed_score(p, feasible))
-            else:
-                try:
-                    raw = np.asarray(p.score(state, pod, nodes, feasible), dtype=np.int64)
-                    norms.append(np.asarray(p.normalize_score(state, pod, nodes, feasible, raw), dtype=np.int64))
-                except Exception as e:
-                    raise _Abort(plugin_error("Score", p.NAME, e)) from None
+            norms.append(score(rec, p, state, pod, nodes, feasible))
             scored.append((p.NAME, weight))
         if not scored:
             return np.ones(len(feasible), dtype=np.int64), np.zeros((0, len(feasible)), dtype=np.int64), scored
@@ -456,31 +355,9 @@ class _Cycle:
             out_of_range = (mat < MIN_NODE_SCORE) | (mat > MAX_NODE_SCORE)
             i = int(np.flatnonzero(out_of_range.any(axis=1))[0])
             bad, name = int(mat[i][out_of_range[i]][0]), scored[i][0]
-            raise _Abort(Status.error(
-                f"plugin \"{name}\" returns an invalid score {bad}, it should in the range of "
-                f"[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing", name))
+            raise Abort(invalid_score(name, bad))
         weights = np.array([w for _, w in scored], dtype=np.int64)
         return weights @ mat, mat, scored
-
-    def _timed_score(self, p, feasible: np.ndarray) -> np.ndarray:
-        """Score and NormalizeScore of one plugin in a sampled cycle, each call timed (the
-        latter only when the plugin normalizes)."""
-        state, pod, nodes, rec = self.state, self.pod, self.nodes, self.rec
-        point = SCORE
-        t = perf_counter()
-        try:
-            raw = np.asarray(p.score(state, pod, nodes, feasible), dtype=np.int64)
-            t1 = perf_counter()
-            rec.plugin(p.NAME, SCORE, Code.SUCCESS, t1 - t)
-            if type(p).normalize_score is _BASE_NORMALIZE:
-                return np.asarray(p.normalize_score(state, pod, nodes, feasible, raw), dtype=np.int64)
-            point, t = SCORE_NORMALIZE, t1
-            norm = np.asarray(p.normalize_score(state, pod, nodes, feasible, raw), dtype=np.int64)
-            rec.plugin(p.NAME, SCORE_NORMALIZE, Code.SUCCESS, perf_counter() - t)
-            return norm
-        except Exception as e:
-            rec.plugin(p.NAME, point, Code.ERROR, perf_counter() - t)
-            raise _Abort(plugin_error("Score", p.NAME, e)) from None
 
     # ------------------------------------------------------------------------ select
     def select_host(self, feasible: np.ndarray, total: np.ndarray, mat: np.ndarray,
@@ -504,29 +381,6 @@ class _Cycle:
 
 _UNSCHED, _UNRESOLVABLE, _PENDING = int(Code.UNSCHEDULABLE), int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE), int(Code.PENDING)
 _REJECTION_CODES = frozenset((_UNSCHED, _UNRESOLVABLE, _PENDING))
-_BASE_NORMALIZE = ScorePlugin.normalize_score
-
-
-def _first_code(out) -> Code:
-    """The code of a (Status, ...) result (PreFilter, PostFilter)."""
-    return out[0].code
-
-
-def _status_code(st: Status) -> Code:
-    return st.code
-
-
-def _filter_code(res: FilterResult) -> Code:
-    """One Filter call's status for the plugin timing: Error, Success when every row passed,
-    else the code of the first rejected row."""
-    if res.error is not None:
-        return Code.ERROR
-    passed = np.asarray(res.passed, dtype=bool)
-    if passed.all():
-        return Code.SUCCESS
-    if isinstance(res.code, np.ndarray):
-        return Code(int(np.asarray(res.code)[~passed][0]))
-    return Code(int(res.code))
 
 
 def _add_nominated(nominator: Nominator | None, pod: PodInfo, nodes: NodeTable) -> list[str]:
@@ -576,10 +430,10 @@ class NodeFilter:
                 return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
                               (f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]",))
             ok, _ = cycle._run_filters(self._rows, self._pos, failures)
-        except _Abort as a:
+        except Abort as a:
             return a.status
         except Exception as e:  # a framework bug
-            return Status.error(f"scheduling cycle failed: {type(e).__name__}: {e}")
+            return cycle_failed("scheduling", e)
         if len(ok):
             return Status.success()
         plugin, _, codes, reasons = failures.records[-1]
@@ -608,7 +462,7 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
     added = _add_nominated(nominator, pod, nodes)
     try:
         return _schedule(cycle, added, start)
-    except _Abort as a:
+    except Abort as a:
         st = a.status
         if st.code == Code.ERROR:
             return Decision(pod.key, None, st, n_all, message=st.message(), duration=time.perf_counter() - start)
@@ -619,7 +473,7 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
                         pending_plugins={st.plugin} if st.code == Code.PENDING and st.plugin else set(),
                         duration=time.perf_counter() - start)
     except Exception as e:  # a framework bug must not escape the cycle
-        st = Status.error(f"scheduling cycle failed: {type(e).__name__}: {e}")
+        st = cycle_failed("scheduling", e)
         return Decision(pod.key, None, st, n_all, message=st.message(), duration=time.perf_counter() - start)
     finally:
         for key in added:
@@ -629,10 +483,10 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
 def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
     pod, nodes, chain, state = cycle.pod, cycle.nodes, cycle.chain, cycle.state
     n_all = nodes.n
-    candidates, narrowing = cycle.timed(PRE_FILTER, cycle.pre_filter)
+    candidates, narrowing = timed(cycle.rec, PRE_FILTER, cycle.pre_filter)
 
     if pod.nominated_node_name:
-        row = cycle.timed(FILTER, cycle.evaluate_nominated_node, candidates)
+        row = timed(cycle.rec, FILTER, cycle.evaluate_nominated_node, candidates)
         if row is not None:
             for key in added:  # nominated pods count for filtering only
                 nodes.remove_pod(key)
@@ -642,7 +496,7 @@ def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
             return Decision(pod.key, nodes.names[row], Status.success(), n_all, evaluated=1, feasible=1,
                             top=top, duration=time.perf_counter() - start)
 
-    scan = cycle.timed(FILTER, cycle.find_feasible_nodes, candidates, narrowing)
+    scan = timed(cycle.rec, FILTER, cycle.find_feasible_nodes, candidates, narrowing)
     feasible = scan.feasible
     if len(feasible) or not chain.post_filter:
         for key in added:

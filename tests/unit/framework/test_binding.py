@@ -1,5 +1,6 @@
-"""framework/binding.py: Reserve, Permit with waiting pods, and the binding cycle, as upstream's
-framework runtime (RunReservePlugins*, RunPermitPlugins, WaitOnPermit, RunPreBind/Bind/PostBind)."""
+"""framework/binding.py and waiting.py: Reserve, Permit with waiting pods, and the binding cycle, as
+upstream's framework runtime (RunReservePlugins*, RunPermitPlugins, WaitOnPermit,
+RunPreBind/Bind/PostBind)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import asyncio
 
 import pytest
 
-from policy_scheduler.framework.binding import (WaitingPods, go_duration, run_binding, run_permit, run_reserve,
-                                                run_unreserve, wait_on_permit)
+from policy_scheduler.framework.binding import run_binding, run_permit, run_reserve, run_unreserve, wait_on_permit
 from policy_scheduler.framework.chain import build_chain
 from policy_scheduler.framework.interface import (BindPlugin, CycleState, PermitPlugin, PodGone, PostBindPlugin,
                                                   PreBindPlugin, ReservePlugin)
 from policy_scheduler.framework.podinfo import parse_pod
 from policy_scheduler.framework.registry import Registry
 from policy_scheduler.framework.status import Code, Status
+from policy_scheduler.framework.waiting import WaitingPods, go_duration
 
 POD = parse_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}, "spec": {"containers": [{"name": "c"}]}})
 
