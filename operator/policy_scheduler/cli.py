@@ -169,59 +169,12 @@ def cmd_crd(a: argparse.Namespace) -> int:
     return 0
 
 
-def _format_details(v: dict) -> str:
-    """LoadAware / MetricThreshold / MetricScore details: per metric its value, in-flight share,
-    sample age and freshness, e.g. "cpu 0.42 (+0.05 in flight, fresh, 3.1s old)"."""
-    parts = []
-    for name, m in v.items():
-        if not isinstance(m, dict):
-            parts.append(f"{name} {m}")
-            continue
-        head = f"{name} {m['value']:g}" if m.get("value") is not None else name
-        extra = [f"+{m['inFlight']:g} in flight"] if m.get("inFlight") else []
-        extra.append(m.get("state", "?"))
-        if m.get("age") is not None:
-            extra.append(f"{m['age']:g}s old")
-        parts.append(f"{head} ({', '.join(extra)})")
-    return "; ".join(parts)
-
-
-def _print_decision(d: dict) -> None:
-    print(f"  policy:    {d.get('policy')}")
-    print(f"  node:      {d.get('node')}   (decided {d.get('at')})")
-    print(f"  nodes:     {d.get('nodes')} in cluster, {d.get('evaluated')} evaluated, {d.get('feasible')} feasible")
-    top = d.get("top") or []
-    if top:
-        plugins = sorted({p for t in top for p in t.get("scores", {})})
-        w = max([len("NODE")] + [len(t["node"]) for t in top])
-        print("  top nodes (weighted score per plugin):")
-        print("    " + "NODE".ljust(w) + "  TOTAL  " + "  ".join(plugins))
-        for t in top:
-            cells = "  ".join(str(t["scores"].get(p, "-")).rjust(len(p)) for p in plugins)
-            print("    " + t["node"].ljust(w) + f"  {t['total']:>5}  " + cells)
-        details = [(t["node"], p, v) for t in top for p, v in (t.get("details") or {}).items()]
-        if details:
-            print("  what plugins saw of the top nodes:")
-            for node, plugin, v in details:
-                print(f"    {node}  {plugin}: {_format_details(v)}")
-    group = d.get("group")
-    if group:
-        quorum = f", minCount {group['minCount']}" if group.get("minCount") else ""
-        where = f", domain {group['domain']}" if group.get("domain") else ""
-        print(f"  group:     PodGroup {group.get('podGroup')}{quorum}{where}")
-    fails = d.get("failures") or {}
-    if fails:
-        print("  filtered out:")
-        for reason, n in fails.items():
-            print(f"    {n:>5}  {reason}")
-
-
 def cmd_explain(a: argparse.Namespace) -> int:
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    from .cluster.engine import DECISION_ANNOTATION
     from .cluster.kubeclient import client_configuration
+    from .explain import DECISION_ANNOTATION, print_decision
 
     if "/" in a.pod:
         ns, name = a.pod.split("/", 1)
@@ -252,7 +205,7 @@ def cmd_explain(a: argparse.Namespace) -> int:
         if a.output == "json":
             print(json.dumps(d, indent=2))
         else:
-            _print_decision(d)
+            print_decision(d, sys.stdout)
             # a preemptor: which pods it preempted, where, and why that node (its Preempting event)
             try:
                 evs = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items

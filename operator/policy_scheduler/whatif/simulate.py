@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from ..cluster.binder import decision_annotation, failure_message
+from ..explain import decision_annotation, failure_message
 from ..framework.binding import run_permit, run_reserve, run_unreserve
 from ..framework.chain import Chain
 from ..framework.interface import CycleState
