@@ -1,5 +1,6 @@
-"""policy-scheduler command line: run the operator, print the CRD, explain a decision, snapshot the
-cluster and simulate policies on it."""
+"""policy-scheduler command line: run the operator (its flags; cluster/operator.py builds and runs
+it), print the CRD, explain a decision (explain.py prints the record), snapshot the cluster, simulate
+policies on it and tune a policy's weights offline (whatif/ computes and writes their results)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import asyncio
 import json
 import logging
 import os
-import random
 import sys
 
 from . import SCHEDULER_NAME, __version__
@@ -38,11 +38,12 @@ def _startup_error(a: argparse.Namespace, msg: str) -> None:
 
 def cmd_run(a: argparse.Namespace) -> int:
     from .cluster.kubeclient import load_credentials
+    from .cluster.operator import election_config, serve
     from .plugins import registry_with
 
     _setup_logging(a.log_level, a.log_format)
     if a.leader_elect:
-        problems = _election_config(a).check()
+        problems = election_config(a).check()
         if problems:
             _startup_error(a, "invalid leader election flags: " + "; ".join(problems))
             return 2
@@ -61,110 +62,6 @@ def cmd_run(a: argparse.Namespace) -> int:
     return asyncio.run(serve(a, creds, registry))
 
 
-def _election_config(a: argparse.Namespace):
-    from .cluster.leader import ElectionConfig
-
-    return ElectionConfig(name=a.leader_elect_resource_name or a.scheduler_name,
-                          namespace=a.leader_elect_resource_namespace,
-                          lease_duration=a.leader_elect_lease_duration, renew_deadline=a.leader_elect_renew_deadline,
-                          retry_period=a.leader_elect_retry_period)
-
-
-async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Event | None = None,
-                on_engine=None) -> int:
-    """`policy-scheduler run` once its flags, credentials and plugins are loaded: the engine, its
-    leader election, the probe and metrics endpoints, and kopf, until SIGTERM/SIGINT (kopf's own
-    handlers) or ``stop_flag``. 0 on a stop; 1 when leadership was lost (as kube-scheduler, the
-    process exits and its restart runs as a standby). ``on_engine(engine)`` sees the engine."""
-    from prometheus_client import start_http_server
-
-    from .cluster.engine import Engine
-    from .cluster.kubeclient import KubeClient
-    from .cluster.leader import LeaderElector
-    from .handlers import run_operator
-    from .health import HealthServer
-    from .metricsources.prometheus import PrometheusMetricSources
-
-    log = logging.getLogger("policy_scheduler")
-    client = KubeClient(creds, qps=a.qps, burst=a.burst)
-    sources = PrometheusMetricSources(a.prometheus_url, refresh=a.prometheus_refresh_interval,
-                                      timeout=a.prometheus_query_timeout, ttl=a.prometheus_ttl,
-                                      usage_lag=a.prometheus_usage_lag)
-    sources.registry = registry
-    leadership = LeaderElector(client, _election_config(a)) if a.leader_elect else None
-    seed = getattr(a, "seed", None)
-    engine = Engine(client, scheduler_name=a.scheduler_name, namespaces=set(a.namespace) if a.namespace else None,
-                    bind_concurrency=a.bind_concurrency, sources=sources, registry=registry,
-                    rng=random.Random(seed) if seed is not None else None,
-                    plugin_metrics_sample_percent=a.plugin_metrics_sample_percent, leadership=leadership,
-                    sync_timeout=a.cache_sync_timeout, default_policy=a.default_policy)
-    from .cluster.tuner import Tuner
-
-    tuner = Tuner(client, engine.state, engine.policy_store, engine.sources, engine.queue, engine.leadership,  # spec.tuning
-                  engine.telemetry, lambda: engine.scheduling,
-                  plugin_modules=list(getattr(a, "plugin_module", None) or []))
-    engine.placement_listeners.append(tuner.log.record)
-    if on_engine is not None:
-        on_engine(engine)
-    stop_flag = stop_flag or asyncio.Event()
-    lost = False
-
-    def leadership_lost() -> None:
-        # kube-scheduler exits at once; kopf is given a few seconds to stop, then the process goes
-        nonlocal lost
-        lost = True
-        log.critical("leader election lost: stopped scheduling; exiting")
-        stop_flag.set()
-        asyncio.get_running_loop().call_later(10.0, os._exit, 1)
-
-    engine.on_leadership_lost = leadership_lost
-    if a.metrics_port:
-        start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.telemetry.registry)
-    webhooks = None
-    if a.webhook_port:
-        from .cluster.admission import WebhookServer
-
-        svc_ns, svc = a.webhook_service
-        hosts = [f"{svc}.{svc_ns}.svc", f"{svc}.{svc_ns}.svc.cluster.local", f"{svc}.{svc_ns}", svc,
-                 *a.webhook_host]
-        webhooks = WebhookServer(client, engine.policy_store, address=a.webhook_address, port=a.webhook_port, secret=a.webhook_secret,
-                                 hosts=hosts, configuration=a.webhook_configuration or None,
-                                 manage_certs=a.webhook_manage_certs)
-
-    def health():
-        live, ready, details = engine.health()
-        if webhooks is not None:  # a replica behind the webhook Service serves admission too
-            details["webhooks"] = webhooks.describe()
-            ready = ready and webhooks.serving
-            details["ready"] = ready
-        return live, ready, details
-
-    server = HealthServer(health, a.health_address, a.health_port) if a.health_port else None
-    if server is not None:
-        await server.start()
-    if webhooks is not None:
-        await webhooks.start()
-    election = (f"leader election on Lease {leadership.lease} as {leadership.config.identity}"
-                if leadership else "no leader election")
-    log.info("policy-scheduler %s starting: scheduler name %s, API %s (%s), namespaces %s, %s", __version__,
-             a.scheduler_name, creds.server, creds.source, ",".join(a.namespace) if a.namespace else "all",
-             election)
-    tuner_task = asyncio.get_running_loop().create_task(tuner.run())
-    try:
-        # kopf handles SIGTERM/SIGINT itself in the main thread: its cleanup stops the engine, which
-        # releases the Lease
-        await run_operator(engine, kubeconfig=a.kubeconfig, context=a.context, stop_flag=stop_flag)
-    finally:
-        tuner_task.cancel()
-        await asyncio.gather(tuner_task, return_exceptions=True)
-        await tuner.stop()
-        if webhooks is not None:
-            await webhooks.stop()
-        if server is not None:
-            await server.stop()
-    return 1 if lost else 0
-
-
 def cmd_crd(a: argparse.Namespace) -> int:
     from .api.crd import crd_yaml
 
@@ -172,59 +69,12 @@ def cmd_crd(a: argparse.Namespace) -> int:
     return 0
 
 
-def _format_details(v: dict) -> str:
-    """LoadAware / MetricThreshold / MetricScore details: per metric its value, in-flight share,
-    sample age and freshness, e.g. "cpu 0.42 (+0.05 in flight, fresh, 3.1s old)"."""
-    parts = []
-    for name, m in v.items():
-        if not isinstance(m, dict):
-            parts.append(f"{name} {m}")
-            continue
-        head = f"{name} {m['value']:g}" if m.get("value") is not None else name
-        extra = [f"+{m['inFlight']:g} in flight"] if m.get("inFlight") else []
-        extra.append(m.get("state", "?"))
-        if m.get("age") is not None:
-            extra.append(f"{m['age']:g}s old")
-        parts.append(f"{head} ({', '.join(extra)})")
-    return "; ".join(parts)
-
-
-def _print_decision(d: dict) -> None:
-    print(f"  policy:    {d.get('policy')}")
-    print(f"  node:      {d.get('node')}   (decided {d.get('at')})")
-    print(f"  nodes:     {d.get('nodes')} in cluster, {d.get('evaluated')} evaluated, {d.get('feasible')} feasible")
-    top = d.get("top") or []
-    if top:
-        plugins = sorted({p for t in top for p in t.get("scores", {})})
-        w = max([len("NODE")] + [len(t["node"]) for t in top])
-        print("  top nodes (weighted score per plugin):")
-        print("    " + "NODE".ljust(w) + "  TOTAL  " + "  ".join(plugins))
-        for t in top:
-            cells = "  ".join(str(t["scores"].get(p, "-")).rjust(len(p)) for p in plugins)
-            print("    " + t["node"].ljust(w) + f"  {t['total']:>5}  " + cells)
-        details = [(t["node"], p, v) for t in top for p, v in (t.get("details") or {}).items()]
-        if details:
-            print("  what plugins saw of the top nodes:")
-            for node, plugin, v in details:
-                print(f"    {node}  {plugin}: {_format_details(v)}")
-    group = d.get("group")
-    if group:
-        quorum = f", minCount {group['minCount']}" if group.get("minCount") else ""
-        where = f", domain {group['domain']}" if group.get("domain") else ""
-        print(f"  group:     PodGroup {group.get('podGroup')}{quorum}{where}")
-    fails = d.get("failures") or {}
-    if fails:
-        print("  filtered out:")
-        for reason, n in fails.items():
-            print(f"    {n:>5}  {reason}")
-
-
 def cmd_explain(a: argparse.Namespace) -> int:
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    from .cluster.engine import DECISION_ANNOTATION
     from .cluster.kubeclient import client_configuration
+    from .explain import DECISION_ANNOTATION, print_decision
 
     if "/" in a.pod:
         ns, name = a.pod.split("/", 1)
@@ -255,7 +105,7 @@ def cmd_explain(a: argparse.Namespace) -> int:
         if a.output == "json":
             print(json.dumps(d, indent=2))
         else:
-            _print_decision(d)
+            print_decision(d, sys.stdout)
             # a preemptor: which pods it preempted, where, and why that node (its Preempting event)
             try:
                 evs = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items

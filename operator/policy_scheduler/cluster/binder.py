@@ -17,11 +17,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Coroutine
-
-import orjson
+from typing import TYPE_CHECKING, Callable, Coroutine
 
 from ..cache.state import ClusterState
+from ..explain import DECISION_ANNOTATION, decision_annotation, failure_message
 from ..framework.binding import BINDING_ANNOTATIONS, run_binding, wait_on_permit
 from ..framework.events import ASSIGNED_POD_DELETE
 from ..framework.interface import GROUP_PLACEMENT, CycleState, PodGone
@@ -30,7 +29,7 @@ from ..framework.queue import QueuedPodInfo, SchedulingQueue
 from ..framework.runner import Decision
 from ..framework.status import Code, Status
 from ..logs import fields
-from .recorder import EventRecorder, now_rfc3339
+from .recorder import EventRecorder
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,43 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("policy_scheduler")
 
-DECISION_ANNOTATION = "policy-scheduler.io/decision"
 CYCLE_START = "policy-scheduler.io/cycle-start"  # CycleState key: perf_counter at the start of the attempt
-
-
-def _rounded(v: Any) -> Any:
-    """Plugin details for the decision annotation, floats (numpy's too) to 3 decimals."""
-    if isinstance(v, float):
-        return round(float(v), 3)
-    if isinstance(v, dict):
-        return {k: _rounded(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_rounded(x) for x in v]
-    return v
-
-
-def decision_annotation(policy: str, d: Decision, group: dict[str, Any] | None = None) -> str:
-    """The bounded decision record the Binding sets on the pod (``policy-scheduler explain``);
-    ``group``: the pod's PodGroup placement, as a gang plugin wrote it in the CycleState
-    (GROUP_PLACEMENT)."""
-    return orjson.dumps({
-        "policy": policy, "node": d.node, "nodes": d.num_all_nodes, "evaluated": d.evaluated,
-        "feasible": d.feasible, "at": now_rfc3339(),
-        "top": [{"node": s.node, "total": s.total, "scores": {k: v[1] for k, v in s.plugins.items()},
-                 **({"details": _rounded(s.details)} if s.details else {})}
-                for s in d.top[:3]],
-        "failures": dict(sorted(d.failures.items(), key=lambda kv: -kv[1])[:8]),
-        **({"group": group} if group else {}),
-    }).decode()
-
-
-def failure_message(status: Status) -> str:
-    """The event text for a failed binding cycle: upstream's message, naming the plugin."""
-    msg = status.message() or str(status.code)
-    plugin = status.plugin
-    if plugin and plugin not in msg:
-        msg = f'plugin "{plugin}" rejected the pod: {msg}'
-    return msg
 
 
 class Binder:

@@ -21,6 +21,7 @@ from typing import Callable
 
 from ..framework.podinfo import PodInfo
 from ..framework.status import Code
+from ..timefmt import now_rfc3339
 from .kubeclient import REQUEST_ERRORS, ApiError, KubeClient
 from .telemetry import Telemetry
 from .tasks import Tasks
@@ -34,9 +35,7 @@ EVENT_QUEUE_SIZE = 10000  # like upstream's recorder: a bounded queue; when full
 EVENT_WORKERS = 64
 FAILURE_REPEAT_AFTER = 60.0  # seconds before the same failure message of a pod is reported again
 
-
-def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+__all__ = ["EventRecorder", "now_micro", "now_rfc3339", "truncate_note"]
 
 
 def now_micro() -> str:

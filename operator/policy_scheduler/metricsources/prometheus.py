@@ -32,11 +32,11 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
 
 from pydantic import ValidationError
 
+from .. import timefmt
 from ..api.models import SchedulingPolicySpec, duration_seconds
 from ..framework.events import METRICS_REFRESH
 from ..framework.interface import ReadsMetrics
@@ -134,9 +134,10 @@ def parse_vector(result: Any, node_label: str) -> dict[str, Sample]:
 
 
 def rfc3339(t: float | None) -> str | None:
+    """A sample time for the status; None for none (or NaN)."""
     if t is None or math.isnan(t):
         return None
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timefmt.rfc3339(t)
 
 
 @dataclass(frozen=True)

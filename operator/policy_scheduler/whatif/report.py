@@ -10,6 +10,7 @@ from typing import TextIO
 
 import numpy as np
 
+from ..explain import print_decision
 from .simulate import PolicyRun, Simulation, format_quantity
 from .snapshot import rfc3339
 
@@ -92,15 +93,13 @@ def _shares(req: np.ndarray, alloc: np.ndarray) -> tuple[float, float]:
 
 
 def write_explain(run: PolicyRun, out: TextIO) -> None:
-    """explain's per-plugin table for each simulated pod (cli._print_decision)."""
-    from ..cli import _print_decision
-
+    """explain's per-plugin table for each simulated pod (explain.print_decision), to ``out``."""
     for r in run.results:
         out.write(f"pod {r.pod} under policy {run.policy}: node {r.node or '(none)'}\n")
         d = run.explain(r)
         if d is not None:
             d["at"] = "simulated"
-            _print_decision(d)
+            print_decision(d, out)
         else:
             out.write(f"  not scheduled: {r.message}\n")
             if r.note:

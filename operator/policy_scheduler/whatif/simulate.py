@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from ..cluster.binder import decision_annotation, failure_message
+from ..explain import decision_annotation, failure_message
 from ..framework.chain import Chain
 from ..framework.interface import CycleState
 from ..framework.nodetable import CPU, MEMORY, PODS, NodeTable

@@ -30,7 +30,6 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -38,6 +37,7 @@ from ..cache.state import KINDS
 from ..framework.podinfo import _VOLUME_SOURCES
 from ..framework.volumes import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
                                  STORAGE_CLASSES, VolumeCache)
+from ..timefmt import parse_rfc3339, rfc3339
 
 API_VERSION = "policy-scheduler.io/snapshot/v2"
 API_VERSION_V1 = "policy-scheduler.io/snapshot/v1"  # no storage lists, no pod volumes: still read
@@ -132,14 +132,6 @@ class Snapshot:
 
     def dumps(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n"
-
-
-def rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(v: str) -> float:
-    return datetime.strptime(v, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
 
 
 # ---------------------------------------------------------------------------------------- trimming
@@ -338,7 +330,7 @@ def from_dict(doc: Any, source: str = "snapshot") -> Snapshot:
     taken_at = time.time()
     if taken is not None:
         try:
-            taken_at = parse_time(taken) if isinstance(taken, str) else float("nan")
+            taken_at = parse_rfc3339(taken) if isinstance(taken, str) else float("nan")
             if taken_at != taken_at:
                 raise ValueError
         except (ValueError, TypeError):

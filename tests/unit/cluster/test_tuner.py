@@ -14,10 +14,10 @@ import os
 from fakeclient import FakeClient
 from policy_scheduler.api.models import TuningSpec
 from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.cluster.operator import attach_tuner
 from policy_scheduler.cache.policies import PLURAL_PATH
 from policy_scheduler.cluster.tuner import (
     PlacementLog,
-    Tuner,
     TuningState,
 )
 from policy_scheduler.framework.podinfo import parse_pod
@@ -52,14 +52,6 @@ def policy(mode="Recommend", fit=1, spread=10, generation=1, **tuning):
                            "bounds": {"NodeResourcesFit": [1, 10], "PodTopologySpread": [1, 10]}, **tuning}}}
 
 
-def tuner_for(engine, **kw) -> Tuner:
-    """A Tuner over the engine's parts, listening to its bindings (as `run` wires it)."""
-    t = Tuner(engine.client, engine.state, engine.policy_store, engine.sources, engine.queue, engine.leadership,
-              engine.telemetry, lambda: engine.scheduling, **kw)
-    engine.placement_listeners.append(t.log.record)
-    return t
-
-
 def setup(body):
     client = FakeClient()
     engine = Engine(client)
@@ -67,7 +59,7 @@ def setup(body):
         engine.on_node("ADDED", node(i))
     engine.on_policy("ADDED", body)
     client.objects[PATH] = body
-    return client, engine, tuner_for(engine, executor=concurrent.futures.ThreadPoolExecutor(1))  # no worker process here
+    return client, engine, attach_tuner(engine, executor=concurrent.futures.ThreadPoolExecutor(1))  # no worker process here
 
 
 def spread_placements(tuner, n=20):
@@ -203,7 +195,7 @@ async def test_the_worker_runs_under_sched_idle_and_waits_while_the_queue_has_wo
     """The default executor: one spawned process, lowered by idle.become_idle before its imports;
     while a pod waits in the scheduling queue, the worker waits before its replays."""
     _, engine, _ = setup(policy())
-    tuner = tuner_for(engine)
+    tuner = attach_tuner(engine)
     loop = asyncio.get_running_loop()
     try:
         assert await loop.run_in_executor(tuner.executor(), os.sched_getscheduler, 0) == os.SCHED_IDLE
@@ -226,7 +218,7 @@ async def test_the_worker_runs_under_sched_idle_and_waits_while_the_queue_has_wo
 async def test_the_worker_is_started_ahead_of_the_first_evaluation_once_the_queue_is_empty():
     _, engine, _ = setup(policy(interval="10m"))
     engine.scheduling = True
-    tuner = tuner_for(engine)
+    tuner = attach_tuner(engine)
     started = []
 
     def start():  # instead of spawning: record when, and hand over an executor
@@ -256,7 +248,7 @@ async def test_a_dead_worker_is_replaced_at_the_next_evaluation():
     from policy_scheduler.idle import warm
 
     _, engine, _ = setup(policy())
-    tuner = tuner_for(engine)
+    tuner = attach_tuner(engine)
     loop = asyncio.get_running_loop()
     try:
         pid = await loop.run_in_executor(tuner.executor(), warm, [])

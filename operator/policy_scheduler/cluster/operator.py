@@ -1,0 +1,125 @@
+"""The operator's composition root: `policy-scheduler run` once the CLI has parsed its flags and
+loaded the credentials and plugins. Builds the API client, the Prometheus metric sources, the
+leader elector, the engine, the tuner, the admission webhooks, the probe and metrics endpoints,
+then runs kopf until it stops (cli.py holds the flags; cmd_run calls ``serve``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import random
+
+from .. import __version__
+from .leader import ElectionConfig
+
+
+def election_config(a: argparse.Namespace) -> ElectionConfig:
+    """The Lease election of `run`'s --leader-elect-* flags (the Lease is named after the scheduler
+    unless --leader-elect-resource-name says otherwise)."""
+    return ElectionConfig(name=a.leader_elect_resource_name or a.scheduler_name,
+                          namespace=a.leader_elect_resource_namespace,
+                          lease_duration=a.leader_elect_lease_duration, renew_deadline=a.leader_elect_renew_deadline,
+                          retry_period=a.leader_elect_retry_period)
+
+
+async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Event | None = None,
+                on_engine=None) -> int:
+    """`policy-scheduler run` once its flags, credentials and plugins are loaded: the engine, its
+    leader election, the probe and metrics endpoints, and kopf, until SIGTERM/SIGINT (kopf's own
+    handlers) or ``stop_flag``. 0 on a stop; 1 when leadership was lost (as kube-scheduler, the
+    process exits and its restart runs as a standby). ``on_engine(engine)`` sees the engine."""
+    from prometheus_client import start_http_server
+
+    from ..handlers import run_operator
+    from ..health import HealthServer
+    from ..metricsources.prometheus import PrometheusMetricSources
+    from .engine import Engine
+    from .kubeclient import KubeClient
+    from .leader import LeaderElector
+
+    log = logging.getLogger("policy_scheduler")
+    client = KubeClient(creds, qps=a.qps, burst=a.burst)
+    sources = PrometheusMetricSources(a.prometheus_url, refresh=a.prometheus_refresh_interval,
+                                      timeout=a.prometheus_query_timeout, ttl=a.prometheus_ttl,
+                                      usage_lag=a.prometheus_usage_lag)
+    sources.registry = registry
+    leadership = LeaderElector(client, election_config(a)) if a.leader_elect else None
+    seed = getattr(a, "seed", None)
+    engine = Engine(client, scheduler_name=a.scheduler_name, namespaces=set(a.namespace) if a.namespace else None,
+                    bind_concurrency=a.bind_concurrency, sources=sources, registry=registry,
+                    rng=random.Random(seed) if seed is not None else None,
+                    plugin_metrics_sample_percent=a.plugin_metrics_sample_percent, leadership=leadership,
+                    sync_timeout=a.cache_sync_timeout, default_policy=a.default_policy)
+    tuner = attach_tuner(engine, plugin_modules=list(getattr(a, "plugin_module", None) or []))  # spec.tuning
+    if on_engine is not None:
+        on_engine(engine)
+    stop_flag = stop_flag or asyncio.Event()
+    lost = False
+
+    def leadership_lost() -> None:
+        # kube-scheduler exits at once; kopf is given a few seconds to stop, then the process goes
+        nonlocal lost
+        lost = True
+        log.critical("leader election lost: stopped scheduling; exiting")
+        stop_flag.set()
+        asyncio.get_running_loop().call_later(10.0, os._exit, 1)
+
+    engine.on_leadership_lost = leadership_lost
+    if a.metrics_port:
+        start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.telemetry.registry)
+    webhooks = None
+    if a.webhook_port:
+        from .admission import WebhookServer
+
+        svc_ns, svc = a.webhook_service
+        hosts = [f"{svc}.{svc_ns}.svc", f"{svc}.{svc_ns}.svc.cluster.local", f"{svc}.{svc_ns}", svc,
+                 *a.webhook_host]
+        webhooks = WebhookServer(client, engine.policy_store, address=a.webhook_address, port=a.webhook_port,
+                                 secret=a.webhook_secret, hosts=hosts, configuration=a.webhook_configuration or None,
+                                 manage_certs=a.webhook_manage_certs)
+
+    def health():
+        live, ready, details = engine.health()
+        if webhooks is not None:  # a replica behind the webhook Service serves admission too
+            details["webhooks"] = webhooks.describe()
+            ready = ready and webhooks.serving
+            details["ready"] = ready
+        return live, ready, details
+
+    server = HealthServer(health, a.health_address, a.health_port) if a.health_port else None
+    if server is not None:
+        await server.start()
+    if webhooks is not None:
+        await webhooks.start()
+    election = (f"leader election on Lease {leadership.lease} as {leadership.config.identity}"
+                if leadership else "no leader election")
+    log.info("policy-scheduler %s starting: scheduler name %s, API %s (%s), namespaces %s, %s", __version__,
+             a.scheduler_name, creds.server, creds.source, ",".join(a.namespace) if a.namespace else "all",
+             election)
+    tuner_task = asyncio.get_running_loop().create_task(tuner.run())
+    try:
+        # kopf handles SIGTERM/SIGINT itself in the main thread: its cleanup stops the engine, which
+        # releases the Lease
+        await run_operator(engine, kubeconfig=a.kubeconfig, context=a.context, stop_flag=stop_flag)
+    finally:
+        tuner_task.cancel()
+        await asyncio.gather(tuner_task, return_exceptions=True)
+        await tuner.stop()
+        if webhooks is not None:
+            await webhooks.stop()
+        if server is not None:
+            await server.stop()
+    return 1 if lost else 0
+
+
+def attach_tuner(engine, **kw):
+    """The Tuner over the engine's parts (it is handed each part it reads, never the engine),
+    told of every pod the engine binds."""
+    from .tuner import Tuner
+
+    tuner = Tuner(engine.client, engine.state, engine.policy_store, engine.sources, engine.queue,
+                  engine.leadership, engine.telemetry, lambda: engine.scheduling, **kw)
+    engine.placement_listeners.append(tuner.log.record)
+    return tuner

@@ -1,0 +1,110 @@
+"""The decision record: what the operator writes on a pod when it binds it (the
+``policy-scheduler.io/decision`` annotation), the message of a failed binding cycle, and how
+``policy-scheduler explain`` prints a record (``simulate --explain`` prints the same table for the
+pods it places).
+
+A leaf below the CLI, the operator and what-if: it reads only the framework's types and writes
+only to the stream it is given."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TextIO
+
+import orjson
+
+from .timefmt import now_rfc3339
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .framework.runner import Decision
+    from .framework.status import Status
+
+DECISION_ANNOTATION = "policy-scheduler.io/decision"
+
+
+def _rounded(v: Any) -> Any:
+    """Plugin details for the decision annotation, floats (numpy's too) to 3 decimals."""
+    if isinstance(v, float):
+        return round(float(v), 3)
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_rounded(x) for x in v]
+    return v
+
+
+def decision_annotation(policy: str, d: "Decision", group: dict[str, Any] | None = None,
+                        at: str | None = None) -> str:
+    """The bounded decision record the Binding sets on the pod (``policy-scheduler explain``);
+    ``group``: the pod's PodGroup placement, as a gang plugin wrote it in the CycleState
+    (GROUP_PLACEMENT); ``at``: when it was decided (default now, RFC 3339)."""
+    return orjson.dumps({
+        "policy": policy, "node": d.node, "nodes": d.num_all_nodes, "evaluated": d.evaluated,
+        "feasible": d.feasible, "at": at if at is not None else now_rfc3339(),
+        "top": [{"node": s.node, "total": s.total, "scores": {k: v[1] for k, v in s.plugins.items()},
+                 **({"details": _rounded(s.details)} if s.details else {})}
+                for s in d.top[:3]],
+        "failures": dict(sorted(d.failures.items(), key=lambda kv: -kv[1])[:8]),
+        **({"group": group} if group else {}),
+    }).decode()
+
+
+def failure_message(status: "Status") -> str:
+    """The event text for a failed binding cycle: upstream's message, naming the plugin."""
+    msg = status.message() or str(status.code)
+    plugin = status.plugin
+    if plugin and plugin not in msg:
+        msg = f'plugin "{plugin}" rejected the pod: {msg}'
+    return msg
+
+
+def format_details(v: dict) -> str:
+    """LoadAware / MetricThreshold / MetricScore details: per metric its value, in-flight share,
+    sample age and freshness, e.g. "cpu 0.42 (+0.05 in flight, fresh, 3.1s old)"."""
+    parts = []
+    for name, m in v.items():
+        if not isinstance(m, dict):
+            parts.append(f"{name} {m}")
+            continue
+        head = f"{name} {m['value']:g}" if m.get("value") is not None else name
+        extra = [f"+{m['inFlight']:g} in flight"] if m.get("inFlight") else []
+        extra.append(m.get("state", "?"))
+        if m.get("age") is not None:
+            extra.append(f"{m['age']:g}s old")
+        parts.append(f"{head} ({', '.join(extra)})")
+    return "; ".join(parts)
+
+
+def print_decision(d: dict, out: TextIO) -> None:
+    """A decision record (the annotation, parsed) as explain prints it, to ``out``: the policy and
+    node, how many nodes were evaluated and feasible, the top nodes' weighted score per plugin and
+    what plugins saw of them, the PodGroup, and how many nodes each filter reason removed."""
+    def line(s: str) -> None:
+        out.write(s + "\n")
+
+    line(f"  policy:    {d.get('policy')}")
+    line(f"  node:      {d.get('node')}   (decided {d.get('at')})")
+    line(f"  nodes:     {d.get('nodes')} in cluster, {d.get('evaluated')} evaluated, {d.get('feasible')} feasible")
+    top = d.get("top") or []
+    if top:
+        plugins = sorted({p for t in top for p in t.get("scores", {})})
+        w = max([len("NODE")] + [len(t["node"]) for t in top])
+        line("  top nodes (weighted score per plugin):")
+        line("    " + "NODE".ljust(w) + "  TOTAL  " + "  ".join(plugins))
+        for t in top:
+            cells = "  ".join(str(t["scores"].get(p, "-")).rjust(len(p)) for p in plugins)
+            line("    " + t["node"].ljust(w) + f"  {t['total']:>5}  " + cells)
+        details = [(t["node"], p, v) for t in top for p, v in (t.get("details") or {}).items()]
+        if details:
+            line("  what plugins saw of the top nodes:")
+            for node, plugin, v in details:
+                line(f"    {node}  {plugin}: {format_details(v)}")
+    group = d.get("group")
+    if group:
+        quorum = f", minCount {group['minCount']}" if group.get("minCount") else ""
+        where = f", domain {group['domain']}" if group.get("domain") else ""
+        line(f"  group:     PodGroup {group.get('podGroup')}{quorum}{where}")
+    fails = d.get("failures") or {}
+    if fails:
+        line("  filtered out:")
+        for reason, n in fails.items():
+            line(f"    {n:>5}  {reason}")
