@@ -1,7 +1,10 @@
-"""Package layout promises: `operator/` is a folder, not a package; the pure core stays pure."""
+"""Package layout promises: `operator/` is a folder, not a package; the pure core stays pure; imports
+run one way (no cycle, no layer importing from one above it)."""
 
 import ast
+import functools
 import importlib
+import re
 from pathlib import Path
 
 import policy_scheduler
@@ -17,10 +20,31 @@ def test_import_operator_is_the_standard_library():
     assert "site-packages" not in (op.__file__ or "") and "/operator/" not in (op.__file__ or "")
 
 
+def _tree(path: Path) -> ast.Module:
+    """Each text is parsed once for the whole module (parsing is most of its time)."""
+    return _parse(path.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(text: str) -> ast.Module:
+    return ast.parse(text)
+
+
+def import_statements(tree: ast.Module):
+    """Every import statement, at any depth (in functions, classes, `if TYPE_CHECKING:`, `try:`):
+    statements only hold imports, so expressions are not walked."""
+    stack = list(reversed(tree.body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            stack.extend(reversed(getattr(node, field, None) or ()))
+
+
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
     names = set()
-    for node in ast.walk(tree):
+    for node in import_statements(_tree(path)):
         if isinstance(node, ast.Import):
             names.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -38,8 +62,7 @@ def test_framework_and_plugins_import_no_client_and_do_no_io():
 
 def test_plugins_do_not_reach_outside_the_core():
     for f in sorted((PKG / "plugins").glob("*.py")):
-        tree = ast.parse(f.read_text())
-        for node in ast.walk(tree):
+        for node in import_statements(_tree(f)):
             if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module:
                 assert node.module.split(".")[0] in ("framework",), f"{f.name} imports ..{node.module}"
 
@@ -53,8 +76,7 @@ def test_a_plugin_module_imports_nothing_from_a_sibling_plugin_module():
     for f in sorted(plugin_dir.glob("*.py")):
         if f.stem == "__init__":
             continue
-        tree = ast.parse(f.read_text())
-        for node in ast.walk(tree):
+        for node in import_statements(_tree(f)):
             if isinstance(node, ast.ImportFrom):
                 if node.level == 1:  # from .x import ..., or from . import x
                     targets = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
@@ -92,8 +114,7 @@ def test_the_pure_core_does_not_import_plugins():
     """framework/ is the contract plugins are written against; it must not depend on them (the
     built-in registry lives in plugins/, and the chain builder takes a registry)."""
     for f in sorted((PKG / "framework").glob("*.py")):
-        tree = ast.parse(f.read_text())
-        for node in ast.walk(tree):
+        for node in import_statements(_tree(f)):
             if isinstance(node, ast.ImportFrom):
                 mod = node.module or ""
                 if node.level == 2:  # from ..x import / from .. import x
@@ -122,3 +143,341 @@ def test_one_conftest_per_kind_of_test():
     imported under that name, so tests/ and tests/e2e/ hold the only ones."""
     tests = PKG.parents[1] / "tests"
     assert sorted(str(p.relative_to(tests)) for p in tests.rglob("conftest.py")) == ["conftest.py", "e2e/conftest.py"]
+
+
+# ---- the import graph: no cycle, and layers that only import downward -------------------------
+#
+# The graph counts every import statement: top level, under `if TYPE_CHECKING:`, inside a
+# function; relative (`from . import x`, `from ..a.b import c`) or absolute
+# (`import policy_scheduler.x`, `from policy_scheduler.a import b`). `from P import n` is an
+# import of the submodule P.n when that module exists, else of P itself. Not counted: the parent
+# packages Python initialises on the way to a module (as import-linter/grimp), and imports by
+# name through importlib (plugins/__init__.py, idle.warm).
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Every module under `root` by its dotted name relative to the package: `cluster.engine`,
+    `cluster` for cluster/__init__.py, `__init__` for the package's own __init__.py."""
+    names = {}
+    for f in sorted(root.rglob("*.py")):
+        parts = f.relative_to(root).with_suffix("").parts
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        names[".".join(parts)] = f
+    return names
+
+
+def import_graph(root: Path, package: str) -> dict[str, dict[str, int]]:
+    """module -> {module of the same package it imports: line of the first such import}."""
+    files = module_files(root)
+    known = {(() if n == "__init__" else tuple(n.split("."))): n for n in files}
+    graph = {}
+    for name, path in files.items():
+        here = () if name == "__init__" else tuple(name.split("."))
+        pkg = here if path.name == "__init__.py" else here[:-1]  # what `from . import` means here
+        edges = graph[name] = {}
+
+        def add(parts, line):
+            target = known.get(tuple(parts))
+            if target is not None and target != name:
+                edges.setdefault(target, line)
+
+        def absolute(dotted):  # the parts below `package`, or None for another distribution
+            head, *rest = dotted.split(".")
+            return rest if head == package else None
+
+        for node in import_statements(_tree(path)):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if (parts := absolute(a.name)) is not None:
+                        add(parts, node.lineno)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    if node.level - 1 > len(pkg):
+                        continue  # beyond the top of the package: Python refuses it too
+                    base = [*pkg[:len(pkg) - (node.level - 1)], *(node.module.split(".") if node.module else [])]
+                elif (base := absolute(node.module)) is None:
+                    continue
+                for a in node.names:
+                    sub = (*base, a.name)
+                    add(sub if sub in known else base, node.lineno)
+    return graph
+
+
+def strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of more than one module, each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def _shortest_cycle(graph: dict[str, dict[str, int]], members: set[str], start: str) -> list[str]:
+    """Breadth first from `start`, inside `members`, back to `start`."""
+    paths, queue = {start: [start]}, [start]
+    for v in queue:
+        for w in sorted(graph[v]):
+            if w == start:
+                return paths[v] + [start]
+            if w in members and w not in paths:
+                paths[w] = paths[v] + [w]
+                queue.append(w)
+    raise AssertionError(f"{start} is on no cycle inside {sorted(members)}")
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Cycles in import order, the first module repeated at the end. For each strongly connected
+    component: the shortest cycle through each module, less those whose modules all lie on another
+    one kept; each starts at its first module by name."""
+    cycles = []
+    for comp in strongly_connected(graph):
+        found = []
+        for start in comp:
+            c = _shortest_cycle(graph, set(comp), start)
+            first = c.index(min(c))
+            c = c[first:-1] + c[:first] + [min(c)]
+            if c not in found:
+                found.append(c)
+        kept = list(found)
+        for c in sorted(found, key=len):
+            if any(d is not c and set(c) <= set(d) for d in kept):
+                kept.remove(c)
+        cycles += sorted(kept)
+    return cycles
+
+
+def format_cycle(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
+    """`a:3 -> b:7 -> a`: a imports b at its line 3, b imports a at its line 7."""
+    return " -> ".join(f"{m}:{graph[m][n]}" for m, n in zip(cycle, cycle[1:])) + f" -> {cycle[-1]}"
+
+
+def layer_index(module: str, layers) -> int:
+    """The layer of a module is named by its first dotted part (`cluster.engine` -> `cluster`);
+    a name no layer lists belongs to the layer that lists "*"."""
+    head = module.split(".")[0]
+    for i, (_, names) in enumerate(layers):
+        if head in names:
+            return i
+    return next(i for i, (_, names) in enumerate(layers) if "*" in names)
+
+
+def layer_violations(graph: dict[str, dict[str, int]], layers) -> list[str]:
+    """Every import of a module in a layer above the importer's own (`layers` top to bottom, as
+    (label, names) pairs). Imports within a layer are allowed; a listed layer may have no module
+    yet."""
+    bad = []
+    for mod in sorted(graph):
+        i = layer_index(mod, layers)
+        for target, line in sorted(graph[mod].items()):
+            j = layer_index(target, layers)
+            if j < i:
+                bad.append(f"{mod}:{line} imports {target}: layer {layers[j][0]} is above {layers[i][0]}")
+    return bad
+
+
+# Top to bottom. A module may import from its own layer and the layers below it.
+GROUND = {"explain", "logs", "health", "idle", "timefmt", "__init__", "*"}  # "*": any other top-level module
+LAYERS = (
+    ("cli", {"cli"}),
+    ("handlers", {"handlers"}),
+    ("cluster", {"cluster"}),
+    ("whatif", {"whatif"}),
+    ("cache", {"cache"}),  # the pure ClusterState, policies, workloads, StateHandle
+    ("metricsources", {"metricsources"}),
+    ("api", {"api"}),
+    ("plugins", {"plugins"}),
+    # Leaf modules (the decision record, log formatting, probes, the idle worker, the package's
+    # constants): they may import framework and each other, and framework imports none of them.
+    ("ground", GROUND),
+    ("framework", {"framework"}),
+)
+ENGINE = "cluster.engine"
+ENGINE_IMPORTERS = {"cli", "handlers", "cluster.operator"}  # the wiring
+CACHE_FORBIDDEN = ("aiohttp", "kopf", "kubernetes")
+
+
+@functools.lru_cache(maxsize=None)
+def package_graph() -> dict[str, dict[str, int]]:
+    return import_graph(PKG, "policy_scheduler")
+
+
+def test_the_package_has_no_import_cycle():
+    graph = package_graph()
+    assert {"cli", "cluster.engine", "framework.interface", "plugins.node_name"} <= set(graph)
+    cycles = import_cycles(graph)
+    assert not cycles, "import cycles (`a:3 -> b` = a imports b at its line 3):\n  " + "\n  ".join(
+        format_cycle(graph, c) for c in cycles)
+
+
+def test_every_subpackage_belongs_to_a_layer():
+    named = set().union(*(names for _, names in LAYERS)) - {"*"}
+    folders = {d.name for d in PKG.iterdir() if (d / "__init__.py").exists()}
+    assert folders - named == set()
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    bad = layer_violations(package_graph(), LAYERS)
+    assert not bad, "upward imports:\n  " + "\n  ".join(bad)
+
+
+def test_only_the_wiring_imports_the_engine():
+    """cli.py, handlers.py and cluster/operator.py build the Engine; no collaborator is handed it."""
+    bad = [f"{m}:{edges[ENGINE]}" for m, edges in sorted(package_graph().items())
+           if ENGINE in edges and m not in ENGINE_IMPORTERS]
+    assert not bad, f"{ENGINE} imported outside the wiring by: {', '.join(bad)}"
+
+
+def quoted_annotations_naming(tree: ast.Module, name: str) -> list[int]:
+    """Lines of the string annotations (of an argument, a return or a variable; `"Engine"`,
+    `Optional["Engine"]`, `"Engine | None"`) that name `name`: a type only imported under
+    TYPE_CHECKING, the way a module is handed an object it must not import."""
+    annotations = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            annotations += [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x]
+            annotations.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+    lines = []
+    for c in (c for ann in annotations if ann for c in ast.walk(ann)):
+        if isinstance(c, ast.Constant) and isinstance(c.value, str):
+            try:
+                expr = ast.parse(c.value.strip(), mode="eval")
+            except SyntaxError:
+                continue
+            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(expr)):
+                lines.append(c.lineno)
+    return lines
+
+
+def test_no_module_is_handed_the_engine_by_a_quoted_annotation():
+    """The precise form of `grep -rn '"Engine"' operator/policy_scheduler/` finding nothing: that
+    grep also finds `__all__ = [..., "Engine", ...]` in cluster/engine.py, which hands nobody
+    anything. An unquoted annotation would need an import of cluster.engine, refused above."""
+    hits = [f"{f.relative_to(PKG)}:{n}" for f in sorted(PKG.rglob("*.py")) if re.search(r"[\"']Engine\b", f.read_text())
+            for n in quoted_annotations_naming(_tree(f), "Engine")]
+    assert not hits, '"Engine" annotations at: ' + ", ".join(hits)
+
+
+def test_whatif_imports_nothing_from_cluster():
+    bad = [f"{m}:{line} imports {t}" for m, edges in sorted(package_graph().items()) if m.split(".")[0] == "whatif"
+           for t, line in sorted(edges.items()) if t.split(".")[0] == "cluster"]
+    assert not bad, "whatif/ reaches into cluster/:\n  " + "\n  ".join(bad)
+
+
+def test_the_cache_is_pure():
+    """cache/ (absent until the ClusterState lands) imports neither the I/O layers nor a client."""
+    above = {"cluster", "whatif", "cli", "handlers"}
+    bad = [f"{m}:{line} imports {t}" for m, edges in sorted(package_graph().items()) if m.split(".")[0] == "cache"
+           for t, line in sorted(edges.items()) if t.split(".")[0] in above]
+    bad += [f"cache/{f.relative_to(PKG / 'cache')} imports {x}" for f in sorted((PKG / "cache").glob("**/*.py"))
+            for x in sorted(_imports(f) & set(CACHE_FORBIDDEN))]
+    assert not bad, "\n".join(bad)
+
+
+# ---- the checks above can fail: a small package written for the purpose -------------------------
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_the_graph_reads_every_kind_of_import(tmp_path):
+    root = _write(tmp_path / "synth", {
+        "__init__.py": "NAME = 'x'\n",
+        "top.py": "import synth.sub.d\nimport os\n",
+        "sub/__init__.py": "from . import d\n",
+        "sub/d.py": "from .. import NAME\nfrom ..sub import e\nfrom synth import top\n",
+        "sub/e.py": "def f():\n    from synth.sub.d import g\n    import synth.missing\n",
+        "sub/f.py": "from ...elsewhere import x\nfrom .e import *\n",
+    })
+    graph = import_graph(root, "synth")
+    assert {m: set(e) for m, e in graph.items()} == {
+        "__init__": set(),
+        "top": {"sub.d"},
+        "sub": {"sub.d"},
+        "sub.d": {"__init__", "sub.e", "top"},
+        "sub.e": {"sub.d"},
+        "sub.f": {"sub.e"},
+    }
+    assert graph["sub.e"] == {"sub.d": 2}
+
+
+def test_a_cycle_through_a_type_checking_import_in_a_function_is_reported(tmp_path):
+    root = _write(tmp_path / "synth", {
+        "__init__.py": "",
+        "a.py": "from . import b\n",
+        "b.py": ("from typing import TYPE_CHECKING\n\n\n"
+                 "def f():\n    if TYPE_CHECKING:\n        from .a import A\n"),
+        "c.py": "from .a import b\n",  # into the cycle, not on it
+    })
+    graph = import_graph(root, "synth")
+    assert strongly_connected(graph) == [["a", "b"]]
+    assert import_cycles(graph) == [["a", "b", "a"]]
+    assert format_cycle(graph, ["a", "b", "a"]) == "a:1 -> b:6 -> a"
+
+
+def test_every_module_of_a_larger_cycle_is_named_in_order():
+    graph = {"binding": {"chain": 1, "interface": 2}, "chain": {"registry": 1}, "registry": {"interface": 1},
+             "interface": {"binding": 1}, "status": {}, "x": {"binding": 1}}
+    # binding -> interface -> binding and the cycle through chain lie on the one through registry
+    assert import_cycles(graph) == [["binding", "chain", "registry", "interface", "binding"]]
+    graph["interface"]["status"] = 2
+    graph["status"] = {"interface": 1}
+    assert import_cycles(graph) == [["binding", "chain", "registry", "interface", "binding"],
+                                    ["interface", "status", "interface"]]
+    assert import_cycles({"a": {"b": 1}, "b": {}}) == []
+
+
+def test_a_quoted_engine_annotation_is_found():
+    tree = ast.parse('__all__ = ["Engine"]\n'
+                     'def f(engine: "Engine", other: Optional["Engine"] = None) -> "Engine | None": ...\n'
+                     'class B:\n    engine: "Engine"\n    def g(self, x: "EngineRoom", y: Engine) -> None: ...\n')
+    assert quoted_annotations_naming(tree, "Engine") == [2, 2, 2, 4]
+
+
+def test_an_upward_import_is_reported(tmp_path):
+    files = {
+        "__init__.py": "",
+        "top/__init__.py": "",
+        "top/t.py": "from ..low import l\nfrom .. import leaf\n",
+        "low/__init__.py": "",
+        "low/l.py": "from ..leaf import X\n",
+        "leaf.py": "X = 1\n",
+    }
+    layers = (("top", {"top"}), ("absent", {"absent"}), ("low", {"low"}), ("ground", {"*"}))
+    assert layer_violations(import_graph(_write(tmp_path / "synth", files), "synth"), layers) == []
+
+    _write(tmp_path / "synth", {"low/l.py": "from ..leaf import X\n\n\ndef f():\n    from ..top.t import Y\n",
+                                "leaf.py": "import synth.low\n"})
+    assert layer_violations(import_graph(tmp_path / "synth", "synth"), layers) == [
+        "leaf:1 imports low: layer low is above ground",
+        "low.l:5 imports top.t: layer top is above low",
+    ]
