@@ -1,4 +1,4 @@
-"""policy-scheduler command line: run the operator (its flags; cluster/operator.py builds and runs
+"""policy-scheduler command line: run the operator (its flags; serve.py builds and runs
 it), print the CRD, explain a decision (explain.py prints the record), snapshot the cluster, simulate
 policies on it and tune a policy's weights offline (whatif/ computes and writes their results)."""
 
@@ -38,7 +38,7 @@ def _startup_error(a: argparse.Namespace, msg: str) -> None:
 
 def cmd_run(a: argparse.Namespace) -> int:
     from .cluster.kubeclient import load_credentials
-    from .cluster.operator import election_config, serve
+    from .serve import election_config, serve
     from .plugins import registry_with
 
     _setup_logging(a.log_level, a.log_format)

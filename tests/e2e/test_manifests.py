@@ -321,7 +321,7 @@ class InProcessOperator:
 
     async def _run(self) -> None:
         from policy_scheduler.cluster.kubeclient import load_credentials
-        from policy_scheduler.cluster.operator import serve
+        from policy_scheduler.serve import serve
         from policy_scheduler.plugins import default_registry
 
         a = self.args  # run exactly as cli.cmd_run runs it (leader election, probes, kopf)

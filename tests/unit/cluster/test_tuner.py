@@ -14,7 +14,7 @@ import os
 from fakeclient import FakeClient
 from policy_scheduler.api.models import TuningSpec
 from policy_scheduler.cluster.engine import Engine
-from policy_scheduler.cluster.operator import attach_tuner
+from policy_scheduler.serve import attach_tuner
 from policy_scheduler.cache.policies import PLURAL_PATH
 from policy_scheduler.cluster.tuner import (
     PlacementLog,

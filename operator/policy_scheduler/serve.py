@@ -11,8 +11,8 @@ import logging
 import os
 import random
 
-from .. import __version__
-from .leader import ElectionConfig
+from . import __version__
+from .cluster.leader import ElectionConfig
 
 
 def election_config(a: argparse.Namespace) -> ElectionConfig:
@@ -32,12 +32,12 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
     process exits and its restart runs as a standby). ``on_engine(engine)`` sees the engine."""
     from prometheus_client import start_http_server
 
-    from ..handlers import run_operator
-    from ..health import HealthServer
-    from ..metricsources.prometheus import PrometheusMetricSources
-    from .engine import Engine
-    from .kubeclient import KubeClient
-    from .leader import LeaderElector
+    from .handlers import run_operator
+    from .health import HealthServer
+    from .metricsources.prometheus import PrometheusMetricSources
+    from .cluster.engine import Engine
+    from .cluster.kubeclient import KubeClient
+    from .cluster.leader import LeaderElector
 
     log = logging.getLogger("policy_scheduler")
     client = KubeClient(creds, qps=a.qps, burst=a.burst)
@@ -71,7 +71,7 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
         start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.telemetry.registry)
     webhooks = None
     if a.webhook_port:
-        from .admission import WebhookServer
+        from .cluster.admission import WebhookServer
 
         svc_ns, svc = a.webhook_service
         hosts = [f"{svc}.{svc_ns}.svc", f"{svc}.{svc_ns}.svc.cluster.local", f"{svc}.{svc_ns}", svc,
@@ -117,7 +117,7 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
 def attach_tuner(engine, **kw):
     """The Tuner over the engine's parts (it is handed each part it reads, never the engine),
     told of every pod the engine binds."""
-    from .tuner import Tuner
+    from .cluster.tuner import Tuner
 
     tuner = Tuner(engine.client, engine.state, engine.policy_store, engine.sources, engine.queue,
                   engine.leadership, engine.telemetry, lambda: engine.scheduling, **kw)

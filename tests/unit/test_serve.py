@@ -1,7 +1,7 @@
-"""cluster/operator.py, the operator's composition root: what it makes of `run`'s flags."""
+"""serve.py, the operator's composition root: what it makes of `run`'s flags."""
 
 from policy_scheduler.cli import build_parser
-from policy_scheduler.cluster.operator import election_config
+from policy_scheduler.serve import election_config
 
 
 def test_the_lease_is_named_after_the_scheduler_unless_the_flags_name_it():
