@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from policy_scheduler.framework.interface import CycleState
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
-from policy_scheduler.framework.resources import broken_linear, go_div, is_scalar_resource_name
+from policy_scheduler.framework.model.resources import broken_linear, go_div, is_scalar_resource_name
 from policy_scheduler.plugins.node_resources_fit import PLUGIN
 
 import kit
