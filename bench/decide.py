@@ -49,13 +49,13 @@ from typing import Any
 
 import numpy as np
 
-from policy_scheduler.framework.chain import build_chain, default_chain_spec
+from policy_scheduler.framework.cycle.chain import build_chain, default_chain_spec
 from policy_scheduler.plugins import default_registry
 from policy_scheduler.framework.interface import Handle
-from policy_scheduler.framework.labels import LabelSelector, Requirement
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.podinfo import PodInfo, parse_pod
-from policy_scheduler.framework.runner import schedule_one
+from policy_scheduler.framework.model.labels import LabelSelector, Requirement
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.model.podinfo import PodInfo, parse_pod
+from policy_scheduler.framework.cycle.schedule import schedule_one
 
 TARGET_MEDIAN_MS = 2.0  # at 5,000 nodes
 RESULT_PREFIX = "RESULT "

@@ -110,7 +110,7 @@ import yaml
 
 from policy_scheduler.cluster.informer import Informer
 from policy_scheduler.cluster.kubeclient import ApiError, KubeClient, load_credentials
-from policy_scheduler.framework.quantity import to_int
+from policy_scheduler.framework.model.quantity import to_int
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))

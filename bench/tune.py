@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import simulate as simbench
 from policy_scheduler.api.models import duration_seconds
-from policy_scheduler.framework.nodetable import NodeSpec
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.nodetable import NodeSpec
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.whatif import tune
 from policy_scheduler.whatif.pods import pods_from_documents
 

@@ -15,7 +15,7 @@ import orjson
 from .timefmt import now_rfc3339
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .framework.runner import Decision
+    from .framework.cycle.schedule import Decision
     from .framework.status import Status
 
 DECISION_ANNOTATION = "policy-scheduler.io/decision"

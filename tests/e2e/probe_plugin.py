@@ -16,7 +16,7 @@ import asyncio
 
 from policy_scheduler.framework.interface import (BindPlugin, CycleState, PermitPlugin, PluginArgs, PostBindPlugin,
                                                   PreBindPlugin, ReservePlugin)
-from policy_scheduler.framework.podinfo import PodInfo
+from policy_scheduler.framework.model.podinfo import PodInfo
 from policy_scheduler.framework.status import Code, Status
 
 NAME = "BindingProbe"

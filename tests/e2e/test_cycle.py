@@ -4,6 +4,7 @@ error channel."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -108,8 +109,10 @@ def test_pod_waiting_on_a_spread_constraint_wakes_when_a_pod_is_deleted(core, na
 
 @pytest.fixture(scope="module")
 def probe_operator(cluster, crd):
+    # probe_plugin.py from here, the rest as the test run finds it (a work tree's operator/ first)
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
     op = OperatorProcess(cluster, "probe-scheduler", extra=["--plugin-module", "probe_plugin"],
-                         env={"PYTHONPATH": str(HERE)}).start()
+                         env={"PYTHONPATH": path}).start()
     assert "out-of-tree plugins registered: BindingProbe" in op.log()
     yield op
     op.stop()

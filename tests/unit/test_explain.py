@@ -13,7 +13,7 @@ import numpy as np
 from policy_scheduler import explain
 from policy_scheduler.explain import (DECISION_ANNOTATION, decision_annotation, failure_message, format_details,
                                       print_decision)
-from policy_scheduler.framework.runner import Decision, NodeScore
+from policy_scheduler.framework.cycle.schedule import Decision, NodeScore
 from policy_scheduler.framework.status import Code, Status
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from .. import SCHEDULER_NAME
-from ..framework.chain import IMPLICIT_FIRST, IMPLICIT_LAST
+from ..framework.cycle.chain import IMPLICIT_FIRST, IMPLICIT_LAST
 from ..framework.interface import ScorePlugin
 from ..framework.registry import Registry
 from .models import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, SchedulingPolicySpec, SchedulingPolicyStatus

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .. import SCHEDULER_NAME
-from ..framework.chain import ChainSpec, DisabledRef, PluginRef
-from ..framework.labels import LabelSelectorRequirementSpec, LabelSelectorSpec
+from ..framework.cycle.chain import ChainSpec, DisabledRef, PluginRef
+from ..framework.model.labels import LabelSelectorRequirementSpec, LabelSelectorSpec
 from ..framework.validation import (MAX_DISABLED, MAX_METRICS, MAX_PLUGINS, MAX_SHORT, MAX_URL, cap_errors, invalid, raise_if,
                                     split_field_message, validation_errors)
 
@@ -40,7 +40,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
 
-# metav1.LabelSelector, validated as the API server does (framework/labels.py)
+# metav1.LabelSelector, validated as the API server does (framework/model/labels.py)
 LabelSelectorRequirement = LabelSelectorRequirementSpec
 LabelSelector = LabelSelectorSpec
 

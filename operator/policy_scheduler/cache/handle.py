@@ -15,7 +15,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from ..framework.interface import Handle
 from ..framework.metricview import SOURCE as METRICS_SOURCE
-from ..framework.podinfo import PodInfo
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Status
 from ..metricsources.manager import MetricSources
 from ..plugins.node_resources_fit import OVERCOMMIT_ANYWHERE, OVERCOMMIT_SOURCE

@@ -27,10 +27,10 @@ from pydantic import ValidationError
 
 from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
 from ..api.models import SchedulingPolicySpec
-from ..framework.chain import Chain, ChainError, build_chain
+from ..framework.cycle.chain import Chain, ChainError, build_chain
 from ..framework.interface import Handle
-from ..framework.labels import LabelSelector, SelectorError
-from ..framework.podinfo import PodInfo
+from ..framework.model.labels import LabelSelector, SelectorError
+from ..framework.model.podinfo import PodInfo
 from ..framework.registry import Registry
 from ..framework.validation import invalid
 from ..metricsources.manager import MetricSources

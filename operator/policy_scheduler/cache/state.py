@@ -25,19 +25,19 @@ import logging
 from dataclasses import replace
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from ..framework.binding import run_permit, run_reserve, run_unreserve
-from ..framework.chain import Chain
+from ..framework.cycle.binding_cycle import run_permit, run_reserve, run_unreserve
+from ..framework.cycle.chain import Chain
 from ..framework.events import (ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NAMESPACE_LABELS, NODE_ADD, NODE_DELETE,
                                 ClusterEvent, NamespaceChange, node_change_events, pod_change_events)
 from ..framework.interface import CycleState
-from ..framework.native_podgroups import GROUP as NATIVE_GROUP, NativePodGroupCache
-from ..framework.nodetable import NodeSpec, NodeTable
-from ..framework.podgroups import PodGroupCache
-from ..framework.podinfo import PodInfo, parse_pod
+from ..framework.model.native_podgroups import GROUP as NATIVE_GROUP, NativePodGroupCache
+from ..framework.model.nodetable import NodeSpec, NodeTable
+from ..framework.model.podgroups import PodGroupCache
+from ..framework.model.podinfo import PodInfo, parse_pod
 from ..framework.preemption import PDB
 from ..framework.status import Status
-from ..framework.volumes import VolumeCache
-from ..framework.binding import WaitingPods  # framework/waiting.py once split
+from ..framework.model.volumes import VolumeCache
+from ..framework.cycle.binding_cycle import WaitingPods  # framework/waiting.py once split
 from .workloads import WorkloadIndex
 
 log = logging.getLogger("policy_scheduler")

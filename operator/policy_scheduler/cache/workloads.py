@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..framework.labels import LabelSelector, Requirement, SelectorError
-from ..framework.podinfo import PodInfo
+from ..framework.model.labels import LabelSelector, Requirement, SelectorError
+from ..framework.model.podinfo import PodInfo
 
 _CONTROLLERS = {("v1", "ReplicationController"): "rc", ("apps/v1", "ReplicaSet"): "rs",
                 ("apps/v1", "StatefulSet"): "ss"}

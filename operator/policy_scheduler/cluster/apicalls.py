@@ -21,9 +21,9 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from ..framework.interface import PodGone
-from ..framework.native_podgroups import api_path as native_pod_groups_path
-from ..framework.podgroups import API_PATH as POD_GROUPS_PATH
-from ..framework.podinfo import PodInfo
+from ..framework.model.native_podgroups import api_path as native_pod_groups_path
+from ..framework.model.podgroups import API_PATH as POD_GROUPS_PATH
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code, Status
 from .kubeclient import TRANSPORT_ERRORS, ApiError, KubeClient
 from .leader import Leadership

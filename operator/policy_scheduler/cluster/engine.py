@@ -2,11 +2,11 @@
 cluster state (cache/state.py) and the cluster events that state returns into the queue, pops
 pods and runs one scheduling cycle each (``schedule``).
 
-upstream: ``scheduler.go``, ``eventhandlers.go`` and ``ScheduleOne`` together. It builds the
-parts and hands each only what it uses: ClusterState (what plugins read, and what a change
-means), the SchedulingQueue, the Binder (binder.py: Reserve, Permit, the binding task), the
-Preemptor (preemptor.py), the API writes (apicalls.py), Events and conditions (recorder.py),
-policy status (policy_status.py) and the operator's metrics (telemetry.py). The kopf handlers
+upstream: ``scheduler.go``, ``eventhandlers.go`` and ``ScheduleOne`` together. It builds the parts
+and hands each only what it uses: ClusterState (what plugins read, and what a change means), the
+SchedulingQueue, the BindingTasks (binding_tasks.py: Reserve, Permit, the binding task), the
+Preemptor (preemptor.py), the API writes (apicalls.py), Events and conditions (recorder.py), policy
+status (policy_status.py) and the operator's metrics (telemetry.py). The kopf handlers
 (handlers.py) call ``on_policy``.
 
 A watch event becomes a binding::
@@ -15,8 +15,8 @@ A watch event becomes a binding::
         --> ClusterState.apply_* (cache/state.py): state updated, [(ClusterEvent, old, new)]
         --> pending pod of ours: SchedulingQueue.add (PreEnqueue, policy, nomination)
         --> each cluster event: queue.move_all_to_active_or_backoff (hints) --> wake the loop
-    loop: queue.pop --> schedule(): policy's chain --> runner.schedule_one --> Decision
-        --> scheduled: Binder.start: ClusterState.reserve (assume, Reserve, Permit)
+    loop: queue.pop --> schedule(): policy's chain --> schedule.schedule_one --> Decision
+        --> scheduled: BindingTasks.start: ClusterState.reserve (assume, Reserve, Permit)
              --> task: WaitOnPermit, PreBind, Bind (DefaultBinder --> Handle --> ApiCalls.bind
              --> POST pods/binding) --> PostBind --> Engine.bound (Scheduled event)
         --> not: queue.add_unschedulable, FailedScheduling, Preemptor.preempt or a nomination
@@ -42,22 +42,22 @@ from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
 from ..cache.handle import StateHandle
 from ..cache.policies import DEFAULT_POLICY, POLICY_SELECTION, PolicyState, PolicyStore
 from ..cache.state import ASSIGNED, GONE, PENDING, VOLUME_KINDS, WORKLOAD_KINDS, Change, ClusterState
-from ..framework.chain import build_chain
+from ..framework.cycle.chain import build_chain
 from ..framework.events import (NAMESPACE_LABELS, ActionType, ClusterEvent, ClusterEventWithHint, NamespaceChange,
                                 Resource)
 from ..framework.interface import CycleState, Handle
-from ..framework.nominator import Nominator
-from ..framework.podinfo import parse_pod
-from ..framework.queue import QueuedPodInfo, SchedulingQueue
+from ..framework.queue.nominator import Nominator
+from ..framework.model.podinfo import parse_pod
+from ..framework.queue.scheduling_queue import QueuedPodInfo, SchedulingQueue
 from ..framework.registry import Registry
-from ..framework.runner import POD_SPEC, Decision, schedule_one
+from ..framework.cycle.schedule import POD_SPEC, Decision, schedule_one
 from ..framework.status import Code
 from ..logs import MAX_MESSAGE_LEN, decision_fields, failure_fields, fields, truncate
 from ..metricsources.manager import MetricSources
 from ..plugins.default_preemption import RESULT_KEY as PREEMPTION_RESULT
 from ..plugins.priority_sort import PrioritySort
 from .apicalls import ApiCalls, OperatorActions
-from .binder import DECISION_ANNOTATION, Binder
+from .binding_tasks import DECISION_ANNOTATION, BindingTasks
 from .kubeclient import KubeClient
 from .leader import Leadership
 from .podgroup_status import PodGroupStatusWriter
@@ -147,8 +147,8 @@ class Engine:
         self.status_writer = PolicyStatusWriter(client, self.policy_store.policies, self.queue, self.sources, tel,
                                                 interval=status_interval, side_sem=side_sem, may_write=may_write,
                                                 admitted_namespaces=self.policy_store.admitted_namespaces)
-        self.binder = Binder(state, self.queue, self.recorder, tel, self.spawn, self.wake, self.bound,
-                             bind_concurrency)
+        self.binding_tasks = BindingTasks(state, self.queue, self.recorder, tel, self.spawn, self.wake, self.bound,
+                                          bind_concurrency)
         self.pod_group_status = PodGroupStatusWriter(state.pod_groups, handle)
         self.native_pod_group_status = PodGroupStatusWriter(state.native_pod_groups, handle,
                                                             patch=self.api.patch_native_pod_group_status)
@@ -461,7 +461,7 @@ class Engine:
 
     def schedule(self, qpi: QueuedPodInfo) -> Decision | None:
         """One scheduling cycle: the policy's chain on the snapshot; then Reserve and Permit and
-        the binding task (binder.py), or the failure: requeue with the rejecting plugins, a
+        the binding task (binding_tasks.py), or the failure: requeue with the rejecting plugins, a
         FailedScheduling event, and a nomination when a PostFilter made one."""
         pod = qpi.pod
         st, why = self.resolve_policy(pod)
@@ -482,7 +482,7 @@ class Engine:
                       decision.feasible, decision.evaluated, extra=decision_fields(pod.key, st.name, decision))
         if decision.scheduled:
             self.nominator.remove(pod.key)  # the Binding clears status.nominatedNodeName (API server, v1.35+)
-            self.binder.start(qpi, st, chain, state, decision)
+            self.binding_tasks.start(qpi, st, chain, state, decision)
             return decision
         error = decision.status.code == Code.ERROR
         result = state.read(PREEMPTION_RESULT)
@@ -503,7 +503,7 @@ class Engine:
             self.preemptor.nominate(pod, decision.nominated_node)
         return decision
 
-    # ------------------------------------------------------------------ binding (see binder.py)
+    # ------------------------------------------------------------------ binding (see binding_tasks.py)
     def bound(self, qpi: QueuedPodInfo, st: PolicyState, node: str) -> None:
         """The binding cycle succeeded."""
         pod = qpi.pod

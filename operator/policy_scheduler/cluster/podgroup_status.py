@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 
 
 from ..framework.interface import Handle
-from ..framework.podgroups import PodGroupCache
+from ..framework.model.podgroups import PodGroupCache
 from .kubeclient import TRANSPORT_ERRORS, ApiError
 
 log = logging.getLogger("policy_scheduler")

@@ -13,7 +13,7 @@ import logging
 from typing import Any, Callable, Mapping
 
 
-from ..framework.queue import UNSCHEDULABLE, SchedulingQueue
+from ..framework.queue.scheduling_queue import UNSCHEDULABLE, SchedulingQueue
 from ..metricsources.manager import MetricSources
 from .kubeclient import TRANSPORT_ERRORS, ApiError, KubeClient
 from ..cache.policies import PLURAL_PATH, PolicyState

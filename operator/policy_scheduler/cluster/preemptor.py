@@ -13,10 +13,10 @@ import logging
 from typing import Callable, Coroutine
 
 from ..cache.state import ClusterState
-from ..framework.nominator import Nominator
-from ..framework.podinfo import PodInfo
+from ..framework.queue.nominator import Nominator
+from ..framework.model.podinfo import PodInfo
 from ..framework.preemption import PreemptionResult
-from ..framework.queue import GATED, SchedulingQueue
+from ..framework.queue.scheduling_queue import GATED, SchedulingQueue
 from ..logs import MAX_MESSAGE_LEN, fields, truncate
 from ..plugins.default_preemption import NAME as PREEMPTION
 from .apicalls import GONE, ApiCalls

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 
-from ..framework.podinfo import PodInfo
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code
 from ..timefmt import now_rfc3339
 from .kubeclient import REQUEST_ERRORS, ApiError, KubeClient

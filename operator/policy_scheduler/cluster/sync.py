@@ -14,10 +14,10 @@ from typing import Any, Callable, Coroutine, Mapping
 
 from ..cache.policies import PLURAL_PATH, PolicyStore
 from ..cache.state import KINDS
-from ..framework.native_podgroups import DEFAULT_VERSION as NATIVE_DEFAULT_VERSION, GROUP as NATIVE_GROUP
-from ..framework.native_podgroups import VERSIONS as NATIVE_VERSIONS
-from ..framework.native_podgroups import api_path as native_pod_groups_path
-from ..framework.podgroups import API_PATH as POD_GROUPS_PATH
+from ..framework.model.native_podgroups import DEFAULT_VERSION as NATIVE_DEFAULT_VERSION, GROUP as NATIVE_GROUP
+from ..framework.model.native_podgroups import VERSIONS as NATIVE_VERSIONS
+from ..framework.model.native_podgroups import api_path as native_pod_groups_path
+from ..framework.model.podgroups import API_PATH as POD_GROUPS_PATH
 from ..logs import fields
 from .informer import Backoff, Informer
 from .kubeclient import REQUEST_ERRORS, KubeClient

@@ -39,12 +39,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api.models import MAX_TUNING_WINDOW_PODS, TuningSpec, duration_seconds
-from ..framework.podinfo import PodInfo
+from ..framework.model.podinfo import PodInfo
 from ..idle import become_idle, warm
 from ..whatif import tune
 from ..cache.policies import PLURAL_PATH, PolicyState, PolicyStore
 from ..cache.state import ClusterState
-from ..framework.queue import SchedulingQueue
+from ..framework.queue.scheduling_queue import SchedulingQueue
 from ..metricsources.manager import MetricSources
 from .kubeclient import REQUEST_ERRORS, TRANSPORT_ERRORS, ApiError, KubeClient
 from .leader import Leadership

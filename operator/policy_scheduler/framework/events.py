@@ -9,9 +9,9 @@ plugin's hint says QUEUE.
 
 Objects handed to hints: for node events ``NodeSpec`` (old is None on Add, new is None on
 Delete); for pod events ``PodInfo``; for PersistentVolume, PersistentVolumeClaim, StorageClass,
-CSINode and CSIDriver events the parsed objects of ``framework/volumes.py`` (from
+CSINode and CSIDriver events the parsed objects of ``framework/model/volumes.py`` (from
 ``VolumeCache.apply``; old None on Add, new None on Delete); for PodGroup events
-``framework.podgroups.PodGroupChange`` (the same convention); for namespace events
+``framework.model.podgroups.PodGroupChange`` (the same convention); for namespace events
 ``NamespaceChange`` as new (old is None); policy and metrics events carry nothing (None, None:
 the engine narrows them to the policy's pods itself). Hints must be cheap and must not raise;
 one that raises counts as QUEUE, so a buggy hint cannot strand a pod.
@@ -24,8 +24,8 @@ from enum import IntEnum, IntFlag
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .nodetable import NodeSpec
-    from .podinfo import PodInfo
+    from .model.nodetable import NodeSpec
+    from .model.podinfo import PodInfo
 
 
 class ActionType(IntFlag):
@@ -79,8 +79,8 @@ class Resource:
     NAMESPACE = "Namespace"  # ours: a namespace's labels changed
     POLICY = "SchedulingPolicy"  # ours: a policy was created, changed or deleted
     METRICS = "Metrics"  # ours: a policy's metric source published new values
-    POD_GROUP = "scheduling.x-k8s.io/PodGroup"  # scheduler-plugins' PodGroup (framework/podgroups.py)
-    NATIVE_POD_GROUP = "scheduling.k8s.io/PodGroup"  # Kubernetes' own PodGroup (framework/native_podgroups.py)
+    POD_GROUP = "scheduling.x-k8s.io/PodGroup"  # scheduler-plugins' PodGroup (framework/model/podgroups.py)
+    NATIVE_POD_GROUP = "scheduling.k8s.io/PodGroup"  # Kubernetes' own PodGroup (framework/model/native_podgroups.py)
     WILDCARD = "*"
 
 

@@ -2,7 +2,7 @@
 PodGroups; GangScheduling, plugins/gang_scheduling.py, for Kubernetes' own): a group rejected as
 one (PostFilter, Unreserve) with its waiting members released, reservations counted (Reserve),
 the hints on the group's events, resource amounts for messages. The state is a
-``framework.podgroups.PodGroupCache`` (or its subclass for the native API)."""
+``framework.model.podgroups.PodGroupCache`` (or its subclass for the native API)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any, Callable
 
 from .events import QueueingHint
 from .interface import CycleState, NodeToStatus
-from .nodetable import NodeTable
-from .podgroups import PodGroupCache, PodGroupChange
-from .podinfo import PodInfo
-from .decision import fit_error_message
+from .model.nodetable import NodeTable
+from .model.podgroups import PodGroupCache, PodGroupChange
+from .model.podinfo import PodInfo
+from .cycle.decision import fit_error_message
 from .status import Code, Status
 
 

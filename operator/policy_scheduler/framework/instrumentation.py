@@ -1,11 +1,11 @@
 """What a cycle reports about its own timing, without knowing where it goes.
 
-The runner (``schedule_one``) and the binding cycle (binding.py) call the cycle's recorder,
-``CycleState.recorder``: ``point`` once per extension point and cycle (its duration and the
-status code it ended with), and ``plugin`` once per plugin call, but only when ``sampled`` is
-true. Upstream times extension points in every cycle and plugin calls in a sample of cycles
-(``pluginMetricsSamplePercent`` = 10, drawn per scheduling cycle; the pod's binding cycle follows
-the same draw, as here, since it shares the CycleState).
+The scheduling cycle (``schedule_one``, cycle/schedule.py) and the binding cycle
+(cycle/binding_cycle.py) call the cycle's recorder, ``CycleState.recorder``: ``point`` once per
+extension point and cycle (its duration and the status code it ended with), and ``plugin`` once per
+plugin call, but only when ``sampled`` is true. Upstream times extension points in every cycle and
+plugin calls in a sample of cycles (``pluginMetricsSamplePercent`` = 10, drawn per scheduling
+cycle; the pod's binding cycle follows the same draw, as here, since it shares the CycleState).
 
 ``CycleRecorder`` itself records nothing: the default, so tests and benchmarks pay nothing. The
 operator passes one backed by its metrics (cluster/telemetry.py); this module stays pure (no

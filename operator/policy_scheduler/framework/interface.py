@@ -24,11 +24,11 @@ from .status import Code, Status
 from .waiting import WaitingPods
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .native_podgroups import NativePodGroupCache
-    from .nodetable import NodeTable
-    from .podgroups import PodGroupCache
-    from .podinfo import PodInfo
-    from .volumes import VolumeCache
+    from .model.native_podgroups import NativePodGroupCache
+    from .model.nodetable import NodeTable
+    from .model.podgroups import PodGroupCache
+    from .model.podinfo import PodInfo
+    from .model.volumes import VolumeCache
 
 MAX_NODE_SCORE = 100
 MIN_NODE_SCORE = 0
@@ -96,7 +96,7 @@ class FilterResult:
         return cls(np.zeros(n, dtype=bool), status.code, [(r, np.ones(n, dtype=bool)) for r in status.reasons])
 
 
-# CycleState key, True in the cycles of a PostFilter's dry run on one node (runner.NodeFilter):
+# CycleState key, True in the cycles of a PostFilter's dry run on one node (schedule.NodeFilter):
 # preemption makes room against the real allocatable (NodeResourcesFit drops overcommit factors)
 DRY_RUN_KEY = "framework/preemption-dry-run"
 # CycleState key: the pod's PodGroup placement, written by a gang plugin at PreFilter (a JSON-able
@@ -153,36 +153,37 @@ class Handle:
 
     def volumes(self) -> "VolumeCache":
         """The PersistentVolumes, PersistentVolumeClaims, StorageClasses, CSINodes and CSIDrivers
-        (``framework.volumes.VolumeCache``) the volume plugins read, with VolumeBinding's
+        (``framework.model.volumes.VolumeCache``) the volume plugins read, with VolumeBinding's
         assumed PV/PVC copies. The operator feeds it from its informers
         (``VolumeCache.apply``) and hands the returned events to the queue. Default: an empty
         cache owned by this handle."""
         v = getattr(self, "_volumes", None)
         if v is None:
-            from .volumes import VolumeCache
+            from .model.volumes import VolumeCache
 
             v = self._volumes = VolumeCache()
         return v
 
     def pod_groups(self) -> "PodGroupCache":
-        """scheduler-plugins' PodGroups and their members (``framework.podgroups.PodGroupCache``),
-        fed by the operator's informers; Coscheduling reads it and records reservations and
-        group rejections in it. Default: an empty cache owned by this handle."""
+        """scheduler-plugins' PodGroups and their members
+        (``framework.model.podgroups.PodGroupCache``), fed by the operator's informers;
+        Coscheduling reads it and records reservations and group rejections in it. Default: an
+        empty cache owned by this handle."""
         c = getattr(self, "_pod_groups", None)
         if c is None:
-            from .podgroups import PodGroupCache
+            from .model.podgroups import PodGroupCache
 
             c = self._pod_groups = PodGroupCache()
         return c
 
     def native_pod_groups(self) -> "NativePodGroupCache":
         """Kubernetes' own PodGroups (``scheduling.k8s.io``) and their members
-        (``framework.native_podgroups.NativePodGroupCache``), fed by the operator's informers;
-        GangScheduling reads it, records reservations, rejections and topology domains in it.
-        Default: an empty cache owned by this handle."""
+        (``framework.model.native_podgroups.NativePodGroupCache``), fed by the operator's
+        informers; GangScheduling reads it, records reservations, rejections and topology domains
+        in it. Default: an empty cache owned by this handle."""
         c = getattr(self, "_native_pod_groups", None)
         if c is None:
-            from .native_podgroups import NativePodGroupCache
+            from .model.native_podgroups import NativePodGroupCache
 
             c = self._native_pod_groups = NativePodGroupCache()
         return c

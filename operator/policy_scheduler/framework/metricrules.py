@@ -14,9 +14,9 @@ from pydantic import Field, field_validator
 from .events import ActionType, ClusterEvent, ClusterEventWithHint, METRICS_REFRESH, Resource
 from .interface import MAX_NODE_SCORE, CycleState, PluginArgs
 from .metricview import FRESH, MISSING, STATE_NAMES, MetricsView, SeriesKey, ages
-from .nodetable import NodeTable
-from .labels import validate_label_name
-from .podinfo import PodInfo
+from .model.nodetable import NodeTable
+from .model.labels import validate_label_name
+from .model.podinfo import PodInfo
 from .validation import MAX_LABEL_KEY, MAX_NAME, MAX_PODS_REQUESTING, MAX_QUERY, duplicate, invalid, raise_if
 
 OnMissingMetrics = Literal["Neutral", "Exclude", "FallbackToRequests"]

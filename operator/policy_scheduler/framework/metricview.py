@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
-from .quantity import QuantityError, resource_value
+from .model.quantity import QuantityError, resource_value
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .nodetable import NodeTable
-    from .podinfo import PodInfo
+    from .model.nodetable import NodeTable
+    from .model.podinfo import PodInfo
 
 SOURCE = "metrics"  # the name plugins pass to Handle.source
 FRESH, STALE, MISSING = 0, 1, 2

@@ -15,9 +15,9 @@ from typing import Callable, Hashable
 
 import numpy as np
 
-from .labels import LabelSelector
-from .nodetable import NodeTable
-from .podinfo import PodInfo
+from .model.labels import LabelSelector
+from .model.nodetable import NodeTable
+from .model.podinfo import PodInfo
 
 CACHE_SIZE = 64  # count arrays kept (least recently used dropped first)
 CHANGE_LOG_SIZE = 1024  # generations of changed rows kept (a cached count older than this is recounted)

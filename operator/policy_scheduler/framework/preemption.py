@@ -6,7 +6,7 @@ lower-priority nominations) is the operator's part.
 
 The dry run works on the live NodeTable (the cycle is synchronous): for one candidate node it
 takes the node's lower-priority pods out of the table, runs the chain's PreFilter and Filter for
-that one row (``runner.NodeFilter``), adds them back one by one in importance order (reprieve)
+that one row (``schedule.NodeFilter``), adds them back one by one in importance order (reprieve)
 and re-runs, and always restores the table exactly (try/finally), pod order on the row
 included. Upstream works on a copy of the NodeInfo and updates the PreFilter state with the
 RemovePod/AddPod extensions; re-running PreFilter on the changed table gives that state.
@@ -19,9 +19,9 @@ import numpy as np
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from .labels import NOTHING, LabelSelector, SelectorError
-from .nodetable import NodeTable
-from .podinfo import PodInfo
+from .model.labels import NOTHING, LabelSelector, SelectorError
+from .model.nodetable import NodeTable
+from .model.podinfo import PodInfo
 from .status import Code, Status
 
 PREEMPT_NEVER = "Never"
@@ -163,7 +163,7 @@ class ResourceFit:
         self.independent_first = independent_first
 
     def fits(self, alloc: np.ndarray, used: np.ndarray) -> bool:
-        from .nodetable import PODS
+        from .model.nodetable import PODS
 
         if used[PODS] + 1 > alloc[PODS]:
             return False
@@ -406,7 +406,7 @@ def fit_error(num_all_nodes: int, statuses: Mapping[str, Status], absent: str = 
 def preempt(pod: PodInfo, nodes: NodeTable, statuses: Any, pdbs: Sequence[PDB], node_filter: Any,
             percentage: int = 10, absolute: int = 100, rng: Any = None) -> PreemptionResult:
     """upstream Evaluator.Preempt without its API calls. ``statuses``: the cycle's NodeToStatus;
-    ``node_filter``: a ``runner.NodeFilter`` (or any ``(pod, nodes, row) -> Status``; then
+    ``node_filter``: a ``schedule.NodeFilter`` (or any ``(pod, nodes, row) -> Status``; then
     nominated pods are not added). Returns the decision; the table is unchanged afterwards."""
     import random as _random
 

@@ -2,8 +2,8 @@
 waitingPodsMap, framework/runtime/waiting_pods_map.go), and ``go_duration`` for their messages.
 
 A leaf of the framework: it imports only ``status``, so that both the contract
-(``interface.Handle.waiting_pods``) and the binding cycle (binding.py, which parks and awaits
-the pods) can use it.
+(``interface.Handle.waiting_pods``) and the binding cycle (cycle/binding_cycle.py, which parks and
+awaits the pods) can use it.
 """
 
 from __future__ import annotations

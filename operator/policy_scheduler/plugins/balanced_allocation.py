@@ -23,9 +23,9 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from ..framework.interface import MAX_NODE_SCORE, CycleState, PluginArgs, PreScorePlugin, ScorePlugin
-from ..framework.nodetable import NodeTable
-from ..framework.podinfo import PodInfo
-from ..framework.resources import ResourceSpec, default_resources, is_scalar_resource_name
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo
+from ..framework.model.resources import ResourceSpec, default_resources, is_scalar_resource_name
 from ..framework.status import Status
 from ..framework.validation import MAX_RESOURCES, duplicate, invalid, raise_if
 

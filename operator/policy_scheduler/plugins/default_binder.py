@@ -8,9 +8,9 @@ annotation that ``policy-scheduler explain`` reads), so they cost no extra reque
 
 from __future__ import annotations
 
-from ..framework.binding import BINDING_ANNOTATIONS
+from ..framework.cycle.binding_cycle import BINDING_ANNOTATIONS
 from ..framework.interface import BindPlugin, CycleState
-from ..framework.podinfo import PodInfo
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Status
 
 NAME = "DefaultBinder"

@@ -33,10 +33,10 @@ from pydantic import Field, model_validator
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (CycleState, EnqueueExtensions, NodeToStatus, PluginArgs, PostFilterPlugin,
                                    PreEnqueuePlugin)
-from ..framework.nodetable import NodeTable
-from ..framework.podinfo import PodInfo
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo
 from ..framework.preemption import PDB, PreemptionResult, preempt
-from ..framework.runner import NODE_FILTER_KEY
+from ..framework.cycle.schedule import NODE_FILTER_KEY
 from ..framework.status import Code, Status
 from ..framework.validation import int32_errors, invalid, raise_if
 

@@ -7,7 +7,7 @@ A pod belongs to the PodGroup named by its ``spec.schedulingGroup.podGroupName``
 namespace. A group whose ``spec.schedulingPolicy`` is ``gang`` is all-or-nothing: no member binds
 unless ``minCount`` of them are placed together. Pods in no group are scheduled as usual; a
 ``basic`` group only gets the topology constraint. The state lives in the operator's
-``framework.native_podgroups.NativePodGroupCache`` (``handle.native_pod_groups()``), with the
+``framework.model.native_podgroups.NativePodGroupCache`` (``handle.native_pod_groups()``), with the
 machinery Coscheduling uses (framework/gangs.py, GroupMachinery).
 
 - PreEnqueue (upstream's, v1.37.1's spelling): the group does not exist: ``waiting for pods's pod
@@ -53,11 +53,11 @@ from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, R
 from ..framework.gangs import GroupMachinery, format_amount, membership_hint, not_own_release
 from ..framework.interface import (GROUP_PLACEMENT, CycleState, EnqueueExtensions, NodeToStatus, PermitPlugin,
                                    PostFilterPlugin, PreEnqueuePlugin, PreFilterPlugin, ReservePlugin)
-from ..framework.native_podgroups import Domain, DomainFit, NativePodGroup, NativePodGroupCache, native_group_key
-from ..framework.nodetable import BASE_RESOURCES, CPU, MEMORY, PODS, NodeTable
-from ..framework.podinfo import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, PodInfo
+from ..framework.model.native_podgroups import Domain, DomainFit, NativePodGroup, NativePodGroupCache, native_group_key
+from ..framework.model.nodetable import BASE_RESOURCES, CPU, MEMORY, PODS, NodeTable
+from ..framework.model.podinfo import DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, PodInfo
 from ..framework.status import Code, Status
-from ..framework.taints import first_untolerated
+from ..framework.model.taints import first_untolerated
 
 NAME = "GangScheduling"
 PERMIT_TIMEOUT_SECONDS = 300.0  # upstream permitTimeoutDuration

@@ -20,8 +20,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..framework.interface import MAX_NODE_SCORE, CycleState, ScorePlugin
-from ..framework.nodetable import NodeTable
-from ..framework.podinfo import PodInfo, normalized_image_name
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo, normalized_image_name
 
 MB = 1024 * 1024
 MIN_THRESHOLD = 23 * MB

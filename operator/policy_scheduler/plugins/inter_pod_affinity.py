@@ -61,9 +61,9 @@ from ..framework.interface import (
     PreScorePlugin,
     ScorePlugin,
 )
-from ..framework.nodetable import NodeSpec, NodeTable
+from ..framework.model.nodetable import NodeSpec, NodeTable
 from ..framework.podcount import PodMatchCounter, selector_matcher
-from ..framework.podinfo import AffinityTerm, PodInfo
+from ..framework.model.podinfo import AffinityTerm, PodInfo
 from ..framework.status import Code, Status
 from ..framework.validation import invalid
 

@@ -44,10 +44,10 @@ from ..framework.interface import (MAX_NODE_SCORE, CycleState, EnqueueExtensions
 from ..framework.metricrules import NEUTRAL_SCORE, OnMissingMetrics, check_label_name, metric_plugin_events
 from ..framework.metricview import (FRESH, SOURCE, STATE_NAMES, Estimator, MetricsView, RowCache, SeriesKey,
                                     estimate_parts)
-from ..framework.nodetable import CPU, MEMORY, NodeTable
-from ..framework.podinfo import PodInfo
-from ..framework.quantity import QuantityError, resource_value
-from ..framework.resources import requests_scores
+from ..framework.model.nodetable import CPU, MEMORY, NodeTable
+from ..framework.model.podinfo import PodInfo
+from ..framework.model.quantity import QuantityError, resource_value
+from ..framework.model.resources import requests_scores
 from ..framework.status import Status
 from ..framework.validation import MAX_NAME, MAX_QUERY, MAX_SHORT, invalid, raise_if
 

@@ -28,9 +28,9 @@ from ..framework.interface import (MAX_NODE_SCORE, CycleState, EnqueueExtensions
 from ..framework.metricrules import (NEUTRAL_SCORE, MetricRule, RuleSelection, describe_rules, metric_plugin_events,
                                      rule_values, unique_names)
 from ..framework.metricview import SOURCE
-from ..framework.nodetable import NodeTable
-from ..framework.podinfo import PodInfo
-from ..framework.resources import requests_scores
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo
+from ..framework.model.resources import requests_scores
 from ..framework.status import Status
 from ..framework.validation import MAX_METRICS
 

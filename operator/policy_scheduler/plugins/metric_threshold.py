@@ -23,8 +23,8 @@ from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, F
 from ..framework.metricrules import (MetricRule, RuleSelection, describe_rules, metric_plugin_events, rule_values,
                                      unique_names)
 from ..framework.metricview import SOURCE
-from ..framework.nodetable import NodeTable
-from ..framework.podinfo import PodInfo
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Status
 from ..framework.validation import MAX_METRICS, go_value, invalid, required
 

@@ -37,9 +37,9 @@ from pydantic import Field
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs,
                                    PreFilterPlugin, PreScorePlugin, ScorePlugin, default_normalize_score)
-from ..framework.labels import NodeAffinitySpec, NodeSelector, NodeSelectorTerm, Requirement
-from ..framework.nodetable import NodeSpec, NodeTable
-from ..framework.podinfo import PodInfo
+from ..framework.model.labels import NodeAffinitySpec, NodeSelector, NodeSelectorTerm, Requirement
+from ..framework.model.nodetable import NodeSpec, NodeTable
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code, Status
 
 NAME = "NodeAffinity"

@@ -24,9 +24,9 @@ from pydantic import Field, field_validator, model_validator
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs,
                                    PreFilterPlugin)
-from ..framework.labels import LabelSelectorSpec, validate_label_name, validate_label_value
-from ..framework.nodetable import NodeSpec, NodeTable
-from ..framework.podinfo import PodInfo
+from ..framework.model.labels import LabelSelectorSpec, validate_label_name, validate_label_value
+from ..framework.model.nodetable import NodeSpec, NodeTable
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code, Status
 from ..framework.validation import (MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_PATTERN, compile_user_regex, invalid,
                                     raise_if, regex_error, required)

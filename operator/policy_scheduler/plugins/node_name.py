@@ -12,8 +12,8 @@ import numpy as np
 
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, Resource
 from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult
-from ..framework.nodetable import NodeTable
-from ..framework.podinfo import PodInfo
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code
 
 NAME = "NodeName"

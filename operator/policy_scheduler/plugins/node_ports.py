@@ -23,8 +23,8 @@ import numpy as np
 
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreFilterPlugin
-from ..framework.nodetable import NodeTable
-from ..framework.podinfo import PodInfo
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code, Status
 
 NAME = "NodePorts"

@@ -56,10 +56,10 @@ from ..framework.interface import (
     PreScorePlugin,
     ScorePlugin,
 )
-from ..framework.labels import validate_label_name
-from ..framework.nodetable import CPU, EPHEMERAL, MEMORY, PODS, NodeSpec, NodeTable
-from ..framework.podinfo import PodInfo
-from ..framework.resources import (
+from ..framework.model.labels import validate_label_name
+from ..framework.model.nodetable import CPU, EPHEMERAL, MEMORY, PODS, NodeSpec, NodeTable
+from ..framework.model.podinfo import PodInfo
+from ..framework.model.resources import (
     LEAST_ALLOCATED,
     MAX_CUSTOM_PRIORITY_SCORE,
     REQUESTED_TO_CAPACITY_RATIO,

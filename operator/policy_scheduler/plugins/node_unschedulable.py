@@ -14,11 +14,11 @@ import numpy as np
 
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult
-from ..framework.nodetable import NodeSpec
-from ..framework.nodetable import NodeTable
-from ..framework.podinfo import PodInfo
+from ..framework.model.nodetable import NodeSpec
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code
-from ..framework.taints import NO_SCHEDULE, Taint, tolerated
+from ..framework.model.taints import NO_SCHEDULE, Taint, tolerated
 
 NAME = "NodeUnschedulable"
 ERR_REASON = "node(s) were unschedulable"

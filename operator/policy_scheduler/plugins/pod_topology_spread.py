@@ -50,12 +50,12 @@ from pydantic import Field, field_validator, model_validator
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, Handle, MAX_NODE_SCORE,
                                    PluginArgs, PreFilterPlugin, PreScorePlugin, ScorePlugin)
-from ..framework.labels import NOTHING, LabelSelector, validate_label_name
-from ..framework.nodetable import NodeSpec, NodeTable
+from ..framework.model.labels import NOTHING, LabelSelector, validate_label_name
+from ..framework.model.nodetable import NodeSpec, NodeTable
 from ..framework.podcount import PodMatchCounter, selector_matcher
-from ..framework.podinfo import DO_NOT_SCHEDULE, HONOR, IGNORE, SCHEDULE_ANYWAY, PodInfo, SpreadConstraint
+from ..framework.model.podinfo import DO_NOT_SCHEDULE, HONOR, IGNORE, SCHEDULE_ANYWAY, PodInfo, SpreadConstraint
 from ..framework.status import Code, Status
-from ..framework.taints import NO_EXECUTE, NO_SCHEDULE, first_untolerated
+from ..framework.model.taints import NO_EXECUTE, NO_SCHEDULE, first_untolerated
 from ..framework.validation import (MAX_CONSTRAINTS, MAX_LABEL_KEY, MAX_MATCH_LABEL_KEYS, MAX_SHORT, duplicate,
                                     forbidden, int32_errors, invalid, not_supported, raise_if, required)
 

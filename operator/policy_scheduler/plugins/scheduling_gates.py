@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, Resource
 from ..framework.interface import EnqueueExtensions, PreEnqueuePlugin
-from ..framework.podinfo import PodInfo
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Status
 
 NAME = "SchedulingGates"

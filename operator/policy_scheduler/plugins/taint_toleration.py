@@ -24,11 +24,11 @@ import numpy as np
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreScorePlugin,
                                    ScorePlugin, default_normalize_score)
-from ..framework.nodetable import NodeSpec, NodeTable
-from ..framework.podinfo import PodInfo
+from ..framework.model.nodetable import NodeSpec, NodeTable
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code, Status
-from ..framework.taints import (NO_EXECUTE, NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint, Toleration, first_untolerated,
-                                tolerated)
+from ..framework.model.taints import (NO_EXECUTE, NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint, Toleration, first_untolerated,
+                                      tolerated)
 
 NAME = "TaintToleration"
 ERR_REASON_UNTOLERATED = "node(s) had untolerated taint(s)"

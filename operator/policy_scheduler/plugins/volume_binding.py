@@ -53,12 +53,13 @@ from ..framework.interface import (
     ReservePlugin,
     ScorePlugin,
 )
-from ..framework.nodetable import NodeTable
-from ..framework.podinfo import PodInfo
-from ..framework.resources import MAX_CUSTOM_PRIORITY_SCORE, MAX_UTILIZATION, UtilizationShapePoint, broken_linear, shape_errors
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo
+from ..framework.model.resources import (MAX_CUSTOM_PRIORITY_SCORE, MAX_UTILIZATION, UtilizationShapePoint,
+                                         broken_linear, shape_errors)
 from ..framework.status import Code, Status
 from ..framework.validation import MAX_SHAPE_POINTS, invalid, raise_if
-from ..framework.volumes import (
+from ..framework.model.volumes import (
     CLAIM_LOST,
     NO_PROVISIONER,
     VOLUME_AVAILABLE,

@@ -24,10 +24,10 @@ import numpy as np
 
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreFilterPlugin
-from ..framework.nodetable import NodeTable
-from ..framework.podinfo import PodInfo, PodVolume
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo, PodVolume
 from ..framework.status import Code, Status
-from ..framework.volumes import READ_WRITE_ONCE_POD, PersistentVolumeClaim
+from ..framework.model.volumes import READ_WRITE_ONCE_POD, PersistentVolumeClaim
 
 NAME = "VolumeRestrictions"
 ERR_REASON_DISK_CONFLICT = "node(s) had no available disk"

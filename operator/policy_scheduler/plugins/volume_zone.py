@@ -21,10 +21,10 @@ import numpy as np
 
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreFilterPlugin
-from ..framework.nodetable import NodeTable
-from ..framework.podinfo import PodInfo
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code, Status
-from ..framework.volumes import (
+from ..framework.model.volumes import (
     REGION_LABEL,
     REGION_LABEL_BETA,
     TOPOLOGY_LABELS,

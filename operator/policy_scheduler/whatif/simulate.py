@@ -1,15 +1,15 @@
 """Place pods on a snapshot with the operator's own scheduling core, one policy at a time.
 
-Per policy: a fresh NodeTable of the snapshot (World.table), the policy's chain as the
-operator's PolicyStore built it, and the pods in the order the policy's QueueSort pops them when
-they are pending together (PrioritySort: higher priority first, then the input order). Each pod
-gets one scheduling cycle (``schedule_one``); a placed pod is assumed on its node exactly as the
-operator's binder assumes it (a copy with ``spec.nodeName`` counted on the node), then Reserve
-and Permit run, so the next pod sees it (VolumeBinding's Reserve assumes the PVs it matched and
-the claims it would provision in the world's VolumeCache, fresh per policy); Bind and everything
-after it (PreBind's PV and PVC writes included) are not run: nothing is written anywhere. A pod
-no node fits gets upstream's FailedScheduling message. A PostFilter's preemption is reported
-(its nominated node and victims), not carried out.
+Per policy: a fresh NodeTable of the snapshot (World.table), the policy's chain as the operator's
+PolicyStore built it, and the pods in the order the policy's QueueSort pops them when they are
+pending together (PrioritySort: higher priority first, then the input order). Each pod gets one
+scheduling cycle (``schedule_one``); a placed pod is assumed on its node exactly as the operator's
+binding tasks assume it (a copy with ``spec.nodeName`` counted on the node), then Reserve and
+Permit run, so the next pod sees it (VolumeBinding's Reserve assumes the PVs it matched and the
+claims it would provision in the world's VolumeCache, fresh per policy); Bind and everything after
+it (PreBind's PV and PVC writes included) are not run: nothing is written anywhere. A pod no node
+fits gets upstream's FailedScheduling message. A PostFilter's preemption is reported (its nominated
+node and victims), not carried out.
 
 Ties between the best nodes are broken by a ``random.Random(seed)``, fresh for each policy: the
 same input gives the same output. It is drawn from exactly as the operator draws from its engine's
@@ -33,12 +33,12 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from ..explain import decision_annotation, failure_message
-from ..framework.chain import Chain
+from ..framework.cycle.chain import Chain
 from ..framework.interface import CycleState
-from ..framework.nodetable import CPU, MEMORY, PODS, NodeTable
-from ..framework.nominator import Nominator
-from ..framework.podinfo import PodInfo, parse_pod
-from ..framework.runner import Decision, schedule_one
+from ..framework.model.nodetable import CPU, MEMORY, PODS, NodeTable
+from ..framework.queue.nominator import Nominator
+from ..framework.model.podinfo import PodInfo, parse_pod
+from ..framework.cycle.schedule import Decision, schedule_one
 from ..framework.status import Code, Status
 from ..plugins.default_preemption import RESULT_KEY as PREEMPTION_RESULT
 from . import metrics
@@ -273,7 +273,7 @@ def _place(world: World, chain: Chain, table: NodeTable, pod: PodInfo, rng: rand
                          d if keep else None)
     node = follow or d.node
     assert node is not None
-    # the binder's assume, Reserve and Permit: the operator's own (ClusterState.reserve)
+    # the binding tasks' assume, Reserve and Permit: the operator's own (ClusterState.reserve)
     cluster = world.state
     _, status = cluster.reserve(chain, state, pod, node)
     note = ""

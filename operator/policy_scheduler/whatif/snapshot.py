@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cache.state import KINDS
-from ..framework.podinfo import _VOLUME_SOURCES
-from ..framework.volumes import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
-                                 STORAGE_CLASSES, VolumeCache)
+from ..framework.model.podinfo import _VOLUME_SOURCES
+from ..framework.model.volumes import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
+                                       STORAGE_CLASSES, VolumeCache)
 from ..timefmt import parse_rfc3339, rfc3339
 
 API_VERSION = "policy-scheduler.io/snapshot/v2"
@@ -55,8 +55,8 @@ LISTS: dict[str, str] = {
     "statefulSets": KINDS["statefulsets"],
     "podDisruptionBudgets": KINDS["poddisruptionbudgets"],
 }
-# the storage lists (v2): snapshot field -> the VolumeCache kind (framework/volumes.py), which is
-# also the kind's name in KINDS
+# the storage lists (v2): snapshot field -> the VolumeCache kind (framework/model/volumes.py),
+# which is also the kind's name in KINDS
 VOLUME_LISTS: dict[str, str] = {
     "persistentVolumes": PERSISTENT_VOLUMES,
     "persistentVolumeClaims": PERSISTENT_VOLUME_CLAIMS,
@@ -156,7 +156,7 @@ def _trim_container(c: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _trim_volume(v: Any) -> dict[str, Any] | None:
-    """A spec.volumes entry the volume plugins read (framework/podinfo.py parse_volumes): its
+    """A spec.volumes entry the volume plugins read (framework/model/podinfo.py parse_volumes): its
     name and its source; None for the other sources (configMap, secret, emptyDir, ...)."""
     if not isinstance(v, Mapping):
         return None
@@ -205,7 +205,7 @@ def trim_policy(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trim_storage(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A PV, PVC, StorageClass, CSINode or CSIDriver: what framework/volumes.py parses of it
+    """A PV, PVC, StorageClass, CSINode or CSIDriver: what framework/model/volumes.py parses of it
     (metadata, spec, status.phase; a StorageClass's top-level fields)."""
     meta = _meta(obj, "name", "namespace", "uid", "resourceVersion", "labels", "annotations", "ownerReferences",
                  "deletionTimestamp")

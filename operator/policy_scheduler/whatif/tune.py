@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..api.models import TuningSpec, duration_seconds
-from ..framework.podinfo import PodInfo
+from ..framework.model.podinfo import PodInfo
 from . import metrics
 from .simulate import PolicyRun, run_policy
 from .world import World

@@ -20,10 +20,10 @@ from ..cache.handle import StateHandle
 from ..cache.policies import PolicyState, PolicyStore
 from ..cache.state import VOLUME_KINDS, ClusterState
 from ..cache.workloads import WorkloadIndex
-from ..framework.nodetable import NodeSpec, NodeTable
-from ..framework.podinfo import PodInfo, parse_pod
+from ..framework.model.nodetable import NodeSpec, NodeTable
+from ..framework.model.podinfo import PodInfo, parse_pod
 from ..framework.registry import Registry
-from ..framework.volumes import VolumeCache
+from ..framework.model.volumes import VolumeCache
 from ..metricsources.prometheus import PrometheusMetricSources
 from .snapshot import Snapshot
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from policy_scheduler import POLICY_LABEL
 from policy_scheduler.cache.policies import DEFAULT_POLICY, PolicyStore, policy_name
 from policy_scheduler.framework.interface import Handle
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.registry import Registry
 from policy_scheduler.metricsources.manager import MetricSources
 from policy_scheduler.plugins import default_registry

@@ -2,11 +2,11 @@
 returns (plain synchronous tests: no client, no loop)."""
 
 from policy_scheduler.cache.state import ASSIGNED, GONE, IGNORED, KINDS, PENDING, ClusterState
-from policy_scheduler.framework.chain import build_chain
+from policy_scheduler.framework.cycle.chain import build_chain
 from policy_scheduler.framework.events import (ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NAMESPACE_LABELS, NODE_ADD,
                                                NODE_DELETE, ActionType)
 from policy_scheduler.framework.interface import CycleState, Handle, PermitPlugin, ReservePlugin
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.registry import Registry
 from policy_scheduler.framework.status import Status
 

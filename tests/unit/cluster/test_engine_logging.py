@@ -1,5 +1,5 @@
-"""What the engine and the binder log, with which fields: a decision at DEBUG (built only when
-DEBUG is on), a failure at INFO, a binding at DEBUG, a binding-cycle failure at WARNING."""
+"""What the engine and the binding tasks log, with which fields: a decision at DEBUG (built only
+when DEBUG is on), a failure at INFO, a binding at DEBUG, a binding-cycle failure at WARNING."""
 
 from __future__ import annotations
 

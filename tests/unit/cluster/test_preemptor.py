@@ -8,8 +8,8 @@ import asyncio
 from fakeclient import FakeClient
 
 from policy_scheduler.cluster.engine import Engine
-from policy_scheduler.framework.podinfo import parse_pod
-from policy_scheduler.framework.queue import ACTIVE, GATED, UNSCHEDULABLE
+from policy_scheduler.framework.model.podinfo import parse_pod
+from policy_scheduler.framework.queue.scheduling_queue import ACTIVE, GATED, UNSCHEDULABLE
 from policy_scheduler.plugins.default_preemption import WAITING_MESSAGE, DefaultPreemption
 
 

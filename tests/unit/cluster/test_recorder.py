@@ -10,7 +10,7 @@ from fakeclient import FakeClient
 
 from policy_scheduler.cluster.recorder import EVENT_NOTE_LIMIT, EventRecorder, truncate_note
 from policy_scheduler.cluster.telemetry import Telemetry
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 
 POD = parse_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "uid-p"},

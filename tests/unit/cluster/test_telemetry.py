@@ -13,8 +13,8 @@ from fakeclient import FakeClient
 from policy_scheduler.cluster.engine import Engine
 from policy_scheduler.cluster.telemetry import (ATTEMPT_BUCKETS, EXTENSION_POINT_BUCKETS, PLUGIN_BUCKETS, SLI_BUCKETS,
                                                 Telemetry, attempts_label)
-from policy_scheduler.framework.queue import SchedulingQueue
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.queue.scheduling_queue import SchedulingQueue
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 
 

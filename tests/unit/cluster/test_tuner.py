@@ -20,7 +20,7 @@ from policy_scheduler.cluster.tuner import (
     PlacementLog,
     TuningState,
 )
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.podinfo import parse_pod
 
 PATH = f"{PLURAL_PATH}/pack"
 

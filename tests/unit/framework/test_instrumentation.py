@@ -8,14 +8,14 @@ import asyncio
 
 import numpy as np
 
-from policy_scheduler.framework.binding import run_binding, run_permit, run_reserve, run_unreserve
-from policy_scheduler.framework.chain import build_chain, default_chain_spec
+from policy_scheduler.framework.cycle.binding_cycle import run_binding, run_permit, run_reserve, run_unreserve
+from policy_scheduler.framework.cycle.chain import build_chain, default_chain_spec
 from policy_scheduler.framework.instrumentation import NOOP, CycleRecorder, ListRecorder
 from policy_scheduler.framework.interface import CycleState, FilterPlugin, FilterResult, Handle
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.registry import Registry
-from policy_scheduler.framework.runner import schedule_one
+from policy_scheduler.framework.cycle.schedule import schedule_one
 from policy_scheduler.framework.status import Code, Status
 from policy_scheduler.framework.waiting import WaitingPods
 from policy_scheduler.plugins import default_registry

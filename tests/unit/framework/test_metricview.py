@@ -10,8 +10,8 @@ import pytest
 from policy_scheduler.framework.metricview import (CPU_BARE, CPU_LIMIT, CPU_REQUEST, FRESH, MEM_BARE, MEM_LIMIT,
                                                    MEM_REQUEST, MISSING, STALE, Estimator, MetricsView, RowCache,
                                                    estimate_parts, node_key, pod_limits)
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.model.podinfo import parse_pod
 
 MI = 1024 * 1024
 CPU = ("cpu-q", "instance")

@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from policy_scheduler.framework.chain import DEFAULT_PLUGINS, build_chain
+from policy_scheduler.framework.cycle.chain import DEFAULT_PLUGINS, build_chain
 from policy_scheduler.framework.interface import NodeToStatus
-from policy_scheduler.framework.labels import LabelSelector
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.nominator import Nominator
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.labels import LabelSelector
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.queue.nominator import Nominator
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.preemption import (
     MSG_NEVER,
     MSG_NO_VICTIMS,
@@ -29,7 +29,7 @@ from policy_scheduler.framework.preemption import (
     preempt,
     select_victims_on_node,
 )
-from policy_scheduler.framework.runner import NodeFilter
+from policy_scheduler.framework.cycle.schedule import NodeFilter
 from policy_scheduler.framework.status import Code, Status
 from policy_scheduler.plugins import default_registry
 
@@ -397,7 +397,7 @@ def test_not_eligible_leaves_the_nomination():
     assert res.status == Status(UNSCHED, (MSG_NEVER,)) and res.nominated_node is None
 
 
-# ---------------------------------------------------------------- runner.NodeFilter (the one-row hook)
+# ---------------------------------------------------------------- schedule.NodeFilter (the one-row hook)
 def test_node_filter_statuses():
     nf = NodeFilter(default_chain())
     t = table([node("n1", cpu="1"), node("n2")], [("n1", pod("x", 0, "1"))])

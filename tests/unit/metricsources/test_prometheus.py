@@ -15,8 +15,8 @@ import pytest
 
 from policy_scheduler.api.models import SchedulingPolicySpec
 from policy_scheduler.framework.metricview import FRESH, MISSING, STALE, estimate_parts
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.metricsources.prometheus import (EVENT, PolicySource, PrometheusMetricSources, QueryError,
                                                        SourceConfig, Unreachable, parse_vector,
                                                        prometheus_api_query)

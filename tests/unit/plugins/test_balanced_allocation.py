@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from policy_scheduler.framework.interface import CycleState
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.plugins.balanced_allocation import PLUGIN, balance_score
 
 import kit

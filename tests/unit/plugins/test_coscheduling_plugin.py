@@ -19,8 +19,8 @@ from policy_scheduler.cluster.engine import Engine  # noqa: E402
 from policy_scheduler.cluster.podgroup_status import PodGroupStatusWriter  # noqa: E402
 from policy_scheduler.framework.events import ASSIGNED_POD_DELETE, call_hint  # noqa: E402
 from policy_scheduler.framework.interface import CycleState, Handle, NodeToStatus  # noqa: E402
-from policy_scheduler.framework.podgroups import POD_GROUP_LABEL, POD_GROUP_MEMBERS, PodGroupChange  # noqa: E402
-from policy_scheduler.framework.podinfo import parse_pod  # noqa: E402
+from policy_scheduler.framework.model.podgroups import POD_GROUP_LABEL, POD_GROUP_MEMBERS, PodGroupChange  # noqa: E402
+from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
 from policy_scheduler.framework.status import Code, Status  # noqa: E402
 from policy_scheduler.plugins.coscheduling import Coscheduling, format_amount  # noqa: E402
 

@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from policy_scheduler.framework.chain import DEFAULT_PLUGINS, ChainError, build_chain
+from policy_scheduler.framework.cycle.chain import DEFAULT_PLUGINS, ChainError, build_chain
 from policy_scheduler.framework.interface import CycleState, Handle, NodeToStatus
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.preemption import PDB
 from policy_scheduler.framework.registry import Registry
-from policy_scheduler.framework.runner import schedule_one
+from policy_scheduler.framework.cycle.schedule import schedule_one
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins import PLUGIN_MODULES, default_registry
 from policy_scheduler.plugins.default_preemption import RESULT_KEY, DefaultPreemption, DefaultPreemptionArgs
@@ -243,7 +243,7 @@ def test_cost_per_post_filter(capsys):
 
 
 class OvercommitHandle(PDBHandle):
-    """A policy that overcommits cpu by 10% (as cluster/handle.py's PolicyHandle answers)."""
+    """A policy that overcommits cpu by 10% (as cache/handle.py's StateHandle answers)."""
 
     def source(self, name):
         return {"cpu": 1.1} if name == "overcommit" else (True if name == "overcommit/anywhere" else None)

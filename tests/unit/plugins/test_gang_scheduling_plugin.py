@@ -19,9 +19,9 @@ from policy_scheduler.cluster.engine import DECISION_ANNOTATION, Engine  # noqa:
 from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402
 from policy_scheduler.framework.events import call_hint  # noqa: E402
 from policy_scheduler.framework.interface import CycleState, Handle  # noqa: E402
-from policy_scheduler.framework.native_podgroups import NATIVE_POD_GROUP_MEMBERS, Domain  # noqa: E402
-from policy_scheduler.framework.podgroups import PodGroupChange  # noqa: E402
-from policy_scheduler.framework.podinfo import parse_pod  # noqa: E402
+from policy_scheduler.framework.model.native_podgroups import NATIVE_POD_GROUP_MEMBERS, Domain  # noqa: E402
+from policy_scheduler.framework.model.podgroups import PodGroupChange  # noqa: E402
+from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
 from policy_scheduler.framework.status import Code  # noqa: E402
 from policy_scheduler.plugins.gang_scheduling import GangScheduling, choose_domain, eligible_rows  # noqa: E402
 

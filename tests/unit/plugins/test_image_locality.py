@@ -11,8 +11,8 @@ import kit
 import pytest
 
 from policy_scheduler.framework.interface import CycleState, Handle
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.plugins.image_locality import PLUGIN, pod_images
 
 MB = 1024 * 1024

@@ -7,8 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from policy_scheduler.framework.interface import CycleState, Handle
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.inter_pod_affinity import (
     ERR_AFFINITY,

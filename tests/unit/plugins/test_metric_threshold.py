@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policy_scheduler.framework.chain import ChainError, build_chain
+from policy_scheduler.framework.cycle.chain import ChainError, build_chain
 from policy_scheduler.plugins import default_registry
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.metricview import MetricsView
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.plugins.metric_threshold import PLUGIN, MetricThreshold
 
 from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource

@@ -5,8 +5,8 @@ import kit
 import pytest
 
 from policy_scheduler.framework.interface import CycleState, Handle
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.node_name import ERR_REASON, PLUGIN
 from policy_scheduler.framework.events import ActionType, Resource

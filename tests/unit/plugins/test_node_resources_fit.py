@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from policy_scheduler.framework.interface import CycleState
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
-from policy_scheduler.framework.resources import broken_linear, go_div, is_scalar_resource_name
+from policy_scheduler.framework.model.resources import broken_linear, go_div, is_scalar_resource_name
 from policy_scheduler.plugins.node_resources_fit import PLUGIN
 
 import kit
@@ -631,7 +631,7 @@ def test_args_upstream_accepts(args):
 
 
 class OvercommitHandle(kit.Handle):
-    """A policy's handle with spec.overcommit factors (as cluster/handle.py's PolicyHandle)."""
+    """A policy's handle with spec.overcommit factors (as cache/handle.py's StateHandle answers for a policy)."""
 
     def __init__(self, factors, anywhere=True):
         self.factors = factors

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from policy_scheduler.framework.interface import CycleState, Handle
-from policy_scheduler.framework.labels import EVERYTHING, LabelSelector
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.labels import EVERYTHING, LabelSelector
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.pod_topology_spread import (ERR_REASON_CONSTRAINTS_NOT_MATCH,
                                                           ERR_REASON_NODE_LABEL_NOT_MATCH, PLUGIN,

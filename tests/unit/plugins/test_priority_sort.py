@@ -7,7 +7,7 @@ import kit
 import pytest
 
 from policy_scheduler.framework.interface import Handle
-from policy_scheduler.framework.podinfo import parse_pod
+from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.plugins.priority_sort import PLUGIN
 
 

@@ -9,7 +9,7 @@ from volkit import VolHandle, nodes, pod, pv, pvc, run_filter, sc
 from policy_scheduler.framework.events import ActionType, Resource
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.status import Code
-from policy_scheduler.framework.volumes import PersistentVolume, PersistentVolumeClaim, StorageClass
+from policy_scheduler.framework.model.volumes import PersistentVolume, PersistentVolumeClaim, StorageClass
 from policy_scheduler.plugins.volume_zone import ERR_REASON_CONFLICT, VolumeZone
 
 PV, PVC, SC = "persistentvolumes", "persistentvolumeclaims", "storageclasses"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from policy_scheduler.framework.interface import CycleState, Handle
-from policy_scheduler.framework.nodetable import NodeTable
-from policy_scheduler.framework.podinfo import parse_pod
-from policy_scheduler.framework.volumes import ANN_BIND_COMPLETED, VolumeCache
+from policy_scheduler.framework.model.nodetable import NodeTable
+from policy_scheduler.framework.model.podinfo import parse_pod
+from policy_scheduler.framework.model.volumes import ANN_BIND_COMPLETED, VolumeCache
 
 HOSTNAME = "kubernetes.io/hostname"
 

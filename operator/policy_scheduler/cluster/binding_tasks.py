@@ -1,0 +1,130 @@
+"""The binding cycle in the operator: after a decision, assume the pod on its node, run Reserve and
+Permit in the scheduling loop, then, as a task, WaitOnPermit, PreBind, Bind and PostBind
+(framework/cycle/binding_cycle.py runs the plugins; DefaultBinder posts the Binding through the
+handle, whose Actions are cluster/apicalls.py). Assume, Reserve and Permit are the cluster state's
+(cache/state.py ClusterState.reserve), shared with what-if.
+
+Nothing is lost. Any failure runs Unreserve on every Reserve plugin in reverse order, forgets
+the assumption, requeues the pod (a rejection records the plugin, so its events can wake the
+pod; an error goes through backoff), posts a FailedScheduling event that names the plugin, and
+lets the other waiting pods retry (upstream broadcasts AssignedPodDelete). A binding that is no
+longer needed (the pod was bound elsewhere, deleted, or replaced: ``PodGone``) is dropped, since
+the watch says where the pod is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Callable, Coroutine
+
+from ..cache.state import ClusterState
+from ..explain import DECISION_ANNOTATION, decision_annotation, failure_message
+from ..framework.cycle.binding_cycle import BINDING_ANNOTATIONS, run_binding, wait_on_permit
+from ..framework.events import ASSIGNED_POD_DELETE
+from ..framework.interface import GROUP_PLACEMENT, CycleState, PodGone
+from ..framework.model.podinfo import PodInfo
+from ..framework.queue.scheduling_queue import QueuedPodInfo, SchedulingQueue
+from ..framework.cycle.schedule import Decision
+from ..framework.status import Code, Status
+from ..logs import fields
+from .recorder import EventRecorder
+from .telemetry import Telemetry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..cache.policies import PolicyState
+    from ..framework.cycle.chain import Chain
+
+log = logging.getLogger("policy_scheduler")
+
+CYCLE_START = "policy-scheduler.io/cycle-start"  # CycleState key: perf_counter at the start of the attempt
+
+
+class BindingTasks:
+    """Reserve, Permit and the asynchronous binding of decided pods. ``on_bound(qpi, st, node)``:
+    the binding cycle succeeded (the engine's bookkeeping)."""
+
+    def __init__(self, state: ClusterState, queue: SchedulingQueue, recorder: EventRecorder, telemetry: Telemetry,
+                 spawn: Callable[[Coroutine], asyncio.Task], wake: Callable[[], None],
+                 on_bound: Callable[[QueuedPodInfo, "PolicyState", str], None], concurrency: int) -> None:
+        self.state = state
+        self.queue = queue
+        self.recorder = recorder
+        self.telemetry = telemetry
+        self.spawn = spawn
+        self.wake = wake
+        self.on_bound = on_bound
+        self._sem = asyncio.Semaphore(concurrency)
+
+    # ------------------------------------------------------------------ in the scheduling loop
+    def start(self, qpi: QueuedPodInfo, st: "PolicyState", chain: "Chain", state: CycleState,
+              decision: Decision) -> bool:
+        """Assume, Reserve, Permit (ClusterState.reserve); then the binding task. False when
+        Reserve or Permit failed (the pod is requeued and reported)."""
+        pod, node = qpi.pod, decision.node
+        assert node is not None
+        state.write(CYCLE_START, time.perf_counter() - decision.duration)
+        assumed, status = self.state.reserve(chain, state, pod, node)
+        if not status.is_success and status.code != Code.WAIT:
+            self._failed(qpi, chain, state, assumed, status, broadcast=False)
+            return False
+        state.write(BINDING_ANNOTATIONS, {DECISION_ANNOTATION: decision_annotation(
+            st.name, decision, state.read(GROUP_PLACEMENT))})
+        self.spawn(self._bind(qpi, st, chain, state, assumed))
+        return True
+
+    # ------------------------------------------------------------------ the binding task
+    async def _bind(self, qpi: QueuedPodInfo, st: "PolicyState", chain: "Chain", state: CycleState,
+                    assumed: PodInfo) -> None:
+        pod, node = qpi.pod, assumed.node_name
+        waiting = self.state.waiting
+        try:
+            status = await wait_on_permit(waiting, pod)  # outside the bind slots
+            if status.is_success:
+                async with self._sem:
+                    status = await run_binding(chain, state, pod, node, waiting)
+        except PodGone as gone:
+            log.info("binding %s to %s not needed: %s", pod.key, node, gone)
+            self.state.unreserve(chain, state, pod, node)
+            self.queue.done(pod.key)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a framework bug must not strand the pod
+            log.exception("binding cycle of %s failed", pod.key)
+            status = Status.error(f"binding cycle failed: {type(exc).__name__}: {exc}")
+        if not status.is_success:
+            self._failed(qpi, chain, state, assumed, status, broadcast=True)
+            return
+        self._count_attempt(state, st.name, "scheduled")  # upstream: once bound, scheduling + binding
+        self.on_bound(qpi, st, node)
+
+    def _count_attempt(self, state: CycleState, policy: str | None, result: str) -> None:
+        started = state.read(CYCLE_START)
+        self.telemetry.attempt(result, policy, None if started is None else time.perf_counter() - started)
+
+    # ------------------------------------------------------------------ failures
+    def _failed(self, qpi: QueuedPodInfo, chain: "Chain", state: CycleState, assumed: PodInfo, status: Status,
+                broadcast: bool) -> None:
+        pod, node = qpi.pod, assumed.node_name
+        queue = self.queue
+        self.state.unreserve(chain, state, pod, node)
+        rejected = status.is_rejected
+        self._count_attempt(state, qpi.policy, "unschedulable" if rejected else "error")
+        msg = failure_message(status)
+        log.warning("pod %s not bound to %s: %s; requeued%s", pod.key, node, msg,
+                    "" if rejected else " with backoff",
+                    extra=fields(pod=pod.key, node=node, plugin=status.plugin or None, code=str(status.code)))
+        if rejected:
+            where = queue.add_unschedulable(
+                qpi, {status.plugin} if status.plugin else (),
+                pending_plugins={status.plugin} if status.code == Code.PENDING and status.plugin else ())
+        else:
+            where = queue.add_unschedulable(qpi, error=True)
+        if where is not None:  # None: the pod was deleted meanwhile, nobody to tell
+            self.recorder.failure(pod, "FailedScheduling", msg, code=status.code)
+        if broadcast:  # the room it held is free again: pods waiting for it may fit now
+            queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE, assumed, None,
+                                                pre_check=lambda q: q.key != pod.key)
+        self.wake()

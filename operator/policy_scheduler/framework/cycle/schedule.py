@@ -1,0 +1,530 @@
+"""schedule_one: the scheduling cycle for one pod on the snapshot, in upstream's steps
+(schedule_one.go): ``pre_filter``, ``find_feasible_nodes`` (with the nominated-node fast path and
+the nominated pods counted), ``post_filter`` when nothing fits, ``prioritize`` and ``select_host``.
+Reserve and Permit follow in the caller (binding_cycle.py), after it assumed the pod.
+
+One error channel: a rejection (Unschedulable, UnschedulableAndUnresolvable, Pending) only ever
+says the pod does not fit, and names the plugins that rejected it so the queue knows which
+events may wake it. Anything else a plugin returns, or raises, aborts the cycle with an Error in
+upstream's words (``running "X" filter plugin: ...``), and the pod is retried with backoff.
+Never raises: a pod that cannot be parsed, a plugin that fails, or a cluster with no nodes all
+come back as a Decision whose status says why.
+
+The plugins are called, timed and their errors worded by runtime.py; the Decision and its
+messages are in decision.py.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from time import perf_counter
+
+import numpy as np
+
+from .chain import Chain
+from .decision import Decision, NodeScore, fit_error_message  # Decision: also imported from here by cluster/, whatif/
+from ..instrumentation import FILTER, POST_FILTER, PRE_FILTER, PRE_SCORE, SCORE, CycleRecorder
+from ..interface import DRY_RUN_KEY, MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, FilterResult, NodeToStatus
+from ..model.nodetable import NodeTable
+from ..queue.nominator import Nominator
+from ..model.podinfo import PodInfo
+from .runtime import (Abort, call, cycle_failed, filter_code, first_code, invalid_score, plugin_error, score,
+                      status_code, timed)
+from ..status import Code, Status
+
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+TOP_NODES = 5  # how many nodes a Decision keeps per-plugin scores for
+DESCRIBED_NODES = 3  # how many of them get plugin details (see describe_top)
+NO_NODES = "no nodes available to schedule pods"
+# CycleState key under which ``post_filter`` offers PostFilter plugins a ``NodeFilter``: the
+# cycle's PreFilter and Filter for one node row (DefaultPreemption's dry run, preemption.py)
+NODE_FILTER_KEY = "framework/node-filter"
+# pseudo plugin recorded as the rejector of a pod whose spec cannot be parsed: it registers only
+# the pod's own update, so the pod waits for a fix instead of being retried
+POD_SPEC = "PodSpec"
+
+
+def num_feasible_nodes_to_find(percentage: int | None, num_all_nodes: int) -> int:
+    """upstream numFeasibleNodesToFind (integer arithmetic; 0/None = adaptive)."""
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all_nodes
+    pct = percentage or 0
+    if pct == 0:
+        pct = 50 - num_all_nodes // 125
+        if pct < MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND:
+            pct = MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND
+    n = num_all_nodes * pct // 100
+    return max(n, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+class _Failures:
+    """Filter rejections recorded during the scan, with scan positions for the cut-off."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, np.ndarray, np.ndarray, list[tuple[str, np.ndarray]]]] = []
+
+    def add(self, plugin: str, pos: np.ndarray, codes: np.ndarray, reasons: list[tuple[str, np.ndarray]]) -> None:
+        self.records.append((plugin, pos, codes, reasons))
+
+    def summarize(self, cutoff: int | None):
+        """(evaluated failure count, reason histogram, codes seen, plugins that rejected)."""
+        n = 0
+        hist: dict[str, int] = {}
+        codes: set[int] = set()
+        plugins: set[str] = set()
+        for plugin, pos, cds, reasons in self.records:
+            keep = None if cutoff is None else pos <= cutoff
+            k = len(pos) if keep is None else int(np.count_nonzero(keep))
+            if k == 0:
+                continue
+            n += k
+            plugins.add(plugin)
+            codes.update((cds if keep is None else cds[keep]).tolist())
+            for reason, rpos in reasons:
+                c = len(rpos) if cutoff is None else int(np.count_nonzero(rpos <= cutoff))
+                if c:
+                    hist[reason] = hist.get(reason, 0) + c
+        return n, hist, codes, plugins
+
+
+def describe_top(chain: Chain, state: CycleState, pod: PodInfo, nodes: NodeTable, top: list[NodeScore],
+                 rows: np.ndarray) -> None:
+    """Optional plugin method ``describe(state, pod, nodes, rows) -> list[dict | None] | None``:
+    what the plugin saw of each of the best nodes (e.g. metric values and their freshness),
+    kept in ``NodeScore.details`` for explain. Called once per cycle for the first
+    DESCRIBED_NODES nodes (``rows``: theirs, in ``top``'s order); a plugin returns None (or None
+    per node) when it has nothing to say."""
+    for p in chain.describers:
+        try:
+            out = p.describe(state, pod, nodes, rows[:DESCRIBED_NODES])
+        except Exception:  # explain details are best effort: never fail a placement for them
+            continue
+        for s, d in zip(top, out or ()):
+            if d:
+                s.details[p.NAME] = d
+
+
+@dataclass
+class _Scan:
+    """What filtering found: feasible rows, and the rejected ones with their statuses."""
+
+    feasible: np.ndarray
+    processed: int
+    hist: dict[str, int]
+    codes: set[int]
+    rejectors: set[str]
+    failures: _Failures
+    cutoff: int | None
+    order: np.ndarray  # rows in scan order (positions index into it)
+    absent: int = 0
+    absent_reason: str = ""
+    pending: set[str] = field(default_factory=set)  # plugins that answered Pending
+
+
+class _Cycle:
+    """One pod's scheduling cycle on the snapshot (upstream schedulePod and its helpers)."""
+
+    def __init__(self, chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleState,
+                 nominator: Nominator | None = None) -> None:
+        self.chain, self.pod, self.nodes, self.rng, self.state = chain, pod, nodes, rng, state
+        self.nominator = nominator
+        self.pending: set[str] = set()  # Filter plugins that answered Pending for some node
+        self.rec: CycleRecorder = state.recorder
+
+    # ------------------------------------------------------------------------ PreFilter
+    def pre_filter(self) -> tuple[np.ndarray, list[str]]:
+        """Every PreFilter plugin, in order. Returns the candidate rows (all, or the
+        intersection of the node sets plugins returned) and the narrowing plugins. A rejection
+        rejects every node (``Abort``); Skip disables the plugin's Filter for this cycle."""
+        chain, pod, nodes, state = self.chain, self.pod, self.nodes, self.state
+        allowed: set[str] | None = None
+        narrowing: list[str] = []
+        rejected: Status | None = None  # an Unschedulable PreFilter status; later PreFilters still run
+        for p in chain.pre_filter:
+            st, result = call(self.rec, p.NAME, PRE_FILTER, "PreFilter", first_code, p.pre_filter, state, pod, nodes)
+            if st.is_skip:
+                state.skip_filter.add(p.NAME)
+                continue
+            if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                raise Abort(st.with_plugin(p.NAME), {p.NAME})
+            if st.is_rejected:
+                rejected = st.with_plugin(p.NAME)
+                continue
+            if not st.is_success:
+                raise Abort(plugin_error("PreFilter", p.NAME, st))
+            if result is not None:
+                narrowing.append(p.NAME)
+                allowed = set(result) if allowed is None else allowed & set(result)
+                if not allowed:
+                    names = sorted(narrowing)
+                    msg = (f"node(s) didn't satisfy plugin {names[0]}" if len(names) == 1 else
+                           f"node(s) didn't satisfy plugin(s) [{' '.join(names)}] simultaneously")
+                    raise Abort(Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,), p.NAME), set(narrowing))
+        if rejected is not None:
+            raise Abort(rejected, set(narrowing) | {rejected.plugin or ""})
+        if allowed is None:
+            return np.arange(nodes.n, dtype=np.int64), narrowing
+        return np.array(sorted(nodes.index[nm] for nm in allowed if nm in nodes.index), dtype=np.int64), narrowing
+
+    # ------------------------------------------------------------------------ Filter
+    def _run_filters(self, rows: np.ndarray, rpos: np.ndarray, failures: _Failures) -> tuple[np.ndarray, np.ndarray]:
+        """Filter plugins in order over ``rows``; each gets the rows every earlier one passed.
+        Records rejections; an error aborts the cycle. In a sampled cycle each call is timed:
+        Success when every row passed, Error, or the first rejected row's code."""
+        for p in self.chain.filter:
+            if len(rows) == 0:
+                break
+            if p.NAME in self.state.skip_filter:
+                continue
+            res: FilterResult = call(self.rec, p.NAME, FILTER, "filter", filter_code, p.filter, self.state,
+                                     self.pod, self.nodes, rows)
+            if res.error is not None:
+                raise Abort(plugin_error("filter", p.NAME, res.error))
+            ok = np.asarray(res.passed, dtype=bool)
+            if ok.all():
+                continue
+            bad = ~ok
+            if isinstance(res.code, np.ndarray):
+                codes = np.asarray(res.code)[bad]
+                internal = bool(((codes < _UNSCHED) | ((codes > _UNRESOLVABLE) & (codes != _PENDING))).any())
+                pending = bool((codes == _PENDING).any())
+            else:
+                code = int(res.code)
+                codes = np.full(int(bad.sum()), code, dtype=np.int8)
+                internal = code not in _REJECTION_CODES
+                pending = code == _PENDING
+            if pending:
+                self.pending.add(p.NAME)
+            if internal:
+                # not a rejection: an internal error (e.g. state PreFilter should have written)
+                msg = "; ".join(r for r, mk in res.reasons if (np.asarray(mk, dtype=bool) & bad).any())
+                raise Abort(plugin_error("filter", p.NAME, Status(Code.ERROR, (msg or "error",))))
+            reasons = [(r, rpos[np.asarray(mk, dtype=bool) & bad]) for r, mk in res.reasons]
+            failures.add(p.NAME, rpos[bad], codes, [(r, x) for r, x in reasons if len(x)])
+            rows, rpos = rows[ok], rpos[ok]
+        return rows, rpos
+
+    def evaluate_nominated_node(self, candidates: np.ndarray) -> int | None:
+        """upstream evaluateNominatedNode: a pod nominated to a node tries that node alone first;
+        the row when it passes every filter, else None (then the full scan runs)."""
+        row = self.nodes.index.get(self.pod.nominated_node_name)
+        if row is None:
+            return None
+        rows = np.array([row], dtype=np.int64)
+        ok, _ = self._run_filters(rows, np.zeros(1, dtype=np.int64), _Failures())
+        return row if len(ok) else None
+
+    def find_feasible_nodes(self, candidates: np.ndarray, narrowing: list[str]) -> _Scan:
+        """upstream findNodesThatPassFilters: scan from the round-robin start, in chunks, until
+        numFeasibleNodesToFind nodes passed; rejections after the cut-off are not counted."""
+        chain, nodes = self.chain, self.nodes
+        n_all = nodes.n
+        m = len(candidates)
+        need = num_feasible_nodes_to_find(chain.percentage_of_nodes_to_score, m)  # upstream: len(nodes) scanned
+        if not chain.score:
+            need = 1
+        startidx = chain.next_start_node_index % m if m else 0
+        order = np.concatenate((candidates[startidx:], candidates[:startidx]))  # scan from startidx, wrapping
+        failures = _Failures()
+        feasible_parts: list[np.ndarray] = []
+        found = 0
+        cutoff: int | None = None
+        pos = 0
+        chunk = max(need + need // 4, 64)
+        try:
+            while pos < m and found < need:
+                rows = order[pos:pos + chunk]
+                rpos = np.arange(pos, pos + len(rows), dtype=np.int64)
+                rows, rpos = self._run_filters(rows, rpos, failures)
+                if found + len(rows) >= need:
+                    take = need - found
+                    cutoff = int(rpos[take - 1])
+                    rows = rows[:take]
+                feasible_parts.append(rows)
+                found += len(rows)
+                pos += chunk
+                chunk *= 2
+        except Abort:  # upstream advances the start even when a filter errored
+            n_failed = failures.summarize(cutoff)[0]
+            chain.next_start_node_index = (chain.next_start_node_index + found + n_failed) % n_all
+            raise
+        n_failed, hist, codes, rejecting = failures.summarize(cutoff)
+        chain.next_start_node_index = (chain.next_start_node_index + found + n_failed) % n_all
+        feasible = np.concatenate(feasible_parts) if feasible_parts else np.zeros(0, dtype=np.int64)
+        pending = self.pending & rejecting  # (plugins whose Pending rows all fell past the cut-off drop out)
+        rejecting.update(narrowing)  # upstream's UnschedulablePlugins starts as the narrowing plugins
+        absent = n_all - m
+        absent_reason = f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]" if absent else ""
+        if absent:
+            hist[absent_reason] = hist.get(absent_reason, 0) + absent
+            codes.add(int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE))
+        return _Scan(feasible, len(feasible) + n_failed, hist, codes, rejecting, failures, cutoff, order,
+                     absent, absent_reason, pending)
+
+    # ------------------------------------------------------------------------ PostFilter
+    def node_to_status(self, scan: _Scan) -> NodeToStatus:
+        """Every evaluated node's status, and the absent-node status (upstream NodeToStatus)."""
+        names = self.nodes.names
+        order = scan.order
+        statuses: dict[str, Status] = {}
+        for plugin, pos, codes, reasons in scan.failures.records:
+            keep = pos if scan.cutoff is None else pos[pos <= scan.cutoff]
+            if not len(keep):
+                continue
+            per_pos: dict[int, list[str]] = {}
+            for reason, rpos in reasons:
+                for x in rpos.tolist():
+                    per_pos.setdefault(x, []).append(reason)
+            code_of = dict(zip(pos.tolist(), codes.tolist()))
+            for x in keep.tolist():
+                statuses[names[int(order[x])]] = Status(Code(code_of[x]), tuple(per_pos.get(x, ())), plugin)
+        absent = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (scan.absent_reason,) if scan.absent_reason else ())
+        return NodeToStatus(statuses, absent)
+
+    def post_filter(self, statuses: NodeToStatus) -> tuple[str, str | None]:
+        """PostFilter plugins in order until one succeeds. Returns (the text they add to the
+        FitError message: the successful plugin's, else every rejecting plugin's, joined with
+        ", " as upstream's RunPostFilterPlugins; the node a plugin nominated)."""
+        post_msg, nominated = "", None
+        msgs: list[str] = []
+        rec = self.rec
+        t0 = perf_counter()
+        code = Code.UNSCHEDULABLE  # upstream: no PostFilter plugin succeeded
+        self.state.write(NODE_FILTER_KEY, NodeFilter(self.chain, self.nominator))
+        try:
+            for p in self.chain.post_filter:
+                pst, node = call(self.rec, p.NAME, POST_FILTER, "PostFilter", first_code, p.post_filter, self.state,
+                                 self.pod, self.nodes, statuses)
+                if pst.code == Code.ERROR:
+                    raise Abort(plugin_error("PostFilter", p.NAME, pst))
+                if pst.reasons:
+                    if pst.is_success:
+                        post_msg = pst.message()
+                    else:
+                        msgs.append(pst.message())
+                        post_msg = ", ".join(msgs)
+                if pst.is_success:
+                    nominated = node or None
+                    code = Code.SUCCESS
+                    break
+        except Abort:
+            code = Code.ERROR
+            raise
+        finally:
+            rec.point(POST_FILTER, code, perf_counter() - t0)
+        return post_msg, nominated
+
+    # ------------------------------------------------------------------------ PreScore, Score
+    def prioritize(self, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
+        """PreScore, Score and NormalizeScore for every plugin (in range [0, 100]), weighted.
+        Returns (total per feasible node, normalized scores plugins x nodes, (plugin, weight))."""
+        chain, state, pod, nodes = self.chain, self.state, self.pod, self.nodes
+        rec = self.rec
+        t0 = perf_counter()
+        try:
+            for p in chain.pre_score:
+                st = call(rec, p.NAME, PRE_SCORE, "PreScore", status_code, p.pre_score, state, pod, nodes, feasible)
+                if st.is_skip:
+                    state.skip_score.add(p.NAME)
+                elif not st.is_success:
+                    raise Abort(plugin_error("PreScore", p.NAME, st))
+        except Abort as a:
+            rec.point(PRE_SCORE, a.status.code, perf_counter() - t0)
+            raise
+        rec.point(PRE_SCORE, Code.SUCCESS, perf_counter() - t0)
+        return timed(self.rec, SCORE, self._score, feasible)
+
+    def _score(self, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
+        chain, state, pod, nodes = self.chain, self.state, self.pod, self.nodes
+        rec = self.rec
+        # as upstream, every Score plugin runs before the normalized scores are range-checked
+        scored: list[tuple[str, int]] = []
+        norms: list[np.ndarray] = []
+        for p, weight in chain.score:
+            if p.NAME in state.skip_score:
+                continue
+            norms.append(score(rec, p, state, pod, nodes, feasible))
+            scored.append((p.NAME, weight))
+        if not scored:
+            return np.ones(len(feasible), dtype=np.int64), np.zeros((0, len(feasible)), dtype=np.int64), scored
+        mat = np.vstack(norms)  # plugins x feasible
+        if mat.min() < MIN_NODE_SCORE or mat.max() > MAX_NODE_SCORE:  # the first plugin out of range fails
+            out_of_range = (mat < MIN_NODE_SCORE) | (mat > MAX_NODE_SCORE)
+            i = int(np.flatnonzero(out_of_range.any(axis=1))[0])
+            bad, name = int(mat[i][out_of_range[i]][0]), scored[i][0]
+            raise Abort(invalid_score(name, bad))
+        weights = np.array([w for _, w in scored], dtype=np.int64)
+        return weights @ mat, mat, scored
+
+    # ------------------------------------------------------------------------ select
+    def select_host(self, feasible: np.ndarray, total: np.ndarray, mat: np.ndarray,
+                    scored: list[tuple[str, int]]) -> tuple[int, list[NodeScore], np.ndarray]:
+        """Random among the best totals; the top nodes with their per-plugin scores."""
+        best = np.flatnonzero(total == total.max())
+        pick = int(best[self.rng.randrange(len(best))]) if len(best) > 1 else int(best[0])
+        k = min(TOP_NODES, len(total))
+        top_idx = np.argsort(-total, kind="stable")[:k]
+        if pick not in top_idx:
+            top_idx = np.concatenate([[pick], top_idx[: k - 1]])
+        else:
+            top_idx = np.concatenate([[pick], top_idx[top_idx != pick]])
+        top_rows = feasible[top_idx]
+        top_norms = mat[:, top_idx].T.tolist()  # top nodes x plugins
+        names = self.nodes.names
+        top = [NodeScore(names[r], t, {name: (v, v * w) for (name, w), v in zip(scored, vs)})
+               for r, t, vs in zip(top_rows.tolist(), total[top_idx].tolist(), top_norms)]
+        return int(feasible[pick]), top, top_rows
+
+
+_UNSCHED, _UNRESOLVABLE, _PENDING = int(Code.UNSCHEDULABLE), int(Code.UNSCHEDULABLE_AND_UNRESOLVABLE), int(Code.PENDING)
+_REJECTION_CODES = frozenset((_UNSCHED, _UNRESOLVABLE, _PENDING))
+
+
+def _add_nominated(nominator: Nominator | None, pod: PodInfo, nodes: NodeTable) -> list[str]:
+    """Count the nominated pods of equal or higher priority on their nodes while filtering.
+    Upstream adds them per node inside Filter (PreFilter state updated through AddPod); here
+    they are in the table from PreFilter on, which gives PreFilter-computed state (spread
+    counts, affinity terms) the same view, and taken out again before scoring."""
+    if not nominator:
+        return []
+    added = []
+    for p, node in nominator.pods_for(pod):
+        if p.key in nodes.pod_node or node not in nodes.index:
+            continue  # bound (or assumed) already, or the node is gone
+        nodes.add_pod(p, node)
+        added.append(p.key)
+    return added
+
+
+class NodeFilter:
+    """The chain's PreFilter and Filter for one pod on one node row of the live table, on a
+    fresh CycleState (upstream RunFilterPluginsWithNominatedPods after the PreFilter state
+    was brought up to date): what a PostFilter plugin dry-runs after changing the table.
+    ``add_nominated``/``remove`` count the nominated pods of equal or higher priority as the
+    cycle does."""
+
+    __slots__ = ("chain", "nominator", "_rows", "_pos")
+
+    def __init__(self, chain: Chain, nominator: Nominator | None = None) -> None:
+        self.chain, self.nominator = chain, nominator
+        self._rows = np.zeros(1, dtype=np.int64)
+        self._pos = np.zeros(1, dtype=np.int64)
+
+    def add_nominated(self, pod: PodInfo, nodes: NodeTable) -> list[str]:
+        return _add_nominated(self.nominator, pod, nodes)
+
+    def __call__(self, pod: PodInfo, nodes: NodeTable, row: int) -> Status:
+        """Success, the status of the plugin that rejected the node (its code and reasons), or
+        an Error status in the runner's words."""
+        state = CycleState()
+        state.write(DRY_RUN_KEY, True)
+        cycle = _Cycle(self.chain, pod, nodes, random, state)
+        failures = _Failures()
+        self._rows[0] = row
+        try:
+            candidates, narrowing = cycle.pre_filter()
+            if narrowing and not (candidates == row).any():
+                return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                              (f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]",))
+            ok, _ = cycle._run_filters(self._rows, self._pos, failures)
+        except Abort as a:
+            return a.status
+        except Exception as e:  # a framework bug
+            return cycle_failed("scheduling", e)
+        if len(ok):
+            return Status.success()
+        plugin, _, codes, reasons = failures.records[-1]
+        return Status(Code(int(codes[0])), tuple(r for r, _ in reasons), plugin)
+
+
+def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Random | None = None,
+                 state: CycleState | None = None, nominator: Nominator | None = None,
+                 recorder: CycleRecorder | None = None) -> Decision:
+    """One scheduling cycle. Extension points (and, in sampled cycles, plugin calls) are
+    reported to ``recorder`` (default: the state's, which records nothing unless set)."""
+    start = time.perf_counter()
+    rng = rng or random
+    state = state or CycleState()
+    if recorder is not None:
+        state.recorder = recorder
+    n_all = nodes.n
+    if pod.parse_error:
+        st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (f"invalid pod spec: {pod.parse_error}",), POD_SPEC)
+        return Decision(pod.key, None, st, n_all, message=fit_error_message(n_all, {}, st.message()),
+                        unschedulable_plugins={POD_SPEC}, duration=time.perf_counter() - start)
+    if n_all == 0:
+        st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_NODES,))
+        return Decision(pod.key, None, st, 0, message=NO_NODES, duration=time.perf_counter() - start)
+    cycle = _Cycle(chain, pod, nodes, rng, state, nominator)
+    added = _add_nominated(nominator, pod, nodes)
+    try:
+        return _schedule(cycle, added, start)
+    except Abort as a:
+        st = a.status
+        if st.code == Code.ERROR:
+            return Decision(pod.key, None, st, n_all, message=st.message(), duration=time.perf_counter() - start)
+        # a PreFilter rejection rejects every node; its message replaces the per-node histogram
+        plugins = a.rejectors or set()
+        return Decision(pod.key, None, st, n_all, evaluated=0, failures={r: n_all for r in st.reasons},
+                        message=fit_error_message(n_all, {}, st.message()), unschedulable_plugins=plugins,
+                        pending_plugins={st.plugin} if st.code == Code.PENDING and st.plugin else set(),
+                        duration=time.perf_counter() - start)
+    except Exception as e:  # a framework bug must not escape the cycle
+        st = cycle_failed("scheduling", e)
+        return Decision(pod.key, None, st, n_all, message=st.message(), duration=time.perf_counter() - start)
+    finally:
+        for key in added:
+            nodes.remove_pod(key)
+
+
+def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
+    pod, nodes, chain, state = cycle.pod, cycle.nodes, cycle.chain, cycle.state
+    n_all = nodes.n
+    candidates, narrowing = timed(cycle.rec, PRE_FILTER, cycle.pre_filter)
+
+    if pod.nominated_node_name:
+        row = timed(cycle.rec, FILTER, cycle.evaluate_nominated_node, candidates)
+        if row is not None:
+            for key in added:  # nominated pods count for filtering only
+                nodes.remove_pod(key)
+            added.clear()
+            top = [NodeScore(nodes.names[row], 0)]
+            describe_top(chain, state, pod, nodes, top, np.array([row], dtype=np.int64))
+            return Decision(pod.key, nodes.names[row], Status.success(), n_all, evaluated=1, feasible=1,
+                            top=top, duration=time.perf_counter() - start)
+
+    scan = timed(cycle.rec, FILTER, cycle.find_feasible_nodes, candidates, narrowing)
+    feasible = scan.feasible
+    if len(feasible) or not chain.post_filter:
+        for key in added:
+            nodes.remove_pod(key)
+        added.clear()
+    # else the nominated pods stay counted through PostFilter, whose dry run counts the same ones
+    # (upstream SelectVictimsOnNode filters with them); schedule_one takes them out afterwards
+
+    if len(feasible) == 0:
+        code = Code.UNSCHEDULABLE if int(Code.UNSCHEDULABLE) in scan.codes else Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+        nominated = None
+        post_msg = ""
+        if chain.post_filter:
+            post_msg, nominated = cycle.post_filter(cycle.node_to_status(scan))
+        msg = fit_error_message(n_all, scan.hist, None, post_msg)
+        return Decision(pod.key, None, Status(code, (msg,)), n_all, evaluated=scan.processed, feasible=0,
+                        failures=scan.hist, message=msg, unschedulable_plugins=scan.rejectors,
+                        pending_plugins=scan.pending, nominated_node=nominated, duration=time.perf_counter() - start)
+
+    if len(feasible) == 1:  # one fit: no scoring
+        name = nodes.names[int(feasible[0])]
+        top = [NodeScore(name, 0)]
+        describe_top(chain, state, pod, nodes, top, feasible)
+        return Decision(pod.key, name, Status.success(), n_all, evaluated=scan.processed, feasible=1,
+                        top=top, failures=scan.hist, duration=time.perf_counter() - start)
+
+    total, mat, scored = cycle.prioritize(feasible)
+    row, top, top_rows = cycle.select_host(feasible, total, mat, scored)
+    describe_top(chain, state, pod, nodes, top, top_rows)
+    return Decision(pod.key, nodes.names[row], Status.success(), n_all, evaluated=scan.processed,
+                    feasible=len(feasible), top=top, failures=scan.hist, duration=time.perf_counter() - start)

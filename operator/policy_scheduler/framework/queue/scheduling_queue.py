@@ -1,0 +1,590 @@
+"""The scheduling queue: upstream's PriorityQueue (pkg/scheduler/backend/queue), single-threaded.
+
+Every pending pod is in exactly one place:
+
+- **activeQ**: one heap per policy, ordered by that policy's QueueSort plugin (PrioritySort when
+  it has none). ``pop`` takes the head with the highest priority across policies, and among
+  policies whose heads tie on priority, takes them in turn (round-robin by policy name), so a
+  policy with a long queue cannot starve another at the same priority.
+- **backoffQ**: two heaps ordered by backoff expiry, one for pods rejected by plugins and one for
+  pods whose attempt ended in an error (upstream's podBackoffQ and podErrorBackoffQ); pods whose
+  backoff completed move to activeQ. SchedulerPopFromBackoffQ (on by default since v1.33): when
+  activeQ is empty, ``pop`` takes the head of the rejected pods' heap before its backoff is
+  over (never an errored pod), so an idle scheduler does not sleep out a backoff. PreEnqueue runs
+  when a pod enters backoffQ, not again when it leaves.
+- **unschedulable pool**: pods rejected by plugins, waiting for a cluster event that one of
+  those plugins registered and whose hint says QUEUE (``move_all_to_active_or_backoff``), for
+  their own update, or for the leftover flush after ``unschedulable_max_duration`` (5 minutes).
+  Gated pods (a PreEnqueue plugin said no) wait here too, counted apart as ``gated``; an event
+  is looked at for them only when their gating plugin registered it (or it is a wildcard), and
+  then, as for any pool pod, the hints of every plugin that rejected them decide (the gating
+  plugin is added to those, as upstream does); PreEnqueue runs again before they move.
+
+A popped pod is *in flight* until ``add_unschedulable`` (failure) or ``done`` (bound, or given
+up). Events of interest that arrive while pods are in flight are recorded and replayed through
+the hints when one of those pods comes back, so an event that landed mid-cycle is not lost
+(upstream's in-flight events).
+
+This module decides the moves; the structures it moves pods between (activeQ, backoffQ with the
+backoff lengths, the in-flight records) and ``QueuedPodInfo`` are in subqueues.py.
+
+Simplifications against upstream, all deliberate:
+
+- No locking, no blocking ``pop``, no background goroutines: the caller runs ``pop``
+  (which flushes completed backoffs first), ``flush_unschedulable_leftover`` (upstream: every
+  30 s) and sleeps ``next_ready_in()`` between attempts.
+- The backoff expiry is not aligned to SchedulerPopFromBackoffQ's 1-second ordering window;
+  backoffQ breaks ties in expiry by priority, then by the time the pod was queued.
+- No pod groups as queue entries: Coscheduling keeps a group's pods together through its
+  QueueSort and makes a rejected group wait as one (plugins/coscheduling.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from ..events import (DEFAULT_REGISTRATION, FORCE_ACTIVATE, UNSCHEDULABLE_TIMEOUT, ClusterEvent, ClusterEventWithHint,
+                      QueueingHint, call_hint, pod_change_events)
+from ..instrumentation import NOOP, PRE_ENQUEUE
+from ..model.podinfo import PodInfo
+from ..cycle.runtime import Abort, call, status_code
+from ..status import Status
+from .subqueues import ActiveQueue, BackoffQueue, InFlight, Less, QueuedPodInfo
+
+log = logging.getLogger(__name__)
+
+ACTIVE = "active"
+BACKOFF = "backoff"
+UNSCHEDULABLE = "unschedulable"
+GATED = "gated"
+
+# Event labels used by the queue itself (upstream framework/events.go).
+EVENT_POD_ADD = "UnscheduledPodAdd"
+EVENT_POD_UPDATE = "UnscheduledPodUpdate"
+EVENT_BACKOFF_COMPLETE = "BackoffComplete"
+EVENT_ATTEMPT_FAILURE = "ScheduleAttemptFailure"
+EVENT_POPPED_FROM_BACKOFF = "PoppedFromBackoffQ"  # our label: activeQ was empty (SchedulerPopFromBackoffQ)
+
+# queueing strategies (upstream queueingStrategy)
+_SKIP, _AFTER_BACKOFF, _IMMEDIATELY = 0, 1, 2
+
+
+class QueueProfile(Protocol):
+    """What the queue reads of a policy's chain (framework.cycle.chain.Chain has all of it)."""
+
+    queue_sort: Any  # a QueueSortPlugin or None
+    pre_enqueue: Sequence[Any]  # PreEnqueuePlugins, in order
+    events: Mapping[str, Sequence[ClusterEventWithHint]]  # rejecting plugin -> its registrations
+
+
+_IGNORED_METADATA = ("resourceVersion", "generation", "managedFields", "finalizers")
+_KEPT_STATUS = ("resourceClaimStatuses", "extendedResourceClaimStatus")
+
+
+def _strip(raw: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in raw.items() if k not in ("metadata", "status")}
+    out["metadata"] = {k: v for k, v in (raw.get("metadata") or {}).items() if k not in _IGNORED_METADATA}
+    status = raw.get("status") or {}
+    out["status"] = {k: status[k] for k in _KEPT_STATUS if k in status}
+    return out
+
+
+def is_pod_updated(old: PodInfo, new: PodInfo) -> bool:
+    """upstream isPodUpdated: did the pod change in a way that may make it schedulable?
+
+    Ignores resourceVersion, generation, managedFields, finalizers and the status (except
+    resource-claim statuses), so the scheduler's own PodScheduled condition write does not
+    pull a pod out of the unschedulable pool."""
+    if old.raw is None or new.raw is None:
+        return old != new
+    return _strip(old.raw) != _strip(new.raw)
+
+
+class _NoProfile:
+    queue_sort = None
+    pre_enqueue: Sequence[Any] = ()
+    events: Mapping[str, Sequence[ClusterEventWithHint]] = {}
+
+
+_NO_PROFILE = _NoProfile()
+
+
+class SchedulingQueue:
+    def __init__(
+        self,
+        less: Less,
+        clock: Callable[[], float] = time.monotonic,
+        initial_backoff: float = 1.0,
+        max_backoff: float = 10.0,
+        unschedulable_max_duration: float = 300.0,
+        profile_of: Callable[[str], QueueProfile | None] | None = None,
+        pseudo_events: Mapping[str, Sequence[ClusterEventWithHint]] | None = None,
+        pop_from_backoff: bool = True,
+    ) -> None:
+        """``less``: the order of a policy without a QueueSort plugin. ``profile_of(policy)``:
+        the policy's chain (None when it has none usable; then ``fallback`` is used: set it to a
+        chain of the implicit plugins so gates hold for every pod). ``pseudo_events``: the
+        registrations of rejector names that are not plugins (e.g. the engine's policy
+        selection). ``pop_from_backoff``: upstream's SchedulerPopFromBackoffQ (see the module)."""
+        self._clock = clock
+        self.pop_from_backoff = pop_from_backoff
+        self.unschedulable_max_duration = unschedulable_max_duration
+        self._default_less = less
+        self._profile_of = profile_of or (lambda _policy: None)
+        self.fallback: QueueProfile = _NO_PROFILE
+        self._pseudo = dict(pseudo_events or {})
+        self._active = ActiveQueue(self._less_of)
+        self._backoff = BackoffQueue(clock, initial_backoff, max_backoff)
+        self._unschedulable: dict[str, QueuedPodInfo] = {}
+        self._gated: set[str] = set()  # keys of the pool pods a PreEnqueue plugin holds
+        self._in_flight = InFlight()  # the pods popped and not done, and the events since
+        self.moved_by_event: dict[str, int] = {}  # event label -> pods it moved out of the pool
+        self.skipped_by_hint: dict[str, int] = {}  # event label -> pool pods it left in place
+        # (sub-queue, event label) -> pods that entered it (upstream scheduler_queue_incoming_pods_total)
+        self.incoming: dict[tuple[str, str], int] = {}
+
+    def _count_in(self, queue: str, event: str) -> None:
+        key = (queue, event)
+        self.incoming[key] = self.incoming.get(key, 0) + 1
+
+    # ---- profiles ------------------------------------------------------------------------
+
+    def _profile(self, policy: str) -> QueueProfile:
+        return self._profile_of(policy) or self.fallback
+
+    def _less_of(self, policy: str) -> Less:
+        qs = self._profile(policy).queue_sort
+        return qs.less if qs is not None else self._default_less
+
+    def policy_changed(self, policy: str) -> None:
+        """The policy's chain changed: reorder its activeQ with its (new) QueueSort."""
+        self._active.reorder(policy)
+
+    def _registrations(self, qpi: QueuedPodInfo, plugin: str) -> Sequence[ClusterEventWithHint]:
+        regs = self._profile(qpi.policy).events.get(plugin)
+        if regs is None:
+            regs = self._pseudo.get(plugin)
+        return DEFAULT_REGISTRATION if regs is None else regs
+
+    # ---- backoff -------------------------------------------------------------------------
+
+    def backoff_duration(self, count: int) -> float:
+        """upstream calculateBackoffDuration (``BackoffQueue.duration``)."""
+        return self._backoff.duration(count)
+
+    # ---- PreEnqueue ----------------------------------------------------------------------
+
+    def _run_pre_enqueue(self, qpi: QueuedPodInfo) -> Status | None:
+        """upstream runPreEnqueuePlugins: the recorded gating plugin first, then the others in
+        order; the first non-success gates the pod. Returns that status, or None (may go)."""
+        plugins = list(self._profile(qpi.policy).pre_enqueue)
+        if qpi.gating_plugin is not None:
+            plugins.sort(key=lambda p: p.NAME != qpi.gating_plugin)
+        for p in plugins:
+            try:
+                st = call(NOOP, p.NAME, PRE_ENQUEUE, PRE_ENQUEUE, status_code, p.pre_enqueue, qpi.pod, log_key=qpi.key)
+            except Abort as a:  # a broken PreEnqueue gates the pod and says why
+                st = a.status
+            if not st.is_success:
+                qpi.gating_plugin = p.NAME
+                qpi.gating_message = st.message()
+                qpi.unschedulable_plugins.add(p.NAME)  # upstream: Insert, the rejectors stay
+                return st
+        qpi.gating_plugin = None
+        qpi.gating_message = ""
+        return None
+
+    def _gate(self, qpi: QueuedPodInfo, event: str) -> str:
+        if qpi.key not in self._gated:  # a gated pod that stays gated did not enter anything
+            self._count_in(GATED, event)
+        self._drop_from_pool(qpi.key)
+        self._backoff.remove(qpi.key)
+        self._active.remove(qpi.key, qpi.policy)
+        self._unschedulable[qpi.key] = qpi
+        self._gated.add(qpi.key)
+        log.debug("pod %s gated by %s: %s", qpi.key, qpi.gating_plugin, qpi.gating_message)
+        return GATED
+
+    # ---- moves between sub-queues ------------------------------------------------------
+
+    def _drop_from_pool(self, key: str) -> QueuedPodInfo | None:
+        self._gated.discard(key)
+        return self._unschedulable.pop(key, None)
+
+    def _to_active(self, qpi: QueuedPodInfo, event: str) -> str:
+        """upstream moveToActiveQ: PreEnqueue first; a gated pod goes to the pool instead."""
+        if self._run_pre_enqueue(qpi) is not None:
+            return self._gate(qpi, event)
+        if qpi.initial_attempt_timestamp is None:
+            qpi.initial_attempt_timestamp = self._clock()
+        self._drop_from_pool(qpi.key)
+        self._backoff.remove(qpi.key)
+        self._active.remove(qpi.key, qpi.policy)
+        self._active.push(qpi)
+        self._count_in(ACTIVE, event)
+        log.debug("pod %s moved to the %s queue (event %s)", qpi.key, ACTIVE, event)
+        return ACTIVE
+
+    def _requeue(self, qpi: QueuedPodInfo, immediately: bool, event: str) -> str:
+        """upstream requeuePodWithQueueingStrategy: backoffQ while still backing off, else activeQ;
+        ``immediately`` (a Pending plugin's Queue hint) skips the backoff. PreEnqueue runs before
+        either (SchedulerPopFromBackoffQ), so a pod gated meanwhile stays in the pool."""
+        if not immediately and self._backoff.is_backing_off(qpi):
+            if self._run_pre_enqueue(qpi) is not None:
+                return self._gate(qpi, event)
+            self._drop_from_pool(qpi.key)
+            self._backoff.push(qpi)
+            self._count_in(BACKOFF, event)
+            log.debug("pod %s moved to the %s queue (event %s)", qpi.key, BACKOFF, event)
+            return BACKOFF
+        return self._to_active(qpi, event)
+
+    def _matching(self, qpi: QueuedPodInfo, plugin: str, event: ClusterEvent,
+                  cache: dict | None) -> Sequence[ClusterEventWithHint]:
+        """The plugin's registrations (in the pod's policy) that match ``event``; ``cache``
+        keeps them for the other pods of one event (they depend on the policy and plugin only)."""
+        k = (qpi.policy, plugin)
+        regs = cache.get(k) if cache is not None else None
+        if regs is None:
+            regs = tuple(r for r in self._registrations(qpi, plugin) if r.event.matches(event))
+            if cache is not None:
+                cache[k] = regs
+        return regs
+
+    def _strategy(self, qpi: QueuedPodInfo, event: ClusterEvent, old: Any, new: Any,
+                  cache: dict | None = None) -> int:
+        """upstream isPodWorthRequeuing: only the hints of the plugins that rejected the pod,
+        for events they registered, count. No rejector: after backoff. A wildcard event: after
+        backoff. A QUEUE from a Pending plugin: immediately."""
+        rejectors = qpi.unschedulable_plugins | qpi.pending_plugins
+        if not rejectors or event.is_wildcard:
+            return _AFTER_BACKOFF
+        result = _SKIP
+        pod = qpi.pod
+        for plugin in rejectors:
+            for reg in self._matching(qpi, plugin, event, cache):
+                if call_hint(reg, pod, old, new) == QueueingHint.QUEUE:
+                    if plugin in qpi.pending_plugins:
+                        return _IMMEDIATELY
+                    result = _AFTER_BACKOFF
+                    break
+        return result
+
+    def _gated_interested(self, qpi: QueuedPodInfo, event: ClusterEvent, cache: dict | None = None) -> bool:
+        if event.is_wildcard:
+            return True
+        return bool(self._matching(qpi, qpi.gating_plugin or "", event, cache))
+
+    # ---- informer-driven operations ------------------------------------------------------
+
+    def add(self, pod: PodInfo, policy: str) -> str | None:
+        """upstream Add: a new pending pod goes to activeQ with timestamp now (or to the pool
+        when a PreEnqueue plugin gates it). A pod already queued (or in flight) is updated
+        instead. Returns where it went (None for an update)."""
+        key = pod.key
+        qpi = self.get(key)
+        if qpi is not None:
+            if qpi.policy != policy:
+                self._move_policy(qpi, policy)
+            self.update(pod)
+            return None
+        rec = self._in_flight.get(key)
+        if rec is not None and not rec.deleted and rec.qpi.pod.uid == pod.uid:
+            rec.qpi.policy = policy
+            self.update(pod)
+            return None
+        if rec is not None:  # a different pod under the same name: the in-flight one is gone
+            rec.deleted = True
+        return self._to_active(QueuedPodInfo(pod=pod, policy=policy, timestamp=self._clock()), EVENT_POD_ADD)
+
+    def _move_policy(self, qpi: QueuedPodInfo, policy: str) -> None:
+        active = self._active.remove(qpi.key, qpi.policy) is not None
+        qpi.policy = policy
+        if active:
+            self._active.push(qpi)
+
+    def update(self, pod: PodInfo) -> bool:
+        """upstream Update. In activeQ or backoffQ the PodInfo is replaced in place. In the pool,
+        an update that may make the pod schedulable (``is_pod_updated``) is turned into TargetPod
+        events, and the pod moves if a rejecting (or gating) plugin's hint says so; other updates
+        keep it in the pool. For an in-flight pod the newest version is kept for its requeue,
+        and a relevant update counts as an event of its cycle. Returns False when the queue does
+        not know the pod."""
+        key = pod.key
+        if self._active.replace(key, pod):  # reorders on a priority change
+            return True
+        qpi = self._backoff.get(key)
+        if qpi is not None:
+            qpi.pod = pod  # the expiry, the backoff heap's order, is unchanged
+            return True
+        qpi = self._unschedulable.get(key)
+        if qpi is not None:
+            old = qpi.pod
+            changed = is_pod_updated(old, pod)
+            qpi.pod = pod
+            if changed:
+                for ev in pod_change_events(old, pod, target=True):
+                    if key in self._gated and not self._gated_interested(qpi, ev):
+                        continue
+                    strategy = self._strategy(qpi, ev, old, pod)
+                    if strategy != _SKIP:
+                        if self._requeue(qpi, strategy == _IMMEDIATELY, ev.label) != GATED:
+                            break
+            return True
+        rec = self._in_flight.get(key)
+        if rec is not None and not rec.deleted:
+            if is_pod_updated(rec.latest or rec.qpi.pod, pod):
+                rec.updated = True
+            rec.latest = pod
+            return True
+        return False
+
+    def delete(self, key: str) -> bool:
+        """upstream Delete: drop the pod from whichever sub-queue holds it. An in-flight pod is
+        marked so that a later ``add_unschedulable`` drops it."""
+        found = (self._active.remove(key) or self._backoff.remove(key)
+                 or self._drop_from_pool(key)) is not None
+        rec = self._in_flight.get(key)
+        if rec is not None:
+            rec.deleted = True
+            found = True
+        return found
+
+    # ---- scheduling-loop operations ------------------------------------------------------
+
+    def pop(self) -> QueuedPodInfo | None:
+        """upstream Pop, non-blocking: flush completed backoffs, then take the head of activeQ
+        (highest priority across policies; ties between policies in turn). Increments the pod's
+        attempts and the scheduling cycle, clears the plugins that rejected it last time, and
+        marks it in flight. None when activeQ is empty."""
+        self.flush_backoff_completed()
+        if not self._active:
+            qpi = self._backoff.rejected.pop() if self.pop_from_backoff else None
+            if qpi is None:
+                return None
+            if qpi.initial_attempt_timestamp is None:
+                qpi.initial_attempt_timestamp = self._clock()
+            self._count_in(ACTIVE, EVENT_POPPED_FROM_BACKOFF)
+            return self._start_flight(qpi)
+        qpi = self._active.pop()
+        return self._start_flight(qpi) if qpi is not None else None
+
+    def _start_flight(self, qpi: QueuedPodInfo) -> QueuedPodInfo:
+        qpi.attempts += 1
+        self._in_flight.start(qpi)
+        qpi.unschedulable_plugins = set()
+        qpi.pending_plugins = set()
+        return qpi
+
+    def done(self, key: str) -> None:
+        """upstream Done: the pod's attempt is over (bound, or given up)."""
+        self._in_flight.end(key)
+
+    def add_unschedulable(
+        self,
+        qpi: QueuedPodInfo,
+        plugins: Iterable[str] = (),
+        error: bool = False,
+        pending_plugins: Iterable[str] = (),
+    ) -> str | None:
+        """upstream AddUnschedulableIfNotPresent, after a failed attempt; also ends the flight.
+
+        ``plugins`` rejected the pod (Unschedulable / UnschedulableAndUnresolvable), and
+        ``pending_plugins`` returned Pending. ``error=True`` (an Error status) records no plugins.
+        Without rejecting plugins the failure counts as an error: the pod goes to backoffQ
+        (activeQ once the backoff is over) and never waits for an event. Otherwise it goes to
+        the pool, unless an event that arrived during its flight (replayed through the hints of
+        the plugins that rejected it) or a relevant update of the pod itself may have made it
+        schedulable: then backoffQ (activeQ for a Pending plugin's hint). The timestamp is
+        refreshed to now and the backoff expiry recomputed. Returns the sub-queue it went to, or
+        None when it was dropped (deleted while in flight, or already queued).
+        """
+        key = qpi.key
+        rec = self._in_flight.get(key)
+        events = self._in_flight.events_since(rec) if rec is not None else []
+        self._in_flight.end(key)
+        if (rec is not None and rec.deleted) or key in self:
+            return None
+        if rec is not None and rec.latest is not None:
+            qpi.pod = rec.latest
+        qpi.unschedulable_plugins = set() if error else set(plugins)
+        qpi.pending_plugins = set() if error else set(pending_plugins)
+        rejected = bool(qpi.unschedulable_plugins or qpi.pending_plugins)
+        if rejected:
+            qpi.unschedulable_count += 1
+            qpi.consecutive_errors_count = 0
+        else:
+            qpi.consecutive_errors_count += 1
+        qpi.timestamp = self._clock()
+        qpi.backoff_expiry = self._backoff.expiry(qpi)
+        if not rejected:
+            return self._requeue(qpi, False, EVENT_ATTEMPT_FAILURE)
+        if rec is not None and rec.updated:
+            return self._requeue(qpi, bool(qpi.pending_plugins), EVENT_ATTEMPT_FAILURE)
+        best = _SKIP
+        for _, ev, old, new in events:
+            best = max(best, self._strategy(qpi, ev, old, new))
+            if best == _IMMEDIATELY:
+                break
+        if best != _SKIP:
+            return self._requeue(qpi, best == _IMMEDIATELY, EVENT_ATTEMPT_FAILURE)
+        self._unschedulable[key] = qpi
+        self._count_in(UNSCHEDULABLE, EVENT_ATTEMPT_FAILURE)
+        log.debug("pod %s moved to the %s queue (event %s)", key, UNSCHEDULABLE, EVENT_ATTEMPT_FAILURE)
+        return UNSCHEDULABLE
+
+    def move_all_to_active_or_backoff(
+        self, event: ClusterEvent, old: Any = None, new: Any = None,
+        pre_check: Callable[[QueuedPodInfo], bool] | None = None,
+    ) -> int:
+        """upstream MoveAllToActiveOrBackoffQueue: a cluster event may have made pool pods
+        schedulable. A pool pod passing ``pre_check`` moves when a plugin that rejected it
+        registered the event and that plugin's hint says QUEUE (to backoffQ if still backing
+        off, else activeQ); a gated pod only on its gating plugin's events, and PreEnqueue runs
+        again. The event is also recorded for the pods in flight. Returns the count moved."""
+        self._in_flight.record(event, old, new)
+        if not self._unschedulable:
+            return 0
+        moved = skipped = 0
+        cache: dict = {}
+        gated = self._gated
+        for qpi in list(self._unschedulable.values()):
+            if pre_check is not None and not pre_check(qpi):
+                continue
+            if qpi.key in gated and not self._gated_interested(qpi, event, cache):
+                continue
+            strategy = self._strategy(qpi, event, old, new, cache)
+            if strategy == _SKIP:
+                skipped += 1
+                continue
+            if self._requeue(qpi, strategy == _IMMEDIATELY, event.label) != GATED:
+                moved += 1
+        label = event.label
+        if moved:
+            self.moved_by_event[label] = self.moved_by_event.get(label, 0) + moved
+        if skipped:
+            self.skipped_by_hint[label] = self.skipped_by_hint.get(label, 0) + skipped
+        return moved
+
+    def flush_unschedulable_leftover(self) -> int:
+        """upstream flushUnschedulablePodsLeftover: pods in the pool for longer than
+        ``unschedulable_max_duration`` since their timestamp move out with the wildcard event
+        UnschedulableTimeout (backoff applies; gated pods run PreEnqueue again and most stay).
+        Returns the count moved out of the pool."""
+        now = self._clock()
+        pods = [q for q in self._unschedulable.values()
+                if now - q.timestamp > self.unschedulable_max_duration]
+        if not pods:
+            return 0
+        self._in_flight.record(UNSCHEDULABLE_TIMEOUT)
+        moved = 0
+        for qpi in pods:
+            if qpi.key in self._gated:
+                qpi.timestamp = now  # checked again after another full period
+                if self._to_active(qpi, UNSCHEDULABLE_TIMEOUT.label) != GATED:
+                    moved += 1
+                continue
+            self._requeue(qpi, False, UNSCHEDULABLE_TIMEOUT.label)
+            moved += 1
+        return moved
+
+    def activate(self, keys: Iterable[str]) -> int:
+        """upstream Activate: move these pods from the pool or backoffQ to activeQ now. For a pod
+        in flight, a ForceActivate event is recorded, so it is requeued when it comes back."""
+        n = 0
+        for key in keys:
+            qpi = self._unschedulable.get(key) or self._backoff.get(key)
+            if qpi is not None:
+                if self._to_active(qpi, FORCE_ACTIVATE.label) == ACTIVE:
+                    n += 1
+            elif key in self._in_flight:
+                self._in_flight.record(FORCE_ACTIVATE)
+        return n
+
+    def flush_backoff_completed(self) -> int:
+        """upstream flushBackoffQCompleted: move every pod whose backoff is over to activeQ."""
+        moved = 0
+        while (qpi := self._backoff.peek()) is not None and not self._backoff.is_backing_off(qpi):
+            self._backoff.pop()
+            self._to_active(qpi, EVENT_BACKOFF_COMPLETE)
+            moved += 1
+        return moved
+
+    def next_ready_in(self) -> float | None:
+        """Seconds until the earliest backoff expiry (0 if already due, or when a rejected pod may
+        be popped early), None if backoffQ is empty."""
+        qpi = self._backoff.peek()
+        if qpi is None:
+            return None
+        if self.pop_from_backoff and len(self._backoff.rejected) and not self._active:
+            return 0.0
+        return max(0.0, (qpi.backoff_expiry or 0.0) - self._clock())
+
+    # ---- inspection ----------------------------------------------------------------------
+
+    @property
+    def scheduling_cycle(self) -> int:
+        return self._in_flight.cycle
+
+    def __len__(self) -> int:
+        return len(self._active) + len(self._backoff) + len(self._unschedulable)
+
+    def __contains__(self, key: str) -> bool:
+        return self.state_of(key) is not None
+
+    def get(self, key: str) -> QueuedPodInfo | None:
+        return self._active.get(key) or self._backoff.get(key) or self._unschedulable.get(key)
+
+    def state_of(self, key: str) -> str | None:
+        """ACTIVE, BACKOFF, UNSCHEDULABLE or GATED; None if not queued (in flight pods are not)."""
+        if key in self._backoff:
+            return BACKOFF
+        if key in self._unschedulable:
+            return GATED if key in self._gated else UNSCHEDULABLE
+        if self._active.get(key) is not None:
+            return ACTIVE
+        return None
+
+    def is_in_flight(self, key: str) -> bool:
+        return key in self._in_flight
+
+    @property
+    def in_flight_count(self) -> int:
+        return len(self._in_flight)
+
+    @property
+    def active_count(self) -> int:
+        return len(self._active)
+
+    def pending_pods(self, policy: str | None = None) -> list[QueuedPodInfo]:
+        """upstream PendingPods: activeQ, then backoffQ, then the pool (each unordered)."""
+        pods = self._active.items()
+        pods += self._backoff.items() + list(self._unschedulable.values())
+        return pods if policy is None else [q for q in pods if q.policy == policy]
+
+    def unschedulable_plugin_counts(self) -> dict[tuple[str, str], int]:
+        """(policy, plugin) -> pods in the unschedulable pool that plugin rejected (or gates, or
+        answered Pending for): upstream's scheduler_unschedulable_pods."""
+        out: dict[tuple[str, str], int] = {}
+        for q in list(self._unschedulable.values()):
+            for plugin in q.unschedulable_plugins | q.pending_plugins:
+                key = (q.policy, plugin)
+                out[key] = out.get(key, 0) + 1
+        return out
+
+    def counts(self, policy: str | None = None) -> dict[str, int]:
+        """Pending pods per sub-queue (the pending_pods gauge), optionally for one policy; the
+        pool is split into ``unschedulable`` and ``gated``."""
+        if policy is None:
+            return {ACTIVE: len(self._active), BACKOFF: len(self._backoff),
+                    UNSCHEDULABLE: len(self._unschedulable) - len(self._gated), GATED: len(self._gated)}
+        pool = [q for q in self._unschedulable.values() if q.policy == policy]
+        gated = sum(q.key in self._gated for q in pool)
+        return {
+            ACTIVE: self._active.count(policy),
+            BACKOFF: sum(q.policy == policy for q in self._backoff.items()),
+            UNSCHEDULABLE: len(pool) - gated,
+            GATED: gated,
+        }

@@ -1,0 +1,458 @@
+"""NodeTable: the snapshot's node rows, per-node aggregates (upstream NodeInfo Requested /
+NonZeroRequested / UsedPorts / pod counts), assume/forget, orphan pods and cached label masks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policy_scheduler.framework.model.nodetable import CPU, EPHEMERAL, MEMORY, PODS, NodeSpec, NodeTable
+from policy_scheduler.framework.model.podinfo import parse_pod
+from policy_scheduler.framework.model.taints import Taint
+
+MI = 2**20
+GI = 2**30
+
+
+def node(name, labels=None, cpu="4", memory="8Gi", pods="110", taints=None, unschedulable=False,
+         images=None, **extra):
+    d = {"metadata": {"name": name, "labels": labels or {}},
+         "spec": {"taints": taints or [], "unschedulable": unschedulable},
+         "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": pods, **extra}}}
+    if images:
+        d["status"]["images"] = images
+    return d
+
+
+def pod(name, requests=None, *, ns="default", ports=None, affinity=None, containers=1):
+    ctrs = []
+    for i in range(containers):
+        ctr = {"name": f"c{i}", "image": "busybox"}
+        if requests is not None:
+            ctr["resources"] = {"requests": requests}
+        if ports and i == 0:
+            ctr["ports"] = ports
+        ctrs.append(ctr)
+    spec = {"containers": ctrs}
+    if affinity:
+        spec["affinity"] = affinity
+    return parse_pod({"metadata": {"name": name, "namespace": ns}, "spec": spec})
+
+
+def row_of(t, name):
+    return t.index[name]
+
+
+def check_consistent(t: NodeTable):
+    """Every live row's bookkeeping agrees with its name and its pods."""
+    assert t.n == len(t.names) == len(t.specs) == len(t.pods) == len(t.used_ports)
+    for row, name in enumerate(t.names):
+        assert t.index[name] == row
+        assert t.specs[row].name == name
+        pods = t.pods[row].values()
+        assert t.requested[row, PODS] == len(t.pods[row])
+        assert t.requested[row, CPU] == sum(p.requests.get("cpu", 0) for p in pods)
+        assert t.requested[row, MEMORY] == sum(p.requests.get("memory", 0) for p in pods)
+        assert t.nonzero[row, 0] == sum(p.nonzero_cpu for p in pods)
+        assert t.nonzero[row, 1] == sum(p.nonzero_memory for p in pods)
+        assert t.allocatable[row, CPU] == t.specs[row].allocatable.get("cpu", 0)
+        assert t.unschedulable[row] == t.specs[row].unschedulable
+    assert set(t.index) == set(t.names)
+
+
+# ---------------------------------------------------------------- nodes
+
+def test_node_spec_from_dict():
+    taints = [{"key": "k", "value": "v", "effect": "NoSchedule"}, {"key": "e", "effect": "NoExecute"}]
+    images = [{"names": ["nginx:1.27", "docker.io/library/nginx:1.27"], "sizeBytes": 70 * MI}]
+    s = NodeSpec.from_dict(node("n1", {"zone": "a"}, cpu="3500m", memory="1Gi", **{"nvidia.com/gpu": "2"},
+                                taints=taints, unschedulable=True, images=images))
+    assert s.name == "n1" and s.labels == {"zone": "a"} and s.unschedulable
+    assert s.allocatable == {"cpu": 3500, "memory": GI, "pods": 110, "nvidia.com/gpu": 2}
+    assert s.taints == (Taint("k", "v", "NoSchedule"), Taint("e", "", "NoExecute"))
+    assert s.images == {"nginx:1.27": 70 * MI, "docker.io/library/nginx:1.27": 70 * MI}
+
+
+def test_node_spec_falls_back_to_capacity_and_ignores_bad_quantities():
+    s = NodeSpec.from_dict({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "2", "memory": "oops"}}})
+    assert s.allocatable == {"cpu": 2000, "memory": 0}
+    # an exa quantity and a huge exponent neither crash nor overflow the int64 columns
+    t = NodeTable()
+    t.upsert_node({"metadata": {"name": "big"}, "status": {"allocatable": {"memory": "1E", "cpu": "1e40"}}})
+    assert t.allocatable[0, MEMORY] == 10**18
+    assert t.allocatable[0, CPU] == 2**63 - 1
+
+
+def test_add_update_remove_nodes_keeps_rows_dense_and_index_consistent():
+    t = NodeTable(capacity=2)  # forces growth
+    for i in range(5):
+        t.upsert_node(node(f"n{i}", cpu=str(i + 1)))
+    assert t.n == len(t) == 5 and t.names == ["n0", "n1", "n2", "n3", "n4"]
+    t.add_pod(pod("p4", {"cpu": "1"}), "n4")
+    t.add_pod(pod("p1", {"cpu": "500m"}), "n1")
+    check_consistent(t)
+    # update keeps the row and replaces allocatable
+    row = t.upsert_node(node("n2", cpu="16", unschedulable=True))
+    assert row == 2 and t.allocatable[2, CPU] == 16000 and t.unschedulable[2]
+    # swap-remove: the last row (n4, with its pod) moves into n1's row
+    t.remove_node("n1")
+    assert t.n == 4 and "n1" not in t.index
+    assert t.names == ["n0", "n4", "n2", "n3"]
+    assert t.index["n4"] == 1
+    assert t.allocatable[1, CPU] == 5000 and t.requested[1, CPU] == 1000
+    assert list(t.pods[1]) == ["default/p4"]
+    check_consistent(t)
+    t.remove_node("n3")  # removing the last row
+    t.remove_node("missing")  # unknown: no-op
+    assert t.names == ["n0", "n4", "n2"]
+    check_consistent(t)
+    # a new node reuses the freed row with clean aggregates
+    t.upsert_node(node("n9"))
+    assert t.index["n9"] == 3 and t.requested[3].sum() == 0 and t.nonzero[3].sum() == 0
+    check_consistent(t)
+
+
+def test_update_node_allocatable_can_drop_a_resource():
+    t = NodeTable()
+    t.upsert_node(node("n", **{"example.com/dongle": "3"}))
+    col = t.res_index["example.com/dongle"]
+    assert t.allocatable[0, col] == 3
+    t.upsert_node(node("n"))
+    assert t.allocatable[0, col] == 0
+
+
+# ---------------------------------------------------------------- pods
+
+def test_requested_nonzero_and_pod_counts():
+    t = NodeTable()
+    t.upsert_node(node("n"))
+    t.add_pod(pod("a", {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "2Gi"}), "n")
+    t.add_pod(pod("b"), "n")  # best effort: no true requests, scoring defaults only
+    t.add_pod(pod("c", {"cpu": "0"}), "n")  # explicit 0 cpu, memory defaulted
+    r = t.index["n"]
+    assert t.requested[r, CPU] == 1000
+    assert t.requested[r, MEMORY] == GI
+    assert t.requested[r, EPHEMERAL] == 2 * GI
+    assert t.requested[r, PODS] == 3
+    # nonzero: a 1000 + b 100 + c 0 ; memory a 1Gi + b 200Mi + c 200Mi
+    assert t.nonzero[r].tolist() == [1100, GI + 400 * MI]
+    assert t.node_of("default/b") == "n" and t.pod("default/b").name == "b"
+    assert sorted(p.name for _, p in t.iter_pods()) == ["a", "b", "c"]
+
+
+def test_readding_a_pod_replaces_the_old_copy():
+    t = NodeTable()
+    t.upsert_node(node("n1"))
+    t.upsert_node(node("n2"))
+    t.add_pod(pod("a", {"cpu": "1"}), "n1")
+    t.add_pod(pod("a", {"cpu": "2"}), "n1")  # updated pod
+    assert t.requested[0, CPU] == 2000 and t.requested[0, PODS] == 1
+    t.add_pod(pod("a", {"cpu": "2"}), "n2")  # moved
+    assert t.requested[0].tolist()[:4] == [0, 0, 0, 0]
+    assert t.requested[1, CPU] == 2000 and t.node_of("default/a") == "n2"
+    check_consistent(t)
+
+
+def test_assume_and_forget():
+    t = NodeTable()
+    t.upsert_node(node("n"))
+    p = pod("a", {"cpu": "1", "memory": "1Gi"}, ports=[{"containerPort": 80, "hostPort": 80}])
+    t.add_pod(p, "n", assumed=True)
+    assert "default/a" in t.assumed
+    assert t.requested[0, CPU] == 1000 and t.used_ports[0] == {("0.0.0.0", "TCP", 80): 1}
+    # forget: everything the pod added is subtracted again
+    assert t.remove_pod("default/a") is p
+    assert "default/a" not in t.assumed and t.node_of("default/a") is None
+    assert t.requested[0].sum() == 0 and t.nonzero[0].sum() == 0 and t.used_ports[0] == {}
+    assert t.remove_pod("default/a") is None  # twice: no-op
+    # assume then confirm: stays accounted, no longer assumed
+    t.add_pod(p, "n", assumed=True)
+    t.confirm("default/a")
+    assert "default/a" not in t.assumed and t.requested[0, CPU] == 1000
+    # the bound copy arriving from the watch replaces the assumed one without double counting
+    t.add_pod(p, "n")
+    assert t.requested[0, CPU] == 1000 and t.requested[0, PODS] == 1
+    check_consistent(t)
+
+
+def test_used_ports_are_reference_counted():
+    t = NodeTable()
+    t.upsert_node(node("n"))
+    ports = [{"containerPort": 53, "hostPort": 53, "protocol": "UDP"}, {"containerPort": 80, "hostPort": 8080}]
+    t.add_pod(pod("a", ports=ports), "n")
+    t.add_pod(pod("b", ports=ports[:1]), "n")
+    assert t.used_ports[0] == {("0.0.0.0", "UDP", 53): 2, ("0.0.0.0", "TCP", 8080): 1}
+    t.remove_pod("default/a")
+    assert t.used_ports[0] == {("0.0.0.0", "UDP", 53): 1}
+    t.remove_pod("default/b")
+    assert t.used_ports[0] == {}
+
+
+def test_pods_with_affinity_and_their_term_index():
+    t = NodeTable()
+    t.upsert_node(node("n", labels={"zone": "a"}))  # a node without the term's key would index nothing
+    term = {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "x"}}}
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    t.add_pod(pod("anti", affinity=anti), "n")
+    t.add_pod(pod("pref", affinity={"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "podAffinityTerm": term}]}}), "n")
+    t.add_pod(pod("plain"), "n")
+    assert set(t.pods_with_affinity[0]) == {"default/anti", "default/pref"}
+    assert len(t.required_anti_affinity_terms) == 1 and len(t.preferred_affinity_terms) == 1
+    t.remove_pod("default/anti")
+    assert set(t.pods_with_affinity[0]) == {"default/pref"}
+    assert not t.required_anti_affinity_terms
+
+
+def test_pods_on_unknown_node_are_kept_and_applied_when_the_node_arrives():
+    t = NodeTable()
+    t.upsert_node(node("other"))
+    t.add_pod(pod("early", {"cpu": "1", "nvidia.com/gpu": "1"}), "late")
+    assert t.node_of("default/early") == "late" and t.pod("default/early").name == "early"
+    assert t.requested[0].sum() == 0
+    row = t.upsert_node(node("late"))
+    gpu = t.res_index["nvidia.com/gpu"]
+    assert t.requested[row, CPU] == 1000 and t.requested[row, gpu] == 1 and t.requested[row, PODS] == 1
+    assert "default/early" in t.pods[row]
+    check_consistent(t)
+
+
+def test_orphan_pod_can_be_removed_before_its_node_arrives():
+    t = NodeTable()
+    t.add_pod(pod("early", {"cpu": "1"}), "late")
+    assert t.remove_pod("default/early").name == "early"
+    row = t.upsert_node(node("late"))
+    assert t.requested[row, PODS] == 0 and t.pods[row] == {}
+
+
+def test_remove_node_keeps_its_pods_as_orphans():
+    t = NodeTable()
+    t.upsert_node(node("a"))
+    t.upsert_node(node("b"))
+    t.add_pod(pod("p", {"cpu": "2"}), "a")
+    t.remove_node("a")
+    assert t.node_of("default/p") == "a" and t.pod("default/p").name == "p"
+    assert t.requested[t.index["b"]].sum() == 0
+    # the node comes back: its pods count again
+    row = t.upsert_node(node("a"))
+    assert t.requested[row, CPU] == 2000 and t.requested[row, PODS] == 1
+    check_consistent(t)
+    # or the pod is deleted while its node is gone
+    t.remove_node("a")
+    assert t.remove_pod("default/p") is not None
+    row = t.upsert_node(node("a"))
+    assert t.requested[row, PODS] == 0
+
+
+def test_new_scalar_resources_add_columns():
+    t = NodeTable()
+    t.upsert_node(node("n1"))
+    base = len(t.resources)
+    t.add_pod(pod("g", {"example.com/fpga": "2", "hugepages-2Mi": "4Mi"}), "n1")
+    assert len(t.resources) == base + 2
+    assert t.allocatable.shape[1] == t.requested.shape[1] == len(t.resources)
+    col = t.res_index["example.com/fpga"]
+    assert t.requested[0, col] == 2 and t.allocatable[0, col] == 0  # not advertised -> 0
+    t.upsert_node(node("n2", **{"example.com/fpga": "8"}))
+    assert t.allocatable[1, col] == 8
+    # request_vector aligns the pod's requests with the columns; pods column = 1
+    v = t.request_vector(pod("v", {"cpu": "1", "example.com/new": "3"}))
+    assert len(v) == len(t.resources)
+    assert v[CPU] == 1000 and v[PODS] == 1 and v[t.res_index["example.com/new"]] == 3
+
+
+def test_image_node_counts():
+    t = NodeTable()
+    img = [{"names": ["nginx:1.27"], "sizeBytes": 10}]
+    t.upsert_node(node("a", images=img))
+    t.upsert_node(node("b", images=img + [{"names": ["redis:7"], "sizeBytes": 5}]))
+    assert t.image_nodes == {"nginx:1.27": 2, "redis:7": 1}
+    t.upsert_node(node("b", images=[{"names": ["redis:7"], "sizeBytes": 5}]))
+    assert t.image_nodes == {"nginx:1.27": 1, "redis:7": 1}
+    t.remove_node("a")
+    assert t.image_nodes == {"redis:7": 1}
+
+
+# ---------------------------------------------------------------- label masks
+
+def test_label_mask_and_column():
+    t = NodeTable()
+    t.upsert_node(node("a", {"zone": "z1", "disk": "ssd"}))
+    t.upsert_node(node("b", {"zone": "z2"}))
+    t.upsert_node(node("c", {}))
+    assert t.label_mask("zone").tolist() == [True, True, False]
+    assert t.label_mask("zone", "z2").tolist() == [False, True, False]
+    assert t.label_mask("zone", "z9").tolist() == [False, False, False]
+    assert t.label_mask("missing").tolist() == [False, False, False]
+    assert t.label_column("zone") == ["z1", "z2", None]
+    assert t.label_values("zone") == {"z1": {"a"}, "z2": {"b"}}
+
+
+def test_label_caches_are_reused_and_invalidated_on_label_change():
+    t = NodeTable()
+    t.upsert_node(node("a", {"zone": "z1"}))
+    t.upsert_node(node("b", {"zone": "z2"}))
+    m = t.label_mask("zone", "z1")
+    assert t.label_mask("zone", "z1") is m  # cached
+    col = t.label_column("zone")
+    assert t.label_column("zone") is col
+    calls = []
+    built = t.cached(("test", "k"), lambda: calls.append(1) or np.array([1, 2]))
+    assert t.cached(("test", "k"), lambda: calls.append(1) or None) is built and len(calls) == 1
+    # a change that does not touch labels/taints keeps the caches
+    t.upsert_node(node("a", {"zone": "z1"}, cpu="64"))
+    t.add_pod(pod("p"), "a")
+    assert t.label_mask("zone", "z1") is m
+    v = t.node_version
+    # relabel: caches rebuilt
+    t.upsert_node(node("a", {"zone": "z2"}))
+    assert t.node_version > v
+    assert t.label_mask("zone", "z1").tolist() == [False, False]
+    assert t.label_mask("zone", "z2").tolist() == [True, True]
+    assert t.label_column("zone") == ["z2", "z2"]
+    assert t.cached(("test", "k"), lambda: "rebuilt") == "rebuilt"
+
+
+@pytest.mark.parametrize("change", ["taint", "add", "remove"])
+def test_label_caches_invalidated_on_taint_and_node_set_changes(change):
+    t = NodeTable()
+    t.upsert_node(node("a", {"zone": "z1"}))
+    t.upsert_node(node("b", {"zone": "z1"}))
+    t.cached(("test", "k"), lambda: "old")
+    assert t.label_mask("zone").tolist() == [True, True]
+    if change == "taint":
+        t.upsert_node(node("a", {"zone": "z1"}, taints=[{"key": "k", "effect": "NoSchedule"}]))
+        assert t.label_mask("zone").tolist() == [True, True]
+    elif change == "add":
+        t.upsert_node(node("c", {"zone": "z1"}))
+        assert t.label_mask("zone").tolist() == [True, True, True]
+    else:
+        t.remove_node("a")
+        assert t.label_mask("zone").tolist() == [True]
+        assert t.label_column("zone") == ["z1"]
+    assert t.cached(("test", "k"), lambda: "new") == "new"
+
+
+def test_label_mask_follows_swap_remove():
+    t = NodeTable()
+    for name, z in (("a", "z1"), ("b", "z2"), ("c", "z3")):
+        t.upsert_node(node(name, {"zone": z}))
+    t.remove_node("a")  # c moves into row 0
+    assert t.names == ["c", "b"]
+    assert t.label_mask("zone", "z3").tolist() == [True, False]
+    assert t.label_column("zone") == ["z3", "z2"]
+
+
+# ---------------------------------------------------------------------- (anti-)affinity term index
+def anti_term(key, app):
+    return {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
+
+
+def anti_pod(name, app, key="zone", ns="default"):
+    return pod(name, ns=ns, affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        anti_term(key, app)]}})
+
+
+def term_index(t: NodeTable):
+    """Every kind of the term index as plain dicts, for comparison."""
+    return [{k: dict(v) for k, v in index.items()}
+            for index in (t.required_affinity_terms, t.required_anti_affinity_terms,
+                          t.preferred_affinity_terms, t.preferred_anti_affinity_terms)]
+
+
+def brute_term_index(t: NodeTable):
+    """The term index recounted from the rows' pods: one occurrence per (pod, term) on a node
+    having the term's topology key."""
+    out = [{}, {}, {}, {}]
+    for row in range(t.n):
+        labels = t.specs[row].labels
+        for p in t.pods[row].values():
+            for index, terms in zip(out, (p.required_affinity, p.required_anti_affinity,
+                                          p.preferred_affinity, p.preferred_anti_affinity)):
+                for x in terms:
+                    key = getattr(x, "term", x).topology_key
+                    if key in labels:
+                        pairs = index.setdefault(x, {})
+                        pairs[(key, labels[key])] = pairs.get((key, labels[key]), 0) + 1
+    return out
+
+
+def test_term_index_counts_each_pod_term_on_nodes_with_the_key():
+    t = NodeTable()
+    t.upsert_node(node("a", {"zone": "z1"}))
+    t.upsert_node(node("b", {"zone": "z1"}))
+    t.upsert_node(node("c"))  # no zone label: its pods' zone terms are in no domain
+    for name, node_name in (("p1", "a"), ("p2", "b"), ("p3", "c")):
+        t.add_pod(anti_pod(name, "web"), node_name)
+    term = t.pods[row_of(t, "a")]["default/p1"].required_anti_affinity[0]
+    assert t.required_anti_affinity_terms == {term: {("zone", "z1"): 2}}
+    t.remove_pod("default/p1")
+    assert t.required_anti_affinity_terms == {term: {("zone", "z1"): 1}}
+    t.remove_pod("default/p2")
+    t.remove_pod("default/p3")
+    assert t.required_anti_affinity_terms == {}
+
+
+def test_term_index_follows_node_label_changes_and_node_removal():
+    t = NodeTable()
+    t.upsert_node(node("a", {"zone": "z1"}))
+    t.add_pod(anti_pod("p1", "web"), "a")
+    term = t.pod("default/p1").required_anti_affinity[0]
+    t.upsert_node(node("a", {"zone": "z2"}))
+    assert t.required_anti_affinity_terms == {term: {("zone", "z2"): 1}}
+    t.upsert_node(node("a", {}))
+    assert t.required_anti_affinity_terms == {}
+    t.upsert_node(node("a", {"zone": "z3"}))
+    assert t.required_anti_affinity_terms == {term: {("zone", "z3"): 1}}
+    t.remove_node("a")  # the pod waits as an orphan, in no domain
+    assert t.required_anti_affinity_terms == {}
+    t.upsert_node(node("a", {"zone": "z4"}))
+    assert t.required_anti_affinity_terms == {term: {("zone", "z4"): 1}}
+
+
+def test_term_index_keeps_preferred_terms_by_weight():
+    t = NodeTable()
+    t.upsert_node(node("a", {"zone": "z1"}))
+    pref = {"podAffinityTerm": anti_term("zone", "web")}
+    p = pod("p", affinity={"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        dict(pref, weight=5)]}, "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        dict(pref, weight=5), dict(pref, weight=7)]}})
+    t.add_pod(p, "a")
+    assert t.preferred_affinity_terms == {p.preferred_affinity[0]: {("zone", "z1"): 1}}
+    assert t.preferred_anti_affinity_terms == {w: {("zone", "z1"): 1} for w in p.preferred_anti_affinity}
+    assert t.required_anti_affinity_terms == {}
+
+
+def test_term_index_equals_a_recount_after_random_changes():
+    import random
+
+    rng = random.Random(3)
+    t = NodeTable()
+    kinds = [
+        lambda: {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            anti_term(rng.choice(["zone", "rack"]), rng.choice(["web", "db"]))]}},
+        lambda: {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            anti_term("zone", "web"), anti_term("rack", rng.choice(["web", "db"]))]}},
+        lambda: {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": rng.choice([1, 2]), "podAffinityTerm": anti_term("zone", "db")}]},
+                 "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                     {"weight": 3, "podAffinityTerm": anti_term("rack", "web")}]}},
+        lambda: None,
+    ]
+
+    def labels():
+        return {k: rng.choice(["1", "2"]) for k in ("zone", "rack") if rng.random() < 0.8}
+
+    for step in range(800):
+        op = rng.random()
+        names = [f"n{i}" for i in range(6)]
+        if op < 0.45:
+            t.add_pod(pod(f"p{rng.randrange(60)}", ns=rng.choice(["default", "other"]),
+                          affinity=rng.choice(kinds)()), rng.choice(names))
+        elif op < 0.65:
+            t.remove_pod(f"{rng.choice(['default', 'other'])}/p{rng.randrange(60)}")
+        elif op < 0.9:
+            t.upsert_node(node(rng.choice(names), labels()))
+        else:
+            t.remove_node(rng.choice(names))
+        assert term_index(t) == brute_term_index(t), step

@@ -1,0 +1,271 @@
+"""SchedulingQueue with policies' chains: PreEnqueue gating, event hints of the rejecting plugins
+only, in-flight events replayed, QueueSort per policy and the fair rule across policies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from policy_scheduler.framework.events import (ASSIGNED_POD_ADD, NODE_ADD, ActionType, ClusterEvent,
+                                               ClusterEventWithHint, QueueingHint, Resource)
+from policy_scheduler.framework.model.podinfo import parse_pod
+from policy_scheduler.framework.queue.scheduling_queue import ACTIVE, BACKOFF, GATED, UNSCHEDULABLE, SchedulingQueue
+from policy_scheduler.plugins.priority_sort import PrioritySort
+from policy_scheduler.plugins.scheduling_gates import SchedulingGates
+
+T0 = 1000.0
+NODE_LABEL = ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_LABEL)
+NODE_ALLOCATABLE = ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_ALLOCATABLE)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = T0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@dataclass
+class Profile:
+    """What the queue reads of a chain."""
+
+    queue_sort: object = None
+    pre_enqueue: list = field(default_factory=list)
+    events: dict = field(default_factory=dict)
+
+
+def pod(name, priority=0, gates=(), labels=None, rv="1"):
+    return parse_pod({
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels or {},
+                     "resourceVersion": rv},
+        "spec": {"priority": priority, "containers": [{"name": "c", "image": "i"}],
+                 "schedulingGates": [{"name": g} for g in gates]},
+    })
+
+
+def queue(profiles: dict[str, Profile], **kw):
+    clock = Clock()
+    gates = SchedulingGates(None, None)
+    fallback = Profile(pre_enqueue=[gates], events={"SchedulingGates": gates.events_to_register()})
+    kw.setdefault("pop_from_backoff", False)  # the backoff is pinned here; test_queue covers that feature
+    q = SchedulingQueue(PrioritySort(None, None).less, clock=clock, profile_of=profiles.get, **kw)
+    q.fallback = fallback
+    return q, clock
+
+
+def gated_profile(**events) -> Profile:
+    gates = SchedulingGates(None, None)
+    return Profile(pre_enqueue=[gates], events={"SchedulingGates": gates.events_to_register(), **events})
+
+
+# ---- gates ---------------------------------------------------------------------------------
+
+def test_gated_pod_never_enters_the_active_queue_until_its_last_gate_goes():
+    q, clock = queue({"p": gated_profile()})
+    assert q.add(pod("a", gates=("x", "y")), "p") == GATED
+    assert q.pop() is None
+    qpi = q.get("ns/a")
+    assert qpi.gating_plugin == "SchedulingGates"
+    assert qpi.gating_message == "waiting for scheduling gates: [x y]"
+    assert q.counts() == {ACTIVE: 0, BACKOFF: 0, UNSCHEDULABLE: 0, GATED: 1}
+    # events of other resources do not touch it; the flush runs PreEnqueue again and keeps it
+    assert q.move_all_to_active_or_backoff(NODE_ADD) == 0
+    clock.t += 301
+    assert q.flush_unschedulable_leftover() == 0
+    assert q.state_of("ns/a") == GATED
+    # removing one of two gates is not the gate-elimination event
+    q.update(pod("a", gates=("y",), rv="2"))
+    assert q.state_of("ns/a") == GATED
+    q.update(pod("a", rv="3"))
+    assert q.state_of("ns/a") == ACTIVE
+    got = q.pop()
+    assert got.pod.name == "a" and got.attempts == 1 and got.gating_plugin is None
+    assert got.initial_attempt_timestamp == clock.t  # latency counts from ungating
+
+
+def test_pods_without_a_usable_policy_are_gated_by_the_fallback():
+    q, _ = queue({})
+    assert q.add(pod("a", gates=("x",)), "missing") == GATED
+    assert q.add(pod("b"), "missing") == ACTIVE
+
+
+def test_a_pod_gated_again_while_backing_off_stays_in_the_pool():
+    q, clock = queue({"p": gated_profile(NodeResourcesFit=[ClusterEventWithHint(NODE_ADD)])})
+    q.add(pod("a"), "p")
+    qpi = q.pop()
+    assert q.add_unschedulable(qpi, {"NodeResourcesFit"}) == UNSCHEDULABLE
+    # the API server would refuse to add gates to a pod; a PreEnqueue plugin may still say no
+    qpi.pod = pod("a", gates=("late",))
+    assert q.move_all_to_active_or_backoff(NODE_ADD) == 0
+    assert q.state_of("ns/a") == GATED
+
+
+# ---- hints ---------------------------------------------------------------------------------
+
+def fits_new_node(p, old, new):
+    return QueueingHint.QUEUE if new == "big" else QueueingHint.SKIP
+
+
+def hinted_profile() -> Profile:
+    return Profile(events={
+        "NodeResourcesFit": [ClusterEventWithHint(NODE_ADD, fits_new_node),
+                             ClusterEventWithHint(NODE_ALLOCATABLE)],
+        "NodeAffinity": [ClusterEventWithHint(NODE_ADD), ClusterEventWithHint(NODE_LABEL)],
+        "NodePorts": [],
+    })
+
+
+def rejected(q, name, plugins, policy="p"):
+    q.add(pod(name), policy)
+    qpi = q.pop()
+    assert q.add_unschedulable(qpi, set(plugins)) == UNSCHEDULABLE
+    return qpi
+
+
+def test_an_event_no_rejecting_plugin_registered_moves_nothing():
+    q, clock = queue({"p": hinted_profile()})
+    rejected(q, "fit", {"NodeResourcesFit"})
+    rejected(q, "ports", {"NodePorts"})
+    clock.t += 20
+    # NodeAffinity registered node label changes, but it rejected neither pod
+    assert q.move_all_to_active_or_backoff(NODE_LABEL) == 0
+    assert q.state_of("ns/fit") == q.state_of("ns/ports") == UNSCHEDULABLE
+    assert q.skipped_by_hint == {"NodeUpdateNodeLabel": 2} and q.moved_by_event == {}
+    # a registered event whose hint says SKIP moves nothing either
+    assert q.move_all_to_active_or_backoff(NODE_ADD, None, "small") == 0
+    assert q.move_all_to_active_or_backoff(NODE_ADD, None, "big") == 1
+    assert q.state_of("ns/fit") == ACTIVE and q.state_of("ns/ports") == UNSCHEDULABLE
+    assert q.moved_by_event == {"NodeAdd": 1}
+
+
+def test_any_rejecting_plugin_can_wake_the_pod():
+    q, clock = queue({"p": hinted_profile()})
+    rejected(q, "a", {"NodeResourcesFit", "NodeAffinity"})
+    clock.t += 20
+    assert q.move_all_to_active_or_backoff(NODE_LABEL) == 1
+
+
+def test_a_hint_that_raises_counts_as_queue():
+    def broken(p, old, new):
+        raise KeyError("bug")
+
+    q, clock = queue({"p": Profile(events={"X": [ClusterEventWithHint(NODE_ADD, broken)]})})
+    rejected(q, "a", {"X"})
+    assert q.move_all_to_active_or_backoff(NODE_ADD) == 1
+    assert q.state_of("ns/a") == BACKOFF  # still inside its 1 s backoff
+
+
+def test_registration_matching_is_narrower_or_equal():
+    q, clock = queue({"p": Profile(events={"X": [ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.UPDATE))],
+                                           "Y": [ClusterEventWithHint(ClusterEvent(Resource.POD, ActionType.ADD))]})})
+    rejected(q, "x", {"X"})
+    rejected(q, "y", {"Y"})
+    clock.t += 20
+    assert q.move_all_to_active_or_backoff(NODE_ADD) == 0  # Add is not an Update
+    assert q.move_all_to_active_or_backoff(NODE_LABEL) == 1  # UpdateNodeLabel is within Update
+    assert q.move_all_to_active_or_backoff(ASSIGNED_POD_ADD) == 1  # Pod covers AssignedPod
+    assert q.state_of("ns/x") == q.state_of("ns/y") == ACTIVE
+
+
+def test_unknown_rejector_gets_every_event_and_pseudo_plugins_their_own():
+    q, clock = queue({"p": Profile()}, pseudo_events={
+        "PolicySelection": [ClusterEventWithHint(ClusterEvent(Resource.POLICY, ActionType.UPDATE))]})
+    rejected(q, "gone", {"PluginRemovedFromPolicy"})
+    rejected(q, "nopolicy", {"PolicySelection"})
+    clock.t += 20
+    assert q.move_all_to_active_or_backoff(NODE_LABEL) == 1
+    assert q.state_of("ns/gone") == ACTIVE and q.state_of("ns/nopolicy") == UNSCHEDULABLE
+    assert q.move_all_to_active_or_backoff(ClusterEvent(Resource.POLICY, ActionType.UPDATE)) == 1
+
+
+def test_target_pod_update_moves_only_when_a_rejector_registered_it():
+    q, clock = queue({"p": Profile(events={
+        "NodeResourcesFit": [ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE_POD_SCALE_DOWN))],
+        "InterPodAffinity": [ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE_POD_LABEL))],
+    })})
+    rejected(q, "a", {"NodeResourcesFit"})
+    clock.t += 20
+    q.update(pod("a", labels={"x": "y"}, rv="2"))  # a label change cannot help a resource rejection
+    assert q.state_of("ns/a") == UNSCHEDULABLE
+    q.delete("ns/a")
+    rejected(q, "b", {"InterPodAffinity"})
+    clock.t += 20
+    q.update(pod("b", labels={"x": "y"}, rv="2"))
+    assert q.state_of("ns/b") == ACTIVE
+
+
+def test_in_flight_events_are_replayed_through_the_hints():
+    q, clock = queue({"p": hinted_profile()})
+    q.add(pod("a"), "p")
+    q.add(pod("b"), "p")
+    a = q.pop()
+    q.move_all_to_active_or_backoff(NODE_LABEL)  # arrives while a is being scheduled
+    assert q.add_unschedulable(a, {"NodeResourcesFit"}) == UNSCHEDULABLE  # NodeResourcesFit ignores it
+    b = q.pop()
+    q.move_all_to_active_or_backoff(NODE_ADD, None, "big")
+    assert q.add_unschedulable(b, {"NodeResourcesFit"}) == BACKOFF  # this one may help
+
+
+def test_events_are_not_kept_once_nothing_is_in_flight():
+    q, _ = queue({"p": hinted_profile()})
+    q.add(pod("a"), "p")
+    a = q.pop()
+    q.move_all_to_active_or_backoff(NODE_ADD, None, "big")
+    q.done(a.key)
+    q.add(pod("b"), "p")
+    b = q.pop()
+    assert q.add_unschedulable(b, {"NodeResourcesFit"}) == UNSCHEDULABLE
+
+
+# ---- QueueSort per policy and the fair rule ---------------------------------------------
+
+class Fifo:
+    """A QueueSort that ignores priority: first queued, first out."""
+
+    NAME = "Fifo"
+
+    @staticmethod
+    def less(a, b):
+        return a.timestamp < b.timestamp
+
+
+def test_each_policy_orders_its_own_pods_with_its_queue_sort():
+    q, clock = queue({"fifo": Profile(queue_sort=Fifo), "prio": Profile()})
+    for i, (name, prio) in enumerate([("f-low", 1), ("f-high", 5)]):
+        clock.t = T0 + i
+        q.add(pod(name, prio), "fifo")
+    # within "fifo", the older pod goes first although its priority is lower
+    assert q.pop().pod.name == "f-low"
+    assert q.pop().pod.name == "f-high"
+
+
+def test_across_policies_priority_first_then_round_robin():
+    q, clock = queue({"a": Profile(), "b": Profile(), "c": Profile()})
+    for i in range(3):
+        q.add(pod(f"a{i}"), "a")
+        q.add(pod(f"b{i}"), "b")
+    q.add(pod("c0"), "c")
+    q.add(pod("urgent", priority=100), "c")
+    order = [q.pop().pod.name for _ in range(8)]
+    assert order == ["urgent", "a0", "b0", "c0", "a1", "b1", "a2", "b2"]
+    assert q.pop() is None
+
+
+def test_policy_change_reorders_its_active_queue():
+    profiles = {"p": Profile()}
+    q, clock = queue(profiles)
+    clock.t = T0
+    q.add(pod("old-low", 1), "p")
+    clock.t = T0 + 1
+    q.add(pod("new-high", 9), "p")
+    profiles["p"] = Profile(queue_sort=Fifo)
+    q.policy_changed("p")
+    assert q.pop().pod.name == "old-low"
+
+
+def test_relabelled_pod_moves_to_its_new_policys_queue():
+    q, _ = queue({"a": Profile(), "b": Profile()})
+    q.add(pod("x"), "a")
+    q.add(pod("x", labels={"moved": "yes"}, rv="2"), "b")
+    assert q.counts("a")[ACTIVE] == 0 and q.counts("b")[ACTIVE] == 1
+    assert q.pop().policy == "b"
