@@ -1,6 +1,7 @@
 """policy-scheduler command line: run the operator (its flags; serve.py builds and runs
 it), print the CRD, explain a decision (explain.py prints the record), snapshot the cluster, simulate
-policies on it and tune a policy's weights offline (whatif/ computes and writes their results)."""
+policies on it and tune a policy's weights offline (whatif/ computes and writes their results), a
+policy's revisions (rollout: cluster/rollout.py)."""
 
 from __future__ import annotations
 
@@ -369,6 +370,8 @@ def _url(v: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from .cluster.leader import LEASE_DURATION, RENEW_DEADLINE, RESOURCE_NAMESPACE, RETRY_PERIOD
     from .cache.policies import DEFAULT_POLICY
+    from .cache.revisions import DEFAULT_HISTORY_LIMIT, default_namespace
+    from .cluster.rollout import add_parser as add_rollout_parser, non_negative
 
     p = argparse.ArgumentParser(
         prog="policy-scheduler",
@@ -393,6 +396,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--default-policy", default=DEFAULT_POLICY, metavar="NAME",
                    help="the policy of pods without the policy-scheduler.io/policy label "
                         f"(default {DEFAULT_POLICY!r})")
+    r.add_argument("--revision-namespace", default=default_namespace(), metavar="NAMESPACE",
+                   help="where every valid generation of a policy is recorded as a ControllerRevision (default: "
+                        "$POD_NAMESPACE, else policy-scheduler-system)")
+    r.add_argument("--revision-history-limit", type=non_negative, default=DEFAULT_HISTORY_LIMIT, metavar="N",
+                   help=f"revisions kept per policy (default {DEFAULT_HISTORY_LIMIT}; 0: none recorded)")
     le = r.add_argument_group(
         "leader election", "Replicas share a coordination.k8s.io Lease: one leads and schedules, the others keep "
                            "their caches warm and take over when it stops renewing. Same flags and defaults as "
@@ -554,6 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replay budget (default spec.tuning.maxReplays)")
     t.add_argument("--json", action="store_true", help="print the result as JSON")
     t.set_defaults(fn=cmd_tune)
+    add_rollout_parser(sub, KUBECONFIG_HELP, CONTEXT_HELP)  # rollout history|undo (cluster/rollout.py)
     return p
 
 

@@ -51,7 +51,9 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
                     bind_concurrency=a.bind_concurrency, sources=sources, registry=registry,
                     rng=random.Random(seed) if seed is not None else None,
                     plugin_metrics_sample_percent=a.plugin_metrics_sample_percent, leadership=leadership,
-                    sync_timeout=a.cache_sync_timeout, default_policy=a.default_policy)
+                    sync_timeout=a.cache_sync_timeout, default_policy=a.default_policy,
+                    revision_namespace=getattr(a, "revision_namespace", None),
+                    revision_history_limit=getattr(a, "revision_history_limit", 10))
     tuner = attach_tuner(engine, plugin_modules=list(getattr(a, "plugin_module", None) or []))  # spec.tuning
     if on_engine is not None:
         on_engine(engine)

@@ -74,6 +74,8 @@ SECRET_CALLS = {("", "secrets", v) for v in ("create", "get", "update")}
 # Leader election (cluster/leader.py): its Lease in kube-system, named after the scheduler name.
 LEASE_NAMESPACE, LEASE_NAME = "kube-system", "policy-scheduler"
 LEASE_CALLS = {("coordination.k8s.io", "leases", v) for v in ("create", "get", "update")}
+# The policies' revisions (cluster/revisions.py): ControllerRevisions in the operator's namespace.
+REVISION_CALLS = {("apps", "controllerrevisions", v) for v in ("list", "create", "patch", "delete")}
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +131,8 @@ def test_layout_installs_in_one_go():
     assert ns == "policy-scheduler-system"
     assert sorted(d["kind"] for d in docs) == sorted(
         ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "Service",
-         "Role", "RoleBinding", "Role", "RoleBinding", "PodDisruptionBudget", *WEBHOOK_CONFIG_KINDS])
+         "Role", "RoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "PodDisruptionBudget",
+         *WEBHOOK_CONFIG_KINDS])
     for d in docs:
         if d["kind"] in ("Role", "RoleBinding") and "leader-election" in d["metadata"]["name"]:
             assert d["metadata"]["namespace"] == LEASE_NAMESPACE, d["kind"]
@@ -152,6 +155,13 @@ def test_layout_installs_in_one_go():
             assert (ref["name"], ref["namespace"]) == (svc["metadata"]["name"], ns)
             assert ref["path"] in ("/validate/schedulingpolicies", "/validate/pods", "/mutate/pods")
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    # the revisions' namespace is the pod's own (downward API), where their Role grants them
+    env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    revisions_role = roles["policy-scheduler:revisions"]
+    assert revisions_role["metadata"]["namespace"] == ns
+    assert {("apps", r, v) for rule in revisions_role["rules"] for r in rule["resources"]
+            for v in rule["verbs"]} == REVISION_CALLS
 
 
 def test_cluster_role_is_exactly_the_operators_calls():
@@ -258,6 +268,13 @@ def test_service_account_is_granted_exactly_that(api, installed):
         assert not allowed("", "secrets", verb, namespace=sa["namespace"], name="other-secret")
     for verb in ("list", "watch", "delete"):
         assert not allowed("", "secrets", verb, namespace=sa["namespace"], name=SECRET_NAME)
+    # the policies' revisions: in the operator's namespace only
+    for call in sorted(REVISION_CALLS):
+        assert allowed(*call, namespace=sa["namespace"]), call
+        assert not allowed(*call, namespace="default"), call
+        assert not allowed(*call, namespace=""), call  # not cluster-wide
+    for verb in ("get", "watch", "update"):
+        assert not allowed("apps", "controllerrevisions", verb, namespace=sa["namespace"]), verb
     for call in [("", "pods", "get"), ("", "pods", "create"), ("", "pods", "patch"), ("", "nodes", "patch"),
                  ("", "secrets", "list"), ("", "events", "create"), ("events.k8s.io", "events", "patch"),
                  ("policy-scheduler.io", "schedulingpolicies", "patch"), ("scheduling.x-k8s.io", "podgroups", "patch"),
@@ -445,6 +462,27 @@ def test_operator_needs_nothing_more(api, core, policies, namespace, sa_kubeconf
         wait_for(counted, 30, what="policy status: 3 scheduled, 1 pending")
         assert ready_condition(policies, POLICY)["status"] == "True"
 
+        # controllerrevisions list, create and patch in the operator's namespace: the valid
+        # generation recorded as revision 1; an edit is revision 2; the first spec again reuses
+        # its revision, renumbered 3
+        apps = client.AppsV1Api(api)
+        rev_ns = the("ServiceAccount")["metadata"]["namespace"]
+
+        def revisions() -> dict[str, int]:
+            return {r.metadata.name: r.revision for r in apps.list_namespaced_controller_revision(
+                rev_ns, label_selector=f"policy-scheduler.io/policy={POLICY}").items}
+
+        first = wait_for(revisions, 30, what="the policy's first revision")
+        assert list(first.values()) == [1]
+        wait_for(lambda: policy_status(policies, POLICY).get("revision") == 1, 30, what="status.revision 1")
+        plugins = [{"name": "NodeUnschedulable"}, {"name": "NodeAffinity", "weight": 1},
+                   {"name": "NodeResourcesFit", "weight": 1}]
+        apply_policy(policies, POLICY, plugins[:2] + [{"name": "NodeResourcesFit", "weight": 2}],
+                     schedulerName=SCHEDULER)
+        wait_for(lambda: len(revisions()) == 2, 30, what="the edit's revision")
+        apply_policy(policies, POLICY, plugins, schedulerName=SCHEDULER)
+        wait_for(lambda: revisions().get(next(iter(first))) == 3, 30, what="the first revision renumbered")
+
         # the Deployment's probe paths answer from the operator's event loop
         with urllib.request.urlopen(f"http://127.0.0.1:{op.args.health_port}/healthz", timeout=5) as r:
             assert r.status == 200 and json.loads(r.read())["live"] is True
@@ -467,6 +505,8 @@ def test_operator_needs_nothing_more(api, core, policies, namespace, sa_kubeconf
     finally:
         op.stop()
         policies.delete_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", POLICY)
+        client.AppsV1Api(api).delete_collection_namespaced_controller_revision(  # no garbage collector here
+            the("ServiceAccount")["metadata"]["namespace"], label_selector=f"policy-scheduler.io/policy={POLICY}")
         admission.delete_validating_webhook_configuration(WEBHOOK_CONFIG_NAME)
         admission.delete_mutating_webhook_configuration(WEBHOOK_CONFIG_NAME)
         try:

@@ -108,7 +108,7 @@ def test_kubectl_shows_policy_columns(cluster, example_policies):
                          env={"KUBECONFIG": str(cluster.kubeconfig_path), "HOME": str(cluster.state_dir)}, timeout=60)
     assert out.returncode == 0, out.stderr
     header = out.stdout.splitlines()[0].split()
-    assert header == ["NAME", "READY", "PLUGINS", "SCHEDULED", "PENDING", "AGE"]
+    assert header == ["NAME", "READY", "PLUGINS", "REVISION", "SCHEDULED", "PENDING", "AGE"]
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
     assert rows["default"][1] == "True" and rows["default"][2] == "19"  # the 17 listed + SchedulingGates, DefaultBinder
 
@@ -145,7 +145,8 @@ def test_invalid_policies_are_not_ready_with_the_field_named(core, namespace, no
     apply_policy(policies, "bad-weight", [{"name": "NodeResourcesFit", "weight": -1}])
     cond = wait_for(lambda: (lambda c: c if c and c["status"] == "False" else None)(
         ready_condition(policies, "bad-weight")), 20, what="bad edit reported")
-    assert f"still scheduled with generation {good_gen}" in cond["message"], cond["message"]
+    assert re.search(rf"^generation \d+ is invalid: .*; scheduling with (revision \d+ \()?generation {good_gen}\)?$",
+                     cond["message"]), cond["message"]
     core.create_namespaced_pod(namespace, pod("after-bad-edit", namespace, labels={POLICY: "bad-weight"},
                                               **sel("inv")))
     wait_bound(core, namespace, ["after-bad-edit"], 20)

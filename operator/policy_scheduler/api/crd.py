@@ -194,6 +194,7 @@ def crd() -> dict[str, Any]:
                 "additionalPrinterColumns": [
                     {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
                     {"name": "Plugins", "type": "integer", "jsonPath": ".status.pluginCount"},
+                    {"name": "Revision", "type": "integer", "jsonPath": ".status.revision"},
                     {"name": "Scheduled", "type": "integer", "jsonPath": ".status.scheduled"},
                     {"name": "Pending", "type": "integer", "jsonPath": ".status.pending"},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

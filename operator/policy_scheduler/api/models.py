@@ -377,6 +377,9 @@ class SchedulingPolicyStatus(_Model):
     namespaces: int | None = Field(default=None, description="Namespaces whose pods may use this policy "
                                                              "(its namespaceSelector; all namespaces when unset).")
     last_scheduled_time: str | None = Field(default=None, alias="lastScheduledTime")
+    revision: int | None = Field(default=None, description="The ControllerRevision of this policy its pods are "
+                                                           "scheduled with (REVISION column; `policy-scheduler "
+                                                           "rollout history`).")
     metrics: MetricsStatus | None = None
     tuning: TuningStatus | None = None
 

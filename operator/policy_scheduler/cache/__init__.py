@@ -6,6 +6,8 @@
 - ``handle.py``: StateHandle, the one framework Handle over it, with the operator's Actions
   (API writes, queue, events) injected, or none in what-if.
 - ``policies.py``: SchedulingPolicies parsed, validated and built into chains; a pod's policy.
+- ``revisions.py``: a policy's revisions (ControllerRevisions) as data: names, hashes, numbers,
+  the history limit, the revision to fall back on, what changed between two.
 - ``workloads.py``: Services and controllers, for system default spreading.
 
 No client, no kopf, no tasks: the operator (cluster/) and what-if (whatif/) both use it.

@@ -15,6 +15,11 @@ A policy belongs to one operator instance: the one whose --scheduler-name is the
 ``spec.schedulerName`` (default ``policy-scheduler``). Other instances keep only its name and
 owner (``foreign``), to tell a pod why they do not use it; they never build it, schedule with it
 or write its status.
+
+The last valid chain survives the process through the cluster: every valid generation is recorded
+as a ControllerRevision (cache/revisions.py, cluster/revisions.py), and a policy whose current
+generation is invalid when the operator starts is given the chain of its newest valid revision
+(``restore``).
 """
 
 from __future__ import annotations
@@ -71,10 +76,22 @@ class PolicyState:
     last_scheduled_time: str | None = None
     dirty: bool = True
     last_written: dict | None = None
+    uid: str = ""  # metadata.uid: the owner of the policy's revisions
+    # the revision (cache/revisions.py) the chain was built from, and its generation: known once
+    # recorded, or when the chain was restored from it
+    revision: int = 0
+    revision_generation: int = 0
 
     @property
     def ready(self) -> bool:
         return self.chain is not None and not self.errors
+
+    @property
+    def revision_in_use(self) -> int | None:
+        """The number of the ControllerRevision pods are scheduled with, when known."""
+        if self.chain is None or not self.revision or self.revision_generation != self.chain_generation:
+            return None
+        return self.revision
 
 
 class PolicyStore:
@@ -133,6 +150,7 @@ class PolicyStore:
         if st is None:
             st = self.policies[name] = PolicyState(name)
         st.generation, st.spec_raw, st.dirty = gen, spec, True
+        st.uid = str(meta.get("uid") or "")
         try:
             parsed, ns_selector, chain = self._build(spec, self.handle_for(name))
             problems = self.sources.policy_updated(name, parsed)
@@ -161,6 +179,37 @@ class PolicyStore:
         self._update_gauge()
         if self.on_change is not None:
             self.on_change(st)
+
+    def restore(self, name: str, spec: Any, generation: int, revision: int) -> list[str]:
+        """Schedule the pods of a policy whose current generation is invalid, and which has no
+        chain, with a recorded revision (``spec`` of ``generation``; cluster/revisions.py): after
+        a restart or a failover the last valid chain is gone with the process that held it.
+        Returns the revision's problems (empty: its chain is in use); a policy that is unknown,
+        valid or has a chain is left alone."""
+        st = self.policies.get(name)
+        if st is None or st.chain is not None or not st.errors:
+            return [f"SchedulingPolicy {name} is unknown, valid or has a chain"]
+        try:
+            parsed, ns_selector, chain = self._build(spec, self.handle_for(name))
+            problems = self.sources.policy_updated(name, parsed)
+            if problems:
+                self.sources.policy_deleted(name)
+                return [f"spec.{x}" for x in problems]
+        except PolicyInvalid as e:
+            return e.errors
+        except Exception as e:  # a plugin constructor's bug: this revision is not usable
+            return [f"spec: cannot build the chain: {type(e).__name__}: {e}"]
+        st.chain, st.chain_generation, st.good_spec = chain, generation, parsed
+        st.namespace_selector = ns_selector
+        st.overcommit = (parsed.overcommit.factors() if parsed.overcommit is not None else None) or None
+        st.revision, st.revision_generation, st.dirty = revision, generation, True
+        log.warning("SchedulingPolicy %s generation %d is invalid: %s; scheduling with revision %d (generation %d) "
+                    "read from the cluster: %s", name, st.generation, "; ".join(st.errors), revision, generation,
+                    ", ".join(p.name for p in chain.resolved))
+        self._update_gauge()
+        if self.on_change is not None:
+            self.on_change(st)
+        return []
 
     def _build(self, spec: Any, handle: Handle) -> tuple[SchedulingPolicySpec, LabelSelector | None, Chain]:
         """Parse and validate ``spec`` and build its chain; PolicyInvalid lists every problem,

@@ -20,6 +20,7 @@ import logging
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from ..cache.revisions import collection_path as revisions_path
 from ..framework.interface import PodGone
 from ..framework.model.native_podgroups import api_path as native_pod_groups_path
 from ..framework.model.podgroups import API_PATH as POD_GROUPS_PATH
@@ -127,6 +128,25 @@ class ApiCalls:
         path = native_pod_groups_path(self.native_version())
         await self.client.merge_patch(f"{path.rsplit('/', 1)[0]}/namespaces/{namespace}/podgroups/{name}/status",
                                       {"status": dict(status)})
+
+    async def create_revision(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """POST a policy's ControllerRevision; the leader only. Failures raise (REQUEST_ERRORS)."""
+        self._check_leader()
+        await self.client.post(revisions_path(namespace), dict(body))
+
+    async def patch_revision(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge PATCH of a ControllerRevision (its number, its generation annotation); the leader only."""
+        self._check_leader()
+        await self.client.merge_patch(f"{revisions_path(namespace)}/{name}", dict(patch))
+
+    async def delete_revision(self, namespace: str, name: str) -> None:
+        """DELETE a ControllerRevision (gone already is fine); the leader only."""
+        self._check_leader()
+        try:
+            await self.client.request("DELETE", f"{revisions_path(namespace)}/{name}")
+        except ApiError as e:
+            if e.status != 404:
+                raise
 
 
 class OperatorActions:

@@ -6,8 +6,8 @@ upstream: ``scheduler.go``, ``eventhandlers.go`` and ``ScheduleOne`` together. I
 and hands each only what it uses: ClusterState (what plugins read, and what a change means), the
 SchedulingQueue, the BindingTasks (binding_tasks.py: Reserve, Permit, the binding task), the
 Preemptor (preemptor.py), the API writes (apicalls.py), Events and conditions (recorder.py), policy
-status (policy_status.py) and the operator's metrics (telemetry.py). The kopf handlers
-(handlers.py) call ``on_policy``.
+status (policy_status.py), the policies' revisions (revisions.py) and the operator's metrics
+(telemetry.py). The kopf handlers (handlers.py) call ``on_policy``.
 
 A watch event becomes a binding::
 
@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping
 from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
 from ..cache.handle import StateHandle
 from ..cache.policies import DEFAULT_POLICY, POLICY_SELECTION, PolicyState, PolicyStore
+from ..cache.revisions import DEFAULT_HISTORY_LIMIT
 from ..cache.state import ASSIGNED, GONE, PENDING, VOLUME_KINDS, WORKLOAD_KINDS, Change, ClusterState
 from ..framework.cycle.chain import build_chain
 from ..framework.events import (NAMESPACE_LABELS, ActionType, ClusterEvent, ClusterEventWithHint, NamespaceChange,
@@ -64,6 +65,7 @@ from .podgroup_status import PodGroupStatusWriter
 from .policy_status import PolicyStatusWriter
 from .preemptor import Preemptor
 from .recorder import EventRecorder, now_rfc3339
+from .revisions import Revisions
 from .sync import NATIVE_PODGROUPS, Sync
 from .tasks import Tasks
 from .telemetry import Telemetry
@@ -100,7 +102,8 @@ class Engine:
                  rng: random.Random | None = None, sources: MetricSources | None = None,
                  registry: Registry | None = None, plugin_metrics_sample_percent: float | None = None,
                  leadership: Leadership | None = None, sync_timeout: float = 60.0,
-                 default_policy: str = DEFAULT_POLICY) -> None:
+                 default_policy: str = DEFAULT_POLICY, revision_namespace: str | None = None,
+                 revision_history_limit: int = DEFAULT_HISTORY_LIMIT) -> None:
         self.client = client
         # who may act: the elected leader only (leader.py); without election, always this process
         self.leadership = leadership or Leadership()
@@ -149,6 +152,11 @@ class Engine:
                                                 admitted_namespaces=self.policy_store.admitted_namespaces)
         self.binding_tasks = BindingTasks(state, self.queue, self.recorder, tel, self.spawn, self.wake, self.bound,
                                           bind_concurrency)
+        # every valid generation recorded as a ControllerRevision; the last valid one read back at
+        # the sync point (revisions.py); off without a namespace
+        self.revisions = Revisions(client, self.policy_store, self.api, namespace=revision_namespace,
+                                   history_limit=revision_history_limit, may_write=may_write,
+                                   on_recorded=self.status_writer.write_soon)
         self.pod_group_status = PodGroupStatusWriter(state.pod_groups, handle)
         self.native_pod_group_status = PodGroupStatusWriter(state.native_pod_groups, handle,
                                                             patch=self.api.patch_native_pod_group_status)
@@ -315,6 +323,7 @@ class Engine:
 
     def _policy_changed(self, st: PolicyState) -> None:
         self.status_writer.write_soon(st)
+        self.revisions.policy_changed(st)
         name = st.name
         self.queue.policy_changed(name)  # its QueueSort may have changed
         self._move(policy_change_event(name), pre_check=lambda q: q.policy == name)
@@ -337,8 +346,10 @@ class Engine:
 
     async def sync(self, policy_timeout: float = 15.0) -> None:
         """Start the informers and wait until every kind is listed and every existing
-        SchedulingPolicy delivered (sync.py): no decision before that."""
+        SchedulingPolicy delivered (sync.py); then give each invalid policy without a chain its
+        last valid revision (revisions.py): no decision before that."""
         took = await self.informers.run(policy_timeout)
+        await self.revisions.restore_all()  # invalid policies without a chain: their last valid revision
         self.synced = True
         table = self.state.table
         log.info("cache synced in %.1fs: %d nodes, %d bound pods, %d pending, %d policies",
@@ -374,6 +385,7 @@ class Engine:
 
     async def _run(self) -> None:
         await self.sync()
+        self.spawn(self.revisions.run())
         await self.sources.start()
         # the cache is built: keep the collector from re-scanning it (full collections over tens of
         # thousands of pod objects otherwise pause the loop for 100+ ms in the middle of bursts)
@@ -391,6 +403,7 @@ class Engine:
             self.telemetry.leader.labels(self.leadership.config.name).set(1)
         for st in self.policies.values():  # the previous leader wrote them: ours replace them
             st.dirty = True
+        self.revisions.lead()  # the previous leader may not have recorded every valid generation
         self.recorder.start()
         last_flush = time.monotonic()
         status_task = self.spawn(self.status_writer.run())

@@ -24,6 +24,18 @@ from .tasks import Tasks
 log = logging.getLogger("policy_scheduler")
 
 
+def invalid_message(st: PolicyState) -> str:
+    """The Ready=False message: the errors; with a chain kept (the last valid generation, or a
+    revision read back after a restart), which generation is invalid and what pods are scheduled
+    with."""
+    errors = "; ".join(st.errors)
+    if st.chain is None:
+        return errors
+    rev = st.revision_in_use
+    using = f"revision {rev} (generation {st.chain_generation})" if rev else f"generation {st.chain_generation}"
+    return f"generation {st.generation} is invalid: {errors}; scheduling with {using}"
+
+
 class PolicyStatusWriter:
     """Writes ``status`` of the policies in ``policies`` (name -> PolicyState, read live), with
     pod counts from ``queue`` and metric freshness from ``sources``. The batch loop also sets
@@ -51,8 +63,7 @@ class PolicyStatusWriter:
                 "reason": "Valid" if st.ready else "InvalidSpec",
                 "message": ("chain built: " + ", ".join(
                     f"{p.name}{'' if p.weight is None else f'(w={p.weight})'}" for p in st.chain.resolved))
-                if st.ready else "; ".join(st.errors) + (
-                    f" (pods are still scheduled with generation {st.chain_generation})" if st.chain else ""),
+                if st.ready else invalid_message(st),
                 "observedGeneration": st.generation}
         extra = self.sources.status(st.name) or {}
         status = {
@@ -67,6 +78,7 @@ class PolicyStatusWriter:
             "unschedulable": counts[UNSCHEDULABLE],
             "pending": sum(counts.values()),
             "lastScheduledTime": st.last_scheduled_time,
+            "revision": st.revision_in_use,
         }
         if self.admitted_namespaces is not None:
             status["namespaces"] = self.admitted_namespaces(st)

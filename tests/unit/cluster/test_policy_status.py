@@ -117,8 +117,11 @@ def test_no_write_when_unchanged_and_transition_time_moves_only_on_a_flip():
     assert conds[0]["lastTransitionTime"] == conds[1]["lastTransitionTime"] == "2025-01-01T00:00:00Z"
     assert conds[2]["lastTransitionTime"] != conds[1]["lastTransitionTime"]
     assert (conds[2]["status"], conds[2]["reason"], conds[2]["observedGeneration"]) == ("False", "InvalidSpec", 2)
-    assert conds[2]["message"].startswith("spec.plugins[1].weight: ")
-    assert conds[2]["message"].endswith(" (pods are still scheduled with generation 1)")
+    assert conds[2]["message"].startswith("generation 2 is invalid: spec.plugins[1].weight: ")
+    assert conds[2]["message"].endswith("; scheduling with generation 1")  # no revision recorded here
+    st.revision, st.revision_generation = 3, 1  # the chain's revision, once recorded
+    assert writer.policy_status(st)["conditions"][0]["message"].endswith("; scheduling with revision 3 (generation 1)")
+    assert writer.policy_status(st)["revision"] == 3
 
 
 def test_a_deleted_policy_is_not_written_and_other_failures_are_counted():
