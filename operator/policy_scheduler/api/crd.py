@@ -13,7 +13,7 @@ is built: the policy is then stored and reported ``Ready=False`` with the field 
 
 ``spec.plugins`` is a list-map keyed by ``name`` (``x-kubernetes-list-type: map``): the API server
 refuses a second entry of a name itself, naming it (``spec.plugins[2]: Duplicate value:
-map[string]interface {}{"name":"NodeName"}``). CEL rules (``x-kubernetes-validations``) check
+{"name":"NodeName"}``). CEL rules (``x-kubernetes-validations``) check
 what the schema cannot say: ``disabled`` naming listed (or implicit) plugins, no ``weight`` on
 built-in plugins without a Score point.
 
