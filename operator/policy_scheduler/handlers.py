@@ -1,9 +1,11 @@
-"""kopf wiring, and nothing else: SchedulingPolicy events in, chain rebuilds out; login.
+"""kopf wiring, and nothing else: login, startup and cleanup.
 
-Only ``on.event`` is used: it writes nothing to the watched objects (no annotations, no
-finalizers). Pods, nodes and namespaces reach the cache through the engine's own LIST+WATCH
-informers (cluster/informer.py), which give the sync point a scheduler needs before its first
-decision. The engine (informers and the scheduling loop) runs as a task started at startup.
+kopf watches nothing. Every object, SchedulingPolicies included, reaches the cache through the
+engine's own LIST+WATCH informers (cluster/informer.py): they give the sync point a scheduler
+needs before its first decision, and they read objects no JSON parser of kopf's reads (nested
+deeper than its recursion limit) without stopping, where one such policy made kopf's watch, and
+the process, exit. The engine (informers and the scheduling loop) runs as a task started at
+startup.
 """
 
 from __future__ import annotations
@@ -13,14 +15,8 @@ import logging
 
 import kopf
 
-from .api.models import GROUP, PLURAL, VERSION
 from .cluster.engine import Engine
 from .cluster.kubeclient import load_credentials
-
-
-def _type(event) -> str:
-    # kopf reports the initial listing with type None: for a cache it is the same as ADDED
-    return event.get("type") or "ADDED"
 
 
 def _report_engine_exit(task: asyncio.Task) -> None:
@@ -65,10 +61,6 @@ def build_registry(engine: Engine, kubeconfig: str | None = None,
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         await engine.client.close()
-
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def policy_event(event, **_):
-        engine.on_policy(_type(event), event["object"])
 
     return registry
 

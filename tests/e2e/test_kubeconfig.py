@@ -134,7 +134,7 @@ def test_exec_credential_plugin_user_schedules_and_binds(cluster, core, crd, pol
     op = OperatorProcess(cluster, "ps-kc-exec", kubeconfig=str(kc), extra=["--context", "exec"])
     try:
         op.start()  # the informers synced with the plugin's token
-        placed = schedule_one(core, policies, namespace, nodes, op, tag)  # the policy came through kopf's login
+        placed = schedule_one(core, policies, namespace, nodes, op, tag)  # the policy came through the plugin's token
         assert placed == f"{tag}-0"
         assert op.proc.poll() is None
     finally:

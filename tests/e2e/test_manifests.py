@@ -42,8 +42,8 @@ def the(kind: str) -> dict:
     return docs[0]
 
 
-# The API calls of `policy-scheduler run` (cluster/engine.py, cluster/informer.py, kopf on.event
-# for SchedulingPolicies): (API group, resource, verb).
+# The API calls of `policy-scheduler run` (cluster/engine.py, cluster/informer.py, SchedulingPolicies
+# included): (API group, resource, verb).
 OPERATOR_CALLS = {
     *((g, r, v) for g, r in (("", "nodes"), ("", "pods"), ("", "namespaces"), ("", "services"),
                               ("", "replicationcontrollers"), ("apps", "replicasets"), ("apps", "statefulsets"),

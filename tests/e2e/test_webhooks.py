@@ -24,13 +24,14 @@ CONFIG = "admission-e2e"
 LABEL = "policy-scheduler.io/policy"
 
 
-def webhook_configs(port: int) -> dict[str, dict]:
+def webhook_configs(port: int, name: str = CONFIG) -> dict[str, dict]:
+    """manifests/08-webhooks.yaml's configurations, named ``name``, calling 127.0.0.1:``port``."""
     docs = [d for d in yaml.safe_load_all((ROOT / "manifests" / "08-webhooks.yaml").read_text()) if d]
     out = {}
     for d in docs:
         if d["kind"] in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
             d = copy.deepcopy(d)
-            d["metadata"]["name"] = CONFIG
+            d["metadata"]["name"] = name
             for w in d["webhooks"]:
                 path = w["clientConfig"].pop("service")["path"]
                 w["clientConfig"]["url"] = f"https://127.0.0.1:{port}{path}"

@@ -36,3 +36,18 @@ def test_schema_is_structural():
     spec = schema["properties"]["spec"]
     assert spec["properties"]["plugins"]["items"]["properties"]["args"]["x-kubernetes-preserve-unknown-fields"]
     assert yaml.safe_load(crd_yaml())["spec"]["names"]["kind"] == "SchedulingPolicy"
+
+
+def test_plugins_are_a_list_map_and_open_args_objects_are_capped():
+    """A duplicate plugin name is refused by the API server naming the entry (spec.plugins[2]);
+    every object of args that keeps unknown fields has at most api/limits.MAX_KEYS fields."""
+    from policy_scheduler.api.limits import MAX_KEYS
+
+    spec = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    plugins = spec["properties"]["plugins"]
+    assert plugins["x-kubernetes-list-type"] == "map" and plugins["x-kubernetes-list-map-keys"] == ["name"]
+    assert "name" in plugins["items"]["required"] and "x-kubernetes-validations" not in plugins
+    args = plugins["items"]["properties"]["args"]
+    open_objects = [node for _, node in _walk(args) if isinstance(node, dict)
+                    and node.get("x-kubernetes-preserve-unknown-fields")]
+    assert len(open_objects) > 10 and all(n["maxProperties"] == MAX_KEYS for n in open_objects)

@@ -11,9 +11,15 @@ that any other field (an out-of-tree plugin's, or a typo) reaches the operator. 
 ranges, patterns, required fields) are the plugins' to check, in upstream's words, when the chain
 is built: the policy is then stored and reported ``Ready=False`` with the field named.
 
-CEL rules (``x-kubernetes-validations``) check what the schema cannot say: plugin names unique,
-``disabled`` naming listed (or implicit) plugins, no ``weight`` on built-in plugins without a
-Score point.
+``spec.plugins`` is a list-map keyed by ``name`` (``x-kubernetes-list-type: map``): the API server
+refuses a second entry of a name itself, naming it (``spec.plugins[2]: Duplicate value:
+{"name":"NodeName"}``). CEL rules (``x-kubernetes-validations``) check
+what the schema cannot say: ``disabled`` naming listed (or implicit) plugins, no ``weight`` on
+built-in plugins without a Score point.
+
+Of the limits of api/limits.py the schema carries what the API server can check: every open
+object of args (``x-kubernetes-preserve-unknown-fields``) has at most MAX_KEYS fields. Depth, total
+size, and the strings and lists of fields no schema types are the operator's to check.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from .. import SCHEDULER_NAME
 from ..framework.cycle.chain import IMPLICIT_FIRST, IMPLICIT_LAST
 from ..framework.interface import ScorePlugin
 from ..framework.registry import Registry
+from .limits import MAX_KEYS
 from .models import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, SchedulingPolicySpec, SchedulingPolicyStatus
 
 _DROP = {"title", "default"}
@@ -148,7 +155,19 @@ def args_schema(registry: Registry) -> dict[str, Any]:
     out.update({"nullable": True, "x-kubernetes-preserve-unknown-fields": True,
                 "description": "Plugin args. The fields of the built-in plugins' args are typed here; each "
                                "plugin validates its own args in full when the chain is built."})
+    _cap_open_objects(out)
     return out
+
+
+def _cap_open_objects(node: dict[str, Any]) -> None:
+    """maxProperties (MAX_KEYS, api/limits.py) on every object of ``node`` that keeps unknown fields."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.get("x-kubernetes-preserve-unknown-fields") and "maxProperties" not in n:
+            n["maxProperties"] = MAX_KEYS
+        stack.extend(v for v in (n.get("properties") or {}).values())
+        stack.extend(n[k] for k in ("items", "additionalProperties") if isinstance(n.get(k), dict))
 
 
 def _cel_list(names: list[str]) -> str:
@@ -167,9 +186,9 @@ def crd() -> dict[str, Any]:
         "rule": f"!has(self.weight) || !(self.name in {_cel_list(no_score)})",
         "message": "weight applies only to plugins with a Score extension point",
         "fieldPath": ".weight", "reason": "FieldValueForbidden"}]
-    spec["properties"]["plugins"]["x-kubernetes-validations"] = [{
-        "rule": "self.all(p, self.exists_one(q, q.name == p.name))",
-        "message": "each plugin may be listed only once", "reason": "FieldValueDuplicate"}]
+    # a list-map: the API server refuses a duplicate name naming the entry (spec.plugins[2])
+    spec["properties"]["plugins"]["x-kubernetes-list-type"] = "map"
+    spec["properties"]["plugins"]["x-kubernetes-list-map-keys"] = ["name"]
     implicit = [n for n in IMPLICIT_FIRST + IMPLICIT_LAST if n in registry]
     spec["x-kubernetes-validations"] = [{
         "rule": (f"!has(self.disabled) || self.disabled.all(d, d.name in {_cel_list(implicit)} "

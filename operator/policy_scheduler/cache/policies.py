@@ -1,11 +1,16 @@
 """SchedulingPolicies: each one parsed, validated and built into a plugin chain; which policy a
 pod is scheduled with.
 
-``PolicyStore.on_policy`` gets the raw objects (kopf's on.event, through the engine) and keeps
+``PolicyStore.on_policy`` gets the raw objects (the engine's informer) and keeps
 one PolicyState per policy. A valid generation replaces the chain; an invalid edit of a working
 policy keeps the last valid chain (pods keep being scheduled with it) and reports its errors on
 the status. The store does no I/O: the engine is told through ``on_change`` (it writes the
 status and requeues the waiting pods).
+
+A spec past the limits of api/limits.py (too deep, too big, a string or a list too long, the
+decoder's ``Unreadable`` marker) is never parsed: the policy is ``unreadable`` (``Ready=False``,
+reason ``Unreadable``, the message says why and where), exactly like an invalid one otherwise (a
+working policy keeps its last valid chain). Nothing in one object stops the others.
 
 A pod selects its policy by the ``policy-scheduler.io/policy`` label; without it, by its
 namespace's ``policy-scheduler.io/default-policy`` label; else ``default`` (the operator's
@@ -31,6 +36,7 @@ from typing import Any, Callable, Mapping
 from pydantic import ValidationError
 
 from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
+from ..api.limits import spec_problem
 from ..api.models import SchedulingPolicySpec
 from ..framework.cycle.chain import Chain, ChainError, build_chain
 from ..framework.interface import Handle
@@ -59,6 +65,14 @@ class PolicyInvalid(Exception):
         self.errors = errors
 
 
+def policy_owner(spec: Any) -> str:
+    """The instance a policy belongs to: its spec.schedulerName, SCHEDULER_NAME when unset. A
+    value that cannot be a scheduler name (not a string, longer than 253 characters) leaves the
+    policy to the default instance, whose model refuses it."""
+    owner = spec.get("schedulerName") if isinstance(spec, dict) else None
+    return owner if isinstance(owner, str) and 0 < len(owner) <= 253 else SCHEDULER_NAME
+
+
 @dataclass
 class PolicyState:
     name: str
@@ -70,6 +84,7 @@ class PolicyState:
     chain_generation: int = 0
     good_spec: Any = None
     errors: list[str] = field(default_factory=list)  # problems of the current generation
+    unreadable: str | None = None  # why the current generation cannot be read (then errors holds it too)
     namespace_selector: LabelSelector | None = None
     overcommit: dict[str, float] | None = None  # spec.overcommit of the chain's generation (factors > 1)
     scheduled: int = 0
@@ -122,8 +137,11 @@ class PolicyStore:
         self.policies: dict[str, PolicyState] = {}
 
     def on_policy(self, event: str, body: Mapping[str, Any]) -> None:
-        meta = body.get("metadata") or {}
-        name = meta.get("name", "")
+        meta = body.get("metadata") if isinstance(body, Mapping) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name:
+            log.warning("a SchedulingPolicy %s event without a name: ignored", event)
+            return
         if event == "DELETED":
             self.foreign.pop(name, None)
             st = self.policies.pop(name, None)
@@ -132,9 +150,10 @@ class PolicyStore:
                 log.info("SchedulingPolicy %s deleted; its pods wait until a policy selects them", name)
                 self._update_gauge()
             return
-        gen = int(meta.get("generation") or 0)
+        gen = meta.get("generation")
+        gen = gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
         spec = body.get("spec")
-        owner = str((spec.get("schedulerName") if isinstance(spec, dict) else None) or SCHEDULER_NAME)
+        owner = policy_owner(spec)
         if owner != self.scheduler_name:
             if self.foreign.get(name) != owner:
                 log.info("SchedulingPolicy %s belongs to scheduler %s (spec.schedulerName); left alone", name, owner)
@@ -145,13 +164,18 @@ class PolicyStore:
             return
         self.foreign.pop(name, None)
         st = self.policies.get(name)
-        if st is not None and st.generation == gen and st.spec_raw == spec:
+        unreadable = spec_problem(spec)  # api/limits.py, before anything else reads the spec
+        if st is not None and st.generation == gen and (
+                st.spec_raw == spec if unreadable is None else st.unreadable == unreadable):
             return  # our own status write, or a resync
         if st is None:
             st = self.policies[name] = PolicyState(name)
-        st.generation, st.spec_raw, st.dirty = gen, spec, True
+        st.generation, st.spec_raw, st.dirty = gen, spec if unreadable is None else None, True
         st.uid = str(meta.get("uid") or "")
+        st.unreadable = unreadable
         try:
+            if unreadable is not None:
+                raise PolicyInvalid([unreadable])
             parsed, ns_selector, chain = self._build(spec, self.handle_for(name))
             problems = self.sources.policy_updated(name, parsed)
             if problems:
@@ -237,6 +261,9 @@ class PolicyStore:
     def validate(self, spec: Any) -> list[str]:
         """The problems of ``spec`` (empty: valid), exactly as ``on_policy`` would report them on
         the status, without keeping anything (the admission webhook's check)."""
+        unreadable = spec_problem(spec)
+        if unreadable is not None:
+            return [unreadable]
         try:
             self._build(spec, Handle())
         except PolicyInvalid as e:

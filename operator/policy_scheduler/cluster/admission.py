@@ -12,6 +12,11 @@
 
 All three are ``failurePolicy: Ignore`` in manifests/: a down operator never blocks a pod or a
 policy; the scheduler's own checks (``Ready=False``, ``NoPolicy`` events) still catch everything.
+So an answer must never be an HTTP error (the API server would take it as "allowed"): a body
+that cannot be read (not JSON, larger than MAX_BODY, nested deeper than any reader goes) is
+denied in an AdmissionReview (HTTP 200, code 400), with the request's uid read even from such a
+body (safejson's tolerant decoder, else the first ``"uid"`` of the raw bytes); a policy past the
+limits of api/limits.py is denied (code 422) by the store's own check.
 
 kopf's admission support is not used: its managed configurations cannot carry a namespaceSelector
 or one failurePolicy per webhook, and its self-signed certificate is per process, where replicas
@@ -23,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import re
 import ssl
 import tempfile
 from pathlib import Path
@@ -31,7 +37,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from .. import POLICY_LABEL, SCHEDULER_NAME
+from .. import POLICY_LABEL
+from ..cache.policies import policy_owner
+from ..safejson import Unreadable, tolerant
 from .certs import Bundle, ensure_bundle
 from .kubeclient import REQUEST_ERRORS, ApiError
 
@@ -42,6 +50,9 @@ log = logging.getLogger("policy_scheduler.webhooks")
 
 INJECT_LABEL = "policy-scheduler.io/inject"  # namespace label: "enabled" opts its pods in (manifests/)
 MAX_MESSAGE = 4000
+# the largest body read: the API server sends an object of up to 3 MiB, twice for an UPDATE
+MAX_BODY = 8 * 1024 * 1024
+_UID = re.compile(rb'"uid"\s*:\s*"((?:[^"\\]|\\.){0,253})"')
 RECHECK_CERTS = 12 * 3600.0  # seconds between checks of the serving certificate's expiry
 
 
@@ -64,6 +75,69 @@ def review(request: dict[str, Any], allowed: bool, *, message: str = "", code: i
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
 
 
+def sniff_uid(body: bytes) -> str:
+    """The request's uid from a body no parser reads: the first ``"uid"`` after ``"request"``
+    (the API server writes it first), else ""."""
+    at = body.find(b'"request"')
+    m = _UID.search(body, at if at >= 0 else 0)
+    if m is None:
+        return ""
+    try:
+        return m.group(1).decode()
+    except UnicodeDecodeError:
+        return ""
+
+
+def respond(body: bytes, decide, *, truncated: bool = False) -> dict[str, Any]:
+    """The AdmissionReview answering the raw ``body`` with ``decide(request)``; never raises.
+    ``truncated``: the body was longer than MAX_BODY and only its start was read."""
+    if truncated:
+        return review({"uid": sniff_uid(body)}, False, code=400, reason="BadRequest",
+                      message=f"the admission request is larger than {MAX_BODY // (1024 * 1024)} MiB: not read")
+    cut = 0
+    try:
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            doc, cut = tolerant(body)
+    except ValueError as e:
+        return review({"uid": sniff_uid(body)}, False, code=400, reason="BadRequest",
+                      message=f"the admission request is not JSON: {e}")
+    req = doc.get("request") if isinstance(doc, dict) else None
+    if not isinstance(req, dict):
+        uid = sniff_uid(body)
+        return review({"uid": uid}, False, code=400, reason="BadRequest",
+                      message="not an AdmissionReview: no request object")
+    if not isinstance(req.get("uid"), str):
+        req["uid"] = ""
+    try:
+        out = decide(req)
+    except Exception as e:  # a bug must not break admission: allow, and say so
+        log.exception("admission of %s failed", req.get("name") or "")
+        out = review(req, True)
+        out["response"]["warnings"] = [f"policy-scheduler webhook error: {type(e).__name__}"]
+    if cut and out["response"].get("allowed") and _holds_marker(req.get("object")):
+        # whatever the decision, a part of the object was never read (an oldObject that cannot be
+        # read does not count: an UPDATE may be the fix)
+        return review(req, False, code=400, reason="BadRequest",
+                      message="the object cannot be read: nested deeper than any reader goes")
+    return out
+
+
+def _holds_marker(value: Any) -> bool:
+    """Whether the tolerant decoder cut a part of ``value`` (iteratively)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Unreadable):
+            return True
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
 class Admission:
     """The three decisions, on the policy store and the namespaces it reads (pure: no I/O)."""
 
@@ -72,10 +146,11 @@ class Admission:
 
     def validate_policy(self, req: dict[str, Any]) -> dict[str, Any]:
         obj = req.get("object") or {}
-        name = (obj.get("metadata") or {}).get("name", "")
-        spec = obj.get("spec")
-        owner = (spec.get("schedulerName") if isinstance(spec, dict) else None) or SCHEDULER_NAME
-        if owner != self.store.scheduler_name:
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        name = name if isinstance(name, str) else ""
+        spec = obj.get("spec") if isinstance(obj, dict) else None
+        if policy_owner(spec) != self.store.scheduler_name:
             return review(req, True)  # another instance's policy: its own webhook, or its Ready=False
         errors = self.store.validate(spec)
         if not errors:
@@ -138,18 +213,19 @@ class WebhookServer:
 
     # ------------------------------------------------------------------ requests
     async def _handle(self, request: web.Request, decide) -> web.Response:
-        try:
-            body = await request.json(loads=orjson.loads)
-            req = body.get("request") or {}
-        except (ValueError, AttributeError):
-            return web.json_response({"error": "not an AdmissionReview"}, status=400)
+        """Read at most MAX_BODY bytes and answer with ``respond``: always an AdmissionReview."""
+        body = bytearray()
+        truncated = False
+        while True:
+            chunk = await request.content.read(1 << 16)
+            if not chunk:
+                break
+            body += chunk
+            if len(body) > MAX_BODY:
+                truncated = True
+                break
         self.requests += 1
-        try:
-            out = decide(req)
-        except Exception as e:  # a bug must not break admission: allow, and say so
-            log.exception("admission %s of %s failed", request.path, req.get("name") or "")
-            out = review(req, True)
-            out["response"]["warnings"] = [f"policy-scheduler webhook error: {type(e).__name__}"]
+        out = respond(bytes(body), decide, truncated=truncated)
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     def _app(self) -> web.Application:

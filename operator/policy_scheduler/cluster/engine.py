@@ -7,7 +7,7 @@ and hands each only what it uses: ClusterState (what plugins read, and what a ch
 SchedulingQueue, the BindingTasks (binding_tasks.py: Reserve, Permit, the binding task), the
 Preemptor (preemptor.py), the API writes (apicalls.py), Events and conditions (recorder.py), policy
 status (policy_status.py), the policies' revisions (revisions.py) and the operator's metrics
-(telemetry.py). The kopf handlers (handlers.py) call ``on_policy``.
+(telemetry.py). SchedulingPolicies come through an informer too (``on_policy``).
 
 A watch event becomes a binding::
 
@@ -66,7 +66,7 @@ from .policy_status import PolicyStatusWriter
 from .preemptor import Preemptor
 from .recorder import EventRecorder, now_rfc3339
 from .revisions import Revisions
-from .sync import NATIVE_PODGROUPS, Sync
+from .sync import NATIVE_PODGROUPS, POLICIES, Sync
 from .tasks import Tasks
 from .telemetry import Telemetry
 
@@ -162,8 +162,10 @@ class Engine:
                                                             patch=self.api.patch_native_pod_group_status)
         self._stopping = False
         self.bound_by_us = 0
-        self.informers = Sync(client, self.route, self.policy_store, self.spawn, sync_timeout)
-        self.synced = False  # every informer listed and every SchedulingPolicy loaded
+        # unreadable policies: name -> [uid, (generation, why), Warning event posted]
+        self._unreadable: dict[str, list] = {}
+        self.informers = Sync(client, self.route, self.spawn, sync_timeout)
+        self.synced = False  # every informer listed (SchedulingPolicies included)
         self.scheduling = False  # the scheduling loop runs (this process leads)
         self.crashed: BaseException | None = None  # why the loop died, if it did
         self.on_leadership_lost: Callable[[], None] | None = None  # the operator exits (cli.py)
@@ -318,8 +320,42 @@ class Engine:
         return on_event
 
     def on_policy(self, event: str, body: Mapping[str, Any]) -> None:
-        """A SchedulingPolicy event (from kopf): see PolicyStore.on_policy."""
+        """A SchedulingPolicy event (its informer): see PolicyStore.on_policy. A generation that
+        cannot be read (api/limits.py) also gets a Warning event on the policy."""
         self.policy_store.on_policy(event, body)
+        self._note_unreadable(body)
+
+    def _note_unreadable(self, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") if isinstance(body, Mapping) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str):
+            return
+        st = self.policy_store.policies.get(name)
+        if st is None or st.unreadable is None:
+            self._unreadable.pop(name, None)
+            return
+        seen = (st.generation, st.unreadable)
+        old = self._unreadable.get(name)
+        if old is not None and old[1] == seen:
+            return  # reported (or waiting for leadership to be)
+        uid = meta.get("uid")
+        self._unreadable[name] = [uid if isinstance(uid, str) else None, seen, False]
+        self._report_unreadable()
+
+    def _report_unreadable(self) -> None:
+        """The Warning events of the unreadable policies not reported yet; only while leading."""
+        if not self.leadership.valid():
+            return
+        for name, entry in self._unreadable.items():
+            uid, (generation, why), posted = entry
+            if posted:
+                continue
+            st = self.policy_store.policies.get(name)
+            then = (f"pods are still scheduled with generation {st.chain_generation}" if st is not None and st.chain
+                    else "it is not used until it is fixed")
+            self.recorder.policy_event(name, uid, "Warning", "Unreadable", "Loading",
+                                       f"generation {generation} cannot be read: {why}; {then}")
+            entry[2] = True
 
     def _policy_changed(self, st: PolicyState) -> None:
         self.status_writer.write_soon(st)
@@ -330,10 +366,11 @@ class Engine:
 
     # ------------------------------------------------------------------ the loop
     def route(self, kind: str) -> Callable[[str, Mapping[str, Any]], None]:
-        """The handler of one kind's watch events (an informer's callback): nodes, namespaces and
-        pods by the engine's own handlers, every other kind of cache/state.KINDS and the PodGroups
+        """The handler of one kind's watch events (an informer's callback): nodes, namespaces,
+        pods and SchedulingPolicies by the engine's own handlers, every other kind of cache/state.KINDS and the PodGroups
         of both APIs ("podgroups", NATIVE_PODGROUPS) straight into the state, then the queue."""
-        own = {"nodes": self.on_node, "namespaces": self.on_namespace, "pods": self.on_pod}
+        own = {"nodes": self.on_node, "namespaces": self.on_namespace, "pods": self.on_pod,
+               POLICIES: self.on_policy}
         if kind in own:
             return own[kind]
         st = self.state
@@ -344,11 +381,11 @@ class Engine:
         return self._router({"poddisruptionbudgets": st.apply_pdb, "podgroups": st.apply_pod_group,
                              NATIVE_PODGROUPS: st.apply_native_pod_group}[kind])
 
-    async def sync(self, policy_timeout: float = 15.0) -> None:
-        """Start the informers and wait until every kind is listed and every existing
-        SchedulingPolicy delivered (sync.py); then give each invalid policy without a chain its
-        last valid revision (revisions.py): no decision before that."""
-        took = await self.informers.run(policy_timeout)
+    async def sync(self) -> None:
+        """Start the informers and wait until every kind is listed, SchedulingPolicies included
+        (sync.py); then give each invalid policy without a chain its last valid revision
+        (revisions.py): no decision before that."""
+        took = await self.informers.run()
         await self.revisions.restore_all()  # invalid policies without a chain: their last valid revision
         self.synced = True
         table = self.state.table
@@ -405,6 +442,7 @@ class Engine:
             st.dirty = True
         self.revisions.lead()  # the previous leader may not have recorded every valid generation
         self.recorder.start()
+        self._report_unreadable()
         last_flush = time.monotonic()
         status_task = self.spawn(self.status_writer.run())
         pod_group_task = self.spawn(self.pod_group_status.run())

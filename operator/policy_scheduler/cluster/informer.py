@@ -10,6 +10,12 @@ exponential backoff and jitter (``Backoff``, as client-go's reflector); ``last_e
 An ``optional`` informer is for a kind whose CRD may not be installed (scheduler-plugins'
 PodGroups): a LIST answered 404 counts as an empty list (the informer is synced, so the operator
 starts), and the LIST is tried again every ``absent_retry`` seconds until the kind is served.
+
+Every object is hostile until parsed: pages and watch lines are read with safejson (orjson, and
+for a document orjson refuses, nested deeper than it reads, a decoder that replaces the deepest
+subtrees by a marker), so one such object neither stops the informer nor hides the others; it
+reaches the handler, whose owner reports it. A LIST or WATCH answer that is not JSON at all is a
+failed request (retried); an item or event that is not an object is skipped with a warning.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ import time
 from typing import Any, Callable, Mapping
 
 import aiohttp
-import orjson
 
+from ..safejson import loads
 from .kubeclient import TRANSPORT_ERRORS, ApiError, KubeClient
 
 log = logging.getLogger("policy_scheduler.informer")
@@ -31,9 +37,12 @@ Handler = Callable[[str, Mapping[str, Any]], None]
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace")
-    return f"{ns}/{meta.get('name', '')}" if ns else meta.get("name", "")
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return ""
+    ns, name = meta.get("namespace"), meta.get("name")
+    name = name if isinstance(name, str) else ""
+    return f"{ns}/{name}" if isinstance(ns, str) and ns else name
 
 
 class Gone(Exception):
@@ -74,7 +83,12 @@ class Informer:
             if cont:
                 params["continue"] = cont
             body = await self.client.request("GET", self.path, params=params)
+            if not isinstance(body, dict):
+                raise ValueError(f"the LIST answer is not a JSON object: {str(body)[:200]!r}")
             for item in body.get("items") or []:
+                if not isinstance(item, dict):
+                    log.warning("%s informer: skipped a listed item that is not an object", self.name)
+                    continue
                 key = object_key(item)
                 seen.add(key)
                 self._deliver("ADDED", item)
@@ -106,11 +120,16 @@ class Informer:
                 *lines, buf = (buf + chunk).split(b"\n")  # one event per line; the last may be partial
                 for line in lines:
                     if line.strip():
-                        self._event(orjson.loads(line))
+                        self._event(loads(line))
 
-    def _event(self, ev: Mapping[str, Any]) -> None:
+    def _event(self, ev: Any) -> None:
+        if not isinstance(ev, dict):
+            raise ValueError(f"a watch event that is not a JSON object: {str(ev)[:200]!r}")
         kind = ev.get("type")
         obj = ev.get("object") or {}
+        if not isinstance(obj, dict):
+            log.warning("%s informer: skipped a %s event whose object is not an object", self.name, kind)
+            return
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Gone()

@@ -37,6 +37,8 @@ from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.kube_config import (ENV_KUBECONFIG_PATH_SEPARATOR, FileOrData, KubeConfigLoader,
                                            KubeConfigMerger)
 
+from ..safejson import loads
+
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
@@ -431,9 +433,9 @@ class KubeClient:
         async with self.session.request(method, self.creds.server + path, data=data, params=params,
                                         headers=headers, **extra) as resp:
             raw = await resp.read()
-            try:
-                payload = orjson.loads(raw) if raw else None
-            except orjson.JSONDecodeError:
+            try:  # orjson, or for an answer nested deeper than it reads, the tolerant decoder
+                payload = loads(raw) if raw else None
+            except ValueError:
                 payload = raw.decode(errors="replace")
             if resp.status >= 400:
                 raise ApiError(resp.status, payload, method, path)

@@ -60,7 +60,7 @@ class PolicyStatusWriter:
         """The status object of one policy (without lastTransitionTimes)."""
         counts = self.queue.counts(st.name)
         cond = {"type": "Ready", "status": "True" if st.ready else "False",
-                "reason": "Valid" if st.ready else "InvalidSpec",
+                "reason": "Valid" if st.ready else "Unreadable" if st.unreadable else "InvalidSpec",
                 "message": ("chain built: " + ", ".join(
                     f"{p.name}{'' if p.weight is None else f'(w={p.weight})'}" for p in st.chain.resolved))
                 if st.ready else invalid_message(st),

@@ -4,7 +4,8 @@ Events go through a bounded queue (when it is full they are dropped and counted,
 recorder does) and are posted as they come by EVENT_WORKERS workers, as many as the bindings in
 flight by default: a pod's Scheduled event keeps pace with its binding, as kube-scheduler's
 does, instead of trailing behind a burst. A scheduling failure (``failure``) posts a Warning event and patches the pod's
-PodScheduled condition, once per distinct message a minute. Nothing here raises into the
+PodScheduled condition, once per distinct message a minute. ``policy_event`` posts an Event
+about a SchedulingPolicy (one that cannot be read). Nothing here raises into the
 scheduler: failed writes are logged and counted in telemetry (``events_dropped``). Nothing is
 written unless ``may_write()`` (the leader's lease is valid).
 """
@@ -19,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 
+from .. import API_GROUP, API_VERSION
 from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code
 from ..timefmt import now_rfc3339
@@ -97,6 +99,11 @@ class EventRecorder:
             {"type": "PodScheduled", "status": "False", "reason": cond_reason, "message": msg,
              "lastTransitionTime": now_rfc3339()}]}, "PodScheduled condition")
 
+    def policy_event(self, name: str, uid: str | None, type_: str, reason: str, action: str, note: str) -> None:
+        """An Event about a SchedulingPolicy (cluster-scoped, so in namespace default, as the
+        tuner's), posted off the loop."""
+        self._spawn(self._post_policy_event(name, uid, type_, reason, action, note, now_micro()))
+
     def nominate(self, pod: PodInfo, node: str | None) -> None:
         """Write status.nominatedNodeName (a PostFilter's nomination; None clears it), off the loop."""
         self._queue_status(pod, {"nominatedNodeName": node}, "nominatedNodeName")
@@ -170,6 +177,23 @@ class EventRecorder:
         except REQUEST_ERRORS as e:
             self.telemetry.events_dropped.labels("event").inc()
             log.warning("event %s for %s not recorded: %s", reason, pod.key, e)
+
+    async def _post_policy_event(self, name: str, uid: str | None, type_: str, reason: str, action: str, note: str,
+                                 event_time: str) -> None:
+        if not self.may_write():
+            return
+        regarding = {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "SchedulingPolicy", "name": name,
+                     **({"uid": uid} if uid else {})}
+        body = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": "default"},
+                "eventTime": event_time, "reportingController": self.scheduler_name,
+                "reportingInstance": self.instance, "action": action, "reason": reason, "type": type_,
+                "note": truncate_note(note), "regarding": regarding}
+        try:
+            await self.client.post("/apis/events.k8s.io/v1/namespaces/default/events", body)
+        except REQUEST_ERRORS as e:
+            self.telemetry.events_dropped.labels("event").inc()
+            log.warning("event %s for SchedulingPolicy %s not recorded: %s", reason, name, e)
 
     async def _patch_status(self, pod: PodInfo, body: dict, what: str) -> None:
         if not self.may_write():

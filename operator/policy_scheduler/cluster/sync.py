@@ -1,6 +1,10 @@
-"""Informer sync: one informer per kind that feeds the cluster state, the discovery of the
-PodGroup API version, and the wait until every kind is listed and every existing
-SchedulingPolicy has been delivered (by kopf). No decision is made before that.
+"""Informer sync: one informer per kind that feeds the cluster state, one for the
+SchedulingPolicies (into the policy store), the discovery of the PodGroup API version, and the
+wait until every kind is listed, policies included. No decision is made before that.
+
+The policies come through an informer of ours (not kopf's watch) so that no policy object can
+stop the process: the informer reads what orjson refuses (safejson), and the store reports such an
+object on itself.
 
 upstream: the informer factory's ``Start`` and ``WaitForCacheSync`` in ``scheduler.Run``.
 """
@@ -12,71 +16,39 @@ import logging
 import time
 from typing import Any, Callable, Coroutine, Mapping
 
-from ..cache.policies import PLURAL_PATH, PolicyStore
+from ..cache.policies import PLURAL_PATH
 from ..cache.state import KINDS
 from ..framework.model.native_podgroups import DEFAULT_VERSION as NATIVE_DEFAULT_VERSION, GROUP as NATIVE_GROUP
 from ..framework.model.native_podgroups import VERSIONS as NATIVE_VERSIONS
 from ..framework.model.native_podgroups import api_path as native_pod_groups_path
 from ..framework.model.podgroups import API_PATH as POD_GROUPS_PATH
 from ..logs import fields
-from .informer import Backoff, Informer
+from .informer import Informer
 from .kubeclient import REQUEST_ERRORS, KubeClient
 
 log = logging.getLogger("policy_scheduler")
 
 NATIVE_PODGROUPS = f"podgroups.{NATIVE_GROUP}"  # the informer of scheduling.k8s.io PodGroups
+POLICIES = "schedulingpolicies"  # the informer of SchedulingPolicies (the policy store's)
 Handler = Callable[[str, Mapping[str, Any]], None]
 
 
 class Sync:
-    """The informers, fed to ``route(kind)`` (a kind of cache/state.KINDS, "podgroups" or
-    NATIVE_PODGROUPS -> its watch-event handler)."""
+    """The informers, fed to ``route(kind)`` (a kind of cache/state.KINDS, "podgroups",
+    NATIVE_PODGROUPS or POLICIES -> its watch-event handler)."""
 
-    def __init__(self, client: KubeClient, route: Callable[[str], Handler], store: PolicyStore,
+    def __init__(self, client: KubeClient, route: Callable[[str], Handler],
                  spawn: Callable[[Coroutine], asyncio.Task], timeout: float) -> None:
         self.client = client
         self.route = route
-        self.store = store
         self.spawn = spawn
         self.timeout = timeout
         self.native_version = NATIVE_DEFAULT_VERSION  # the API version served (discovery)
         self.informers: list[Informer] = []
-        self.policies_listed = False
-        self.policies_error: str | None = None
 
     def status(self) -> dict[str, str]:
-        """What the cache still waits for: informer (or ``schedulingpolicies``) -> why; empty when synced."""
-        waiting = {inf.name: inf.last_error or "listing" for inf in self.informers if not inf.synced.is_set()}
-        if not self.policies_listed:
-            waiting["schedulingpolicies"] = self.policies_error or "listing"
-        return waiting
-
-    async def _list_policies(self) -> set[str]:
-        """The names of the existing SchedulingPolicies; retried with backoff until the LIST works."""
-        backoff = Backoff()
-        while True:
-            try:
-                listed = await self.client.get(PLURAL_PATH)
-            except REQUEST_ERRORS as e:
-                self.policies_error = f"list failed: {e}"
-                delay = backoff.next()
-                log.warning("schedulingpolicies: %s; retrying in %.1fs", self.policies_error, delay)
-                await asyncio.sleep(delay)
-                continue
-            self.policies_error = None
-            return {(i.get("metadata") or {}).get("name") for i in listed.get("items") or []}
-
-    async def _wait_policies(self, policy_timeout: float) -> None:
-        names = await self._list_policies()
-        store = self.store
-        deadline = time.monotonic() + policy_timeout
-        while names - set(store.policies) - set(store.foreign) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        missing = names - set(store.policies) - set(store.foreign)
-        if missing:
-            log.warning("SchedulingPolicies %s listed but not delivered by the watch within %.0fs; "
-                        "starting without them", ", ".join(sorted(missing)), policy_timeout)
-        self.policies_listed = True
+        """What the cache still waits for: informer -> why; empty when synced."""
+        return {inf.name: inf.last_error or "listing" for inf in self.informers if not inf.synced.is_set()}
 
     async def discover_native_version(self) -> str:
         """The scheduling.k8s.io version to watch PodGroups in: the first of NATIVE_VERSIONS the
@@ -96,27 +68,28 @@ class Sync:
         return NATIVE_DEFAULT_VERSION
 
     def _informers(self) -> list[Informer]:
-        """One informer per kind of cache/state.KINDS; plus the PodGroups of both APIs, optional
-        (while their CRD or feature gate is missing the kind is empty, and the LIST is tried again
-        in the background)."""
+        """One informer per kind of cache/state.KINDS and one for the SchedulingPolicies; plus the
+        PodGroups of both APIs, optional (while their CRD or feature gate is missing the kind is
+        empty, and the LIST is tried again in the background)."""
         c = self.client
         return [
             *(Informer(c, path, self.route(kind), kind) for kind, path in KINDS.items()),
+            Informer(c, PLURAL_PATH, self.route(POLICIES), POLICIES),
             Informer(c, POD_GROUPS_PATH, self.route("podgroups"), "podgroups", optional=True),
             Informer(c, native_pod_groups_path(self.native_version), self.route(NATIVE_PODGROUPS),
                      NATIVE_PODGROUPS, optional=True),
         ]
 
-    async def run(self, policy_timeout: float = 15.0) -> float:
-        """Start the informers and wait until every kind is listed and every existing
-        SchedulingPolicy delivered. Past ``timeout`` it says which informer is stuck and why, and
-        keeps waiting (readiness fails meanwhile). Returns the seconds it took."""
+    async def run(self) -> float:
+        """Start the informers and wait until every kind is listed, SchedulingPolicies included.
+        Past ``timeout`` it says which informer is stuck and why, and keeps waiting (readiness
+        fails meanwhile). Returns the seconds it took."""
         t0 = time.monotonic()
         self.native_version = await self.discover_native_version()
         self.informers = self._informers()
         for inf in self.informers:
             self.spawn(inf.run())
-        waiting = asyncio.gather(self._wait_policies(policy_timeout), *(inf.synced.wait() for inf in self.informers))
+        waiting = asyncio.gather(*(inf.synced.wait() for inf in self.informers))
         try:
             while True:
                 try:

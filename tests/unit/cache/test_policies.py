@@ -197,3 +197,69 @@ def test_overcommit_factors_and_admitted_namespaces():
     assert s.admitted_namespaces(s.policies["loose"]) == 1 and s.admitted_namespaces(s.policies["strict"]) == 3
     s.on_policy("ADDED", policy("bad", {**GOOD, "overcommit": {"cpu": 0.5}}))
     assert s.policies["bad"].errors == ["spec.overcommit.cpu: Invalid value: 0.5: must be greater than or equal to 1.0"]
+
+
+def deep(levels):
+    v = 1
+    for _ in range(levels):
+        v = {"a": v}
+    return v
+
+
+def test_a_policy_past_the_limits_is_unreadable_and_never_parsed():
+    from policy_scheduler.safejson import loads
+
+    t = Counts()
+    s, changed = store(on_counts=t)
+    # as the informer decodes it: 1,100 levels, past what orjson reads, the deepest part a marker
+    raw = (b'{"metadata":{"name":"deep","generation":1},"spec":{"plugins":[{"name":"NodeAffinity","args":'
+           b'{"addedAffinity":' + b'{"a":' * 1_100 + b"1" + b"}" * 1_100 + b"}}]}}")
+    s.on_policy("ADDED", loads(raw))
+    s.on_policy("ADDED", policy("big", {"plugins": [{"name": "NodeResourcesFit", "args": {"x": "y" * 20_000}}]}))
+    s.on_policy("ADDED", policy("list", {"plugins": [{"name": "NodeResourcesFit"}] * 5_000}))
+    s.on_policy("ADDED", policy("kind", ["NodeResourcesFit"]))
+    s.on_policy("ADDED", policy("p", GOOD))
+    assert s.policies["p"].ready and ready_gauge(t, "true") == 1 and ready_gauge(t, "false") == 4
+    why = {n: st.unreadable for n, st in s.policies.items() if n != "p"}
+    assert why["deep"].startswith("spec.plugins[0].args.addedAffinity.a.a.")
+    assert why["deep"].endswith(": nested deeper than 64 levels")
+    assert why["big"] == "spec.plugins[0].args.x: Too long: a string of 20000 characters, at most 16384"
+    assert why["list"] == "spec.plugins: Too many: 5000: must have at most 1024 items"
+    assert why["kind"] == "spec: Invalid value: must be an object, not a list"
+    for name in why:
+        st = s.policies[name]
+        assert st.errors == [st.unreadable] and st.chain is None and st.spec_raw is None and not st.ready
+    assert s.resolve_policy(pod({POLICY_LABEL: "deep"}))[1].startswith(
+        "SchedulingPolicy 'deep' is not Ready: spec.plugins[0].args.addedAffinity.a.a.")
+    assert s.validate(loads(raw)["spec"]) == [why["deep"]]  # the webhook's check says the same
+    n = len(changed)
+    s.on_policy("MODIFIED", loads(raw))  # a status write or a resync: nothing new
+    assert len(changed) == n
+
+
+def test_an_unreadable_edit_keeps_the_last_valid_chain_and_a_readable_one_ends_it():
+    s, changed = store()
+    s.on_policy("ADDED", policy("p", GOOD, gen=1))
+    st = s.policies["p"]
+    chain = st.chain
+    s.on_policy("MODIFIED", policy("p", {"plugins": [{"name": "NodeAffinity", "args": deep(100)}]}, gen=2))
+    assert st.chain is chain and st.chain_generation == 1 and st.generation == 2 and not st.ready
+    assert st.unreadable.endswith("nested deeper than 64 levels") and st.errors == [st.unreadable]
+    assert s.resolve_policy(pod({POLICY_LABEL: "p"})) == (st, "")  # still scheduled with generation 1
+    s.on_policy("MODIFIED", policy("p", BAD_WEIGHT, gen=3))
+    assert st.unreadable is None and st.errors[0].startswith("spec.plugins[1].weight") and st.chain is chain
+    s.on_policy("MODIFIED", policy("p", GOOD, gen=4))
+    assert st.ready and st.chain_generation == 4 and st.unreadable is None and len(changed) == 4
+
+
+def test_objects_without_a_usable_name_or_generation_are_not_fatal():
+    s, changed = store()
+    for body in ({}, {"metadata": None}, {"metadata": []}, {"metadata": {"name": 7}}, "x", None,
+                 {"metadata": {"name": ""}, "spec": GOOD}):
+        s.on_policy("ADDED", body)
+    assert s.policies == {} and changed == []
+    s.on_policy("ADDED", {"metadata": {"name": "g", "generation": "7"}, "spec": GOOD})
+    s.on_policy("ADDED", {"metadata": {"name": "o", "generation": 1}, "spec": {**GOOD, "schedulerName": {"a": 1}}})
+    assert s.policies["g"].ready and s.policies["g"].generation == 0
+    # a schedulerName that is no name leaves the policy to the default instance, which refuses it
+    assert not s.policies["o"].ready and s.policies["o"].errors[0].startswith("spec.schedulerName")

@@ -81,3 +81,82 @@ def test_a_pod_naming_a_policy_its_namespace_may_not_use_is_refused():
 def test_long_messages_are_cut():
     out = review({"uid": "u"}, False, message="x" * 10000)
     assert len(out["response"]["status"]["message"]) == 4000
+
+
+# ---------------------------------------------------------------------------------------------
+# the handler: raw bodies as the API server (or anyone) sends them; always an AdmissionReview
+
+def review_body(spec: bytes, uid: str = "u-7", name: str = "p") -> bytes:
+    return (b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"' + uid.encode()
+            + b'","kind":{"group":"policy-scheduler.io","version":"v1alpha1","kind":"SchedulingPolicy"},'
+            b'"operation":"CREATE","object":{"apiVersion":"policy-scheduler.io/v1alpha1","kind":"SchedulingPolicy",'
+            b'"metadata":{"name":"' + name.encode() + b'"},"spec":' + spec + b"}}}")
+
+
+def affinity_spec(levels: int) -> bytes:
+    return (b'{"plugins":[{"name":"NodeAffinity","args":{"addedAffinity":' + b'{"a":' * levels + b"1"
+            + b"}" * levels + b"}}]}")
+
+
+def answer(body: bytes, decide=None, **kw) -> dict:
+    from policy_scheduler.cluster.admission import respond
+
+    out = respond(body, decide or Admission(policy_store()).validate_policy, **kw)
+    assert out["kind"] == "AdmissionReview" and json.loads(json.dumps(out)) == out
+    return out["response"]
+
+
+def test_a_policy_nested_too_deep_for_any_parser_is_denied_with_its_uid():
+    for levels in (70, 1_100, 10_000):  # 70: orjson reads it, the limits refuse it
+        r = answer(review_body(affinity_spec(levels)))
+        assert r["uid"] == "u-7" and r["allowed"] is False and r["status"]["code"] == 422, r
+        msg = r["status"]["message"]
+        assert msg.startswith('SchedulingPolicy "p" is invalid: spec.plugins[0].args.addedAffinity.a.a.'), msg
+        assert msg.endswith(": nested deeper than 64 levels")
+
+
+def test_what_cannot_be_read_is_denied_never_an_http_error():
+    r = answer(b'{"request":{"uid":"u-1","object":{"spec":' + b"[" * 5 + b"}")
+    assert r["uid"] == "u-1" and not r["allowed"] and r["status"]["code"] == 400
+    assert r["status"]["message"].startswith("the admission request is not JSON: ")
+    r = answer(b"not json at all")
+    assert r == {"uid": "", "allowed": False, "status": {"code": 400, "reason": "BadRequest",
+                                                          "message": r["status"]["message"]}}
+    assert answer(b'{"kind":"AdmissionReview"}')["status"]["message"] == "not an AdmissionReview: no request object"
+    assert answer(b"[1]")["status"]["code"] == 400
+    r = answer(review_body(b'{"plugins":[]}', uid="u-2")[:100_000] + b"x" * 100, truncated=True)
+    assert r["uid"] == "u-2" and not r["allowed"]
+    assert r["status"]["message"] == "the admission request is larger than 8 MiB: not read"
+    big = review_body(b'{"plugins":[{"name":"NodeResourcesFit","args":{"x":"' + b"y" * 1_000_000 + b'"}}]}')
+    r = answer(big)
+    assert not r["allowed"] and r["status"]["code"] == 422
+    assert r["status"]["message"] == ('SchedulingPolicy "p" is invalid: spec.plugins[0].args.x: Too long: a string '
+                                      "of 1000000 characters, at most 16384")
+    assert answer(review_body(b'{"plugins":[{"name":"NodeResourcesFit"}]}'))["allowed"] is True
+
+
+def test_a_pod_request_too_deep_to_read_is_denied_whatever_the_decision():
+    a = Admission(policy_store())
+    body = (b'{"request":{"uid":"u-3","namespace":"web","object":{"metadata":{"name":"x","annotations":'
+            + b'{"a":' * 1_100 + b'"1"' + b"}" * 1_100 + b'},"spec":{}}}}')
+    for decide in (a.mutate_pod, a.validate_pod):
+        r = answer(body, decide)
+        assert r["uid"] == "u-3" and not r["allowed"] and r["status"]["code"] == 400
+        assert r["status"]["message"] == "the object cannot be read: nested deeper than any reader goes"
+
+
+def test_a_decision_that_fails_allows_with_a_warning():
+    def broken(req):
+        raise KeyError("bug")
+
+    r = answer(review_body(b"{}"), broken)
+    assert r["allowed"] is True and r["uid"] == "u-7" and r["warnings"] == ["policy-scheduler webhook error: KeyError"]
+
+
+def test_an_update_that_fixes_a_policy_too_deep_to_read_is_allowed():
+    """The stored object (oldObject) cannot be read; the new one can: the fix goes through."""
+    body = (b'{"request":{"uid":"u-4","operation":"UPDATE","object":{"metadata":{"name":"p"},'
+            b'"spec":{"plugins":[{"name":"NodeResourcesFit"}]}},"oldObject":{"metadata":{"name":"p"},"spec":'
+            + affinity_spec(1_100) + b"}}}")
+    r = answer(body)
+    assert r == {"uid": "u-4", "allowed": True}

@@ -77,3 +77,78 @@ def test_an_optional_kind_that_is_not_served_counts_as_empty_and_is_listed_once_
         t2.cancel()
 
     asyncio.run(go())
+
+
+def test_an_object_no_parser_reads_neither_stops_the_informer_nor_hides_the_others():
+    """A LIST page and a WATCH line holding an object nested 1,100 levels deep (past orjson's
+    1,024; the API server stores up to 10,000): every object is delivered, the deep one with its
+    deepest part replaced by safejson's marker, and the watch goes on."""
+    import asyncio
+
+    from aiohttp import web
+
+    from policy_scheduler.cluster.informer import Informer
+    from policy_scheduler.cluster.kubeclient import Credentials, KubeClient
+    from policy_scheduler.safejson import Unreadable
+
+    def obj(name, rv, levels=0):
+        spec = b'{"a":' * levels + b"1" + b"}" * levels
+        return (b'{"metadata":{"name":"' + name.encode() + b'","resourceVersion":"' + rv.encode()
+                + b'"},"spec":{"args":' + spec + b"}}")
+
+    async def list_(request):
+        body = (b'{"kind":"List","metadata":{"resourceVersion":"10"},"items":['
+                + b",".join([obj("a", "1"), obj("deep", "2", 1_100), obj("b", "3")]) + b"]}")
+        return web.Response(body=body, content_type="application/json")
+
+    async def watch(request):
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for line in (b'{"type":"ADDED","object":' + obj("deeper", "11", 10_000) + b"}",
+                     b'{"type":"MODIFIED","object":' + obj("a", "12") + b"}"):
+            await resp.write(line + b"\n")
+        await done.wait()  # the watch stays open until the test ends
+        return resp
+
+    async def route(request):
+        return await (watch(request) if request.query.get("watch") else list_(request))
+
+    seen = []
+    done: asyncio.Event
+
+    async def go():
+        nonlocal done
+        done = asyncio.Event()
+        app = web.Application()
+        app.router.add_get("/apis/x/v1/things", route)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        client = KubeClient(Credentials(server=f"http://127.0.0.1:{port}", ssl_context=False))
+        inf = Informer(client, "/apis/x/v1/things", lambda k, o: seen.append((k, o)), "things")
+        task = asyncio.get_running_loop().create_task(inf.run())
+        try:
+            await asyncio.wait_for(inf.synced.wait(), 5)
+            for _ in range(500):
+                if len(seen) == 5:
+                    break
+                await asyncio.sleep(0.01)
+            assert inf.last_error is None and not task.done()
+            assert inf.resource_version == "12" and inf.known == {"a", "b", "deep", "deeper"}
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await client.close()
+            done.set()
+            await runner.cleanup()
+
+    asyncio.run(go())
+    assert [(k, o["metadata"]["name"]) for k, o in seen] == [
+        ("ADDED", "a"), ("ADDED", "deep"), ("ADDED", "b"), ("ADDED", "deeper"), ("MODIFIED", "a")]
+    for _, o in seen[1:2] + seen[3:4]:
+        v, levels = o["spec"]["args"], 0
+        while isinstance(v, dict):
+            v, levels = v["a"], levels + 1
+        assert isinstance(v, Unreadable) and levels > 64

@@ -186,3 +186,15 @@ def test_the_status_loop_sets_unschedulable_pods_per_plugin_and_existing_policy(
     queue.rejected = {}
     asyncio.run(tick())
     assert get("scheduler_unschedulable_pods", {"plugin": "NodeResourcesFit", "profile": "p"}) == 0
+
+
+def test_an_unreadable_policy_is_reported_with_reason_unreadable():
+    client, _, _, store, writer = setup()
+    deep = 1
+    for _ in range(80):
+        deep = {"a": deep}
+    store.on_policy("ADDED", policy("p", {"plugins": [{"name": "NodeAffinity", "args": deep}]}, gen=3))
+    cond = writer.policy_status(store.policies["p"])["conditions"][0]
+    assert (cond["status"], cond["reason"], cond["observedGeneration"]) == ("False", "Unreadable", 3)
+    assert cond["message"].startswith("spec.plugins[0].args.a.a.")
+    assert cond["message"].endswith(": nested deeper than 64 levels")

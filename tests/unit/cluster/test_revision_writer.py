@@ -248,7 +248,7 @@ def test_the_engine_restores_at_its_sync_point(client):
     async def main():
         e = Engine(client, revision_namespace=NS)
 
-        async def listed(policy_timeout):  # the informers, listed
+        async def listed():  # the informers, listed
             return 0.0
 
         e.informers.run = listed

@@ -196,6 +196,15 @@ def test_a_pathological_pattern_matches_in_linear_time():
     assert time.perf_counter() - t0 < 0.05
 
 
+def test_a_null_label_value_in_the_pod_selector_is_the_empty_string():
+    """As Go reads {app: null}: app="" (not the text "None")."""
+    for sel in ({"matchLabels": {"app": None}}, {"matchExpressions": [{"key": "app", "operator": "In",
+                                                                        "values": [None]}]}):
+        pl = plugin(podSelector=sel)
+        assert pl.selects(make_pod("x", {"app": ""})) and not pl.selects(make_pod("y", {"app": "None"}))
+        assert not pl.selects(make_pod("z"))
+
+
 def test_args_accept_field_names_and_empty_label_value():
     args = PLUGIN.Args.model_validate({"pod_name_pattern": "a.*", "node_label": {"key": "k", "value": ""}})
     assert (args.pod_name_pattern, args.node_label.key, args.node_label.value) == ("a.*", "k", "")

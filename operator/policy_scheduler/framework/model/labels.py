@@ -2,7 +2,8 @@
 and their validation, in apimachinery's words, for everything a policy gives.
 
 Semantics follow apimachinery: a nil LabelSelector matches nothing, an empty one matches
-everything; NotIn/DoesNotExist match when the key is absent. Node selector requirements add Gt/Lt
+everything; NotIn/DoesNotExist match when the key is absent. A null label value (a matchLabels
+value, an entry of values) is the empty string, as Go decodes JSON null into a string. Node selector requirements add Gt/Lt
 (integer comparison, label must be present) and matchFields on ``metadata.name``.
 
 Validation (the second half of this module): label keys are qualified names (IsQualifiedName),
@@ -20,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from ..validation import (MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_MATCH_LABELS, MAX_REQUIREMENTS, MAX_SHORT, MAX_TERMS,
                           MAX_VALUES, int32_errors, invalid, not_supported, raise_if, required)
@@ -74,6 +75,11 @@ class Requirement:
         return False
 
 
+def _value(v: Any) -> str:
+    """A label value as Go reads it: JSON null is the empty string."""
+    return "" if v is None else str(v)
+
+
 def _requirement(expr: Mapping[str, Any], allowed: set[str], where: str) -> Requirement:
     if not isinstance(expr, Mapping):
         raise SelectorError(f"{where}: must be an object")
@@ -90,7 +96,7 @@ def _requirement(expr: Mapping[str, Any], allowed: set[str], where: str) -> Requ
         raise SelectorError(f"{where}.values: must be empty for operator {op}")
     if op in ("Gt", "Lt") and len(values) != 1:
         raise SelectorError(f"{where}.values: must have exactly one element for operator {op}")
-    return Requirement(key, op, tuple(str(v) for v in values))
+    return Requirement(key, op, tuple(_value(v) for v in values))
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +114,7 @@ class LabelSelector:
             raise SelectorError(f"{where}: must be an object")
         reqs: list[Requirement] = []
         for k, v in (d.get("matchLabels") or {}).items():
-            reqs.append(Requirement(str(k), "In", (str(v),)))
+            reqs.append(Requirement(str(k), "In", (_value(v),)))
         for i, e in enumerate(d.get("matchExpressions") or []):
             reqs.append(_requirement(e, _SET_OPS, f"{where}.matchExpressions[{i}]"))
         return cls(tuple(reqs))
@@ -433,7 +439,8 @@ class _Spec(BaseModel):
 
 
 LabelKey = Annotated[str, Field(max_length=MAX_LABEL_KEY)]
-LabelValue = Annotated[str, Field(max_length=MAX_LABEL_VALUE)]
+# JSON null is "" (as Go decodes it into a string): {app: null} selects app=""
+LabelValue = Annotated[str, Field(max_length=MAX_LABEL_VALUE), BeforeValidator(lambda v: "" if v is None else v)]
 NodeName = Annotated[str, Field(max_length=253)]
 
 

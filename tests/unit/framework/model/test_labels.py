@@ -83,6 +83,25 @@ def test_label_selector_errors_name_the_field(selector, field):
     assert str(e.value).startswith(field + ":")
 
 
+def test_a_null_label_value_is_the_empty_string_as_go_reads_it():
+    """Go decodes JSON null into a string as "": {app: null} is app="" (never the text "None"),
+    in the parsed selector, in node selector terms and in the models policies are written with
+    (NodeLabelMatch's podSelector: tests/unit/plugins/test_node_label_match.py)."""
+    from policy_scheduler.framework.model.labels import LabelSelectorSpec, NodeSelectorTermSpec
+
+    for sel in (LabelSelector.parse({"matchLabels": {"app": None}}),
+                LabelSelector.parse({"matchExpressions": [expr("app", "In", None)]}),
+                LabelSelectorSpec.model_validate({"matchLabels": {"app": None}}).selector(),
+                LabelSelectorSpec.model_validate({"matchExpressions": [expr("app", "In", None)]}).selector()):
+        assert sel.requirements == (Requirement("app", "In", ("",)),)
+        assert sel.matches({"app": ""}) and not sel.matches({"app": "None"}) and not sel.matches({})
+    term = NodeSelectorTerm.parse({"matchExpressions": [expr("zone", "NotIn", None, "a")]}, "t")
+    assert term.expressions == (Requirement("zone", "NotIn", ("", "a")),)
+    assert term.matches({"zone": "b"}, "n") and not term.matches({"zone": ""}, "n")
+    spec = NodeSelectorTermSpec.model_validate({"matchExpressions": [expr("zone", "In", None)]})
+    assert spec.as_dict()["matchExpressions"][0]["values"] == [""]
+
+
 def test_and_labels_merges_pairs_and_keeps_nil_nothing():
     sel = LabelSelector.parse({"matchLabels": {"app": "web"}})
     merged = sel.and_labels({"tier": "front"})
