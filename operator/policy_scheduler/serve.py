@@ -122,6 +122,6 @@ def attach_tuner(engine, **kw):
     from .cluster.tuner import Tuner
 
     tuner = Tuner(engine.client, engine.state, engine.policy_store, engine.sources, engine.queue,
-                  engine.leadership, engine.telemetry, lambda: engine.scheduling, **kw)
+                  engine.leadership, engine.telemetry, engine.recorder, lambda: engine.scheduling, **kw)
     engine.placement_listeners.append(tuner.log.record)
     return tuner

@@ -85,6 +85,7 @@ class PolicyState:
     good_spec: Any = None
     errors: list[str] = field(default_factory=list)  # problems of the current generation
     unreadable: str | None = None  # why the current generation cannot be read (then errors holds it too)
+    unreadable_reported: tuple[int, str] | None = None  # (generation, why) of the last Warning event posted
     namespace_selector: LabelSelector | None = None
     overcommit: dict[str, float] | None = None  # spec.overcommit of the chain's generation (factors > 1)
     scheduled: int = 0
@@ -107,6 +108,14 @@ class PolicyState:
         if self.chain is None or not self.revision or self.revision_generation != self.chain_generation:
             return None
         return self.revision
+
+
+def _use(st: PolicyState, parsed: SchedulingPolicySpec, ns_selector: LabelSelector | None, chain: Chain,
+         generation: int) -> None:
+    """Schedule the policy's pods with ``chain``, built from ``parsed`` of ``generation``."""
+    st.chain, st.chain_generation, st.good_spec = chain, generation, parsed
+    st.namespace_selector = ns_selector
+    st.overcommit = (parsed.overcommit.factors() if parsed.overcommit is not None else None) or None
 
 
 class PolicyStore:
@@ -187,9 +196,8 @@ class PolicyStore:
         else:
             if st.chain is not None:
                 chain.next_start_node_index = st.chain.next_start_node_index
-            st.chain, st.chain_generation, st.good_spec, st.errors = chain, gen, parsed, []
-            st.namespace_selector = ns_selector
-            st.overcommit = (parsed.overcommit.factors() if parsed.overcommit is not None else None) or None
+            _use(st, parsed, ns_selector, chain, gen)
+            st.errors = []
         if st.ready:
             log.info("SchedulingPolicy %s (generation %d) is ready: %s", name, gen,
                      ", ".join(p.name for p in st.chain.resolved))
@@ -223,9 +231,7 @@ class PolicyStore:
             return e.errors
         except Exception as e:  # a plugin constructor's bug: this revision is not usable
             return [f"spec: cannot build the chain: {type(e).__name__}: {e}"]
-        st.chain, st.chain_generation, st.good_spec = chain, generation, parsed
-        st.namespace_selector = ns_selector
-        st.overcommit = (parsed.overcommit.factors() if parsed.overcommit is not None else None) or None
+        _use(st, parsed, ns_selector, chain, generation)
         st.revision, st.revision_generation, st.dirty = revision, generation, True
         log.warning("SchedulingPolicy %s generation %d is invalid: %s; scheduling with revision %d (generation %d) "
                     "read from the cluster: %s", name, st.generation, "; ".join(st.errors), revision, generation,

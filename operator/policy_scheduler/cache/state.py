@@ -216,21 +216,11 @@ class ClusterState:
 
     def apply_pod_group(self, event: str, body: Mapping[str, Any]) -> list[Change]:
         """A scheduler-plugins PodGroup (Coscheduling)."""
-        try:
-            return self.pod_groups.apply(event, body)
-        except ValueError as e:  # a spec the scheduler cannot use: the group counts as absent
-            meta = body.get("metadata") or {}
-            log.warning("PodGroup %s/%s ignored: %s", meta.get("namespace"), meta.get("name"), e)
-            return []
+        return _apply_group(self.pod_groups, "", event, body)
 
     def apply_native_pod_group(self, event: str, body: Mapping[str, Any]) -> list[Change]:
         """A scheduling.k8s.io PodGroup (GangScheduling)."""
-        try:
-            return self.native_pod_groups.apply(event, body)
-        except ValueError as e:  # a spec the scheduler cannot use: the group counts as absent
-            meta = body.get("metadata") or {}
-            log.warning("PodGroup %s/%s (%s) ignored: %s", meta.get("namespace"), meta.get("name"), NATIVE_GROUP, e)
-            return []
+        return _apply_group(self.native_pod_groups, f" ({NATIVE_GROUP})", event, body)
 
     def apply_volume(self, kind: str, event: str, body: Mapping[str, Any]) -> list[Change]:
         """A storage object of VolumeCache ``kind`` (VolumeBinding and co. registered its events)."""
@@ -306,6 +296,17 @@ class ClusterState:
         for info, node in bound:
             t.add_pod(info, node)
         self.table = t
+
+
+def _apply_group(cache: PodGroupCache | NativePodGroupCache, api: str, event: str,
+                 body: Mapping[str, Any]) -> list[Change]:
+    """A PodGroup event into its cache; a spec the scheduler cannot use counts as absent."""
+    try:
+        return cache.apply(event, body)
+    except ValueError as e:
+        meta = body.get("metadata") or {}
+        log.warning("PodGroup %s/%s%s ignored: %s", meta.get("namespace"), meta.get("name"), api, e)
+        return []
 
 
 # The kinds that feed the state, with the API path each is listed and watched from and the

@@ -162,8 +162,6 @@ class Engine:
                                                             patch=self.api.patch_native_pod_group_status)
         self._stopping = False
         self.bound_by_us = 0
-        # unreadable policies: name -> [uid, (generation, why), Warning event posted]
-        self._unreadable: dict[str, list] = {}
         self.informers = Sync(client, self.route, self.spawn, sync_timeout)
         self.synced = False  # every informer listed (SchedulingPolicies included)
         self.scheduling = False  # the scheduling loop runs (this process leads)
@@ -323,39 +321,21 @@ class Engine:
         """A SchedulingPolicy event (its informer): see PolicyStore.on_policy. A generation that
         cannot be read (api/limits.py) also gets a Warning event on the policy."""
         self.policy_store.on_policy(event, body)
-        self._note_unreadable(body)
-
-    def _note_unreadable(self, body: Mapping[str, Any]) -> None:
-        meta = body.get("metadata") if isinstance(body, Mapping) else None
-        name = meta.get("name") if isinstance(meta, dict) else None
-        if not isinstance(name, str):
-            return
-        st = self.policy_store.policies.get(name)
-        if st is None or st.unreadable is None:
-            self._unreadable.pop(name, None)
-            return
-        seen = (st.generation, st.unreadable)
-        old = self._unreadable.get(name)
-        if old is not None and old[1] == seen:
-            return  # reported (or waiting for leadership to be)
-        uid = meta.get("uid")
-        self._unreadable[name] = [uid if isinstance(uid, str) else None, seen, False]
         self._report_unreadable()
 
     def _report_unreadable(self) -> None:
-        """The Warning events of the unreadable policies not reported yet; only while leading."""
+        """A Warning event for each unreadable generation not reported yet; only while leading
+        (a replica that starts to lead reports what it saw as a standby)."""
         if not self.leadership.valid():
             return
-        for name, entry in self._unreadable.items():
-            uid, (generation, why), posted = entry
-            if posted:
+        for st in self.policy_store.policies.values():
+            if st.unreadable is None or st.unreadable_reported == (st.generation, st.unreadable):
                 continue
-            st = self.policy_store.policies.get(name)
-            then = (f"pods are still scheduled with generation {st.chain_generation}" if st is not None and st.chain
+            st.unreadable_reported = (st.generation, st.unreadable)
+            then = (f"pods are still scheduled with generation {st.chain_generation}" if st.chain
                     else "it is not used until it is fixed")
-            self.recorder.policy_event(name, uid, "Warning", "Unreadable", "Loading",
-                                       f"generation {generation} cannot be read: {why}; {then}")
-            entry[2] = True
+            self.recorder.policy_event(st.name, st.uid or None, "Warning", "Unreadable", "Loading",
+                                       f"generation {st.generation} cannot be read: {st.unreadable}; {then}")
 
     def _policy_changed(self, st: PolicyState) -> None:
         self.status_writer.write_soon(st)

@@ -102,7 +102,7 @@ class EventRecorder:
     def policy_event(self, name: str, uid: str | None, type_: str, reason: str, action: str, note: str) -> None:
         """An Event about a SchedulingPolicy (cluster-scoped, so in namespace default, as the
         tuner's), posted off the loop."""
-        self._spawn(self._post_policy_event(name, uid, type_, reason, action, note, now_micro()))
+        self._spawn(self.post_policy_event(name, uid, type_, reason, action, note))
 
     def nominate(self, pod: PodInfo, node: str | None) -> None:
         """Write status.nominatedNodeName (a PostFilter's nomination; None clears it), off the loop."""
@@ -178,17 +178,20 @@ class EventRecorder:
             self.telemetry.events_dropped.labels("event").inc()
             log.warning("event %s for %s not recorded: %s", reason, pod.key, e)
 
-    async def _post_policy_event(self, name: str, uid: str | None, type_: str, reason: str, action: str, note: str,
-                                 event_time: str) -> None:
+    async def post_policy_event(self, name: str, uid: str | None, type_: str, reason: str, action: str, note: str,
+                                instance: str | None = None) -> None:
+        """Post an Event about a SchedulingPolicy now (``policy_event`` does it off the loop);
+        ``instance``: the reportingInstance, the recorder's own by default."""
         if not self.may_write():
             return
+        event_time = now_micro()
         regarding = {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "SchedulingPolicy", "name": name,
                      **({"uid": uid} if uid else {})}
         body = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
                 "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": "default"},
                 "eventTime": event_time, "reportingController": self.scheduler_name,
-                "reportingInstance": self.instance, "action": action, "reason": reason, "type": type_,
-                "note": truncate_note(note), "regarding": regarding}
+                "reportingInstance": instance or self.instance, "action": action, "reason": reason,
+                "type": type_, "note": truncate_note(note), "regarding": regarding}
         try:
             await self.client.post("/apis/events.k8s.io/v1/namespaces/default/events", body)
         except REQUEST_ERRORS as e:

@@ -49,7 +49,7 @@ from ..metricsources.manager import MetricSources
 from .kubeclient import REQUEST_ERRORS, TRANSPORT_ERRORS, ApiError, KubeClient
 from .leader import Leadership
 from .telemetry import Telemetry
-from .recorder import now_micro, now_rfc3339
+from .recorder import EventRecorder, now_rfc3339
 
 log = logging.getLogger("policy_scheduler")
 
@@ -114,7 +114,7 @@ class Tuner:
     """Runs the evaluations of every policy with ``spec.tuning`` while this replica leads."""
 
     def __init__(self, client: KubeClient, state: ClusterState, store: PolicyStore, sources: MetricSources,
-                 queue: SchedulingQueue, leadership: Leadership, telemetry: Telemetry,
+                 queue: SchedulingQueue, leadership: Leadership, telemetry: Telemetry, recorder: EventRecorder,
                  scheduling: Callable[[], bool], *, plugin_modules: list[str] | None = None,
                  executor: concurrent.futures.Executor | None = None) -> None:
         """``scheduling()``: the scheduling loop runs (this replica leads and is synced). The
@@ -126,6 +126,7 @@ class Tuner:
         self.queue = queue
         self.leadership = leadership
         self.telemetry = telemetry
+        self.recorder = recorder  # the WeightsTuned events
         self.scheduling = scheduling
         self.plugin_modules = list(plugin_modules or [])
         self.states: dict[str, TuningState] = {}
@@ -345,23 +346,10 @@ class Tuner:
                 f"{100 * step['gain']:+.1f}%) on the last {window} pods; recommended "
                 + " ".join(f"{k}={v}" for k, v in sorted(res['recommended']['weights'].items())))
         log.info("SchedulingPolicy %s: weights tuned: %s", name, note)
-        await self._event(out or obj, "WeightsTuned", note)
+        meta = (out or obj).get("metadata") or {}
+        await self.recorder.post_policy_event(name, meta.get("uid"), "Normal", "WeightsTuned", "Tuning", note,
+                                              instance=f"{self.store.scheduler_name}-tuner")
         return int(((out or {}).get("metadata") or {}).get("generation") or 0)
-
-    async def _event(self, obj: dict, reason: str, note: str) -> None:
-        meta = obj.get("metadata") or {}
-        name = meta.get("name", "")
-        body = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
-                "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": "default"},
-                "eventTime": now_micro(), "reportingController": self.store.scheduler_name,
-                "reportingInstance": f"{self.store.scheduler_name}-tuner", "action": "Tuning", "reason": reason,
-                "type": "Normal", "note": note[:1024],
-                "regarding": {"apiVersion": obj.get("apiVersion", "policy-scheduler.io/v1alpha1"),
-                              "kind": "SchedulingPolicy", "name": name, "uid": meta.get("uid")}}
-        try:
-            await self.client.post("/apis/events.k8s.io/v1/namespaces/default/events", body)
-        except REQUEST_ERRORS as e:
-            log.warning("event %s for SchedulingPolicy %s not recorded: %s", reason, name, e)
 
     async def _write_status(self, name: str, status: dict[str, Any]) -> None:
         if not self.leadership.valid():
