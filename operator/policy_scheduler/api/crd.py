@@ -179,16 +179,18 @@ def crd() -> dict[str, Any]:
 
     registry = default_registry()
     spec = _schema(SchedulingPolicySpec)
-    plugin = spec["properties"]["plugins"]["items"]
-    plugin["properties"]["args"] = args_schema(registry)
     no_score = [n for n in registry.names() if not issubclass(registry.get(n), ScorePlugin)]  # type: ignore[arg-type]
-    plugin["x-kubernetes-validations"] = [{
-        "rule": f"!has(self.weight) || !(self.name in {_cel_list(no_score)})",
-        "message": "weight applies only to plugins with a Score extension point",
-        "fieldPath": ".weight", "reason": "FieldValueForbidden"}]
-    # a list-map: the API server refuses a duplicate name naming the entry (spec.plugins[2])
-    spec["properties"]["plugins"]["x-kubernetes-list-type"] = "map"
-    spec["properties"]["plugins"]["x-kubernetes-list-map-keys"] = ["name"]
+    candidate = spec["properties"]["rollout"]["properties"]["candidate"]
+    for chain in (spec, candidate):  # spec.plugins and spec.rollout.candidate.plugins alike
+        plugin = chain["properties"]["plugins"]["items"]
+        plugin["properties"]["args"] = args_schema(registry)
+        plugin["x-kubernetes-validations"] = [{
+            "rule": f"!has(self.weight) || !(self.name in {_cel_list(no_score)})",
+            "message": "weight applies only to plugins with a Score extension point",
+            "fieldPath": ".weight", "reason": "FieldValueForbidden"}]
+        # a list-map: the API server refuses a duplicate name naming the entry (spec.plugins[2])
+        chain["properties"]["plugins"]["x-kubernetes-list-type"] = "map"
+        chain["properties"]["plugins"]["x-kubernetes-list-map-keys"] = ["name"]
     implicit = [n for n in IMPLICIT_FIRST + IMPLICIT_LAST if n in registry]
     spec["x-kubernetes-validations"] = [{
         "rule": (f"!has(self.disabled) || self.disabled.all(d, d.name in {_cel_list(implicit)} "
@@ -214,6 +216,7 @@ def crd() -> dict[str, Any]:
                     {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
                     {"name": "Plugins", "type": "integer", "jsonPath": ".status.pluginCount"},
                     {"name": "Revision", "type": "integer", "jsonPath": ".status.revision"},
+                    {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.summary"},
                     {"name": "Scheduled", "type": "integer", "jsonPath": ".status.scheduled"},
                     {"name": "Pending", "type": "integer", "jsonPath": ".status.pending"},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -23,6 +23,7 @@ from .. import SCHEDULER_NAME
 from ..framework.cycle.chain import ChainSpec, DisabledRef, PluginRef
 from ..framework.model.labels import LabelSelectorRequirementSpec, LabelSelectorSpec
 from ..framework.validation import (MAX_DISABLED, MAX_METRICS, MAX_PLUGINS, MAX_SHORT, MAX_URL, cap_errors, invalid, raise_if,
+                                    required,
                                     split_field_message, validation_errors)
 
 GROUP = "policy-scheduler.io"
@@ -216,6 +217,95 @@ class TuningSpec(_Model):
         return self
 
 
+MAX_ROLLOUT_SAMPLES = 10  # sample pods a rollout's status keeps
+
+
+class CandidateSpec(_Model):
+    """The candidate revision of a rollout: the fields of the chain it replaces. Everything else
+    (namespaceSelector, prometheus, overcommit, schedulerName) is the policy's own."""
+
+    plugins: list[PluginRef] = Field(
+        min_length=1, max_length=MAX_PLUGINS,
+        description="The candidate's ordered plugin chain (as spec.plugins).")
+    disabled: list[DisabledRef] = Field(default_factory=list, max_length=MAX_DISABLED,
+                                        description="The candidate's opt-outs (as spec.disabled).")
+    percentage_of_nodes_to_score: int | None = Field(
+        default=None, alias="percentageOfNodesToScore", ge=0, le=100,
+        description="As spec.percentageOfNodesToScore, for the candidate.")
+
+    def chain_spec(self) -> ChainSpec:
+        return ChainSpec(plugins=self.plugins, disabled=self.disabled,
+                         percentage_of_nodes_to_score=self.percentage_of_nodes_to_score)
+
+
+class RolloutAnalysis(_Model):
+    """Canary analysis: canary pods against stable pods over a sliding window. A breach rolls the
+    candidate back; an unset threshold is not checked."""
+
+    window: Duration = Field(default="5m", description="The sliding window compared (default 5m).")
+    min_pods: int = Field(default=5, ge=1, le=10000, alias="minPods",
+                          description="Attempts (failure rate) or placed pods (the other measures) each arm needs "
+                                      "in the window before a measure is judged (default 5).")
+    max_failure_rate_increase: float | None = Field(
+        default=0.1, ge=0, le=1, allow_inf_nan=False, alias="maxFailureRateIncrease",
+        description="Roll back when the canary's FailedScheduling rate (failed attempts / attempts) exceeds the "
+                    "stable one's by more than this (default 0.1).")
+    max_p95_increase: Duration | None = Field(
+        default="30s", alias="maxTimeToScheduledP95Increase",
+        description="Roll back when the canary's p95 time from first attempt to bound exceeds the stable one's "
+                    "by more than this (default 30s).")
+    max_nodes_used_increase: float | None = Field(
+        default=None, ge=0, le=1, allow_inf_nan=False, alias="maxNodesUsedIncrease",
+        description="Roll back when the canary's nodes used per placed pod (distinct nodes / pods, 0..1) exceeds "
+                    "the stable one's by more than this.")
+    max_imbalance_increase: float | None = Field(
+        default=None, ge=0, le=1, allow_inf_nan=False, alias="maxImbalanceIncrease",
+        description="Roll back when the imbalance (std dev of allocation) of the nodes the canary's pods went to "
+                    "exceeds that of the stable pods' nodes by more than this.")
+    max_zone_skew_increase: float | None = Field(
+        default=None, ge=0, le=1, allow_inf_nan=False, alias="maxZoneSkewIncrease",
+        description="Roll back when the canary's zone skew ((most - fewest pods per zone) / pods) exceeds the "
+                    "stable one's by more than this.")
+
+    @model_validator(mode="after")
+    def _window(self) -> "RolloutAnalysis":
+        if duration_seconds(self.window) < 1:
+            raise ValueError(invalid("window", self.window, "must be at least 1s"))
+        return self
+
+
+class RolloutPromote(_Model):
+    """When a canary without a breach is promoted: after ``pods`` canary pods were bound, or
+    ``after`` since it started, whichever comes first. Unset: only by hand."""
+
+    pods: int | None = Field(default=None, ge=1, le=10**9, description="Canary pods bound.")
+    after: Duration | None = Field(default=None, description="Time since the rollout started.")
+
+
+class RolloutSpec(_Model):
+    """A candidate revision beside the policy's chain. Shadow: for every pod of the policy the
+    candidate decides too, and never binds. Canary: ``percent`` of the pods (a stable hash of their
+    UID) are scheduled with the candidate, the rest with the stable chain, until analysis rolls it
+    back or it is promoted (spec.plugins, disabled and percentageOfNodesToScore become the
+    candidate's and spec.rollout is removed)."""
+
+    strategy: Literal["Shadow", "Canary"] = Field(description="Shadow (decide, never bind) or Canary.")
+    candidate: CandidateSpec = Field(description="The candidate revision's chain.")
+    percent: float | None = Field(default=None, gt=0, le=100, allow_inf_nan=False,
+                                  description="Canary: the share of the policy's pods scheduled with the candidate.")
+    analysis: RolloutAnalysis = Field(default_factory=RolloutAnalysis,
+                                      description="Canary: what rolls it back.")
+    promote: RolloutPromote | None = Field(default=None, description="Canary: when it is promoted.")
+
+    @model_validator(mode="after")
+    def _percent(self) -> "RolloutSpec":
+        if self.strategy == "Canary" and self.percent is None:
+            raise ValueError(required("percent", "with strategy Canary"))
+        if self.strategy == "Shadow" and self.percent is not None:
+            raise ValueError(invalid("percent", self.percent, "applies to strategy Canary only"))
+        return self
+
+
 class SchedulingPolicySpec(_Model):
     """What a policy does: an ordered chain of plugins (each runs at every extension point it
     implements, as upstream's multiPoint), score weights, plugin args, and who may use it."""
@@ -247,6 +337,9 @@ class SchedulingPolicySpec(_Model):
     tuning: TuningSpec | None = Field(
         default=None, description="Tune the Score weights from the policy's own recent placements (replayed with "
                                   "the operator's core): recommend, or apply within bounds.")
+    rollout: RolloutSpec | None = Field(
+        default=None, description="A candidate chain shadowed (decides beside the stable chain, never binds) or "
+                                  "canaried (a share of the pods), analysed, rolled back or promoted.")
 
     @model_validator(mode="after")
     def _tuned_plugins(self) -> "SchedulingPolicySpec":
@@ -362,6 +455,62 @@ class TuningStatus(_Model):
     message: str = ""
 
 
+class RolloutArm(_Model):
+    attempts: int = Field(default=0, description="Scheduling attempts since the rollout started.")
+    failures: int = Field(default=0, description="Attempts that ended in FailedScheduling.")
+    bound: int = Field(default=0, description="Pods bound.")
+
+
+class ArmMeasures(_Model):
+    attempts: int = 0
+    failure_rate: float | None = Field(default=None, alias="failureRate")
+    placed: int = 0
+    p95_seconds: float | None = Field(default=None, alias="timeToScheduledP95Seconds")
+    nodes_used: float | None = Field(default=None, alias="nodesUsedPerPod")
+    imbalance: float | None = None
+    zone_skew: float | None = Field(default=None, alias="zoneSkew")
+
+
+class ShadowPlugin(_Model):
+    name: str
+    changed: int = Field(description="Changed decisions this plugin's weighted score moved toward the candidate's node.")
+
+
+class ShadowSample(_Model):
+    pod: str
+    stable: str | None = Field(default=None, description="The node the stable chain chose (None: unschedulable).")
+    candidate: str | None = Field(default=None, description="The candidate's best node (None: unschedulable).")
+    plugins: list[str] = Field(default_factory=list, max_length=MAX_PLUGINS,
+                               description="The plugins that moved the decision, most first.")
+    time: str | None = None
+
+
+class ShadowStatus(_Model):
+    compared: int = Field(default=0, description="Decisions the candidate made beside the stable chain.")
+    changed: int = Field(default=0, description="Of which the stable node is not among the candidate's best.")
+    became_unschedulable: int = Field(default=0, alias="becameUnschedulable")
+    became_schedulable: int = Field(default=0, alias="becameSchedulable")
+    plugins: list[ShadowPlugin] = Field(default_factory=list, max_length=2 * MAX_PLUGINS)
+    samples: list[ShadowSample] = Field(default_factory=list, max_length=MAX_ROLLOUT_SAMPLES)
+
+
+class RolloutStatus(_Model):
+    strategy: str | None = None
+    percent: float | None = None
+    candidate_hash: str = Field(default="", alias="candidateHash", description="Which candidate this is about.")
+    phase: str = Field(description="Shadowing, Progressing, Promoting, Promoted, RolledBack or Aborted.")
+    summary: str = Field(default="", description="The ROLLOUT column.")
+    message: str = ""
+    start_time: str | None = Field(default=None, alias="startTime")
+    end_time: str | None = Field(default=None, alias="endTime")
+    observed_generation: int | None = Field(default=None, alias="observedGeneration")
+    stable: RolloutArm | None = None
+    canary: RolloutArm | None = None
+    analysis: dict[str, ArmMeasures] | None = Field(default=None, max_length=2,
+                                                   description="The window's measures, by arm (stable, canary).")
+    shadow: ShadowStatus | None = None
+
+
 class SchedulingPolicyStatus(_Model):
     observed_generation: int | None = Field(default=None, alias="observedGeneration")
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
@@ -382,6 +531,7 @@ class SchedulingPolicyStatus(_Model):
                                                            "rollout history`).")
     metrics: MetricsStatus | None = None
     tuning: TuningStatus | None = None
+    rollout: RolloutStatus | None = Field(default=None, description="The policy's rollout (ROLLOUT column).")
 
 
 class SchedulingPolicy(_Model):

@@ -39,6 +39,7 @@ from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
 from ..api.limits import spec_problem
 from ..api.models import SchedulingPolicySpec
 from ..framework.cycle.chain import Chain, ChainError, build_chain
+from ..framework.cycle.shadow import Shadow, shares_filters
 from ..framework.interface import Handle
 from ..framework.model.labels import LabelSelector, SelectorError
 from ..framework.model.podinfo import PodInfo
@@ -46,6 +47,7 @@ from ..framework.registry import Registry
 from ..framework.validation import invalid
 from ..metricsources.manager import MetricSources
 from ..plugins import default_registry
+from .rollouts import ABORTED, PROMOTED, PROMOTING, Rollout, candidate_hash
 
 log = logging.getLogger("policy_scheduler")
 
@@ -97,6 +99,12 @@ class PolicyState:
     # recorded, or when the chain was restored from it
     revision: int = 0
     revision_generation: int = 0
+    # spec.rollout of the chain's generation: the candidate's chain, the shadow comparing it with
+    # the chain, and the rollout (cache/rollouts.py; kept after it ended, for the status)
+    candidate: Chain | None = None
+    shadow: Shadow | None = None
+    rollout: Rollout | None = None
+    rollout_seen: Any = None  # status.rollout as last read from the cluster (a new leader continues it)
 
     @property
     def ready(self) -> bool:
@@ -111,11 +119,28 @@ class PolicyState:
 
 
 def _use(st: PolicyState, parsed: SchedulingPolicySpec, ns_selector: LabelSelector | None, chain: Chain,
-         generation: int) -> None:
-    """Schedule the policy's pods with ``chain``, built from ``parsed`` of ``generation``."""
+         generation: int, candidate: Chain | None) -> None:
+    """Schedule the policy's pods with ``chain``, built from ``parsed`` of ``generation``, and
+    ``candidate`` (spec.rollout's) beside it."""
     st.chain, st.chain_generation, st.good_spec = chain, generation, parsed
     st.namespace_selector = ns_selector
     st.overcommit = (parsed.overcommit.factors() if parsed.overcommit is not None else None) or None
+    st.candidate = candidate
+    ro = parsed.rollout
+    if ro is None or candidate is None:
+        st.shadow = None
+        if st.rollout is not None and st.rollout.phase == PROMOTING:
+            st.rollout.finish(PROMOTED, f"promoted: generation {generation} schedules with the candidate's chain")
+        elif st.rollout is not None and st.rollout.active:
+            st.rollout.finish(ABORTED, "spec.rollout was removed")
+        return
+    h = candidate_hash(ro.model_dump(by_alias=True, exclude_none=True))
+    if st.rollout is None or st.rollout.hash != h:
+        st.rollout = Rollout(ro, h, generation)
+        st.rollout.adopt(st.rollout_seen)
+    else:
+        st.rollout.spec, st.rollout.generation = ro, generation  # thresholds may change on the way
+    st.shadow = Shadow(chain, candidate, shares_filters(parsed, ro.candidate))
 
 
 class PolicyStore:
@@ -173,19 +198,25 @@ class PolicyStore:
             return
         self.foreign.pop(name, None)
         st = self.policies.get(name)
+        status = body.get("status")
+        seen = status.get("rollout") if isinstance(status, dict) else None
+        if st is not None:
+            st.rollout_seen = seen
+            if st.rollout is not None:
+                st.rollout.adopt(seen)  # what the leader counted (counts only grow)
         unreadable = spec_problem(spec)  # api/limits.py, before anything else reads the spec
         if st is not None and st.generation == gen and (
                 st.spec_raw == spec if unreadable is None else st.unreadable == unreadable):
             return  # our own status write, or a resync
         if st is None:
-            st = self.policies[name] = PolicyState(name)
+            st = self.policies[name] = PolicyState(name, rollout_seen=seen)
         st.generation, st.spec_raw, st.dirty = gen, spec if unreadable is None else None, True
         st.uid = str(meta.get("uid") or "")
         st.unreadable = unreadable
         try:
             if unreadable is not None:
                 raise PolicyInvalid([unreadable])
-            parsed, ns_selector, chain = self._build(spec, self.handle_for(name))
+            parsed, ns_selector, chain, candidate = self._build(spec, self.handle_for(name))
             problems = self.sources.policy_updated(name, parsed)
             if problems:
                 raise ChainError(problems)
@@ -196,7 +227,7 @@ class PolicyStore:
         else:
             if st.chain is not None:
                 chain.next_start_node_index = st.chain.next_start_node_index
-            _use(st, parsed, ns_selector, chain, gen)
+            _use(st, parsed, ns_selector, chain, gen, candidate)
             st.errors = []
         if st.ready:
             log.info("SchedulingPolicy %s (generation %d) is ready: %s", name, gen,
@@ -222,7 +253,7 @@ class PolicyStore:
         if st is None or st.chain is not None or not st.errors:
             return [f"SchedulingPolicy {name} is unknown, valid or has a chain"]
         try:
-            parsed, ns_selector, chain = self._build(spec, self.handle_for(name))
+            parsed, ns_selector, chain, candidate = self._build(spec, self.handle_for(name))
             problems = self.sources.policy_updated(name, parsed)
             if problems:
                 self.sources.policy_deleted(name)
@@ -231,7 +262,7 @@ class PolicyStore:
             return e.errors
         except Exception as e:  # a plugin constructor's bug: this revision is not usable
             return [f"spec: cannot build the chain: {type(e).__name__}: {e}"]
-        _use(st, parsed, ns_selector, chain, generation)
+        _use(st, parsed, ns_selector, chain, generation, candidate)
         st.revision, st.revision_generation, st.dirty = revision, generation, True
         log.warning("SchedulingPolicy %s generation %d is invalid: %s; scheduling with revision %d (generation %d) "
                     "read from the cluster: %s", name, st.generation, "; ".join(st.errors), revision, generation,
@@ -241,9 +272,10 @@ class PolicyStore:
             self.on_change(st)
         return []
 
-    def _build(self, spec: Any, handle: Handle) -> tuple[SchedulingPolicySpec, LabelSelector | None, Chain]:
-        """Parse and validate ``spec`` and build its chain; PolicyInvalid lists every problem,
-        each with its field path (``spec.…``)."""
+    def _build(self, spec: Any, handle: Handle) -> tuple[SchedulingPolicySpec, LabelSelector | None, Chain,
+                                                         Chain | None]:
+        """Parse and validate ``spec`` and build its chain, and spec.rollout's candidate chain;
+        PolicyInvalid lists every problem, each with its field path (``spec.…``)."""
         try:
             parsed = SchedulingPolicySpec.model_validate(spec or {})
             ns_selector = (None if parsed.namespace_selector is None else LabelSelector.parse(
@@ -255,6 +287,12 @@ class PolicyStore:
                                "only Score weights are tuned") for n in parsed.tuning.bounds if n not in scored]
                 if bad:
                     raise PolicyInvalid(bad)
+            candidate = None
+            if parsed.rollout is not None:
+                try:
+                    candidate = build_chain(parsed.rollout.candidate.chain_spec(), self.registry, handle=handle)
+                except ChainError as e:
+                    raise PolicyInvalid([f"spec.rollout.candidate.{x}" for x in e.errors]) from None
         except ValidationError as e:
             raise PolicyInvalid([f"{'.'.join(['spec', *(str(x) for x in err['loc'])])}: {err['msg']}"
                                  for err in e.errors()]) from None
@@ -262,7 +300,7 @@ class PolicyStore:
             raise PolicyInvalid([f"spec.{x}" for x in e.errors]) from None
         except SelectorError as e:
             raise PolicyInvalid([str(e)]) from None
-        return parsed, ns_selector, chain
+        return parsed, ns_selector, chain, candidate
 
     def validate(self, spec: Any) -> list[str]:
         """The problems of ``spec`` (empty: valid), exactly as ``on_policy`` would report them on

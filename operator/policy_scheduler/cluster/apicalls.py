@@ -20,6 +20,7 @@ import logging
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from ..cache.policies import PLURAL_PATH as POLICIES_PATH
 from ..cache.revisions import collection_path as revisions_path
 from ..framework.interface import PodGone
 from ..framework.model.native_podgroups import api_path as native_pod_groups_path
@@ -128,6 +129,11 @@ class ApiCalls:
         path = native_pod_groups_path(self.native_version())
         await self.client.merge_patch(f"{path.rsplit('/', 1)[0]}/namespaces/{namespace}/podgroups/{name}/status",
                                       {"status": dict(status)})
+
+    async def patch_policy(self, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge PATCH of a SchedulingPolicy (a rollout's promotion); the leader only."""
+        self._check_leader()
+        await self.client.merge_patch(f"{POLICIES_PATH}/{name}", dict(patch))
 
     async def create_revision(self, namespace: str, body: Mapping[str, Any]) -> None:
         """POST a policy's ControllerRevision; the leader only. Failures raise (REQUEST_ERRORS)."""

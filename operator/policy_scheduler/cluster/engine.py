@@ -66,6 +66,7 @@ from .policy_status import PolicyStatusWriter
 from .preemptor import Preemptor
 from .recorder import EventRecorder, now_rfc3339
 from .revisions import Revisions
+from .rollout_controller import RolloutController
 from .sync import NATIVE_PODGROUPS, POLICIES, Sync
 from .tasks import Tasks
 from .telemetry import Telemetry
@@ -157,6 +158,10 @@ class Engine:
         self.revisions = Revisions(client, self.policy_store, self.api, namespace=revision_namespace,
                                    history_limit=revision_history_limit, may_write=may_write,
                                    on_recorded=self.status_writer.write_soon)
+        # spec.rollout: the candidate's shadow, canary, analysis, rollback and promotion
+        self.rollouts = RolloutController(state, self.policy_store.policies, self.nominator, self.recorder, tel,
+                                          self.api.patch_policy, self._requeue_policy, self.status_writer.write_soon,
+                                          may_write)
         self.pod_group_status = PodGroupStatusWriter(state.pod_groups, handle)
         self.native_pod_group_status = PodGroupStatusWriter(state.native_pod_groups, handle,
                                                             patch=self.api.patch_native_pod_group_status)
@@ -340,8 +345,11 @@ class Engine:
     def _policy_changed(self, st: PolicyState) -> None:
         self.status_writer.write_soon(st)
         self.revisions.policy_changed(st)
-        name = st.name
-        self.queue.policy_changed(name)  # its QueueSort may have changed
+        self.queue.policy_changed(st.name)  # its QueueSort may have changed
+        self._requeue_policy(st.name)
+
+    def _requeue_policy(self, name: str) -> None:
+        """The policy's chain changed (or a rollout moved): its waiting pods are tried again."""
         self._move(policy_change_event(name), pre_check=lambda q: q.policy == name)
 
     # ------------------------------------------------------------------ the loop
@@ -425,6 +433,7 @@ class Engine:
         self._report_unreadable()
         last_flush = time.monotonic()
         status_task = self.spawn(self.status_writer.run())
+        rollout_task = self.spawn(self.rollouts.run())
         pod_group_task = self.spawn(self.pod_group_status.run())
         native_pod_group_task = self.spawn(self.native_pod_group_status.run())
         self.scheduling = True
@@ -460,6 +469,7 @@ class Engine:
         finally:
             self.scheduling = False
             status_task.cancel()
+            rollout_task.cancel()
             pod_group_task.cancel()
             native_pod_group_task.cancel()
 
@@ -502,9 +512,11 @@ class Engine:
             self.telemetry.attempt("unschedulable", qpi.policy)
             return None
         qpi.policy = st.name
-        chain = st.chain
+        chain, arm = self.rollouts.chain_for(st, pod)  # the candidate's for a canary pod
         state = CycleState(self.telemetry.cycle_recorder(st.name))
         decision = schedule_one(chain, pod, self.state.table, self.rng, state, self.nominator)
+        if st.rollout is not None:
+            self.rollouts.decided(st, pod, arm, decision, state)
         if not decision.scheduled:  # a scheduled one counts when bound (or failed) in the binding cycle
             self.telemetry.attempt("error" if decision.status.code == Code.ERROR else "unschedulable", st.name,
                                    decision.duration)
@@ -544,8 +556,11 @@ class Engine:
         st.scheduled += 1
         st.last_scheduled_time = now_rfc3339()
         st.dirty = True
-        if qpi.initial_attempt_timestamp is not None:  # the queue's clock: time.monotonic
-            self.telemetry.scheduled(qpi.attempts, time.monotonic() - qpi.initial_attempt_timestamp)
+        waited = None if qpi.initial_attempt_timestamp is None else time.monotonic() - qpi.initial_attempt_timestamp
+        if waited is not None:  # the queue's clock: time.monotonic
+            self.telemetry.scheduled(qpi.attempts, waited)
+        if st.rollout is not None:
+            self.rollouts.bound(st, pod, waited, node)
         self.recorder.forget(key)
         self._pod_policy.pop(key, None)
         self.recorder.event(pod, "Normal", "Scheduled", "Binding", f"Successfully assigned {key} to {node}")

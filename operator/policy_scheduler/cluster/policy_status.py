@@ -17,6 +17,7 @@ from ..framework.queue.scheduling_queue import UNSCHEDULABLE, SchedulingQueue
 from ..metricsources.manager import MetricSources
 from .kubeclient import TRANSPORT_ERRORS, ApiError, KubeClient
 from ..cache.policies import PLURAL_PATH, PolicyState
+from ..cache.rollouts import ABORTED, ENDED, ROLLED_BACK
 from .recorder import now_rfc3339
 from .telemetry import Telemetry
 from .tasks import Tasks
@@ -34,6 +35,20 @@ def invalid_message(st: PolicyState) -> str:
     rev = st.revision_in_use
     using = f"revision {rev} (generation {st.chain_generation})" if rev else f"generation {st.chain_generation}"
     return f"generation {st.generation} is invalid: {errors}; scheduling with {using}"
+
+
+def rollout_status(st: PolicyState) -> dict[str, Any] | None:
+    """status.rollout: the rollout's own, else what the cluster shows of an ended one (after a
+    restart: a promoted or rolled-back rollout stays visible; an active one without spec.rollout
+    any more was aborted)."""
+    if st.rollout is not None:
+        return st.rollout.to_status()
+    seen = st.rollout_seen
+    if not isinstance(seen, dict) or not isinstance(seen.get("phase"), str):
+        return None
+    if seen["phase"] in ENDED:
+        return seen
+    return {**seen, "phase": ABORTED, "summary": ABORTED, "message": "spec.rollout was removed"}
 
 
 class PolicyStatusWriter:
@@ -84,6 +99,13 @@ class PolicyStatusWriter:
             status["namespaces"] = self.admitted_namespaces(st)
         if "metrics" in extra:
             status["metrics"] = extra["metrics"]
+        rollout = rollout_status(st)
+        status["rollout"] = rollout  # None removes a rollout the cluster still shows
+        if rollout is not None:
+            ended_badly = rollout["phase"] in (ROLLED_BACK, ABORTED)
+            status["conditions"].append({
+                "type": "Rollout", "status": "False" if ended_badly else "True", "reason": rollout["phase"],
+                "message": rollout.get("message") or "", "observedGeneration": st.generation})
         return status
 
     async def write(self, st: PolicyState) -> None:

@@ -172,6 +172,20 @@ class Telemetry:
         self.tuning_duration = Histogram("policy_scheduler_tuning_evaluation_duration_seconds",
                                          "Time of one tuner evaluation (its replays, off the scheduling loop).",
                                          ["policy"], buckets=exponential_buckets(0.05, 2, 12), registry=r)
+        # rollouts (cluster/rollout_controller.py)
+        self.rollout_phase = Gauge("policy_scheduler_rollout_phase",
+                                   "1 for the phase a policy's rollout is in (Shadowing, Progressing, Promoting, "
+                                   "Promoted, RolledBack, Aborted), 0 for the others.", ["policy", "phase"], registry=r)
+        self.rollout_attempts = Counter("policy_scheduler_rollout_attempts",
+                                        "Scheduling attempts of a canary rollout's pods, by arm (stable, canary) and "
+                                        "result (scheduled, unschedulable).", ["policy", "arm", "result"], registry=r)
+        self.rollout_shadow = Counter("policy_scheduler_rollout_shadow_decisions",
+                                      "Decisions a shadowed candidate made beside the stable chain, by outcome "
+                                      "(same, changed).", ["policy", "outcome"], registry=r)
+        self.rollout_rollbacks = Counter("policy_scheduler_rollout_rollbacks",
+                                         "Candidates rolled back by the canary analysis.", ["policy"], registry=r)
+        self.rollout_promotions = Counter("policy_scheduler_rollout_promotions",
+                                          "Candidates promoted (written to spec.plugins).", ["policy"], registry=r)
 
         self.known_policies: Mapping[str, Any] = known_policies if known_policies is not None else {}
         self.plugin_sample_percent = plugin_sample_percent

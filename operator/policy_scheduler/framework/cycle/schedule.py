@@ -42,6 +42,10 @@ NO_NODES = "no nodes available to schedule pods"
 # CycleState key under which ``post_filter`` offers PostFilter plugins a ``NodeFilter``: the
 # cycle's PreFilter and Filter for one node row (DefaultPreemption's dry run, preemption.py)
 NODE_FILTER_KEY = "framework/node-filter"
+# CycleState key under which a cycle that scored leaves (feasible rows, totals, normalized scores
+# plugins x feasible, [(plugin, weight)]): a shadow comparison (shadow.py) reads it; one feasible
+# node leaves (rows, None, None, [])
+SCORES_KEY = "framework/scores"
 # pseudo plugin recorded as the rejector of a pod whose spec cannot be parsed: it registers only
 # the pod's own update, so the pod waits for a fix instead of being retried
 POD_SPEC = "PodSpec"
@@ -517,6 +521,7 @@ def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
                         pending_plugins=scan.pending, nominated_node=nominated, duration=time.perf_counter() - start)
 
     if len(feasible) == 1:  # one fit: no scoring
+        state.write(SCORES_KEY, (feasible, None, None, []))
         name = nodes.names[int(feasible[0])]
         top = [NodeScore(name, 0)]
         describe_top(chain, state, pod, nodes, top, feasible)
@@ -524,6 +529,7 @@ def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
                         top=top, failures=scan.hist, duration=time.perf_counter() - start)
 
     total, mat, scored = cycle.prioritize(feasible)
+    state.write(SCORES_KEY, (feasible, total, mat, scored))
     row, top, top_rows = cycle.select_host(feasible, total, mat, scored)
     describe_top(chain, state, pod, nodes, top, top_rows)
     return Decision(pod.key, nodes.names[row], Status.success(), n_all, evaluated=scan.processed,

@@ -1,0 +1,203 @@
+"""RolloutController: a policy's spec.rollout in the operator (cache/rollouts.py holds the data).
+
+The engine asks it which chain decides a pod (``chain_for``: the candidate for a canary pod) and
+tells it what happened (``decided`` after every cycle, ``bound`` after every binding). It runs
+the shadow comparison (framework/cycle/shadow.py) right after the stable cycle, on the same
+table, before the pod is assumed; judges the canary after each of its failures (so a candidate
+that rejects everything is rolled back within a few pods) and every ``interval`` seconds; and
+acts on a verdict:
+
+- a breach: phase RolledBack, a Warning event ``RolloutRolledBack`` on the policy, the rollbacks
+  counter, and the policy's waiting pods tried again at once, now with the stable chain;
+- a promotion: phase Promoting, then a merge patch of the policy's spec (plugins, disabled and
+  percentageOfNodesToScore become the candidate's; rollout is removed); the next generation
+  ends it as Promoted. A patch that fails is tried again at the next tick, by this leader or
+  the next one (the phase is in the status).
+
+Only the leader decides pods, so only it counts; what it counted reaches the status every few
+seconds, where a new leader picks it up (PolicyStore feeds ``Rollout.adopt``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..cache.policies import PLURAL_PATH, PolicyState
+from ..cache.rollouts import (ACTIVE, CANARY, PROGRESSING, PROMOTING, ROLLED_BACK, SHADOWING, STABLE,
+                              Rollout)
+from ..cache.state import ClusterState
+from ..framework.cycle.chain import Chain
+from ..framework.cycle.decision import Decision
+from ..framework.interface import CycleState
+from ..framework.model.nodetable import CPU, MEMORY
+from ..framework.model.podinfo import PodInfo
+from ..framework.queue.nominator import Nominator
+from .kubeclient import REQUEST_ERRORS
+from .recorder import EventRecorder
+from .telemetry import Telemetry
+
+log = logging.getLogger("policy_scheduler")
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+PHASES = ("Shadowing", "Progressing", "Promoting", "Promoted", "RolledBack", "Aborted")
+
+
+class RolloutController:
+    """``policies``: name -> PolicyState (live); ``requeue(name)``: try the policy's waiting pods
+    again now; ``write_status(st)``: write its status soon; ``patch_spec(name, patch)``: a
+    leader-only merge patch of the policy (ApiCalls)."""
+
+    def __init__(self, state: ClusterState, policies: Mapping[str, PolicyState], nominator: Nominator,
+                 recorder: EventRecorder, telemetry: Telemetry, patch_spec: Callable[[str, dict], Any],
+                 requeue: Callable[[str], None], write_status: Callable[[PolicyState], None],
+                 may_write: Callable[[], bool], interval: float = 1.0) -> None:
+        self.state, self.policies, self.nominator = state, policies, nominator
+        self.recorder, self.telemetry = recorder, telemetry
+        self.patch_spec, self.requeue, self.write_status, self.may_write = patch_spec, requeue, write_status, may_write
+        self.interval = interval
+        self._promoting: set[str] = set()  # policies whose promotion patch is in flight
+
+    # ------------------------------------------------------------------ the scheduling cycle
+    @staticmethod
+    def chain_for(st: PolicyState, pod: PodInfo) -> tuple[Chain, str]:
+        """The chain that decides ``pod`` and its arm: the candidate's for a canary pod."""
+        ro = st.rollout
+        if ro is None or st.candidate is None or ro.phase != PROGRESSING:
+            return st.chain, STABLE  # type: ignore[return-value]
+        arm = ro.arm(pod.uid)
+        return (st.candidate if arm == CANARY else st.chain), arm  # type: ignore[return-value]
+
+    def decided(self, st: PolicyState, pod: PodInfo, arm: str, decision: Decision, state: CycleState) -> None:
+        """After a cycle, before the pod is assumed: the shadow's decision, or the canary's count."""
+        ro = st.rollout
+        if ro is None:
+            return
+        if ro.phase == SHADOWING and st.shadow is not None:
+            r = st.shadow.compare(pod, self.state.table, state, decision, nominator=self.nominator)
+            ro.shadow(r)
+            self.telemetry.rollout_shadow.labels(st.name, "changed" if r.changed else "same").inc()
+        elif ro.phase == PROGRESSING:
+            failed = not decision.scheduled
+            ro.attempt(arm, failed)
+            self.telemetry.rollout_attempts.labels(st.name, arm, "unschedulable" if failed else "scheduled").inc()
+            if failed and arm == CANARY:
+                self.judge(st)
+
+    def bound(self, st: PolicyState, pod: PodInfo, seconds: float | None, node: str) -> None:
+        ro = st.rollout
+        if ro is None or ro.phase != PROGRESSING:
+            return
+        arm = ro.arm(pod.uid)
+        ro.bound(arm, seconds, node)
+        if arm == CANARY and ro.spec.promote is not None and ro.spec.promote.pods is not None \
+                and ro.arms[CANARY].bound >= ro.spec.promote.pods:
+            self.judge(st)
+
+    # ------------------------------------------------------------------ verdicts
+    def judge(self, st: PolicyState) -> None:
+        """Analyse the canary now and act on its verdict."""
+        ro = st.rollout
+        if ro is None or ro.phase != PROGRESSING:
+            return
+        zones = sorted({z for z in self.state.table.label_column(ZONE_LABEL) if z})
+        v = ro.analyze(self._zone_of, zones, self._allocation_of)
+        if v.breach:
+            self.rollback(st, ro, v.breach)
+        elif v.promote:
+            self.promote(st, ro, v.promote)
+
+    def rollback(self, st: PolicyState, ro: Rollout, why: str) -> None:
+        ro.finish(ROLLED_BACK, f"rolled back: {why}; every pod is scheduled with the stable chain")
+        c = ro.arms[CANARY]
+        log.warning("SchedulingPolicy %s: candidate %s rolled back after %d canary attempts (%d failed): %s",
+                    st.name, ro.hash, c.attempts, c.failures, why)
+        self.telemetry.rollout_rollbacks.labels(st.name).inc()
+        self.recorder.policy_event(st.name, st.uid or None, "Warning", "RolloutRolledBack", "Analysis",
+                                   f"candidate {ro.hash} rolled back: {why}")
+        self._gauge(st, ro)
+        st.dirty = True
+        self.write_status(st)
+        self.requeue(st.name)  # the canary's failed pods, with the stable chain now
+
+    def promote(self, st: PolicyState, ro: Rollout, why: str) -> None:
+        ro.finish(PROMOTING, f"promoting: {why}")
+        log.info("SchedulingPolicy %s: promoting candidate %s: %s", st.name, ro.hash, why)
+        self.recorder.policy_event(st.name, st.uid or None, "Normal", "RolloutPromoting", "Analysis",
+                                   f"candidate {ro.hash}: {why}; its chain becomes spec.plugins")
+        self._gauge(st, ro)
+        st.dirty = True
+        self.write_status(st)
+        self.requeue(st.name)  # nobody is a canary pod any more
+        self._start_promotion(st, ro)
+
+    def _start_promotion(self, st: PolicyState, ro: Rollout) -> None:
+        if st.name in self._promoting or not self.may_write():
+            return
+        self._promoting.add(st.name)
+        asyncio.get_running_loop().create_task(self._write_promotion(st, ro))
+
+    async def _write_promotion(self, st: PolicyState, ro: Rollout) -> None:
+        cand = ro.spec.candidate.model_dump(by_alias=True, exclude_none=True)
+        patch = {"spec": {"plugins": cand["plugins"], "disabled": cand.get("disabled") or None,
+                          "percentageOfNodesToScore": cand.get("percentageOfNodesToScore"), "rollout": None}}
+        try:
+            await self.patch_spec(st.name, patch)
+            self.telemetry.rollout_promotions.labels(st.name).inc()
+            self.recorder.policy_event(st.name, st.uid or None, "Normal", "RolloutPromoted", "Promote",
+                                       f"candidate {ro.hash} promoted: spec.plugins is its chain")
+        except REQUEST_ERRORS as e:  # tried again at the next tick
+            log.warning("SchedulingPolicy %s: promotion of candidate %s not written: %s", st.name, ro.hash, e)
+        except Exception as e:  # NotLeader: the next leader writes it
+            log.warning("SchedulingPolicy %s: promotion of candidate %s not written: %s", st.name, ro.hash, e)
+        finally:
+            self._promoting.discard(st.name)
+
+    def _gauge(self, st: PolicyState, ro: Rollout | None) -> None:
+        for ph in PHASES:
+            self.telemetry.rollout_phase.labels(st.name, ph).set(1 if ro is not None and ro.phase == ph else 0)
+
+    # ------------------------------------------------------------------ measures of the table
+    def _zone_of(self, node: str) -> str:
+        table = self.state.table
+        row = table.index.get(node)
+        return (table.specs[row].labels.get(ZONE_LABEL) or "") if row is not None else ""
+
+    def _allocation_of(self, node: str) -> float | None:
+        """The mean of cpu and memory requested / allocatable, as simulate's imbalance."""
+        table = self.state.table
+        row = table.index.get(node)
+        if row is None:
+            return None
+        alloc = table.allocatable[row, [CPU, MEMORY]].astype(float)
+        req = table.requested[row, [CPU, MEMORY]].astype(float)
+        shares = np.divide(req, alloc, out=np.zeros(2), where=alloc > 0)
+        return float(shares.mean())
+
+    # ------------------------------------------------------------------ the periodic loop
+    def tick(self) -> None:
+        """Judge every canary (time-based promotion, a window's measures), carry on a promotion
+        a previous leader or a failed write left, and set the phase gauge."""
+        for st in list(self.policies.values()):
+            ro = st.rollout
+            if ro is None:
+                continue
+            if ro.phase == PROGRESSING:
+                self.judge(st)
+            if ro.phase == PROMOTING:
+                self._start_promotion(st, ro)
+            if ro.phase in ACTIVE or ro.phase == PROMOTING:
+                st.dirty = True  # the counts move: the status writer writes what changed
+            self._gauge(st, ro)
+
+    async def run(self) -> None:
+        """``tick`` every ``interval`` seconds, until cancelled (the leader's loop)."""
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                self.tick()
+            except Exception:  # a bug here must not stop scheduling
+                log.exception("rollout tick failed")
