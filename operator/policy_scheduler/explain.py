@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .framework.status import Status
 
 DECISION_ANNOTATION = "policy-scheduler.io/decision"
+# CycleState key: {"arm": "stable" | "canary", "candidate": hash} of a pod decided during a canary
+ROLLOUT_KEY = "policy-scheduler/rollout"
 
 
 def _rounded(v: Any) -> Any:
@@ -33,10 +35,11 @@ def _rounded(v: Any) -> Any:
 
 
 def decision_annotation(policy: str, d: "Decision", group: dict[str, Any] | None = None,
-                        at: str | None = None) -> str:
+                        at: str | None = None, rollout: dict[str, Any] | None = None) -> str:
     """The bounded decision record the Binding sets on the pod (``policy-scheduler explain``);
     ``group``: the pod's PodGroup placement, as a gang plugin wrote it in the CycleState
-    (GROUP_PLACEMENT); ``at``: when it was decided (default now, RFC 3339)."""
+    (GROUP_PLACEMENT); ``at``: when it was decided (default now, RFC 3339); ``rollout``: the arm
+    of a canary rollout that decided it and the candidate's hash (ROLLOUT_KEY)."""
     return orjson.dumps({
         "policy": policy, "node": d.node, "nodes": d.num_all_nodes, "evaluated": d.evaluated,
         "feasible": d.feasible, "at": at if at is not None else now_rfc3339(),
@@ -45,6 +48,7 @@ def decision_annotation(policy: str, d: "Decision", group: dict[str, Any] | None
                 for s in d.top[:3]],
         "failures": dict(sorted(d.failures.items(), key=lambda kv: -kv[1])[:8]),
         **({"group": group} if group else {}),
+        **({"rollout": rollout} if rollout else {}),
     }).decode()
 
 

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Coroutine
 
 from ..cache.state import ClusterState
-from ..explain import DECISION_ANNOTATION, decision_annotation, failure_message
+from ..explain import DECISION_ANNOTATION, ROLLOUT_KEY, decision_annotation, failure_message
 from ..framework.cycle.binding_cycle import BINDING_ANNOTATIONS, run_binding, wait_on_permit
 from ..framework.events import ASSIGNED_POD_DELETE
 from ..framework.interface import GROUP_PLACEMENT, CycleState, PodGone
@@ -70,7 +70,7 @@ class BindingTasks:
             self._failed(qpi, chain, state, assumed, status, broadcast=False)
             return False
         state.write(BINDING_ANNOTATIONS, {DECISION_ANNOTATION: decision_annotation(
-            st.name, decision, state.read(GROUP_PLACEMENT))})
+            st.name, decision, state.read(GROUP_PLACEMENT), rollout=state.read(ROLLOUT_KEY))})
         self.spawn(self._bind(qpi, st, chain, state, assumed))
         return True
 

@@ -41,11 +41,11 @@ def non_negative(v: str) -> int:
 
 
 def add_parser(sub, kubeconfig_help: str, context_help: str) -> None:
-    """The `rollout` command and its `history` and `undo` subcommands."""
-    ro = sub.add_parser("rollout", help="a policy's revisions: history, undo",
+    """The `rollout` command and its subcommands."""
+    ro = sub.add_parser("rollout", help="a policy's revisions and rollout: history, undo, diff, promote, abort",
                         description="Every valid generation of a SchedulingPolicy is recorded by the operator as "
                                     "a ControllerRevision in its namespace (docs/policy-reference.md#revisions).")
-    rs = ro.add_subparsers(dest="rollout_command", required=True, metavar="{history,undo}")
+    rs = ro.add_subparsers(dest="rollout_command", required=True, metavar="{history,undo,diff,promote,abort}")
     h = rs.add_parser("history", help="list a policy's revisions",
                       description="Lists the policy's revisions: number, generation, creation time and age, what "
                                   "changed from the revision before, and the one its pods are scheduled with.")
@@ -58,7 +58,21 @@ def add_parser(sub, kubeconfig_help: str, context_help: str) -> None:
     u.add_argument("--to-revision", type=int, default=None, metavar="N",
                    help="the revision to go back to (default: the one before the revision in use)")
     u.set_defaults(fn=cmd_undo)
-    for p in (h, u):
+    d = rs.add_parser("diff", help="what a rollout's candidate decided beside the policy",
+                      description="Prints the policy's status.rollout: for a Shadow, the decisions the candidate made "
+                                  "beside the policy, how many changed (the policy's node not among the candidate's "
+                                  "best), the plugins that moved them and sample pods; for a Canary, both arms' counts "
+                                  "and the window's measures. --html writes the same as a page (simulate's report).")
+    d.add_argument("--html", default=None, metavar="FILE", help="also write an HTML page to FILE")
+    d.set_defaults(fn=cmd_diff)
+    pr = rs.add_parser("promote", help="make the rollout's candidate the policy's chain now",
+                       description="Writes spec.rollout.candidate's plugins, disabled and percentageOfNodesToScore "
+                                   "into the spec and removes spec.rollout (what an automatic promotion writes).")
+    pr.set_defaults(fn=cmd_promote)
+    ab = rs.add_parser("abort", help="remove spec.rollout: every pod is scheduled with spec.plugins",
+                       description="Removes spec.rollout; the rollout ends as Aborted.")
+    ab.set_defaults(fn=cmd_abort)
+    for p in (h, u, d, pr, ab):
         p.add_argument("policy", metavar="POLICY", help="the SchedulingPolicy's name")
         p.add_argument("--kubeconfig", default=None, metavar="FILE", help=kubeconfig_help)
         p.add_argument("--context", default=None, help=context_help)
@@ -229,3 +243,98 @@ def cmd_undo(a: argparse.Namespace) -> int:
         return 0
 
     return _run(a, "undo", work)
+
+
+# ---------------------------------------------------------------------------------- spec.rollout
+def write_diff(obj: Mapping[str, Any], out: TextIO) -> dict[str, Any]:
+    """``diff``: the policy's status.rollout as text; returns it (RolloutError when there is none)."""
+    from ..whatif.report import write_shadow
+
+    name = (obj.get("metadata") or {}).get("name", "")
+    ro = (obj.get("status") or {}).get("rollout")
+    if not isinstance(ro, dict):
+        has = isinstance((obj.get("spec") or {}).get("rollout"), dict)
+        raise RolloutError(f'SchedulingPolicy "{name}" has ' + (
+            "spec.rollout but no status.rollout yet (is the operator running?)" if has else "no rollout"))
+    out.write(f"{GROUP_RESOURCE}/{name}: {ro.get('strategy')} of candidate {ro.get('candidateHash')}, "
+              f"{ro.get('phase')} since {ro.get('startTime')}: {ro.get('message', '')}\n")
+    if isinstance(ro.get("shadow"), dict):
+        write_shadow(name, ro["shadow"], out)
+    arms = [(k, ro.get(k)) for k in ("stable", "canary") if isinstance(ro.get(k), dict)]
+    if arms:
+        analysis = ro.get("analysis") or {}
+        keys = ("failureRate", "timeToScheduledP95Seconds", "nodesUsedPerPod", "imbalance", "zoneSkew")
+        rows = [["ARM", "ATTEMPTS", "FAILURES", "BOUND", "WINDOW: FAILURE RATE", "P95 TO SCHEDULED (S)",
+                 "NODES/POD", "IMBALANCE", "ZONE SKEW"]]
+        for k, a in arms:
+            m = analysis.get(k) or {}
+            rows.append([k, str(a.get("attempts", 0)), str(a.get("failures", 0)), str(a.get("bound", 0)),
+                         *("-" if m.get(x) is None else f"{m[x]:g}" for x in keys)])
+        _table(rows, out)
+    return ro
+
+
+async def patch_rollout(client, policy: str, promote: bool) -> str:
+    """``promote``: the candidate's chain into the spec, spec.rollout removed; ``abort``: only
+    the latter. The line to print."""
+    from .kubeclient import ApiError
+
+    try:
+        obj = await client.get(f"{POLICIES}/{policy}")
+    except ApiError as e:
+        if e.status == 404:
+            raise RolloutError(f'SchedulingPolicy "{policy}" not found') from None
+        raise
+    ro = (obj.get("spec") or {}).get("rollout")
+    if not isinstance(ro, dict):
+        raise RolloutError(f'SchedulingPolicy "{policy}" has no spec.rollout')
+    spec: dict[str, Any] = {"rollout": None}
+    if promote:
+        cand = ro.get("candidate") or {}
+        if not isinstance(cand, dict) or not cand.get("plugins"):
+            raise RolloutError(f'SchedulingPolicy "{policy}": spec.rollout.candidate has no plugins')
+        spec.update(plugins=cand["plugins"], disabled=cand.get("disabled") or None,
+                    percentageOfNodesToScore=cand.get("percentageOfNodesToScore"))
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    await client.merge_patch(f"{POLICIES}/{policy}", {"metadata": {"resourceVersion": rv}, "spec": spec})
+    return f"{GROUP_RESOURCE}/{policy} " + ("promoted: spec.plugins is the candidate's chain" if promote
+                                           else "rollout aborted: spec.rollout removed")
+
+
+def cmd_diff(a: argparse.Namespace) -> int:
+    async def work(client) -> int:
+        from .kubeclient import ApiError
+        from ..whatif.report import shadow_page
+
+        try:
+            obj = await client.get(f"{POLICIES}/{a.policy}")
+        except ApiError as e:
+            if e.status == 404:
+                raise RolloutError(f'SchedulingPolicy "{a.policy}" not found') from None
+            raise
+        ro = write_diff(obj, sys.stdout)
+        if a.html:
+            note = (f"status.rollout of SchedulingPolicy {a.policy}: {ro.get('strategy')} of candidate "
+                    f"{ro.get('candidateHash')}, {ro.get('phase')} since {ro.get('startTime')}.")
+            with open(a.html, "w", encoding="utf-8") as f:
+                f.write(shadow_page(a.policy, ro.get("shadow") or {}, note))
+            print(f"wrote {a.html}")
+        return 0
+
+    return _run(a, "diff", work)
+
+
+def cmd_promote(a: argparse.Namespace) -> int:
+    async def work(client) -> int:
+        print(await patch_rollout(client, a.policy, True))
+        return 0
+
+    return _run(a, "promote", work)
+
+
+def cmd_abort(a: argparse.Namespace) -> int:
+    async def work(client) -> int:
+        print(await patch_rollout(client, a.policy, False))
+        return 0
+
+    return _run(a, "abort", work)

@@ -30,6 +30,7 @@ from ..cache.policies import PLURAL_PATH, PolicyState
 from ..cache.rollouts import (ACTIVE, CANARY, PROGRESSING, PROMOTING, ROLLED_BACK, SHADOWING, STABLE,
                               Rollout)
 from ..cache.state import ClusterState
+from ..explain import ROLLOUT_KEY
 from ..framework.cycle.chain import Chain
 from ..framework.cycle.decision import Decision
 from ..framework.interface import CycleState
@@ -81,6 +82,7 @@ class RolloutController:
             ro.shadow(r)
             self.telemetry.rollout_shadow.labels(st.name, "changed" if r.changed else "same").inc()
         elif ro.phase == PROGRESSING:
+            state.write(ROLLOUT_KEY, {"arm": arm, "candidate": ro.hash})  # into the decision annotation
             failed = not decision.scheduled
             ro.attempt(arm, failed)
             self.telemetry.rollout_attempts.labels(st.name, arm, "unschedulable" if failed else "scheduled").inc()

@@ -6,7 +6,7 @@ and imbalance per policy."""
 from __future__ import annotations
 
 import html
-from typing import TextIO
+from typing import Any, Mapping, TextIO
 
 import numpy as np
 
@@ -53,6 +53,9 @@ def write_text(sim: Simulation, out: TextIO) -> None:
                      f"{run.seconds:.1f}s"])
     _table(rows, out)
     for run in sim.runs:
+        if run.shadow is not None:
+            out.write("\n")
+            write_shadow(run.policy, run.shadow_summary(), out)
         spread = run.zone_spread()["perZone"]
         if len(spread) > 1 or "" not in spread:
             out.write(f"\n{run.policy}: placed per zone: "
@@ -86,6 +89,59 @@ def write_text(sim: Simulation, out: TextIO) -> None:
             cells.append(f"{_pct(bs[0])}/{_pct(bs[1])} -> {_pct(s[0])}/{_pct(s[1])}")
         rows.append([nm, first.zones[i] or "-", *cells])
     _table(rows, out)
+
+
+def write_shadow(policy: str, sh: Mapping[str, Any], out: TextIO) -> None:
+    """A rollout candidate's decisions beside the policy's (simulate's PolicyRun.shadow_summary,
+    or the operator's status.rollout.shadow: the same fields)."""
+    n, k = sh.get("compared", 0), sh.get("changed", 0)
+    pct = f" ({100 * k / n:.1f}%)" if n else ""
+    out.write(f"{policy}: the rollout candidate changed {k} of {n} decisions{pct}; "
+              f"{sh.get('becameUnschedulable', 0)} would find no node, {sh.get('becameSchedulable', 0)} would "
+              "find one where the policy finds none\n")
+    plugins = sh.get("plugins") or []
+    if plugins:
+        out.write("  moved by: " + ", ".join(f"{p['name']} {p['changed']}" for p in plugins) + "\n")
+    samples = sh.get("samples") or []
+    if samples:
+        rows = [["POD", "STABLE", "CANDIDATE", "MOVED BY"]]
+        rows += [[str(x.get("pod")), str(x.get("stable") or "(none)"), str(x.get("candidate") or "(none)"),
+                  ", ".join(x.get("plugins") or []) or "-"] for x in samples]
+        _table(rows, out)
+
+
+def shadow_html(policy: str, sh: Mapping[str, Any], title: str = "") -> str:
+    """The same as HTML: a summary, the plugins that moved decisions as bars, the sample pods."""
+    n, k = sh.get("compared", 0), sh.get("changed", 0)
+    out = [f"<h2>{_esc(title or policy)}: rollout candidate beside the policy</h2>",
+           f"<p>{k} of {n} decisions changed" + (f" ({100 * k / n:.1f}%)" if n else "") +
+           f"; {sh.get('becameUnschedulable', 0)} would find no node; {sh.get('becameSchedulable', 0)} would find "
+           "one where the policy finds none. A decision changed when the node the policy chose is not among the "
+           "candidate's best.</p>"]
+    plugins = sh.get("plugins") or []
+    if plugins:
+        out.append("<div class=\"panel\">")
+        out.append(_grouped_bars([p["name"] for p in plugins], [("changed", [float(p["changed"]) for p in plugins],
+                                                                 PALETTE[0])],
+                                 "changed decisions each plugin moved", fmt=lambda v: f"{v:.0f}"))
+        out.append("</div>")
+    samples = sh.get("samples") or []
+    if samples:
+        out.append("<table><tr><th>pod</th><th>policy's node</th><th>candidate's node</th><th>moved by</th></tr>")
+        for x in samples:
+            out.append(f"<tr><td>{_esc(x.get('pod'))}</td><td>{_esc(x.get('stable') or '(none)')}</td>"
+                       f"<td>{_esc(x.get('candidate') or '(none)')}</td>"
+                       f"<td>{_esc(', '.join(x.get('plugins') or []) or '-')}</td></tr>")
+        out.append("</table>")
+    return "".join(out)
+
+
+def shadow_page(policy: str, sh: Mapping[str, Any], note: str) -> str:
+    """A whole page of shadow_html (``rollout diff --html``)."""
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>policy-scheduler rollout diff: {_esc(policy)}</title><style>{CSS}</style></head><body>"
+            f"<h1>policy-scheduler rollout diff</h1><p class=\"small\">{_esc(note)}</p>"
+            f"{shadow_html(policy, sh)}</body></html>\n")
 
 
 def _shares(req: np.ndarray, alloc: np.ndarray) -> tuple[float, float]:
@@ -249,6 +305,9 @@ def html_report(sim: Simulation) -> str:
                                   for run, s in zip(sim.runs, spreads)], "placed pods per zone",
                                  fmt=lambda v: f"{v:.0f}"))
         out.append("</div>")
+        for run in sim.runs:
+            if run.shadow is not None:
+                out.append(shadow_html(run.policy, run.shadow_summary()))
         for run in sim.runs:
             groups = _failure_groups(run)
             if not groups:

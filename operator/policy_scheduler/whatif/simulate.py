@@ -39,6 +39,7 @@ from ..framework.model.nodetable import CPU, MEMORY, PODS, NodeTable
 from ..framework.queue.nominator import Nominator
 from ..framework.model.podinfo import PodInfo, parse_pod
 from ..framework.cycle.schedule import Decision, schedule_one
+from ..framework.cycle.shadow import Shadow, ShadowResult
 from ..framework.status import Code, Status
 from ..plugins.default_preemption import RESULT_KEY as PREEMPTION_RESULT
 from . import metrics
@@ -118,6 +119,9 @@ class PolicyRun:
     fits_after: int
     seconds: float
     table: NodeTable | None = field(default=None, repr=False)  # the state after the run (the tuner reads it)
+    # spec.rollout's candidate, decided beside every placed pod as the operator's shadow does
+    # (framework/cycle/shadow.py); None when the policy has no candidate
+    shadow: list[ShadowResult] | None = None
 
     @property
     def placed(self) -> list[PodResult]:
@@ -146,7 +150,23 @@ class PolicyRun:
             "fragmentation": {"shape": {k: format_quantity(k, v) for k, v in self.shape.items()},
                               "fits": self.fits_after, "fitsBefore": self.fits_before},
             "seconds": round(self.seconds, 3),
+            **({"shadow": self.shadow_summary()} if self.shadow is not None else {}),
         }
+
+    def shadow_summary(self) -> dict[str, Any]:
+        """The candidate's decisions beside the policy's: as the operator's status.rollout.shadow."""
+        results = self.shadow or []
+        changed = [r for r in results if r.changed]
+        movers: dict[str, int] = {}
+        for r in changed:
+            for p in r.plugins:
+                movers[p] = movers.get(p, 0) + 1
+        return {"compared": len(results), "changed": len(changed),
+                "becameUnschedulable": sum(1 for r in changed if r.candidate is None),
+                "becameSchedulable": sum(1 for r in changed if r.stable is None),
+                "plugins": [{"name": n, "changed": k} for n, k in sorted(movers.items(), key=lambda x: -x[1])],
+                "samples": [{"pod": r.pod, "stable": r.stable, "candidate": r.candidate, "plugins": r.plugins[:8]}
+                            for r in changed[:10]]}
 
     def to_dict(self) -> dict[str, Any]:
         b, a = self.before, self.after
@@ -225,7 +245,10 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
     a fresh copy of the snapshot.
 
     ``follow`` (pod key -> node): after each decision, count the pod on that node instead of the
-    decided one (replay: every decision is made on the state a recorded run had)."""
+    decided one (replay: every decision is made on the state a recorded run had).
+
+    A policy with spec.rollout has its candidate decide beside every pod, as the operator's shadow
+    does (PolicyRun.shadow): the same comparison on the same state, before the pod is assumed."""
     t0 = time.perf_counter()
     st = world.usable_policy(policy)
     chain = st.chain
@@ -240,6 +263,8 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
     fits_before = metrics.fits(free, vec)
     rng = random.Random(seed)  # as the engine's rng under `run --seed`
     nominator = Nominator()
+    shadow = None if st.shadow is None else Shadow(chain, st.shadow.candidate, st.shadow.shared)
+    compared: list[ShadowResult] | None = None if shadow is None else []
     by_key: dict[str, PodResult] = {}
     done = 0
     for pod in queue_order(chain, pods):
@@ -248,20 +273,23 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
             by_key[pod.key] = PodResult(pod.key, None, msg)
         else:
             by_key[pod.key] = _place(world, chain, table, pod, rng, nominator, keep_decisions,
-                                     None if follow is None else follow.get(pod.key))
+                                     None if follow is None else follow.get(pod.key), shadow, compared)
         done += 1
         if progress is not None:
             progress(1)
     after = NodeState.of(table)
     free, vec = _free_for(table, shape_pod)
     return PolicyRun(policy, [by_key[p.key] for p in pods], before, after, shape, fits_before,
-                     metrics.fits(free, vec), time.perf_counter() - t0, table)
+                     metrics.fits(free, vec), time.perf_counter() - t0, table, compared)
 
 
 def _place(world: World, chain: Chain, table: NodeTable, pod: PodInfo, rng: random.Random, nominator: Nominator,
-           keep: bool, follow: str | None) -> PodResult:
+           keep: bool, follow: str | None, shadow: Shadow | None = None,
+           compared: list[ShadowResult] | None = None) -> PodResult:
     state = CycleState()
     d = schedule_one(chain, pod, table, rng, state, nominator)
+    if shadow is not None and compared is not None:
+        compared.append(shadow.compare(pod, table, state, d, follow if d.scheduled else None, nominator))
     top = [(s.node, s.total) for s in d.top[:3]]
     if not d.scheduled:
         note = ""
