@@ -279,6 +279,10 @@ def test_a_canary_takes_its_share_survives_a_leader_kill_and_is_promoted(cluster
               f"status before the kill {before['canary']}/{before['stable']}, after {after['canary']}/{after['stable']}")
         assert got.get("canary", 0) + got.get("stable", 0) == len(names), got
         assert 0.07 <= share <= 0.13, got
+        # the bound counts are the cluster's (each pod's annotation, as the watch delivers it), so
+        # the new leader's status counts every pod the killed one bound, too
+        wait_for(lambda: (lambda s: [s["canary"]["bound"], s["stable"]["bound"]] == [got["canary"], got["stable"]])(
+            rollout_status(policies, name)), 10, what="the status's bound counts equal the pods' arms")
 
         # promotion by count: lower the bar (a threshold change keeps the rollout)
         cur = policies.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
