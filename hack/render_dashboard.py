@@ -79,6 +79,11 @@ METRICS = {
     "policy_scheduler_events_dropped_total": "counter",
     "policy_scheduler_nodes": "gauge",
     "policy_scheduler_policies": "gauge",
+    "policy_scheduler_rollout_phase": "gauge",
+    "policy_scheduler_rollout_attempts_total": "counter",
+    "policy_scheduler_rollout_shadow_decisions_total": "counter",
+    "policy_scheduler_rollout_rollbacks_total": "counter",
+    "policy_scheduler_rollout_promotions_total": "counter",
 }
 
 # The panels rendered: dashboard title -> image name (docs/img/dashboard-<name>.png).
