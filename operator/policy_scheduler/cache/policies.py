@@ -135,7 +135,7 @@ def _use(st: PolicyState, parsed: SchedulingPolicySpec, ns_selector: LabelSelect
             st.rollout.finish(ABORTED, "spec.rollout was removed")
         return
     h = candidate_hash(ro.model_dump(by_alias=True, exclude_none=True))
-    if st.rollout is None or st.rollout.hash != h:
+    if st.rollout is None or st.rollout.hash != h or st.rollout.phase == ABORTED:  # added again: it runs again
         st.rollout = Rollout(ro, h, generation)
         st.rollout.adopt(st.rollout_seen)
     else:

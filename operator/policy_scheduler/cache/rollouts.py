@@ -223,7 +223,7 @@ class Rollout:
     # ------------------------------------------------------------------ status
     def summary(self) -> str:
         """The ROLLOUT column."""
-        if self.spec.strategy == "Shadow" and self.phase in (SHADOWING, PROMOTING, PROMOTED):
+        if self.spec.strategy == "Shadow":  # in every phase: a shadow has no percent
             pct = f" ({100 * self.changed / self.compared:.0f}%)" if self.compared else ""
             return f"{self.phase} {self.changed}/{self.compared} changed{pct}"
         c = self.arms[CANARY]
