@@ -22,7 +22,7 @@ from kubernetes.client.rest import ApiException
 
 import localcluster
 from conftest import OperatorProcess
-from helpers import GROUP, PLURAL, VERSION, apply_policy, events_for, pod, wait_bound, wait_for
+from helpers import FAST_ELECTION, GROUP, PLURAL, VERSION, apply_policy, events_for, pod, wait_bound, wait_for
 from policy_scheduler.safejson import loads
 from test_webhooks import webhook_configs
 
@@ -115,9 +115,14 @@ def test_created_while_the_operator_is_down_it_is_reported_and_everything_else_s
     big = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SchedulingPolicy", "metadata": {"name": "hostile-big"},
            "spec": {"schedulerName": SCHED, "plugins": [{"name": "NodeResourcesFit", "args": {"x": "y" * 300_000}}]}}
     policies.create_cluster_custom_object(GROUP, VERSION, PLURAL, big)
-    op = OperatorProcess(cluster, SCHED)
+    # two replicas with leader election: neither may crash on what it reads
+    reps = [OperatorProcess(cluster, SCHED, log_name=f"{SCHED}-{i}", extra=FAST_ELECTION) for i in range(2)]
     try:
-        op.start()  # synced: every policy listed, the deep one included
+        for r in reps:
+            r.start(wait=False)
+        for r in reps:
+            r.wait_synced()  # synced: every policy listed, the deep one included
+        wait_for(lambda: sum("successfully acquired lease" in r.log() for r in reps) == 1, 30, what="one leader")
         names = [f"burst-{i}" for i in range(50)]
         t0 = time.monotonic()
         for n in names:
@@ -154,11 +159,13 @@ def test_created_while_the_operator_is_down_it_is_reported_and_everything_else_s
             core.create_namespaced_pod(namespace, pod(n, namespace, scheduler=SCHED, labels={LABEL: "hostile-edited"}))
         wait_bound(core, namespace, more, 60)
 
-        assert op.proc.poll() is None, op.log()[-3000:]
-        log = op.log()
-        assert "Traceback" not in log and "handler failed" not in log, log[-3000:]
+        for r in reps:  # the leader and the standby alike
+            assert r.proc.poll() is None, r.log()[-3000:]
+            log = r.log()
+            assert "Traceback" not in log and "handler failed" not in log, log[-3000:]
     finally:
-        op.stop()
+        for r in reps:
+            r.stop()
         delete(policies, "hostile-good", "hostile-edited", "hostile-deep", "hostile-big")
 
 

@@ -60,6 +60,8 @@ OPERATOR_CALLS = {
     ("", "pods/status", "patch"),
     ("events.k8s.io", "events", "create"),
     ("policy-scheduler.io", "schedulingpolicies/status", "patch"),
+    ("policy-scheduler.io", "schedulingpolicies", "get"),  # the tuner reads the policy it evaluates
+    ("policy-scheduler.io", "schedulingpolicies", "patch"),  # a rollout's promotion; the tuner's Apply
     ("scheduling.x-k8s.io", "podgroups/status", "patch"),  # Coscheduling's PodGroup status
     ("scheduling.k8s.io", "podgroups/status", "patch"),  # GangScheduling's PodGroup condition
 }
@@ -277,7 +279,7 @@ def test_service_account_is_granted_exactly_that(api, installed):
         assert not allowed("apps", "controllerrevisions", verb, namespace=sa["namespace"]), verb
     for call in [("", "pods", "get"), ("", "pods", "create"), ("", "pods", "patch"), ("", "nodes", "patch"),
                  ("", "secrets", "list"), ("", "events", "create"), ("events.k8s.io", "events", "patch"),
-                 ("policy-scheduler.io", "schedulingpolicies", "patch"), ("scheduling.x-k8s.io", "podgroups", "patch"),
+                 ("policy-scheduler.io", "schedulingpolicies", "update"), ("scheduling.x-k8s.io", "podgroups", "patch"),
                  ("scheduling.x-k8s.io", "podgroups", "create")]:
         assert not allowed(*call), call
 

@@ -1,6 +1,8 @@
 """spec.rollout on the real control plane: a candidate chain shadowed, canaried, rolled back,
 promoted, and carried across a leader's SIGKILL.
 
+Every test runs two replicas with leader election.
+
 - Shadow: binpack's chain with a spread-like candidate (the same plugins and args, other weights)
   over a burst of 500 pods a Service selects (so PodTopologySpread's system defaults score them).
   The operator's status.rollout.shadow must count the changed decisions that a replay of the same
@@ -133,8 +135,8 @@ def test_a_shadowed_candidate_counts_the_decisions_simulate_finds_changed(cluste
                                                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}})
     apply_policy(policies, name, binpack(), schedulerName=sched,
                  rollout={"strategy": "Shadow", "candidate": {"plugins": spread_weights()}})
-    op = OperatorProcess(cluster, sched, extra=["--leader-elect=false", "--log-level", "debug", "--log-format",
-                                                "json", "--default-policy", name]).start()
+    reps, _ = replicas(cluster, sched, name, ["--log-level", "debug", "--log-format", "json"])
+    op = next(r for r in reps if "successfully acquired lease" in r.log())  # the leader decides
     try:
         wait_for(lambda: (ready_condition(policies, name) or {}).get("status") == "True", 30, what="Ready")
         wait_for(lambda: rollout_status(policies, name).get("phase") == "Shadowing", 30, what="Shadowing")
@@ -156,7 +158,8 @@ def test_a_shadowed_candidate_counts_the_decisions_simulate_finds_changed(cluste
         assert sorted(order) == sorted(live), "each pod must be decided exactly once"
         log_tail = op.log()[-3000:]
     finally:
-        op.stop()
+        for r in reps:
+            r.stop()
 
     # the replay: the same pods in the operator's order, each counted where the operator put it
     snap = snapmod.load(snap_path)
@@ -199,11 +202,13 @@ def test_a_shadowed_candidate_counts_the_decisions_simulate_finds_changed(cluste
 
 
 # ------------------------------------------------------------------------------------------ canary
-def replicas(cluster, sched: str, policy: str) -> tuple[list[OperatorProcess], list[int]]:
+def replicas(cluster, sched: str, policy: str, extra: list[str] | None = None
+             ) -> tuple[list[OperatorProcess], list[int]]:
+    """Two replicas with leader election, started together; once one leads."""
     mports = [localcluster.free_port(), localcluster.free_port()]
     reps = [OperatorProcess(cluster, sched, log_name=f"{sched}-{i}", extra=[
         "--default-policy", policy, "--metrics-port", str(mports[i]), "--metrics-address", "127.0.0.1",
-        *FAST_ELECTION]) for i in range(2)]
+        *FAST_ELECTION, *(extra or [])]) for i in range(2)]
     for r in reps:
         r.start(wait=False)
     for r in reps:
@@ -255,7 +260,10 @@ def test_a_canary_takes_its_share_survives_a_leader_kill_and_is_promoted(cluster
         leader.kill()
         at_kill = bound_count()
         creator.join()
-        wait_bound(core, namespace, names, 120)
+        try:
+            wait_bound(core, namespace, names, 120)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\nthe standby's log:\n{standby.log()[-6000:]}") from None
         assert at_kill < len(names), "the burst finished before the kill; nothing was tested"
         wait_for(lambda: "successfully acquired lease" in standby.log(), 30, what="the standby leads")
 

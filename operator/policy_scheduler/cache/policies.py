@@ -129,10 +129,14 @@ def _use(st: PolicyState, parsed: SchedulingPolicySpec, ns_selector: LabelSelect
     ro = parsed.rollout
     if ro is None or candidate is None:
         st.shadow = None
-        if st.rollout is not None and st.rollout.phase == PROMOTING:
-            st.rollout.finish(PROMOTED, f"promoted: generation {generation} schedules with the candidate's chain")
-        elif st.rollout is not None and st.rollout.active:
-            st.rollout.finish(ABORTED, "spec.rollout was removed")
+        old = st.rollout
+        if old is not None and (old.phase == PROMOTING or old.active):
+            cand = old.spec.candidate
+            if shares_filters(parsed, cand) and [p.weight for p in parsed.plugins] == [p.weight for p in cand.plugins]:
+                # the candidate's chain is the spec's now: promoted (by the operator, or `rollout promote`)
+                old.finish(PROMOTED, f"promoted: generation {generation} schedules with the candidate's chain")
+            else:
+                old.finish(ABORTED, "spec.rollout was removed")
         return
     h = candidate_hash(ro.model_dump(by_alias=True, exclude_none=True))
     if st.rollout is None or st.rollout.hash != h or st.rollout.phase == ABORTED:  # added again: it runs again

@@ -133,6 +133,7 @@ class Rollout:
         self.movers: Counter[str] = Counter()
         self.samples: deque[dict[str, Any]] = deque(maxlen=MAX_ROLLOUT_SAMPLES)
         self.last_measures: dict[str, dict[str, Any]] = {}
+        self._counted: set[str] = set()  # UIDs of the bound pods counted (count_bound)
 
     # ------------------------------------------------------------------ who decides
     @property
@@ -157,9 +158,20 @@ class Rollout:
         a.tries.append((self.now(), failed))
 
     def bound(self, arm: str, seconds: float | None, node: str) -> None:
+        """A pod this process bound: a sample of the window (the leader's)."""
+        self.arms[arm].placed.append((self.now(), seconds if seconds is not None else 0.0, node))
+
+    def count_bound(self, arm: str, uid: str) -> bool:
+        """A bound pod whose decision annotation names this candidate and ``arm``, as the watch
+        delivers it (on every replica, and again after a restart's LIST): counted once per UID.
+        So the bound counts of a new leader are the cluster's, not the last status write's."""
+        if arm not in self.arms or not uid or uid in self._counted:
+            return False
+        self._counted.add(uid)
         a = self.arms[arm]
         a.bound += 1
-        a.placed.append((self.now(), seconds if seconds is not None else 0.0, node))
+        a.attempts = max(a.attempts, a.bound + a.failures)  # each bound pod had an attempt of its own
+        return True
 
     def shadow(self, r: ShadowResult) -> None:
         self.compared += 1

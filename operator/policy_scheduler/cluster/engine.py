@@ -252,6 +252,8 @@ class Engine:
         elif outcome is GONE or outcome is ASSIGNED:
             meta = body.get("metadata") or {}
             self._forget_pending(f"{meta.get('namespace', 'default')}/{meta.get('name', '')}")
+            if outcome is ASSIGNED:
+                self.rollouts.seen_bound(body)  # a canary's pods count where the cluster shows them
         if changes:
             self._moves(changes)
 

@@ -25,12 +25,13 @@ import logging
 from typing import Any, Callable, Mapping
 
 import numpy as np
+import orjson
 
 from ..cache.policies import PLURAL_PATH, PolicyState
 from ..cache.rollouts import (ACTIVE, CANARY, PROGRESSING, PROMOTING, ROLLED_BACK, SHADOWING, STABLE,
                               Rollout)
 from ..cache.state import ClusterState
-from ..explain import ROLLOUT_KEY
+from ..explain import DECISION_ANNOTATION, ROLLOUT_KEY
 from ..framework.cycle.chain import Chain
 from ..framework.cycle.decision import Decision
 from ..framework.interface import CycleState
@@ -61,6 +62,7 @@ class RolloutController:
         self.patch_spec, self.requeue, self.write_status, self.may_write = patch_spec, requeue, write_status, may_write
         self.interval = interval
         self._promoting: set[str] = set()  # policies whose promotion patch is in flight
+        self._promoted: set[tuple[str, str]] = set()  # (policy, candidate) promotions written
 
     # ------------------------------------------------------------------ the scheduling cycle
     @staticmethod
@@ -90,14 +92,35 @@ class RolloutController:
                 self.judge(st)
 
     def bound(self, st: PolicyState, pod: PodInfo, seconds: float | None, node: str) -> None:
+        """This process bound a canary rollout's pod: its time to scheduled and node (the window)."""
         ro = st.rollout
         if ro is None or ro.phase != PROGRESSING:
             return
-        arm = ro.arm(pod.uid)
-        ro.bound(arm, seconds, node)
-        if arm == CANARY and ro.spec.promote is not None and ro.spec.promote.pods is not None \
-                and ro.arms[CANARY].bound >= ro.spec.promote.pods:
-            self.judge(st)
+        ro.bound(ro.arm(pod.uid), seconds, node)
+
+    def seen_bound(self, body: Mapping[str, Any]) -> None:
+        """A bound pod as the watch delivers it (every replica): a pod a canary decided names the
+        arm and the candidate in its decision annotation, and counts as bound in that arm; on the
+        leader, reaching ``promote.pods`` promotes."""
+        ann = ((body.get("metadata") or {}).get("annotations") or {}).get(DECISION_ANNOTATION)
+        if not isinstance(ann, str) or '"rollout":' not in ann:
+            return
+        try:
+            d = orjson.loads(ann)
+            policy, ro_ann = d["policy"], d["rollout"]
+            arm, chash = ro_ann["arm"], ro_ann["candidate"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return
+        st = self.policies.get(policy) if isinstance(policy, str) else None
+        ro = st.rollout if st is not None else None
+        if ro is None or ro.hash != chash or not isinstance(arm, str):
+            return
+        if not ro.count_bound(arm, str((body.get("metadata") or {}).get("uid") or "")):
+            return
+        promote = ro.spec.promote
+        if arm == CANARY and ro.phase == PROGRESSING and promote is not None and promote.pods is not None \
+                and ro.arms[CANARY].bound >= promote.pods and self.may_write():
+            self.judge(st)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ verdicts
     def judge(self, st: PolicyState) -> None:
@@ -137,7 +160,10 @@ class RolloutController:
         self._start_promotion(st, ro)
 
     def _start_promotion(self, st: PolicyState, ro: Rollout) -> None:
-        if st.name in self._promoting or not self.may_write():
+        """Write the promotion, once per candidate in this process (a new leader that finds the
+        phase Promoting writes it again: the patch is idempotent)."""
+        key = (st.name, ro.hash)
+        if st.name in self._promoting or key in self._promoted or not self.may_write():
             return
         self._promoting.add(st.name)
         asyncio.get_running_loop().create_task(self._write_promotion(st, ro))
@@ -148,6 +174,7 @@ class RolloutController:
                           "percentageOfNodesToScore": cand.get("percentageOfNodesToScore"), "rollout": None}}
         try:
             await self.patch_spec(st.name, patch)
+            self._promoted.add((st.name, ro.hash))
             self.telemetry.rollout_promotions.labels(st.name).inc()
             self.recorder.policy_event(st.name, st.uid or None, "Normal", "RolloutPromoted", "Promote",
                                        f"candidate {ro.hash} promoted: spec.plugins is its chain")

@@ -318,7 +318,8 @@ class PrometheusMetricSources(MetricSources):
         registry = self.registry or default_registry()
         keys: list[SeriesKey] = []
         plugins: set[str] = set()
-        for ref in spec.plugins:
+        rollout = getattr(spec, "rollout", None)  # a rollout's candidate reads its metrics from the same source
+        for ref in [*spec.plugins, *(rollout.candidate.plugins if rollout is not None else [])]:
             cls = registry.get(ref.name)
             if cls is None or not issubclass(cls, ReadsMetrics) or cls.Args is None:
                 continue

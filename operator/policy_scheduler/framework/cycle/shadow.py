@@ -5,8 +5,9 @@ A decision *changed* when the node the stable chain chose is not among the candi
 nodes (ties count as agreement, so the count does not depend on tie-breaks), or when one of the
 two finds no node and the other does. The plugins that moved a changed decision are those whose
 weighted score difference between the candidate's node and the stable node grew from the stable
-chain to the candidate, most first: ``(w_cand - w_stable) * (score(cand node) - score(stable node))``
-per plugin, positive ones only.
+chain to the candidate, most first: per plugin, ``w_cand * (cand score(cand node) - cand score(stable
+node)) - w_stable * (stable score(cand node) - stable score(stable node))``, positive ones only (with
+the same args both chains score alike, and this is ``(w_cand - w_stable) * (score difference)``).
 
 Two ways, one answer:
 - *shared*: the candidate has the stable chain's plugins with the same args in the same order, the
@@ -76,7 +77,7 @@ class Shadow:
         node = stable_node if stable_node is not None else decision.node
         if self.shared:
             return self._shared(pod, nodes, state, node)
-        return self._full(pod, nodes, decision, node, nominator)
+        return self._full(pod, nodes, state, decision, node, nominator)
 
     def _shared(self, pod: PodInfo, nodes: NodeTable, state: CycleState, node: str | None) -> ShadowResult:
         if node is None:  # the same filters reject every node for the candidate too
@@ -101,8 +102,8 @@ class Shadow:
         return ShadowResult(pod.key, node, nodes.names[int(feasible[i_c])], True,
                             _movers([n for n, _ in scored], delta))
 
-    def _full(self, pod: PodInfo, nodes: NodeTable, decision: Decision, node: str | None,
-              nominator: Nominator | None) -> ShadowResult:
+    def _full(self, pod: PodInfo, nodes: NodeTable, stable_state: CycleState, decision: Decision,
+              node: str | None, nominator: Nominator | None) -> ShadowResult:
         cstate = CycleState()
         d = schedule_one(self.candidate, pod, nodes, self.rng, cstate, nominator)
         if d.node is None:
@@ -123,14 +124,23 @@ class Shadow:
         if total[i_s] == best:
             return ShadowResult(pod.key, node, node, False)
         i_c = int(np.flatnonzero(total == best)[0])
-        cand_node = nodes.names[int(feasible[i_c])]
-        # per plugin: the candidate's weighted difference between its node and the stable node,
-        # less the stable chain's (its weights; a plugin it lacks weighs 0)
-        names = [n for n, _ in scored]
-        wc = np.array([w for _, w in scored], dtype=np.int64)
-        ws = np.array([self._stable_w.get(n, 0) for n in names], dtype=np.int64)
-        delta = (wc - ws) * (mat[:, i_c] - mat[:, i_s])
-        return ShadowResult(pod.key, node, cand_node, True, _movers(names, delta))
+        cand_row = int(feasible[i_c])
+        # per plugin: its weighted difference between the candidate's node and the stable node
+        # under the candidate, less the same under the stable chain (its own scores where it scored
+        # both nodes; a plugin a chain lacks weighs 0 there)
+        move: dict[str, int] = {}
+        for k, (n, w) in enumerate(scored):
+            move[n] = int(w) * int(mat[k, i_c] - mat[k, i_s])
+        s_scores = stable_state.read(SCORES_KEY)
+        if s_scores is not None and s_scores[1] is not None:
+            s_feasible, _, s_mat, s_scored = s_scores
+            a, b = np.flatnonzero(s_feasible == cand_row), np.flatnonzero(s_feasible == row)
+            if len(a) and len(b):
+                for k, (n, w) in enumerate(s_scored):
+                    move[n] = move.get(n, 0) - int(w) * int(s_mat[k, a[0]] - s_mat[k, b[0]])
+        names = list(move)
+        return ShadowResult(pod.key, node, nodes.names[cand_row], True,
+                            _movers(names, np.array([move[n] for n in names], dtype=np.int64)))
 
 
 def _movers(names: Sequence[str], delta: np.ndarray) -> list[str]:

@@ -139,6 +139,9 @@ def test_a_candidate_with_other_args_takes_the_full_way():
     assert d.node == "n0"
     # LeastAllocated + spreading: the empty n2 (n3 holds a pod, n0 and n1 app=a pods)
     assert r.changed and r.stable == "n0" and r.candidate == "n2"
+    # the same weights, other args: NodeResourcesFit's own scores moved it (the stable cycle's
+    # scores against the candidate's)
+    assert r.plugins == ["NodeResourcesFit"]
     # the stable cycle's scores are not the candidate's: the shared way would not see the change
     wrong, _ = compare(BINPACK, spread, p, t, shared=True)
     assert not wrong.changed
