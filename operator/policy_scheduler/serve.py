@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import random
+from urllib.parse import urlsplit
 
 from . import __version__
 from .cluster.leader import ElectionConfig
@@ -76,11 +77,13 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
         from .cluster.admission import WebhookServer
 
         svc_ns, svc = a.webhook_service
+        url = getattr(a, "webhook_url", None)  # outside the cluster: configurations registered with this URL
         hosts = [f"{svc}.{svc_ns}.svc", f"{svc}.{svc_ns}.svc.cluster.local", f"{svc}.{svc_ns}", svc,
-                 *a.webhook_host]
+                 *a.webhook_host, *([urlsplit(url).hostname] if url and urlsplit(url).hostname else [])]
         webhooks = WebhookServer(client, engine.policy_store, address=a.webhook_address, port=a.webhook_port,
-                                 secret=a.webhook_secret, hosts=hosts, configuration=a.webhook_configuration or None,
-                                 manage_certs=a.webhook_manage_certs)
+                                 secret=a.webhook_secret, hosts=list(dict.fromkeys(hosts)),
+                                 configuration=a.webhook_configuration or None,
+                                 manage_certs=a.webhook_manage_certs, url=url)
 
     def health():
         live, ready, details = engine.health()

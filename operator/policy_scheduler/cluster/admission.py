@@ -42,6 +42,7 @@ from ..cache.policies import policy_owner
 from ..safejson import Unreadable, tolerant
 from .certs import Bundle, ensure_bundle
 from .kubeclient import REQUEST_ERRORS, ApiError
+from .webhook_configs import PLURALS, configurations, url_client_config
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..cache.policies import PolicyStore
@@ -196,8 +197,11 @@ class WebhookServer:
     caBundle written into the webhook configurations."""
 
     def __init__(self, client, store: "PolicyStore", *, address: str, port: int, secret: tuple[str, str],
-                 hosts: list[str], configuration: str | None, manage_certs: bool = True) -> None:
+                 hosts: list[str], configuration: str | None, manage_certs: bool = True,
+                 url: str | None = None) -> None:
         self.client = client
+        # outside the cluster: the configurations are registered here, calling <url><path>
+        self.url = url
         self.admission = Admission(store)
         self.address, self.port = address, port
         self.secret = secret
@@ -248,8 +252,48 @@ class WebhookServer:
             ctx.load_cert_chain(str(cert), str(key))
         self._ssl = ctx
 
+    async def _register(self, ca: bytes) -> None:
+        """Outside the cluster (``url``): create or update both configurations (webhook_configs.py),
+        each webhook calling ``<url><path>`` with our CA. Fields the API server defaults are kept."""
+        want = base64.b64encode(ca).decode()
+        cfgs = configurations(self.configuration or "policy-scheduler", url_client_config(self.url or ""), want)
+        for kind, body in cfgs.items():
+            coll = f"/apis/admissionregistration.k8s.io/v1/{PLURALS[kind]}"
+            path = f"{coll}/{body['metadata']['name']}"
+            for _ in range(5):
+                try:
+                    cur = await self.client.request("GET", path)
+                except ApiError as e:
+                    if e.status != 404:
+                        raise
+                    try:
+                        await self.client.request("POST", coll, body)
+                    except ApiError as e2:
+                        if e2.status == 409:
+                            continue
+                        raise
+                    log.info("%s %s registered, calling %s", kind, body["metadata"]["name"], self.url)
+                    break
+                hooks = {h.get("name"): h for h in cur.get("webhooks") or []}
+                if len(hooks) == len(body["webhooks"]) and all(
+                        all(hooks.get(w["name"], {}).get(k) == v for k, v in w.items()) for w in body["webhooks"]):
+                    break
+                cur["webhooks"] = [{**hooks.get(w["name"], {}), **w} for w in body["webhooks"]]
+                try:
+                    await self.client.request("PUT", path, cur)
+                except ApiError as e:
+                    if e.status == 409:
+                        continue
+                    raise
+                log.info("%s %s updated, calling %s", kind, body["metadata"]["name"], self.url)
+                break
+
     async def _inject(self, ca: bytes) -> None:
-        """Write the CA bundle into our Validating and Mutating webhook configurations."""
+        """Write the CA bundle into our Validating and Mutating webhook configurations (outside
+        the cluster: register them, ``_register``)."""
+        if self.url:
+            await self._register(ca)
+            return
         if not self.configuration:
             return
         want = base64.b64encode(ca).decode()
