@@ -6,10 +6,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER_FLAGS := $(if $(KWOK),--kwok,) $(if $(CONTROLLER_MANAGER),--controller-manager,) $(if $(GANGS),--gangs,)
 
-.PHONY: help venv build prometheus chromium cluster-up cluster-down cluster-status test unit e2e demo crd bench-decide bench-load-aware bench clean
+.PHONY: help venv build prometheus chromium cluster-up cluster-down cluster-status test unit e2e demo playground playground-down crd bench-decide bench-load-aware bench clean
 
 help:
 	@echo "make demo          run the scheduler on a local control plane with simulated nodes and print placements"
+	@echo "make playground    a local cluster left running: kwok nodes, Prometheus, the operator with its webhooks, every example policy"
+	@echo "make playground-down  stop it"
 	@echo "make test          create .venv, build the control plane if needed, run the whole test suite"
 	@echo "make cluster-up    start etcd + kube-apiserver on loopback (KWOK=1, CONTROLLER_MANAGER=1, GANGS=1 for more)"
 	@echo "make cluster-down  stop it"
@@ -53,6 +55,12 @@ unit: venv
 
 e2e: venv build prometheus chromium
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+playground: venv build prometheus
+	$(PY) hack/playground.py up
+
+playground-down:
+	$(PYTHON) hack/playground.py down
 
 demo: venv build
 	$(PY) hack/demo.py
