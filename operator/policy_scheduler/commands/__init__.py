@@ -1,0 +1,60 @@
+"""The commands of `policy-scheduler` (cli.py builds the parser and runs one): each module adds its
+subcommands' flags (``add_parser``) and holds what they run. Here: what several of them share."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import SCHEDULER_NAME
+
+KUBECONFIG_HELP = ("kubeconfig file (default: $KUBECONFIG, several files merged as kubectl does, else "
+                   "~/.kube/config, else the in-cluster service account). Client certificates, tokens, token "
+                   "files and exec credential plugins; expiring tokens are renewed")
+CONTEXT_HELP = "kubeconfig context to use (default: the kubeconfig's current-context)"
+
+
+def duration(v: str) -> float:
+    from ..api.models import duration_seconds
+
+    try:
+        return duration_seconds(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def boolean(v: str) -> bool:
+    if v.lower() in ("true", "1", "yes"):
+        return True
+    if v.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{v!r} is not true or false")
+
+
+def namespaced(v: str) -> tuple[str, str]:
+    ns, sep, name = v.partition("/")
+    if not sep or not ns or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"{v!r} is not NAMESPACE/NAME")
+    return ns, name
+
+
+def url(v: str) -> str:
+    if not v.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{v!r} is not an http(s) URL")
+    return v
+
+
+def cluster_flags(p: argparse.ArgumentParser) -> None:
+    from ..cache.policies import DEFAULT_POLICY
+
+    g = p.add_argument_group("cluster", "where the state is read from (the live cluster; simulate reads it only "
+                                        "without --snapshot)")
+    g.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)
+    g.add_argument("--context", default=None, help=CONTEXT_HELP)
+    g.add_argument("--scheduler-name", default=SCHEDULER_NAME,
+                   help=f"the scheduler whose policies and pending pods are read (default {SCHEDULER_NAME})")
+    g.add_argument("--default-policy", default=DEFAULT_POLICY, metavar="NAME",
+                   help=f"the operator's --default-policy (default {DEFAULT_POLICY!r})")
+    g.add_argument("--prometheus-url", default=None, type=url,
+                   help="Prometheus of the policies' metric plugins (the operator's --prometheus-url): their "
+                        "current values go into the snapshot")
+

@@ -1,0 +1,285 @@
+"""`policy-scheduler snapshot|simulate|tune`: the cluster's state to a file, policies tried on it
+(whatif/ computes and writes the results)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+
+from . import cluster_flags
+
+
+def _live_snapshot(a: argparse.Namespace, who: str):
+    """A snapshot of the cluster the kubeconfig names (None after printing why not)."""
+    from ..cluster.kubeclient import KubeClient, load_credentials
+    from ..whatif import snapshot
+
+    try:
+        creds = load_credentials(a.kubeconfig, a.context)
+    except (RuntimeError, KeyError, ValueError) as e:
+        print(f"policy-scheduler {who}: cannot load credentials: {e}", file=sys.stderr)
+        return None
+
+    async def take():
+        client = KubeClient(creds)
+        try:
+            return await snapshot.take(client, scheduler_name=a.scheduler_name, default_policy=a.default_policy,
+                                       prometheus_url=a.prometheus_url,
+                                       warn=lambda m: print(f"policy-scheduler {who}: warning: {m}", file=sys.stderr))
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(take())
+    except Exception as e:  # an unreachable server, a denied list
+        print(f"policy-scheduler {who}: cannot read the cluster: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
+def _quiet_operator_logs() -> None:
+    """The policy store logs every policy it loads; a simulation reports problems itself."""
+    logging.getLogger("policy_scheduler").setLevel(logging.ERROR)
+
+
+def cmd_snapshot(a: argparse.Namespace) -> int:
+    _quiet_operator_logs()
+    snap = _live_snapshot(a, "snapshot")
+    if snap is None:
+        return 1
+    text = snap.dumps()
+    if a.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        try:
+            with open(a.output, "w") as f:
+                f.write(text)
+        except OSError as e:
+            print(f"policy-scheduler snapshot: cannot write {a.output}: {e.strerror or e}", file=sys.stderr)
+            return 1
+        print(f"snapshot of {len(snap.nodes)} nodes, {len(snap.pods)} bound pods, {len(snap.pending_pods)} pending "
+              f"pods, {len(snap.volumes['persistentvolumes'])} persistent volumes, "
+              f"{len(snap.volumes['persistentvolumeclaims'])} claims, {len(snap.policies)} policies, "
+              f"{sum(len(m['samples']) for m in snap.metrics)} metric values written to {a.output}", file=sys.stderr)
+    return 0
+
+
+def _is_file_arg(v: str) -> bool:
+    return os.path.exists(v) or v.endswith((".yaml", ".yml", ".json")) or os.sep in v
+
+
+def cmd_simulate(a: argparse.Namespace) -> int:
+    from ..whatif import report, snapshot
+    from ..whatif.pods import InputError, load_pods, load_policy_documents
+    from ..whatif.simulate import simulate
+    from ..whatif.world import PolicyError, World
+
+    _quiet_operator_logs()
+    if a.pods and a.pending:
+        print("policy-scheduler simulate: --pods and --pending exclude each other", file=sys.stderr)
+        return 2
+    if not a.pods and not a.pending:
+        print("policy-scheduler simulate: say which pods to place: --pods FILE or --pending", file=sys.stderr)
+        return 2
+    if a.replicas is not None and a.replicas < 1:
+        print("policy-scheduler simulate: --replicas must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        if a.snapshot:
+            snap = snapshot.load(a.snapshot)
+            source = a.snapshot
+        else:
+            snap = _live_snapshot(a, "simulate")
+            if snap is None:
+                return 1
+            source = "the live cluster"
+        world = World(snap)
+        names: list[str] = []
+        for arg in a.policy or [snap.default_policy]:
+            if _is_file_arg(arg):
+                docs = load_policy_documents(arg)
+                if not docs:
+                    raise PolicyError(f"{arg}: no SchedulingPolicy in the file")
+                for doc in docs:
+                    names.append(world.add_policy(doc, arg))
+            else:
+                world.usable_policy(arg)
+                names.append(arg)
+        for n in names:
+            world.usable_policy(n)
+        names = list(dict.fromkeys(names))
+        if a.pods:
+            podset = load_pods(a.pods, a.replicas)
+            pods = podset.pods
+            world.add_workloads(podset.workloads)
+        else:
+            pods = snap.pending_pods
+            if not pods:
+                print(f"policy-scheduler simulate: no pending pods of scheduler {snap.scheduler_name} in {source}",
+                      file=sys.stderr)
+                return 1
+    except (snapshot.SnapshotError, PolicyError, InputError) as e:
+        print(f"policy-scheduler simulate: {e}", file=sys.stderr)
+        return 2
+    bar = None
+    if not a.json and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        # shown only when the run takes longer than about 2 s
+        bar = tqdm(total=len(pods) * len(names), unit="pod", delay=2.0, file=sys.stderr, leave=False,
+                   desc="simulating")
+    try:
+        sim = simulate(world, names, pods, seed=a.seed, keep_decisions=a.explain, source=source,
+                       progress=bar.update if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    if a.report:
+        try:
+            with open(a.report, "w") as f:
+                f.write(report.html_report(sim))
+        except OSError as e:
+            print(f"policy-scheduler simulate: cannot write {a.report}: {e.strerror or e}", file=sys.stderr)
+            return 1
+    if a.json:
+        json.dump(sim.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif a.explain:
+        for run in sim.runs:
+            report.write_explain(run, sys.stdout)
+    else:
+        report.write_text(sim, sys.stdout)
+    if a.report and not a.json:
+        print(f"\nreport written to {a.report}")
+    return 0
+
+
+def cmd_tune(a: argparse.Namespace) -> int:
+    from ..whatif import snapshot, tune
+    from ..whatif.pods import InputError, load_pods, load_policy_documents
+    from ..whatif.world import PolicyError, World
+
+    _quiet_operator_logs()
+    if not 0 <= a.holdout < 1:
+        print("policy-scheduler tune: --holdout must be in [0, 1)", file=sys.stderr)
+        return 2
+    try:
+        snap = snapshot.load(a.snapshot)
+        world = World(snap)
+        if _is_file_arg(a.policy):
+            docs = load_policy_documents(a.policy)
+            if len(docs) != 1:
+                raise PolicyError(f"{a.policy}: one SchedulingPolicy expected, found {len(docs)} documents")
+            name = world.add_policy(docs[0], a.policy)
+        else:
+            name = a.policy
+        st = world.usable_policy(name)
+        tuning = st.good_spec.tuning if st.good_spec is not None else None
+        if tuning is None:
+            raise PolicyError(f'SchedulingPolicy "{name}" has no spec.tuning: it names the objective and the bounds '
+                              "(docs/policy-reference.md#spectuning)")
+        podset = load_pods(a.pods, a.replicas)
+        world.add_workloads(podset.workloads)
+        pods = podset.pods
+    except (snapshot.SnapshotError, PolicyError, InputError) as e:
+        print(f"policy-scheduler tune: {e}", file=sys.stderr)
+        return 2
+    cut = len(pods) - int(round(len(pods) * a.holdout))
+    if a.holdout and not 0 < cut < len(pods):
+        print(f"policy-scheduler tune: {len(pods)} pods cannot be split with --holdout {a.holdout}", file=sys.stderr)
+        return 2
+    window, held_out = pods[:cut], pods[cut:]
+    if a.max_replays is not None:
+        tuning = tuning.model_copy(update={"max_replays": a.max_replays})
+    if a.seed is not None:
+        tuning = tuning.model_copy(update={"seed": a.seed})
+
+    async def go():
+        await world.prepare()
+        res = await tune.search(world, name, window, tuning)
+        check = None
+        if held_out:
+            objective = tuning.objective.weights()
+            cur = await tune.replay(world, name, held_out, res.current.weights, objective, seed=tuning.seed)
+            rec = await tune.replay(world, name, held_out, res.recommended.weights, objective, seed=tuning.seed)
+            check = (cur, rec)
+        return res, check
+
+    res, check = asyncio.run(go())
+    if a.json:
+        out = {"policy": name, "snapshot": a.snapshot, "pods": len(pods), "objective": tuning.objective.weights(),
+               **res.to_dict()}
+        if check is not None:
+            out["heldOut"] = {"pods": len(held_out), "current": check[0].to_dict(), "recommended": check[1].to_dict(),
+                              "gain": round(tune.relative(check[1].objective, check[0].objective), 6)}
+        json.dump(out, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    tune.write_text(res, sys.stdout, policy=name, objective=tuning.objective.weights(), nodes=len(world.node_specs),
+                    held_out=check, held_out_pods=len(held_out))
+    return 0
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("snapshot", help="write the cluster state a scheduling decision reads to a file",
+                       description="Writes nodes, bound and pending pods, namespaces with their labels, the Services "
+                                   "and controllers default spreading reads, PodDisruptionBudgets, the storage "
+                                   "objects the volume plugins read (PersistentVolumes, PersistentVolumeClaims, "
+                                   "StorageClasses, CSINodes, CSIDrivers), the SchedulingPolicies and (with "
+                                   "Prometheus) the current metric values, as one versioned JSON document "
+                                   "(docs/whatif.md). Reads only.")
+    s.add_argument("--output", "-o", default="-", metavar="FILE", help="where to write it (default: stdout)")
+    cluster_flags(s)
+    s.set_defaults(fn=cmd_snapshot)
+
+    m = sub.add_parser("simulate", help="place pods on a snapshot or the live cluster under one or more policies, "
+                                        "binding nothing, and compare",
+                       description="Runs the operator's own scheduling core on a copy of the cluster: each policy "
+                                   "places the pods in order, each placement assumed as the operator assumes it. "
+                                   "Nothing is written to the cluster. Reports per policy placed and unschedulable "
+                                   "pods (with the FailedScheduling message), nodes used, imbalance, zone spread "
+                                   "and fragmentation.")
+    m.add_argument("--snapshot", metavar="FILE", help="a snapshot written by `policy-scheduler snapshot` "
+                                                     "(default: read the live cluster)")
+    m.add_argument("--policy", action="append", metavar="FILE|NAME",
+                   help="a SchedulingPolicy manifest, or the name of a policy of the snapshot or cluster "
+                        "(repeatable; default: the default policy)")
+    m.add_argument("--pods", metavar="FILE", help="pods to place: Pod manifests or pod templates (Deployment, "
+                                                 "ReplicaSet, StatefulSet, Job, ...), YAML or JSON")
+    m.add_argument("--replicas", type=int, metavar="N", help="make N pods of every template (and every Pod) in --pods")
+    m.add_argument("--pending", action="store_true",
+                   help="place the pending pods of the scheduler instead of --pods")
+    m.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed of the random tie-break between equally scored nodes (default 0: the same input gives "
+                        "the same output); `policy-scheduler run --seed N` breaks ties the same way")
+    m.add_argument("--json", action="store_true", help="print the results as JSON, keyed by policy name")
+    m.add_argument("--report", metavar="FILE", help="also write a self-contained HTML report with charts")
+    m.add_argument("--explain", action="store_true",
+                   help="print explain's per-plugin table for every simulated pod")
+    cluster_flags(m)
+    m.set_defaults(fn=cmd_simulate)
+
+    t = sub.add_parser("tune", help="search a policy's Score weights offline, as its spec.tuning would",
+                       description="Replays the pods on the snapshot with the operator's own core (as simulate) under "
+                                   "the policy's current weights and under candidates within spec.tuning.bounds "
+                                   "(coordinate search, seeded tie-breaks, the policy's replay and time budget), and "
+                                   "prints every candidate's objective and the recommendation. With --holdout, the "
+                                   "search sees only the first part of the pods and the last part checks the "
+                                   "recommendation.")
+    t.add_argument("--policy", required=True, metavar="FILE|NAME",
+                   help="a SchedulingPolicy manifest with spec.tuning, or the name of one in the snapshot")
+    t.add_argument("--snapshot", required=True, metavar="FILE", help="a snapshot (`policy-scheduler snapshot`): the "
+                                                                     "state before the pods")
+    t.add_argument("--pods", required=True, metavar="FILE", help="the pods, in order: Pod manifests or pod templates")
+    t.add_argument("--replicas", type=int, metavar="N", help="make N pods of every template (and every Pod) in --pods")
+    t.add_argument("--holdout", type=float, default=0.0, metavar="F",
+                   help="keep the last F of the pods (0 to 1, e.g. 0.5) out of the search, and compare the current "
+                        "and recommended weights on them")
+    t.add_argument("--seed", type=int, default=None, metavar="N", help="tie-break seed (default spec.tuning.seed)")
+    t.add_argument("--max-replays", type=int, default=None, metavar="N",
+                   help="replay budget (default spec.tuning.maxReplays)")
+    t.add_argument("--json", action="store_true", help="print the result as JSON")
+    t.set_defaults(fn=cmd_tune)
