@@ -70,6 +70,9 @@ WEBHOOK_CONFIG_CALLS = {("admissionregistration.k8s.io", r, v) for r in ("valida
                                                                           "mutatingwebhookconfigurations")
                         for v in ("get", "update")}
 WEBHOOK_CONFIG_NAME = "policy-scheduler"
+# The installed SchedulingPolicy CRD, compared with the operator's own at start-up (cluster/crdcheck.py).
+CRD_CALLS = {("apiextensions.k8s.io", "customresourcedefinitions", "get")}
+CRD_NAME = "schedulingpolicies.policy-scheduler.io"
 # Their certificate Secret (cluster/certs.py), in the operator's namespace.
 SECRET_NAME = "policy-scheduler-webhook-tls"
 SECRET_CALLS = {("", "secrets", v) for v in ("create", "get", "update")}
@@ -169,12 +172,12 @@ def test_layout_installs_in_one_go():
 def test_cluster_role_is_exactly_the_operators_calls():
     granted = {(g, r, v) for rule in the("ClusterRole")["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == OPERATOR_CALLS | WEBHOOK_CONFIG_CALLS
+    assert granted == OPERATOR_CALLS | WEBHOOK_CONFIG_CALLS | CRD_CALLS
+    names = {"admissionregistration.k8s.io": [WEBHOOK_CONFIG_NAME], "apiextensions.k8s.io": [CRD_NAME]}
     for r in the("ClusterRole")["rules"]:
         assert "nonResourceURLs" not in r
-        # names only where the calls name objects of ours: the webhook configurations
-        assert r.get("resourceNames", [WEBHOOK_CONFIG_NAME]) == [WEBHOOK_CONFIG_NAME]
-        assert ("resourceNames" in r) == (r["apiGroups"] == ["admissionregistration.k8s.io"])
+        # names only where the calls name objects of ours: the webhook configurations, our CRD
+        assert r.get("resourceNames") == names.get(r["apiGroups"][0]), r
 
 
 def test_objects_are_accepted(cluster, api, core, installed, tmp_path):
@@ -251,6 +254,9 @@ def test_service_account_is_granted_exactly_that(api, installed):
 
     for call in sorted(OPERATOR_CALLS):
         assert allowed(*call), call
+    for call in sorted(CRD_CALLS):  # our CRD only
+        assert allowed(*call, namespace="", name=CRD_NAME), call
+        assert not allowed(*call, namespace="", name="podgroups.scheduling.x-k8s.io"), call
     # the Lease: create, then get and update of the one named after the scheduler, in kube-system only
     for call in sorted(LEASE_CALLS):
         assert allowed(*call, namespace=LEASE_NAMESPACE, name=LEASE_NAME), call

@@ -59,6 +59,7 @@ from ..plugins.default_preemption import RESULT_KEY as PREEMPTION_RESULT
 from ..plugins.priority_sort import PrioritySort
 from .apicalls import ApiCalls, OperatorActions
 from .binding_tasks import DECISION_ANNOTATION, BindingTasks
+from .crdcheck import check_crd
 from .kubeclient import KubeClient
 from .leader import Leadership
 from .podgroup_status import PodGroupStatusWriter
@@ -375,6 +376,7 @@ class Engine:
         """Start the informers and wait until every kind is listed, SchedulingPolicies included
         (sync.py); then give each invalid policy without a chain its last valid revision
         (revisions.py): no decision before that."""
+        self.spawn(check_crd(self.client))  # an older CRD drops fields: say so (crdcheck.py)
         took = await self.informers.run()
         await self.revisions.restore_all()  # invalid policies without a chain: their last valid revision
         self.synced = True
