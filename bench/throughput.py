@@ -11,6 +11,21 @@ schedulers, one after the other, each on a fresh control plane:
   bare binder (ceiling)           binds pods round-robin with no decision and posts their
                                   Scheduled event: the most this API server allows here
 
+and, on request, variants of policy-scheduler whose ``default`` policy carries one more field
+(same plugins, same workload, interleaved with the others under --repeat):
+
+  --tuning       policy-scheduler, tuning on        spec.tuning (Recommend, every 3 s over the
+                                                    last 500 pods): the tuner's cost
+  --shadow       policy-scheduler (shadow)          spec.rollout, strategy Shadow, with a candidate
+                                                    of the same plugins and args and other weights
+                                                    (NodeResourcesFit 5, PodTopologySpread 1,
+                                                    InterPodAffinity 1): for every pod the candidate
+                                                    decides too, from the stable cycle's scores
+                                                    (the shared way), and never binds
+  --shadow-full  policy-scheduler (shadow full)     the same with a candidate whose NodeResourcesFit
+                                                    scores MostAllocated (an arg, weights as they
+                                                    are): a full cycle of the candidate per pod
+
 Workloads, shaped like upstream's scheduler_perf (its node-default and pod-default templates:
 nodes of 4 cpu / 32Gi / 110 pods, pods requesting and limited to 100m / 500Mi; nodes spread
 over 3 zones):
@@ -67,12 +82,18 @@ holds more than its allocatable cpu, memory and pods, and the workload's constra
 affinity, skew <= 1 per app, at most one pod of an app per node); no pod has more than one
 Scheduled event. Also reported: Scheduled events and 'scheduled' attempts from each scheduler's
 own metrics (each should equal the pods), binding conflicts (409), and warnings or errors in
-the scheduler's log (logs are kept in the run directory).
+the scheduler's log (logs are kept in the run directory). For a shadow variant, after the
+latency phases and before the scheduler stops, the policy's status.rollout is read from the API
+server (polled until ``shadow.compared`` reaches the expected count or stops moving for 6 s: the
+operator writes the status every 2 s): its phase must be Shadowing and ``compared`` must equal
+the pods it scheduled (throughput and latency phases) plus the failed attempts its metrics
+count; ``changed`` and the plugins that moved the changed decisions are reported.
 
     .venv/bin/python bench/throughput.py [--quick] [--workload NAME ... | --workload all]
         [--nodes N] [--pods M] [--schedulers policy-scheduler kube-scheduler kube-same ceiling]
         [--qps 5000] [--burst 10000] [--bind-concurrency 64] [--latency-pods L]
-        [--latency-load F] [--latency-rate R] [--repeat N] [--kwok] [--operator-arg=--flag=value]
+        [--latency-load F] [--latency-rate R] [--repeat N] [--kwok] [--tuning] [--shadow]
+        [--shadow-full] [--operator-arg=--flag=value]
 
 --quick runs SchedulingBasic at 200 nodes x 2000 pods with 300 latency pods (other workloads:
 PodAntiAffinity 100 x 500, GangScheduling 100 x 500, PreemptionBasic 100 x 100,
@@ -80,14 +101,20 @@ SchedulingBasic5k 1000 x 2000, Scale 1000 nodes with 2,000 bound pods): under tw
 --repeat N runs every scheduler N times, interleaved, and reports the run with the median
 pods/s. Tables go to stdout, progress to stderr; the last line of stdout is one JSON object with
 every figure and the ratios of pods/s (``ratios.ours_vs_kube``: policy-scheduler / kube-scheduler
-with the same plugins; ``ours_vs_kube_full``: against its default profile; ``ours_vs_ceiling``),
-also saved as result.json in the run directory next to each run's logs.
+with the same plugins; ``ours_vs_kube_full``: against its default profile; ``ours_vs_ceiling``;
+``tuning_vs_ours``, ``shadow_vs_ours``, ``shadow_full_vs_ours``: a variant / plain policy-scheduler,
+and ``shadow_cpu_per_pod_vs_ours``, ``shadow_full_cpu_per_pod_vs_ours``: the same for its CPU per
+pod in the window), also saved as result.json in the run directory next to each run's logs. With
+--shadow the report prints ``shadow cost: ours(shadow) pods/s / ours pods/s = X (-Y%)`` and the
+shadow's tally; --tuning, --shadow and --shadow-full add to --schedulers (e.g. ``--schedulers
+policy-scheduler --shadow`` runs the plain one and the shadow one).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import itertools
 import json
 import logging
@@ -108,8 +135,10 @@ from typing import Any, Callable
 import aiohttp
 import yaml
 
+from policy_scheduler.api.models import SchedulingPolicySpec
 from policy_scheduler.cluster.informer import Informer
 from policy_scheduler.cluster.kubeclient import ApiError, KubeClient, load_credentials
+from policy_scheduler.framework.cycle.shadow import shares_filters
 from policy_scheduler.framework.model.quantity import to_int
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,10 +147,16 @@ import localcluster  # noqa: E402
 
 OURS, KUBE, KUBE_SAME, CEILING = "policy-scheduler", "kube-scheduler", "kube-same", "ceiling"
 OURS_TUNING = "policy-scheduler-tuning"  # --tuning: the default policy with spec.tuning on (Recommend)
-SCHEDULERS = (OURS, OURS_TUNING, KUBE, KUBE_SAME, CEILING)  # run order
-SCHEDULER_NAME = {OURS: "policy-scheduler", OURS_TUNING: "policy-scheduler", KUBE: "default-scheduler",
+OURS_SHADOW = "policy-scheduler-shadow"  # --shadow: the default policy with a Shadow rollout (other weights)
+OURS_SHADOW_FULL = "policy-scheduler-shadow-full"  # --shadow-full: a Shadow rollout whose candidate changes an arg
+SHADOWS = (OURS_SHADOW, OURS_SHADOW_FULL)
+OURS_ALL = (OURS, OURS_TUNING, *SHADOWS)  # every policy-scheduler process
+OPTIONAL = {OURS_TUNING: "tuning", OURS_SHADOW: "shadow", OURS_SHADOW_FULL: "shadow_full"}  # added by their option
+SCHEDULERS = (OURS, OURS_TUNING, OURS_SHADOW, OURS_SHADOW_FULL, KUBE, KUBE_SAME, CEILING)  # run order
+SCHEDULER_NAME = {**{o: "policy-scheduler" for o in OURS_ALL}, KUBE: "default-scheduler",
                   KUBE_SAME: "default-scheduler", CEILING: "bench-binder"}
-LABEL = {OURS: "policy-scheduler", OURS_TUNING: "policy-scheduler, tuning on", KUBE: "kube-scheduler",
+LABEL = {OURS: "policy-scheduler", OURS_TUNING: "policy-scheduler, tuning on", OURS_SHADOW: "policy-scheduler (shadow)",
+         OURS_SHADOW_FULL: "policy-scheduler (shadow full)", KUBE: "kube-scheduler",
          KUBE_SAME: "kube-scheduler (same plugins)", CEILING: "bare binder (ceiling)"}
 # what --tuning adds to the default policy: the tuner evaluates every 3 s over the last 500 pods,
 # in Recommend mode, so that the weights stay as they are and any change in pods/s is its cost
@@ -129,6 +164,13 @@ TUNING = {"mode": "Recommend", "interval": "3s", "window": {"pods": 500},
           "objective": {"imbalance": 10, "nodesUsed": 1},
           "bounds": {"NodeResourcesFit": [1, 10], "PodTopologySpread": [1, 10],
                      "NodeResourcesBalancedAllocation": [1, 10]}}
+# what --shadow adds to the default policy: spec.rollout, strategy Shadow, whose candidate is the
+# same plugin list with the same args and other Score weights (more on NodeResourcesFit, less on
+# PodTopologySpread and InterPodAffinity): the shadow takes the shared way, the stable cycle's
+# scores under the candidate's weights. --shadow-full: the candidate's NodeResourcesFit scores
+# MostAllocated instead (an arg, weights unchanged): the candidate runs a cycle of its own per pod
+SHADOW_WEIGHTS = {"NodeResourcesFit": 5, "PodTopologySpread": 1, "InterPodAffinity": 1}
+SHADOW_FULL_STRATEGY = "MostAllocated"
 NAMESPACE = "bench"
 ZONE, HOSTNAME = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
 NODE_CPU, NODE_MEM, NODE_PODS = "4", "32Gi", "110"  # scheduler_perf's node-default.yaml
@@ -469,13 +511,38 @@ async def scheduled_events(client: KubeClient, expected: int, quiet: float = 3.0
         await asyncio.sleep(0.5)
 
 
-async def install_policy(client: KubeClient, tuning: bool = False) -> None:
+def default_policy() -> dict:
+    return yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
+
+
+def shadow_rollout(which: str) -> dict:
+    """spec.rollout of a shadow variant: strategy Shadow, the ``default`` policy's plugins as the
+    candidate, with SHADOW_WEIGHTS (OURS_SHADOW) or NodeResourcesFit scoring SHADOW_FULL_STRATEGY
+    (OURS_SHADOW_FULL). Checked against the operator's own test of the way the shadow takes."""
+    spec = default_policy()["spec"]
+    plugins = copy.deepcopy(spec["plugins"])
+    for p in plugins:
+        if which == OURS_SHADOW and p["name"] in SHADOW_WEIGHTS:
+            p["weight"] = SHADOW_WEIGHTS[p["name"]]
+        elif which == OURS_SHADOW_FULL and p["name"] == "NodeResourcesFit":
+            p["args"]["scoringStrategy"]["type"] = SHADOW_FULL_STRATEGY
+    rollout = {"strategy": "Shadow", "candidate": {"plugins": plugins}}
+    parsed = SchedulingPolicySpec.model_validate({**spec, "rollout": rollout})
+    shared = shares_filters(parsed, parsed.rollout.candidate)
+    if shared != (which == OURS_SHADOW) or plugins == spec["plugins"]:
+        raise BenchError(f"{LABEL[which]}: the candidate would take the {'shared' if shared else 'full'} way")
+    return rollout
+
+
+async def install_policy(client: KubeClient, which: str = OURS) -> None:
     crd = yaml.safe_load((ROOT / "crds" / "schedulingpolicies.yaml").read_text())
     await client.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
     path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
-    policy = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
-    if tuning:
+    policy = default_policy()
+    if which == OURS_TUNING:
         policy["spec"]["tuning"] = TUNING
+    elif which in SHADOWS:
+        policy["spec"]["rollout"] = shadow_rollout(which)
     deadline = time.monotonic() + 30
     while True:
         conds = ((await client.get(path)).get("status") or {}).get("conditions") or []
@@ -500,6 +567,47 @@ async def tuning_status(client: KubeClient, timeout: float) -> dict:
         if st.get("replays") or time.monotonic() > deadline:
             return st
         await asyncio.sleep(1)
+
+
+async def shadow_status(client: KubeClient, expected: int, quiet: float = 6.0, timeout: float = 60.0) -> dict:
+    """status.rollout of the default policy once its shadow tally has settled: ``compared`` has
+    reached ``expected``, or the tally has not moved for ``quiet`` seconds (the operator writes
+    the status every 2 s, so the last decisions show up to that late)."""
+    deadline = time.monotonic() + timeout
+    last: tuple | None = None
+    since = time.monotonic()
+    while True:
+        ro = ((await client.get("/apis/policy-scheduler.io/v1alpha1/schedulingpolicies/default"))
+              .get("status") or {}).get("rollout") or {}
+        sh = ro.get("shadow") or {}
+        cur = (sh.get("compared"), sh.get("changed"))
+        if cur != last:
+            last, since = cur, time.monotonic()
+        if (sh.get("compared") or 0) >= expected or time.monotonic() - since >= quiet \
+                or time.monotonic() > deadline:
+            return ro
+        await asyncio.sleep(0.5)
+
+
+async def shadow_figures(client: KubeClient, metrics: str, attempts_metric: str, pods: int) -> dict[str, Any]:
+    """The shadow's tally from the policy's status.rollout.shadow, read from the API server while
+    the scheduler still runs. The candidate decides beside every cycle of the policy's pods, so
+    ``compared`` should be the pods (each decided once when none failed) plus the failed attempts
+    the scheduler's own metrics count; its own counter of shadow decisions is reported beside."""
+    failed = sum(metric_sum(metrics, attempts_metric, result=r) or 0 for r in ("unschedulable", "error"))
+    t0 = time.monotonic()
+    ro = await shadow_status(client, pods + failed)
+    sh = ro.get("shadow") or {}
+    out = {"phase": ro.get("phase"), "compared": sh.get("compared"), "changed": sh.get("changed"),
+           "became_unschedulable": sh.get("becameUnschedulable"), "became_schedulable": sh.get("becameSchedulable"),
+           "plugins": {p.get("name"): p.get("changed") for p in sh.get("plugins") or []},
+           "expected": pods + failed, "pods": pods, "failed_attempts": failed,
+           "metric_compared": metric_sum(metrics, "policy_scheduler_rollout_shadow_decisions_total"),
+           "metric_changed": metric_sum(metrics, "policy_scheduler_rollout_shadow_decisions_total", outcome="changed"),
+           "read_s": round(time.monotonic() - t0, 1)}
+    progress(f"  shadow: phase {out['phase']}, compared {out['compared']} (expected {out['expected']}), "
+             f"changed {out['changed']}; read after {out['read_s']}s")
+    return out
 
 
 async def scrape(url: str, ssl_ctx: ssl.SSLContext | bool) -> str:
@@ -560,7 +668,7 @@ def same_plugins_config(gangs: bool) -> str:
     and args (plus the two our chain adds implicitly: SchedulingGates, DefaultBinder), every
     other default plugin disabled. GangScheduling only with the gang gates (kube-scheduler has
     it only then; without them ours passes every pod in no group at once)."""
-    policy = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
+    policy = default_policy()
     plugins = [p for p in policy["spec"]["plugins"] if gangs or p["name"] != "GangScheduling"]
     enabled = [{"name": "SchedulingGates"}]
     enabled += [{"name": p["name"], **({"weight": p["weight"]} if "weight" in p else {})} for p in plugins]
@@ -583,7 +691,7 @@ async def start_scheduler(which: str, plan: RunPlan, cluster: localcluster.Local
         port = next(x.split("=", 1)[1] for x in cmdline if x.startswith("--secure-port="))
         return Proc(info["pid"], Path(info["log"]), lambda: cluster.stop("kube-scheduler"),
                     f"https://127.0.0.1:{port}/metrics", "scheduler_schedule_attempts_total")
-    if which in (OURS, OURS_TUNING):
+    if which in OURS_ALL:
         port = localcluster.free_port()
         args = [sys.executable, "-m", "policy_scheduler.cli", "run", "--kubeconfig", kc, "--qps", str(a.qps),
                 "--burst", str(a.burst), "--bind-concurrency", str(a.bind_concurrency),
@@ -602,7 +710,7 @@ async def start_scheduler(which: str, plan: RunPlan, cluster: localcluster.Local
 def log_findings(which: str, log: Path) -> dict[str, Any]:
     """Warnings, errors and binding conflicts in a scheduler's log."""
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    if which in (OURS, OURS_TUNING):
+    if which in OURS_ALL:
         bad = [x for x in lines if " WARNING " in x or " ERROR " in x or "Traceback" in x]
         conflicts = sum(1 for x in lines if "not needed" in x and "HTTP 409" in x)
     elif which in (KUBE, KUBE_SAME):
@@ -756,8 +864,8 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
                                                   "metadata": {"name": NAMESPACE}})
         nodes = {b["metadata"]["name"]: b for b in (wl.node(i, a.kwok) for i in range(plan.nodes))}
         await create_all(client, "/api/v1/nodes", list(nodes.values()), 32)
-        if which in (OURS, OURS_TUNING):
-            await install_policy(client, tuning=which == OURS_TUNING)
+        if which in OURS_ALL:
+            await install_policy(client, which)
         if wl.preempts:
             await client.post("/apis/scheduling.k8s.io/v1/priorityclasses", {
                 "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": HIGH_PRIORITY},
@@ -851,6 +959,8 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         res["cpu_s_total"] = round(cpu_seconds(proc.pid), 2)
         events = await scheduled_events(client, len(names) + len(lat_names))  # every one is in the watch already
         metrics = await scrape(proc.metrics_url, metrics_ssl(cluster)) if proc.metrics_url else ""
+        if which in SHADOWS:  # the shadow's tally, before the scheduler (and its status writer) stops
+            res["shadow"] = await shadow_figures(client, metrics, proc.metric, len(names) + len(lat_names))
         res["decision"] = decision_time(metrics_before)  # the throughput phase's attempts
         t_stop = time.monotonic()
         await asyncio.to_thread(proc.stop)
@@ -859,7 +969,8 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
 
         # ---- checks, on the final state
         pods = await list_all(client, pod_path)
-        res["checks"] = check_run(which, plan, watch, names + lat_names, pods, nodes, events, metrics, stopped)
+        res["checks"] = check_run(which, plan, watch, names + lat_names, pods, nodes, events, metrics, stopped,
+                                  res.get("shadow"))
         return res
     finally:
         for t in tasks:
@@ -892,7 +1003,8 @@ async def settle(pids: dict[str, int], limit: float = 10.0) -> None:
 
 
 def check_run(which: str, plan: RunPlan, watch: PodWatch, names: list[str], pods: list[dict],
-              nodes: dict[str, dict], events: list[dict], metrics: str, proc: Proc) -> dict:
+              nodes: dict[str, dict], events: list[dict], metrics: str, proc: Proc,
+              shadow: dict | None = None) -> dict:
     errors: list[str] = []
     by_name = {p["metadata"]["name"]: p for p in pods}
     unbound = [n for n in names if not (by_name.get(n) or {}).get("spec", {}).get("nodeName")]
@@ -913,6 +1025,10 @@ def check_run(which: str, plan: RunPlan, watch: PodWatch, names: list[str], pods
     found = log_findings(which, proc.log)
     if found["bind_conflicts"]:
         errors.append(f"{found['bind_conflicts']} bindings refused with 409 (a pod was bound twice)")
+    if shadow is not None and (shadow["phase"] != "Shadowing" or shadow["compared"] != shadow["expected"]):
+        errors.append(f"status.rollout: phase {shadow['phase']}, shadow compared {shadow['compared']} decisions, "
+                      f"expected {shadow['expected']} ({shadow['pods']} pods + {shadow['failed_attempts']} failed "
+                      f"attempts; the scheduler's own count: {shadow['metric_compared']})")
     if errors:
         raise BenchError(f"{LABEL[which]} on {plan.workload.name}: " + "; ".join(errors))
     attempts = {r: metric_sum(metrics, proc.metric, result=r) if proc.metric else None
@@ -1029,7 +1145,7 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
             f"{'ms/pod':>6} {'run ms/pod':>10} {'api+etcd s':>10} {'other':>5} {'RSS MB':>6} {'decide ms':>9}")
     print(head)
     print("-" * len(head))
-    for which in (CEILING, KUBE, KUBE_SAME, OURS, OURS_TUNING):
+    for which in (CEILING, KUBE, KUBE_SAME, *OURS_ALL):
         r = runs.get(which)
         if r is None:
             continue
@@ -1049,6 +1165,24 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
         print(f"tuning on / off, pods/s: {rat['tuning_vs_ours']}; tuner evaluations finished by the end of the "
               f"throughput phase: {done}; the first: {first.get('windowPods')} pods, {first.get('replays')} replays "
               f"in {first.get('seconds')} s, {first.get('yieldedSeconds')} s of it waiting for the scheduler")
+    for which in SHADOWS:
+        r, ours = runs.get(which), runs.get(OURS) or {}
+        if r is None:
+            continue
+        sh, tag = r["shadow"], "shadow" if which == OURS_SHADOW else "shadow full"
+        x = wl_result["ratios"][f"{OPTIONAL[which]}_vs_ours"]
+        way = ("the candidate: other weights, the stable cycle's scores reweighted" if which == OURS_SHADOW else
+               f"the candidate: NodeResourcesFit {SHADOW_FULL_STRATEGY}, a cycle of its own per pod")
+        movers = ", ".join(f"{n} {k}" for n, k in (sh.get("plugins") or {}).items())
+        others = (r["other_cores_in_window"], ours.get("other_cores_in_window", 0.0))
+        print(f"{tag} cost: ours({tag}) pods/s / ours pods/s = " + (f"{x} ({100 * (x - 1):+.1f}%)" if x else "-")
+              + f"; CPU ms/pod in the window {r['cpu_ms_per_pod']} / {ours.get('cpu_ms_per_pod', '-')} "
+              f"= {wl_result['ratios'][f'{OPTIONAL[which]}_cpu_per_pod_vs_ours'] or '-'}"
+              + (f" (noisy: other processes used {others[0]:.2f} / {others[1]:.2f} cores in the windows)"
+                 if max(others) > 0.2 else ""))
+        print(f"  {way}; status.rollout {sh['phase']}: compared {sh['compared']} (expected {sh['expected']}: "
+              f"{sh['pods']} pods + {sh['failed_attempts']} failed attempts), changed {sh['changed']}"
+              + (f" (moved by {movers})" if movers else ""))
     print(f"ratios of pods/s: policy-scheduler / kube-scheduler (same plugins) = {rat['ours_vs_kube']}, "
           f"/ kube-scheduler (default profile) = {rat['ours_vs_kube_full']}, / bare binder = {rat['ours_vs_ceiling']}; "
           f"avg / kube-scheduler (same plugins) = {rat.get('ours_vs_kube_avg', '-')}")
@@ -1107,8 +1241,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes: under a minute per workload")
     ap.add_argument("--nodes", type=int, help="nodes (default: the workload's size)")
     ap.add_argument("--pods", type=int, help="pods measured for throughput (default: the workload's size)")
-    ap.add_argument("--schedulers", nargs="+", choices=[s for s in SCHEDULERS if s != OURS_TUNING],
-                    default=[s for s in SCHEDULERS if s != OURS_TUNING])
+    ap.add_argument("--schedulers", nargs="+", choices=[s for s in SCHEDULERS if s not in OPTIONAL],
+                    default=[s for s in SCHEDULERS if s not in OPTIONAL],
+                    help="--tuning, --shadow and --shadow-full add their variant of policy-scheduler to these")
     ap.add_argument("--qps", type=float, default=5000, help="client QPS of every scheduler")
     ap.add_argument("--burst", type=int, default=10000, help="client burst of every scheduler")
     ap.add_argument("--bind-concurrency", type=int, default=64,
@@ -1127,6 +1262,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tuning", action="store_true",
                     help="also run policy-scheduler with spec.tuning on in the default policy (Recommend, every "
                          "3 s over the last 500 pods): the tuner's cost in pods/s, same run")
+    ap.add_argument("--shadow", action="store_true",
+                    help="also run policy-scheduler with a Shadow rollout in the default policy, whose candidate "
+                         "has other weights (the shared way): the shadow's cost in pods/s, same run")
+    ap.add_argument("--shadow-full", action="store_true",
+                    help="also run policy-scheduler with a Shadow rollout whose candidate's NodeResourcesFit "
+                         f"scores {SHADOW_FULL_STRATEGY} (a cycle of its own per pod): that cost too")
     ap.add_argument("--operator-arg", action="append", default=[],
                     help="extra argument for `policy-scheduler run` (repeatable), "
                          "e.g. --operator-arg=--log-level=warning")
@@ -1136,7 +1277,7 @@ def main(argv: list[str] | None = None) -> int:
 
     default = ["SchedulingBasic"] if a.quick else list(MAIN_WORKLOADS)
     names = list(WORKLOADS) if "all" in a.workload else (list(dict.fromkeys(a.workload)) or default)
-    order = [s for s in SCHEDULERS if s in a.schedulers or (s == OURS_TUNING and a.tuning)]
+    order = [s for s in SCHEDULERS if s in a.schedulers or (s in OPTIONAL and getattr(a, OPTIONAL[s]))]
     out = a.out or ROOT / ".local" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     cores = os.cpu_count() or 1
     latency_pods = a.latency_pods if a.latency_pods is not None else (300 if a.quick else 1000)
@@ -1144,6 +1285,8 @@ def main(argv: list[str] | None = None) -> int:
         "ok": False, "machine": {"cores": cores, "loadavg_at_start": round(os.getloadavg()[0], 2)},
         "config": {"qps": a.qps, "burst": a.burst, "bind_concurrency": a.bind_concurrency, "kwok": a.kwok,
                    "quick": a.quick, "schedulers": order, "run_dir": str(out),
+                   **({"shadow_rollout": {OPTIONAL[s]: shadow_rollout(s) for s in SHADOWS if s in order}}
+                      if any(s in order for s in SHADOWS) else {}),
                    "method": "throughput: pods created first, scheduler started, pods/s between the 10% and 90% "
                              "pod scheduled (bound and its Scheduled event seen); latency: more pods created at a "
                              "steady rate (a share of each scheduler's own pods/s, then a common rate), creation "
@@ -1170,12 +1313,18 @@ def main(argv: list[str] | None = None) -> int:
                   "latency_rate": a.latency_rate, "repeat": a.repeat, "runs": runs}
             pps = {k: v["pods_per_s"] for k, v in runs.items()}
             avg = {k: v["pods_per_s_overall"] for k, v in runs.items()}
+            cpu = {k: v["cpu_ms_per_pod"] for k, v in runs.items()}
             wr["ratios"] = {"ours_vs_kube": ratio(pps.get(OURS), pps.get(KUBE_SAME)),  # like for like
                             "ours_vs_kube_full": ratio(pps.get(OURS), pps.get(KUBE)),
                             "ours_vs_ceiling": ratio(pps.get(OURS), pps.get(CEILING)),
                             "kube_vs_ceiling": ratio(pps.get(KUBE), pps.get(CEILING)),
                             "kube_same_vs_ceiling": ratio(pps.get(KUBE_SAME), pps.get(CEILING)),
                             "tuning_vs_ours": ratio(pps.get(OURS_TUNING), pps.get(OURS)),
+                            # --shadow, --shadow-full: pods/s, and the scheduler's CPU per pod in the window
+                            "shadow_vs_ours": ratio(pps.get(OURS_SHADOW), pps.get(OURS)),
+                            "shadow_cpu_per_pod_vs_ours": ratio(cpu.get(OURS_SHADOW), cpu.get(OURS)),
+                            "shadow_full_vs_ours": ratio(pps.get(OURS_SHADOW_FULL), pps.get(OURS)),
+                            "shadow_full_cpu_per_pod_vs_ours": ratio(cpu.get(OURS_SHADOW_FULL), cpu.get(OURS)),
                             # scheduler_perf's own figure: pods over the whole run
                             "ours_vs_kube_avg": ratio(avg.get(OURS), avg.get(KUBE_SAME))}
             if wl.gangs:  # kube-scheduler's time over ours: above 1, ours made the last group whole sooner
