@@ -68,6 +68,7 @@ class Shadow:
     def __post_init__(self) -> None:
         self._stable_w = {p.NAME: w for p, w in self.stable.score}
         self._cand_w = {p.NAME: w for p, w in self.candidate.score}
+        self._weights: dict[tuple[str, ...], np.ndarray] = {}
 
     def compare(self, pod: PodInfo, nodes: NodeTable, state: CycleState, decision: Decision,
                 stable_node: str | None = None, nominator: Nominator | None = None) -> ShadowResult:
@@ -91,7 +92,10 @@ class Shadow:
         if len(at) == 0:  # the stable node was not scored (a replay following another run)
             return ShadowResult(pod.key, node, None, True)
         i_s = int(at[0])
-        wc = np.array([self._cand_w.get(n, 0) for n, _ in scored], dtype=np.int64)
+        names = tuple(n for n, _ in scored)
+        wc = self._weights.get(names)
+        if wc is None:  # the candidate's weights in the order the stable cycle scored (per skip set)
+            wc = self._weights[names] = np.array([self._cand_w.get(n, 0) for n in names], dtype=np.int64)
         total = wc @ mat
         best = total.max()
         if total[i_s] == best:
