@@ -3,7 +3,7 @@
 
 `up` starts, in `.local/playground/` (hack/localcluster.py), and leaves up:
 - etcd + kube-apiserver (with Kubernetes' own gang API) + kwok, built from pinned sources;
-- 15 kwok nodes in a realistic shape: 3 zones, 2 racks each, general nodes of two sizes, an ingest
+- 14 kwok nodes in a realistic shape: 3 zones, 2 racks each, general nodes of two sizes, an ingest
   pool (`pool=ingest`), a GPU pool (`nvidia.com/gpu`, tainted `dedicated=gpu:NoSchedule`) and a
   tainted spot pool (`spot=true:NoSchedule`), every node with the labels a kubelet sets;
 - a Prometheus server (the Debian package's binary) scraping a small exporter of node cpu, memory
@@ -203,9 +203,15 @@ def _populate(cluster: localcluster.LocalCluster, prometheus: str, t0: float) ->
     from kubernetes import client, config
 
     kubectl("apply", "-f", str(ROOT / "crds"), check=True)
-    kubectl("wait", "--for", "condition=Established", "--timeout=60s", "crd/schedulingpolicies.policy-scheduler.io",
-            "crd/podgroups.scheduling.x-k8s.io", check=True)
     api = config.new_client_from_config(str(KUBECONFIG))
+    ext = client.ApiextensionsV1Api(api)
+
+    def established(name: str) -> bool:
+        conds = ext.read_custom_resource_definition(name).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conds)
+
+    wait("the CRDs established", lambda: established("schedulingpolicies.policy-scheduler.io")
+         and established("podgroups.scheduling.x-k8s.io"), 60)
     core = client.CoreV1Api(api)
     for n in nodes():
         core.create_node(node_object(*n))
@@ -225,7 +231,7 @@ def _populate(cluster: localcluster.LocalCluster, prometheus: str, t0: float) ->
     prom_dir.mkdir(parents=True, exist_ok=True)
     prom_port = localcluster.free_port()
     (prom_dir / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\nscrape_configs:\n"
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
         "  - job_name: nodes\n    honor_labels: true\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{exporter_port}']\n")
     cluster._spawn("prometheus", [prometheus, f"--config.file={prom_dir / 'prometheus.yml'}",
@@ -269,6 +275,17 @@ def _populate(cluster: localcluster.LocalCluster, prometheus: str, t0: float) ->
         any(c.get("type") == "Ready" and c.get("status") == "True" for c in (p.get("status") or {}).get("conditions") or [])
         for p in objs.list_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies")["items"]), 60)
 
+    def fresh(name: str) -> bool:
+        """The policy's metrics read: every query has a fresh value for some node."""
+        m = (objs.get_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", name)
+             .get("status") or {}).get("metrics") or {}
+        return bool(m.get("queries")) and all(q.get("fresh", 0) > 0 for q in m["queries"])
+
+    # the usage-aware policies decide on real values, not on their fallbacks: wait for a refresh
+    # that found them (the policies refresh every 15 s; Prometheus needs two scrapes for a rate)
+    wait("the metrics of load-aware and gpu-utilization", lambda: fresh("load-aware") and fresh("gpu-utilization"),
+         90, 1.0)
+    say("== load-aware and gpu-utilization read fresh node metrics from Prometheus")
     total = sum(len(p) for _, _, p in WORKLOADS)
     burst = time.monotonic()
     for _, _, pods in WORKLOADS:

@@ -119,6 +119,11 @@ def add_parser(sub) -> None:
     wh.add_argument("--webhook-host", action="append", default=[], metavar="HOST",
                     help="another DNS name or IP address for the certificate (repeatable), for webhook "
                          "configurations that call a URL")
+    wh.add_argument("--webhook-url", default=None, metavar="URL",
+                    help="out of the cluster (a laptop, make playground): register the Validating- and "
+                         "MutatingWebhookConfiguration (named by --webhook-configuration) calling URL + path, e.g. "
+                         "https://127.0.0.1:9443, with the operator's CA; the URL's host goes in the certificate. "
+                         "Unset: the configurations of manifests/ (a Service) only get their caBundle")
     wh.add_argument("--webhook-configuration", default="policy-scheduler", metavar="NAME",
                     help="the Validating- and MutatingWebhookConfiguration whose caBundle the operator writes "
                          "(default policy-scheduler; empty: none)")
