@@ -19,6 +19,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .framework.status import Status
 
 DECISION_ANNOTATION = "policy-scheduler.io/decision"
+# the top nodes the annotation keeps: as many as a Decision keeps (framework/cycle/schedule.py
+# TOP_NODES), each a name, a total, a weighted score per Score plugin and the metric plugins' details
+ANNOTATION_TOP_NODES = 5
 # CycleState key: {"arm": "stable" | "canary", "candidate": hash} of a pod decided during a canary
 ROLLOUT_KEY = "policy-scheduler/rollout"
 
@@ -45,7 +48,7 @@ def decision_annotation(policy: str, d: "Decision", group: dict[str, Any] | None
         "feasible": d.feasible, "at": at if at is not None else now_rfc3339(),
         "top": [{"node": s.node, "total": s.total, "scores": {k: v[1] for k, v in s.plugins.items()},
                  **({"details": _rounded(s.details)} if s.details else {})}
-                for s in d.top[:3]],
+                for s in d.top[:ANNOTATION_TOP_NODES]],
         "failures": dict(sorted(d.failures.items(), key=lambda kv: -kv[1])[:8]),
         **({"group": group} if group else {}),
         **({"rollout": rollout} if rollout else {}),

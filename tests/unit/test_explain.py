@@ -19,7 +19,7 @@ from policy_scheduler.framework.status import Code, Status
 
 def decision(**kw) -> Decision:
     top = [NodeScore(f"n{i}", 300 - i, {"NodeResourcesFit": (90 - i, 90 - i), "TaintToleration": (100, 200)})
-           for i in range(5)]
+           for i in range(7)]
     top[0].details = {"LoadAware": {"cpu": {"value": np.float64(0.41666), "inFlight": 0.05, "state": "fresh",
                                             "age": 3.14159}}}
     failures = {f"reason {i}": i + 1 for i in range(10)}
@@ -32,13 +32,20 @@ def test_the_annotation_is_bounded_and_rounded():
     assert DECISION_ANNOTATION == "policy-scheduler.io/decision"
     assert {k: d[k] for k in ("policy", "node", "nodes", "evaluated", "feasible", "at")} == {
         "policy": "default", "node": "n0", "nodes": 20, "evaluated": 16, "feasible": 5, "at": "2025-01-01T12:00:00Z"}
-    assert [t["node"] for t in d["top"]] == ["n0", "n1", "n2"]  # the top three
+    assert [t["node"] for t in d["top"]] == ["n0", "n1", "n2", "n3", "n4"]  # the top five
     assert d["top"][0]["scores"] == {"NodeResourcesFit": 90, "TaintToleration": 200}  # the weighted score
     assert d["top"][0]["details"] == {"LoadAware": {"cpu": {"value": 0.417, "inFlight": 0.05, "state": "fresh",
                                                             "age": 3.142}}}
     assert "details" not in d["top"][1]
     assert list(d["failures"].values()) == [10, 9, 8, 7, 6, 5, 4, 3]  # the eight largest, largest first
     assert "group" not in d
+
+
+def test_the_annotation_keeps_the_nodes_a_decision_keeps():
+    """explain --top shows at most what the annotation holds: every node the cycle kept scores of."""
+    from policy_scheduler.framework.cycle.schedule import TOP_NODES
+
+    assert explain.ANNOTATION_TOP_NODES == TOP_NODES == 5
 
 
 def test_the_annotation_names_the_group_and_defaults_to_now():

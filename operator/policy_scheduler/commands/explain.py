@@ -1,77 +1,232 @@
-"""`policy-scheduler explain`: why a pod went where it went (explain.py prints the decision record)."""
+"""`policy-scheduler explain`: why a pod went where it went, or why it did not (explain.py prints the
+decision record). ``explanation`` makes one document of what the API server says of the pod (its
+decision annotation, its PodScheduled condition, its events); the text output and ``-o json|yaml``
+print that document."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import Any, TextIO
 
+from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL
 from . import CONTEXT_HELP, KUBECONFIG_HELP
 
+OUTPUTS = ("text", "json", "yaml")
+EVENTS = 5  # the pod's last events in the document
 
-def cmd_explain(a: argparse.Namespace) -> int:
+
+class ExplainError(Exception):
+    """Why explain cannot say anything: one line on stderr, exit status 1."""
+
+
+def pod_ref(pod: str, namespace: str | None) -> tuple[str, str]:
+    """(namespace, name) of ``NAMESPACE/NAME``, or of ``NAME`` in ``namespace`` (default: default).
+    ValueError when the two name different namespaces."""
+    if "/" not in pod:
+        return namespace or "default", pod
+    ns, name = pod.split("/", 1)
+    if not ns or not name or "/" in name:
+        raise ValueError(f"{pod!r} is not NAME or NAMESPACE/NAME")
+    if namespace and namespace != ns:
+        raise ValueError(f"{pod!r} is in namespace {ns}, --namespace says {namespace}")
+    return ns, name
+
+
+def policy_of(pod_labels: dict[str, str], namespace_labels: dict[str, str] | None,
+              default_policy: str) -> tuple[str, str]:
+    """The policy a pod is scheduled with, as the operator resolves it (PolicyStore.policy_name):
+    its policy label, else its namespace's default-policy label, else the default policy; and
+    where the name came from: podLabel, namespaceLabel or default."""
+    if pod_labels.get(POLICY_LABEL):
+        return pod_labels[POLICY_LABEL], "podLabel"
+    if (namespace_labels or {}).get(DEFAULT_POLICY_LABEL):
+        return namespace_labels[DEFAULT_POLICY_LABEL], "namespaceLabel"
+    return default_policy, "default"
+
+
+def _event_time(e: dict[str, Any]) -> str:
+    return str(e.get("lastTimestamp") or e.get("eventTime") or (e.get("series") or {}).get("lastObservedTime")
+               or e.get("firstTimestamp") or (e.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _event(e: dict[str, Any]) -> dict[str, Any]:
+    return {"type": e.get("type"), "reason": e.get("reason"), "message": e.get("message"),
+            "count": e.get("count") or (e.get("series") or {}).get("count") or 1, "time": _event_time(e) or None}
+
+
+def explanation(pod: dict[str, Any], namespace_labels: dict[str, str] | None, events: list[dict[str, Any]], *,
+                default_policy: str, top: int | None = None) -> dict[str, Any]:
+    """The document explain prints: the pod, its scheduler and node; the policy (the decision's,
+    or for a pod not bound yet the one it would be scheduled with, and where that name came from);
+    the decision record (its top nodes cut to ``top``); the PodScheduled condition; the last
+    FailedScheduling event; the Preempting events' messages; the last EVENTS events. ``pod`` and
+    ``events`` as the API server writes them (JSON); ``namespace_labels`` None when unknown.
+    ValueError for an unreadable decision annotation."""
+    from ..explain import DECISION_ANNOTATION
+
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    uid = meta.get("uid")
+    decision = None
+    raw = (meta.get("annotations") or {}).get(DECISION_ANNOTATION)
+    if raw:
+        try:
+            decision = json.loads(raw)
+        except ValueError:
+            decision = None
+        if not isinstance(decision, dict):
+            raise ValueError(f"unreadable {DECISION_ANNOTATION} annotation")
+        if top is not None:
+            decision = {**decision, "top": (decision.get("top") or [])[:top]}
+    node = spec.get("nodeName") or None
+    if decision is not None:
+        policy, source = decision.get("policy"), "decision"
+    elif node is None:
+        policy, source = policy_of(meta.get("labels") or {}, namespace_labels, default_policy)
+    else:  # bound, and not by a decision of ours
+        policy, source = None, None
+    # a pod deleted and created again under its name: only the events of this one
+    evs = sorted((e for e in events if not uid or (e.get("involvedObject") or {}).get("uid") in (None, "", uid)),
+                 key=_event_time)
+    cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+    failed = [e for e in evs if e.get("reason") == "FailedScheduling"]
+    return {
+        "pod": f"{meta.get('namespace')}/{meta.get('name')}", "uid": uid, "scheduler": spec.get("schedulerName"),
+        "node": node, "phase": status.get("phase"), "policy": policy, "policySource": source,
+        "decision": decision,
+        "podScheduled": ({k: cond.get(k) for k in ("status", "reason", "message", "lastTransitionTime")}
+                         if cond is not None else None),
+        "lastFailedScheduling": _event(failed[-1]) if failed else None,
+        "preemptions": [e.get("message") for e in evs if e.get("reason") == "Preempting"],
+        "events": [_event(e) for e in evs[-EVENTS:]],
+    }
+
+
+SOURCES = {"podLabel": f"the pod's label {POLICY_LABEL}", "namespaceLabel": f"the namespace's label "
+           f"{DEFAULT_POLICY_LABEL}", "default": "no policy label: the default policy"}
+
+
+def write_text(doc: dict[str, Any], out: TextIO) -> None:
+    """The document as explain prints it on a terminal."""
+    from ..explain import print_decision
+
+    out.write(f"pod {doc['pod']}: scheduler {doc['scheduler']}, node {doc['node'] or '(none)'}\n")
+    if doc["decision"] is not None:
+        print_decision(doc["decision"], out)
+        for msg in doc["preemptions"]:  # a preemptor: which pods it preempted, where, and why that node
+            out.write(f"  preemption: {msg}\n")
+        return
+    if doc["policy"] is not None:
+        out.write(f"  policy:    {doc['policy']}   (would schedule it: {SOURCES[doc['policySource']]})\n")
+    cond = doc["podScheduled"]
+    if cond is not None and cond["status"] == "False":
+        out.write(f"  not scheduled ({cond['reason']}): {cond['message']}\n")
+    else:
+        out.write("  no decision recorded by policy-scheduler for this pod\n")
+    for e in doc["events"]:
+        out.write(f"  event {e['type']} {e['reason']}: {e['message']}\n")
+
+
+def fetch(a: argparse.Namespace, ns: str, name: str) -> tuple[dict, dict | None, list[dict]]:
+    """The pod, its namespace's labels (None when they cannot be read) and its events."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     from ..cluster.kubeclient import client_configuration
-    from ..explain import DECISION_ANNOTATION, print_decision
 
-    if "/" in a.pod:
-        ns, name = a.pod.split("/", 1)
-    else:
-        ns, name = "default", a.pod
     try:
         cfg = client_configuration(a.kubeconfig, a.context)
     except RuntimeError as e:  # no kubeconfig, unknown context, a failing exec plugin
-        print(f"policy-scheduler explain: cannot load credentials: {e}", file=sys.stderr)
-        return 1
+        raise ExplainError(f"cannot load credentials: {e}") from None
+    core = client.CoreV1Api(client.ApiClient(cfg))
     try:
-        core = client.CoreV1Api(client.ApiClient(cfg))
-        pod = core.read_namespaced_pod(name, ns)
+        pod = json.loads(core.read_namespaced_pod(name, ns, _preload_content=False).data)
     except ApiException as e:
-        print(f"policy-scheduler explain: cannot read pod {ns}/{name}: HTTP {e.status} {e.reason}", file=sys.stderr)
-        return 1
+        raise ExplainError(f"cannot read pod {ns}/{name}: HTTP {e.status} {e.reason}") from None
     except Exception as e:  # an unreachable server
+        raise ExplainError(str(e)) from None
+    labels = None
+    if _namespace_matters(pod):
+        try:
+            labels = (json.loads(core.read_namespace(ns, _preload_content=False).data).get("metadata") or {}).get(
+                "labels") or {}
+        except ApiException as e:
+            print(f"policy-scheduler explain: warning: cannot read namespace {ns} (HTTP {e.status} {e.reason}): "
+                  f"its label {DEFAULT_POLICY_LABEL} is unknown", file=sys.stderr)
+    try:
+        events = json.loads(core.list_namespaced_event(
+            ns, field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}",
+            _preload_content=False).data).get("items") or []
+    except ApiException as e:
+        print(f"policy-scheduler explain: warning: cannot list the pod's events: HTTP {e.status} {e.reason}",
+              file=sys.stderr)
+        events = []
+    return pod, labels, events
+
+
+def _namespace_matters(pod: dict) -> bool:
+    """Whether the namespace's labels name the pod's policy: a pod not bound, without a decision
+    and without a policy label."""
+    from ..explain import DECISION_ANNOTATION
+
+    meta = pod.get("metadata") or {}
+    return (not (pod.get("spec") or {}).get("nodeName") and DECISION_ANNOTATION not in (meta.get("annotations") or {})
+            and not (meta.get("labels") or {}).get(POLICY_LABEL))
+
+
+def cmd_explain(a: argparse.Namespace) -> int:
+    try:
+        ns, name = pod_ref(a.pod, a.namespace)
+    except ValueError as e:
+        print(f"policy-scheduler explain: {e}", file=sys.stderr)
+        return 2
+    try:
+        pod, labels, events = fetch(a, ns, name)
+        doc = explanation(pod, labels, events, default_policy=a.default_policy, top=a.top)
+    except (ExplainError, ValueError) as e:
         print(f"policy-scheduler explain: {e}", file=sys.stderr)
         return 1
-    print(f"pod {ns}/{name}: scheduler {pod.spec.scheduler_name}, node {pod.spec.node_name or '(none)'}")
-    ann = (pod.metadata.annotations or {}).get(DECISION_ANNOTATION)
-    if ann:
-        try:
-            d = json.loads(ann)
-        except ValueError:
-            print(f"  unreadable {DECISION_ANNOTATION} annotation")
-            return 1
-        if a.output == "json":
-            print(json.dumps(d, indent=2))
-        else:
-            print_decision(d, sys.stdout)
-            # a preemptor: which pods it preempted, where, and why that node (its Preempting event)
-            try:
-                evs = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
-            except ApiException:
-                evs = []
-            for e in evs:
-                if e.reason == "Preempting" and (not pod.metadata.uid or e.involved_object.uid == pod.metadata.uid):
-                    print(f"  preemption: {e.message}")
-        return 0
-    cond = next((c for c in (pod.status.conditions or []) if c.type == "PodScheduled"), None)
-    if cond is not None and cond.status == "False":
-        print(f"  not scheduled ({cond.reason}): {cond.message}")
+    if a.output == "json":
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    elif a.output == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True))
     else:
-        print("  no decision recorded by policy-scheduler for this pod")
-    evs = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
-    for e in sorted(evs, key=lambda e: str(e.last_timestamp or e.event_time or ""))[-5:]:
-        print(f"  event {e.type} {e.reason}: {e.message}")
+        write_text(doc, sys.stdout)
     return 0
 
 
+def positive(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a positive integer")
+    return n
+
+
 def add_parser(sub) -> None:
+    from ..cache.policies import DEFAULT_POLICY
+    from ..explain import ANNOTATION_TOP_NODES
+
     e = sub.add_parser("explain", help="why a pod went where it went (or why it did not)",
                        description="Shows the latest decision for a pod: the chosen node, per-plugin weighted "
-                                   "scores of the top nodes, and how many nodes each filter reason removed.")
-    e.add_argument("pod", help="NAMESPACE/POD")
+                                   "scores of the top nodes, and how many nodes each filter reason removed. For a "
+                                   "pod without one: the policy it would be scheduled with, why it is not "
+                                   "scheduled (its PodScheduled condition) and its last events.")
+    e.add_argument("pod", metavar="POD", help="NAME (in --namespace) or NAMESPACE/NAME")
+    e.add_argument("--namespace", "-n", default=None, help="the pod's namespace (default: default)")
     e.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)
     e.add_argument("--context", default=None, help=CONTEXT_HELP)
-    e.add_argument("--output", "-o", choices=("text", "json"), default="text")
+    e.add_argument("--output", "-o", choices=OUTPUTS, default="text",
+                   help="text (default), or the whole explanation as one JSON or YAML document")
+    e.add_argument("--top", type=positive, default=None, metavar="N",
+                   help=f"show the N best nodes (default: all the decision records, at most "
+                        f"{ANNOTATION_TOP_NODES})")
+    e.add_argument("--default-policy", default=DEFAULT_POLICY, metavar="NAME",
+                   help="the operator's --default-policy: the policy of a pod without the policy label in a "
+                        f"namespace without the {DEFAULT_POLICY_LABEL} label (default {DEFAULT_POLICY!r})")
     e.set_defaults(fn=cmd_explain)

@@ -1,0 +1,178 @@
+"""`policy-scheduler explain`: the pod argument and --namespace, the policy an unscheduled pod would
+get (as the operator's PolicyStore picks it), the one document behind the text, JSON and YAML
+outputs, --top."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from policy_scheduler import DEFAULT_POLICY_LABEL, POLICY_LABEL, cli
+from policy_scheduler.cache.policies import PolicyStore
+from policy_scheduler.commands import explain as cmd
+from policy_scheduler.explain import DECISION_ANNOTATION
+from policy_scheduler.framework.interface import Handle
+from policy_scheduler.framework.model.podinfo import parse_pod
+from policy_scheduler.metricsources.manager import MetricSources
+
+DECISION = {"policy": "spread", "node": "n0", "nodes": 6, "evaluated": 6, "feasible": 5, "at": "2026-01-01T00:00:00Z",
+            "top": [{"node": f"n{i}", "total": 100 - i, "scores": {"NodeResourcesFit": 100 - i}} for i in range(5)],
+            "failures": {"Insufficient cpu": 1}}
+
+
+def pod(name="x", ns="demo", labels=None, node=None, decision=None, condition=None, uid="u1"):
+    meta = {"name": name, "namespace": ns, "uid": uid, "labels": labels or {}}
+    if decision is not None:
+        meta["annotations"] = {DECISION_ANNOTATION: decision if isinstance(decision, str) else json.dumps(decision)}
+    status = {"phase": "Running" if node else "Pending"}
+    if condition is not None:
+        status["conditions"] = [{"type": "Initialized", "status": "True"}, {"type": "PodScheduled", **condition}]
+    return {"metadata": meta, "spec": {"schedulerName": "policy-scheduler", "containers": [{"name": "c"}],
+                                       **({"nodeName": node} if node else {})}, "status": status}
+
+
+def event(reason, message, t, uid="u1", type_="Warning"):
+    return {"type": type_, "reason": reason, "message": message, "lastTimestamp": t, "count": 2,
+            "involvedObject": {"kind": "Pod", "name": "x", "uid": uid}}
+
+
+UNSCHEDULABLE = {"status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu.",
+                 "lastTransitionTime": "2026-01-01T00:00:05Z"}
+
+
+def test_the_pod_is_namespace_slash_name_or_a_name_and_namespace():
+    assert cmd.pod_ref("demo/x", None) == ("demo", "x")
+    assert cmd.pod_ref("x", "demo") == ("demo", "x")
+    assert cmd.pod_ref("x", None) == ("default", "x")
+    assert cmd.pod_ref("demo/x", "demo") == ("demo", "x")
+    for bad, ns in (("demo/x", "other"), ("/x", None), ("demo/", None), ("a/b/c", None)):
+        with pytest.raises(ValueError):
+            cmd.pod_ref(bad, ns)
+
+
+@pytest.mark.parametrize("labels,ns_labels,expected", [
+    ({POLICY_LABEL: "mine"}, {DEFAULT_POLICY_LABEL: "ns-default"}, ("mine", "podLabel")),
+    ({}, {DEFAULT_POLICY_LABEL: "ns-default"}, ("ns-default", "namespaceLabel")),
+    ({}, {"other": "label"}, ("op-default", "default")),
+    ({}, None, ("op-default", "default")),
+    ({POLICY_LABEL: ""}, {}, ("op-default", "default")),
+])
+def test_the_policy_is_the_one_the_operator_would_pick(labels, ns_labels, expected):
+    assert cmd.policy_of(labels, ns_labels, "op-default") == expected
+    store = PolicyStore(MetricSources(), lambda name: Handle(), default_policy="op-default",
+                        namespaces={"demo": ns_labels} if ns_labels is not None else {})
+    p = parse_pod({"metadata": {"name": "x", "namespace": "demo", "labels": labels},
+                   "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    assert store.policy_name(p) == expected[0]
+
+
+def test_a_scheduled_pod_explained_by_its_decision():
+    evs = [event("Preempting", "Preempting 1 pod(s) on node n0: demo/low", "2026-01-01T00:00:02Z", type_="Normal"),
+           event("Scheduled", "bound to n0", "2026-01-01T00:00:03Z", type_="Normal")]
+    doc = cmd.explanation(pod(node="n0", decision=DECISION, condition={"status": "True"}), None, evs,
+                          default_policy="default")
+    assert doc["pod"] == "demo/x" and doc["node"] == "n0" and doc["scheduler"] == "policy-scheduler"
+    assert (doc["policy"], doc["policySource"]) == ("spread", "decision")
+    assert doc["decision"] == DECISION
+    assert doc["preemptions"] == ["Preempting 1 pod(s) on node n0: demo/low"]
+    assert doc["podScheduled"]["status"] == "True" and doc["lastFailedScheduling"] is None
+    assert cmd.explanation(pod(node="n0", decision=DECISION), None, [], default_policy="d",
+                           top=2)["decision"]["top"] == DECISION["top"][:2]
+
+
+def test_an_unscheduled_pod_explained_by_its_policy_condition_and_events():
+    evs = [event("FailedScheduling", f"try {i}", f"2026-01-01T00:00:0{i}Z") for i in (3, 1, 2)]
+    evs += [event("FailedScheduling", "an earlier pod of that name", "2026-01-01T00:00:09Z", uid="old"),
+            event("Pulled", "image", "2026-01-01T00:00:00Z", type_="Normal")]
+    evs += [event("Other", f"older {i}", f"2025-12-31T00:00:0{i}Z", type_="Normal") for i in range(3)]
+    doc = cmd.explanation(pod(condition=UNSCHEDULABLE), {DEFAULT_POLICY_LABEL: "team"}, evs, default_policy="d")
+    assert doc["node"] is None and doc["decision"] is None and doc["phase"] == "Pending"
+    assert (doc["policy"], doc["policySource"]) == ("team", "namespaceLabel")
+    assert doc["podScheduled"] == UNSCHEDULABLE
+    assert doc["lastFailedScheduling"] == {"type": "Warning", "reason": "FailedScheduling", "message": "try 3",
+                                           "count": 2, "time": "2026-01-01T00:00:03Z"}
+    # the last five of this pod's events, oldest first (not the earlier pod's)
+    assert [e["message"] for e in doc["events"]] == ["older 2", "image", "try 1", "try 2", "try 3"]
+
+
+def test_a_pod_bound_by_another_scheduler_names_no_policy():
+    doc = cmd.explanation(pod(node="n0"), None, [], default_policy="d")
+    assert doc["policy"] is None and doc["policySource"] is None and doc["decision"] is None
+
+
+def test_an_unreadable_decision_is_an_error():
+    for bad in ("{not json", "[1, 2]"):
+        with pytest.raises(ValueError, match="unreadable"):
+            cmd.explanation(pod(node="n0", decision=bad), None, [], default_policy="d")
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """cmd_explain over pods held here instead of an API server: (pod, namespace labels, events)."""
+    answers = {}
+    asked = []
+
+    def fetch(a, ns, name):
+        asked.append((ns, name))
+        if (ns, name) not in answers:
+            raise cmd.ExplainError(f"cannot read pod {ns}/{name}: HTTP 404 Not Found")
+        return answers[(ns, name)]
+
+    monkeypatch.setattr(cmd, "fetch", fetch)
+    answers["asked"] = asked
+    return answers
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_json_and_yaml_print_only_the_document(served, capsys, output):
+    served[("demo", "x")] = pod(node="n0", decision=DECISION), None, []
+    served[("demo", "y")] = pod("y", condition=UNSCHEDULABLE), {}, [event("FailedScheduling", "no", "2026-01-01T00:00:01Z")]
+    load = json.loads if output == "json" else yaml.safe_load
+    for args in (["demo/x"], ["x", "-n", "demo"], ["x", "--namespace", "demo", "--top", "3"]):
+        assert cli.main(["explain", *args, "-o", output]) == 0
+        out, err = capsys.readouterr()
+        doc = load(out)
+        assert doc["pod"] == "demo/x" and doc["decision"]["node"] == "n0" and err == ""
+        assert len(doc["decision"]["top"]) == (3 if "--top" in args else 5)
+    assert cli.main(["explain", "demo/y", "--output", output]) == 0
+    out, _ = capsys.readouterr()
+    doc = load(out)
+    assert doc["decision"] is None and doc["node"] is None
+    assert (doc["policy"], doc["policySource"]) == ("default", "default")
+    assert doc["podScheduled"]["reason"] == "Unschedulable" and doc["lastFailedScheduling"]["message"] == "no"
+
+
+def test_text_names_the_policy_an_unscheduled_pod_would_get(served, capsys):
+    served[("demo", "y")] = (pod("y", labels={POLICY_LABEL: "gpu"}, condition=UNSCHEDULABLE), None,
+                             [event("FailedScheduling", "0/3 nodes", "2026-01-01T00:00:01Z")])
+    assert cli.main(["explain", "y", "-n", "demo", "--default-policy", "ours"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "pod demo/y: scheduler policy-scheduler, node (none)",
+        f"  policy:    gpu   (would schedule it: the pod's label {POLICY_LABEL})",
+        "  not scheduled (Unschedulable): 0/3 nodes are available: 3 Insufficient cpu.",
+        "  event Warning FailedScheduling: 0/3 nodes"]
+
+
+def test_text_of_a_decision_keeps_its_table_and_top(served, capsys):
+    served[("demo", "x")] = pod(node="n0", decision=DECISION), None, []
+    assert cli.main(["explain", "demo/x", "--top", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "pod demo/x: scheduler policy-scheduler, node n0"
+    assert "  policy:    spread" in lines
+    table = lines[lines.index("  top nodes (weighted score per plugin):") + 2:]
+    assert [row.split()[0] for row in table if row.startswith("    n")] == ["n0", "n1"]
+
+
+def test_errors(served, capsys):
+    assert cli.main(["explain", "demo/x", "-n", "other"]) == 2
+    assert capsys.readouterr().err == "policy-scheduler explain: 'demo/x' is in namespace demo, --namespace says other\n"
+    assert cli.main(["explain", "demo/nope", "-o", "json"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == "policy-scheduler explain: cannot read pod demo/nope: HTTP 404 Not Found\n"
+    served[("demo", "x")] = pod(node="n0", decision="{"), None, []
+    assert cli.main(["explain", "demo/x", "-o", "json"]) == 1
+    assert capsys.readouterr() == ("", f"policy-scheduler explain: unreadable {DECISION_ANNOTATION} annotation\n")
+    with pytest.raises(SystemExit):
+        cli.main(["explain", "demo/x", "--top", "0"])
