@@ -2,7 +2,8 @@
 operator (commands/run.py: its flags; serve.py builds and runs it), explain a decision
 (commands/explain.py; explain.py prints the record), snapshot the cluster, simulate policies on it and
 tune a policy's weights offline (commands/whatif.py; whatif/ computes and writes their results), a
-policy's revisions (rollout: cluster/rollout.py). Printing the CRD is here."""
+policy's revisions (rollout: cluster/rollout.py), shell completion (commands/completion.py). Printing
+the CRD is here."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def cmd_crd(a: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from .cluster.rollout import add_parser as add_rollout_parser
-    from .commands import CONTEXT_HELP, KUBECONFIG_HELP, explain, run, whatif
+    from .commands import CONTEXT_HELP, KUBECONFIG_HELP, completion, explain, run, whatif
 
     p = argparse.ArgumentParser(
         prog="policy-scheduler",
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_parser(sub)
     whatif.add_parser(sub)
     add_rollout_parser(sub, KUBECONFIG_HELP, CONTEXT_HELP)  # rollout history|undo (cluster/rollout.py)
+    completion.add_parser(sub, p)
     return p
 
 
