@@ -3,11 +3,12 @@ operator (commands/run.py: its flags; serve.py builds and runs it), explain a de
 (commands/explain.py; explain.py prints the record), snapshot the cluster, simulate policies on it and
 tune a policy's weights offline (commands/whatif.py; whatif/ computes and writes their results), a
 policy's revisions (rollout: cluster/rollout.py), shell completion (commands/completion.py). Printing
-the CRD is here."""
+the CRD is here, and what ``main`` does for every command: a reader that went away ends it quietly."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import __version__
@@ -43,7 +44,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    return a.fn(a)
+    try:
+        code = a.fn(a)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (`policy-scheduler crd | head -1`): stop quietly, as a command killed
+        # by SIGPIPE does (status 141); what is left in the buffer goes nowhere, so that the flush
+        # at exit does not fail again
+        _stdout_to_devnull()
+        return 141
+    return code
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (AttributeError, OSError, ValueError):  # a stdout without a file descriptor (tests capture it)
+        pass
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
+import socket
 import sys
 
 from .. import SCHEDULER_NAME
@@ -12,6 +14,9 @@ from ..logs import LOG_FORMATS
 from . import CONTEXT_HELP, KUBECONFIG_HELP, boolean, duration, namespaced, url
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# what `run` listens on: the flag, and the attributes of its address and port (port 0: off)
+LISTENERS = (("--metrics-port", "metrics_address", "metrics_port"), ("--health-port", "health_address", "health_port"),
+             ("--webhook-port", "webhook_address", "webhook_port"))
 
 
 def _setup_logging(level: str, log_format: str = "text") -> None:
@@ -52,7 +57,53 @@ def cmd_run(a: argparse.Namespace) -> int:
         return 2
     if added:
         logging.getLogger("policy_scheduler").info("out-of-tree plugins registered: %s", ", ".join(added))
-    return asyncio.run(serve(a, creds, registry))
+    problem = port_problem(a)
+    if problem:
+        _startup_error(a, problem)
+        return 1
+    try:
+        return asyncio.run(serve(a, creds, registry))
+    except OSError as e:  # a port taken since the check above
+        if e.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise
+        _startup_error(a, port_problem(a) or f"cannot listen: {e.strerror or e}")
+        return 1
+
+
+def port_problem(a: argparse.Namespace) -> str | None:
+    """Why `run` could not listen on one of its ports (the first such, naming its flag), or None:
+    a port another process listens on, a port two flags name, an address that is not this host's.
+    Each is bound once here, as the servers bind it (SO_REUSEADDR), and closed."""
+    seen: dict[int, str] = {}
+    for flag, address_attr, port_attr in LISTENERS:
+        port, address = getattr(a, port_attr), getattr(a, address_attr)
+        if not port:
+            continue
+        if port in seen:
+            return f"{flag} {port}: {seen[port]} is the same port"
+        seen[port] = flag
+        why = cannot_listen(address, port)
+        if why:
+            return f"{flag} {port}: cannot listen on {address}:{port}: {why}"
+    return None
+
+
+def cannot_listen(address: str, port: int) -> str | None:
+    """Why a TCP socket cannot be bound to ``address``:``port`` now (None when it can)."""
+    if not 0 < port < 65536:
+        return "not a port (1 to 65535)"
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(address or None, port, type=socket.SOCK_STREAM,
+                                                              flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        return f"unknown address ({e.strerror})"
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(sockaddr)
+        except OSError as e:
+            return (e.strerror or str(e)).lower()
+    return None
 
 
 def add_parser(sub) -> None:
