@@ -10,6 +10,9 @@ import asyncio
 import logging
 import os
 import random
+import signal
+import threading
+import time
 from urllib.parse import urlsplit
 
 from . import __version__
@@ -28,9 +31,10 @@ def election_config(a: argparse.Namespace) -> ElectionConfig:
 async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Event | None = None,
                 on_engine=None) -> int:
     """`policy-scheduler run` once its flags, credentials and plugins are loaded: the engine, its
-    leader election, the probe and metrics endpoints, and kopf, until SIGTERM/SIGINT (kopf's own
-    handlers) or ``stop_flag``. 0 on a stop; 1 when leadership was lost (as kube-scheduler, the
-    process exits and its restart runs as a standby). ``on_engine(engine)`` sees the engine."""
+    leader election, the probe and metrics endpoints, and kopf, until SIGTERM/SIGINT (which set
+    ``stop_flag``: ``stop_on_signals``) or ``stop_flag``. 0 on a stop; 1 when leadership was lost
+    (as kube-scheduler, the process exits and its restart runs as a standby). ``on_engine(engine)``
+    sees the engine."""
     from prometheus_client import start_http_server
 
     from .handlers import run_operator
@@ -103,12 +107,19 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
     log.info("policy-scheduler %s starting: scheduler name %s, API %s (%s), namespaces %s, %s", __version__,
              a.scheduler_name, creds.server, creds.source, ",".join(a.namespace) if a.namespace else "all",
              election)
-    tuner_task = asyncio.get_running_loop().create_task(tuner.run())
+    loop = asyncio.get_running_loop()
+    tuner_task = loop.create_task(tuner.run())
+    ready_flag = asyncio.Event()
+    stopping: list[tuple[str, float]] = []  # the signal that stopped the operator, and when
+    signals = loop.create_task(stop_on_signals(ready_flag, stop_flag, stopping))
     try:
-        # kopf handles SIGTERM/SIGINT itself in the main thread: its cleanup stops the engine, which
+        # a stop (a signal, or the stop flag) runs kopf's cleanup: it stops the engine, which
         # releases the Lease
-        await run_operator(engine, kubeconfig=a.kubeconfig, context=a.context, stop_flag=stop_flag)
+        await run_operator(engine, kubeconfig=a.kubeconfig, context=a.context, stop_flag=stop_flag,
+                           ready_flag=ready_flag)
     finally:
+        signals.cancel()
+        await asyncio.gather(signals, return_exceptions=True)
         tuner_task.cancel()
         await asyncio.gather(tuner_task, return_exceptions=True)
         await tuner.stop()
@@ -116,7 +127,48 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
             await webhooks.stop()
         if server is not None:
             await server.stop()
+    if stopping:
+        name, at = stopping[0]
+        log.info("policy-scheduler stopped (%s) in %.2fs", name, time.monotonic() - at)
+    else:
+        log.info("policy-scheduler stopped")
     return 1 if lost else 0
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+async def stop_on_signals(ready_flag: asyncio.Event, stop_flag: asyncio.Event,
+                          stopping: list[tuple[str, float]]) -> None:
+    """Once kopf is up (``ready_flag``), SIGTERM and SIGINT set ``stop_flag``, and ``stopping`` gets
+    the signal's name and time; a second one exits at once. Until the operator returns (then the
+    handlers are removed).
+
+    kopf installs its own handlers when it starts; they stop it too, but leave its task that waits
+    for the stop flag pending, and kopf waits 5 s for such "hung" tasks before it exits. Replaced
+    once kopf is ready (after it installed them), a signal stops kopf by its stop flag: nothing is
+    left waiting. Only the main thread receives signals (asyncio's rule, and kopf's)."""
+    await ready_flag.wait()
+    if threading.current_thread() is not threading.main_thread():
+        return
+    loop = asyncio.get_running_loop()
+    log = logging.getLogger("policy_scheduler")
+
+    def received(sig: signal.Signals) -> None:
+        if stopping or stop_flag.is_set():
+            log.warning("%s received while stopping: exiting now", sig.name)
+            os._exit(128 + sig)
+        stopping.append((sig.name, time.monotonic()))
+        log.info("%s received: stopping", sig.name)
+        stop_flag.set()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, received, sig)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
 
 
 def attach_tuner(engine, **kw):

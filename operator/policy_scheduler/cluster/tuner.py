@@ -196,9 +196,17 @@ class Tuner:
                     ts.due = time.monotonic() + duration_seconds(tuning.interval)
 
     async def stop(self) -> None:
+        """Drop the worker at once, an evaluation in progress included: the interpreter joins a
+        process pool's workers when it exits, so a worker left to finish would hold a stopping
+        operator up to the policy's timeLimit."""
         if self._executor is not None and self._own_executor:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+            executor, self._executor = self._executor, None
+            # pid -> Process (Python 3.11-3.13; 3.14 has terminate_workers()), read before shutdown clears it
+            workers = list((getattr(executor, "_processes", None) or {}).values())
+            executor.shutdown(wait=False, cancel_futures=True)
+            for w in workers:
+                if w.is_alive():
+                    w.terminate()
 
     # ------------------------------------------------------------------ one evaluation
     async def evaluate(self, st: PolicyState, tuning: TuningSpec, ts: TuningState) -> dict[str, Any] | None:
