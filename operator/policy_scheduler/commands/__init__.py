@@ -46,8 +46,8 @@ def url(v: str) -> str:
 def cluster_flags(p: argparse.ArgumentParser) -> None:
     from ..cache.policies import DEFAULT_POLICY
 
-    g = p.add_argument_group("cluster", "where the state is read from (the live cluster; simulate reads it only "
-                                        "without --snapshot)")
+    g = p.add_argument_group("cluster", "where the state is read from (the live cluster; simulate and tune read it "
+                                        "only without --snapshot)")
     g.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)
     g.add_argument("--context", default=None, help=CONTEXT_HELP)
     g.add_argument("--scheduler-name", default=SCHEDULER_NAME,

@@ -71,6 +71,16 @@ def _is_file_arg(v: str) -> bool:
     return os.path.exists(v) or v.endswith((".yaml", ".yml", ".json")) or os.sep in v
 
 
+def _progress_bar(wanted: bool, **kw):
+    """A progress bar on stderr when it is a terminal (None otherwise), shown only when the run
+    takes longer than about 2 s, gone when closed."""
+    if not wanted or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(delay=2.0, file=sys.stderr, leave=False, **kw)
+
+
 def cmd_simulate(a: argparse.Namespace) -> int:
     from ..whatif import report, snapshot
     from ..whatif.pods import InputError, load_pods, load_policy_documents
@@ -124,13 +134,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     except (snapshot.SnapshotError, PolicyError, InputError) as e:
         print(f"policy-scheduler simulate: {e}", file=sys.stderr)
         return 2
-    bar = None
-    if not a.json and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        # shown only when the run takes longer than about 2 s
-        bar = tqdm(total=len(pods) * len(names), unit="pod", delay=2.0, file=sys.stderr, leave=False,
-                   desc="simulating")
+    bar = _progress_bar(not a.json, total=len(pods) * len(names), unit="pod", desc="simulating")
     try:
         sim = simulate(world, names, pods, seed=a.seed, keep_decisions=a.explain, source=source,
                        progress=bar.update if bar is not None else None)
@@ -167,7 +171,14 @@ def cmd_tune(a: argparse.Namespace) -> int:
         print("policy-scheduler tune: --holdout must be in [0, 1)", file=sys.stderr)
         return 2
     try:
-        snap = snapshot.load(a.snapshot)
+        if a.snapshot:
+            snap = snapshot.load(a.snapshot)
+            source = a.snapshot
+        else:
+            snap = _live_snapshot(a, "tune")
+            if snap is None:
+                return 1
+            source = "the live cluster"
         world = World(snap)
         if _is_file_arg(a.policy):
             docs = load_policy_documents(a.policy)
@@ -197,21 +208,38 @@ def cmd_tune(a: argparse.Namespace) -> int:
     if a.seed is not None:
         tuning = tuning.model_copy(update={"seed": a.seed})
 
+    # the search's replays (at most its budget: it may converge before), then the held-out check's two
+    bar = _progress_bar(not a.json, total=tuning.max_replays + (2 if held_out else 0), unit="replay",
+                        desc="tuning")
+
+    def tick() -> None:
+        if bar is not None:
+            bar.update()
+
     async def go():
         await world.prepare()
-        res = await tune.search(world, name, window, tuning)
+        res = await tune.search(world, name, window, tuning, progress=tick)
         check = None
         if held_out:
+            if bar is not None:  # the budget the search left is not replayed
+                bar.total = bar.n + 2
+                bar.refresh()
             objective = tuning.objective.weights()
             cur = await tune.replay(world, name, held_out, res.current.weights, objective, seed=tuning.seed)
+            tick()
             rec = await tune.replay(world, name, held_out, res.recommended.weights, objective, seed=tuning.seed)
+            tick()
             check = (cur, rec)
         return res, check
 
-    res, check = asyncio.run(go())
+    try:
+        res, check = asyncio.run(go())
+    finally:
+        if bar is not None:
+            bar.close()
     if a.json:
-        out = {"policy": name, "snapshot": a.snapshot, "pods": len(pods), "objective": tuning.objective.weights(),
-               **res.to_dict()}
+        out = {"policy": name, "snapshot": a.snapshot, "source": source, "pods": len(pods),
+               "objective": tuning.objective.weights(), **res.to_dict()}
         if check is not None:
             out["heldOut"] = {"pods": len(held_out), "current": check[0].to_dict(), "recommended": check[1].to_dict(),
                               "gain": round(tune.relative(check[1].objective, check[0].objective), 6)}
@@ -263,16 +291,17 @@ def add_parser(sub) -> None:
     m.set_defaults(fn=cmd_simulate)
 
     t = sub.add_parser("tune", help="search a policy's Score weights offline, as its spec.tuning would",
-                       description="Replays the pods on the snapshot with the operator's own core (as simulate) under "
+                       description="Replays the pods on a snapshot or the live cluster (read once, nothing written) "
+                                   "with the operator's own core (as simulate) under "
                                    "the policy's current weights and under candidates within spec.tuning.bounds "
                                    "(coordinate search, seeded tie-breaks, the policy's replay and time budget), and "
                                    "prints every candidate's objective and the recommendation. With --holdout, the "
                                    "search sees only the first part of the pods and the last part checks the "
                                    "recommendation.")
     t.add_argument("--policy", required=True, metavar="FILE|NAME",
-                   help="a SchedulingPolicy manifest with spec.tuning, or the name of one in the snapshot")
-    t.add_argument("--snapshot", required=True, metavar="FILE", help="a snapshot (`policy-scheduler snapshot`): the "
-                                                                     "state before the pods")
+                   help="a SchedulingPolicy manifest with spec.tuning, or the name of one in the snapshot or cluster")
+    t.add_argument("--snapshot", metavar="FILE", help="a snapshot (`policy-scheduler snapshot`): the state before the "
+                                                     "pods (default: read the live cluster)")
     t.add_argument("--pods", required=True, metavar="FILE", help="the pods, in order: Pod manifests or pod templates")
     t.add_argument("--replicas", type=int, metavar="N", help="make N pods of every template (and every Pod) in --pods")
     t.add_argument("--holdout", type=float, default=0.0, metavar="F",
@@ -282,4 +311,5 @@ def add_parser(sub) -> None:
     t.add_argument("--max-replays", type=int, default=None, metavar="N",
                    help="replay budget (default spec.tuning.maxReplays)")
     t.add_argument("--json", action="store_true", help="print the result as JSON")
+    cluster_flags(t)
     t.set_defaults(fn=cmd_tune)

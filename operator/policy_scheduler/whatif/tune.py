@@ -182,12 +182,13 @@ async def search(world: World, policy: str, pods: Sequence[Mapping[str, Any] | P
                  current: Mapping[str, int] | None = None, held: Iterable[str] = (),
                  max_replays: int | None = None, time_limit: float | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 pace: Callable[[], float] | None = None) -> TuneResult:
+                 pace: Callable[[], float] | None = None,
+                 progress: Callable[[], Any] | None = None) -> TuneResult:
     """Coordinate search (see the module doc) of the weights of ``tuning.bounds`` (less ``held``)
     for ``pods`` on ``world``. ``current``: the weights in force (default: the chain's).
     ``pace``: called before each replay; it may wait (the operator's worker waits while the
     scheduler has a burst to place) and returns the seconds it waited, which count against
-    ``time_limit``."""
+    ``time_limit``. ``progress``: called after each replay (`policy-scheduler tune`'s bar)."""
     t0 = clock()
     budget = max_replays if max_replays is not None else tuning.max_replays
     limit = time_limit if time_limit is not None else duration_seconds(tuning.time_limit)
@@ -209,6 +210,8 @@ async def search(world: World, policy: str, pods: Sequence[Mapping[str, Any] | P
                 yielded += pace()
             seen[k] = await replay(world, policy, pods, w, objective, seed=tuning.seed, note=note)
             order.append(seen[k])
+            if progress is not None:
+                progress()
         return seen[k]
 
     cur = await evaluate(base, "current")
