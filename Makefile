@@ -16,6 +16,7 @@ help:
 	@echo "make cluster-up    start etcd + kube-apiserver on loopback (KWOK=1, CONTROLLER_MANAGER=1, GANGS=1 for more)"
 	@echo "make cluster-down  stop it"
 	@echo "make build         build the pinned control-plane binaries (cached; see hack/versions.env)"
+	@echo "make helm          build the pinned helm from source (cached; HELM_VERSION in hack/versions.env)"
 	@echo "make bench-decide  decision time per pod at 1,000 and 5,000 nodes"
 	@echo "make bench-load-aware  extra decision time per pod that LoadAware adds at 1,000 nodes"
 	@echo "make bench         pods/s against kube-scheduler and a bare binder (BENCH_ARGS=--quick)"
@@ -38,6 +39,10 @@ prometheus:  # the e2e tests start their own server; this only makes sure the bi
 chromium:  # the what-if report test opens the HTML report in headless Chromium
 	bash hack/ensure-chromium.sh
 
+.PHONY: helm
+helm:  # the chart test (tests/e2e/test_helm.py) lints and renders charts/policy-scheduler
+	bash hack/ensure-helm.sh >/dev/null
+
 cluster-up: build
 	$(PYTHON) hack/localcluster.py up $(CLUSTER_FLAGS)
 
@@ -47,13 +52,13 @@ cluster-down:
 cluster-status:
 	$(PYTHON) hack/localcluster.py status
 
-test: venv build prometheus chromium
+test: venv build prometheus chromium helm
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-e2e: venv build prometheus chromium
+e2e: venv build prometheus chromium helm
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 playground: venv build prometheus
