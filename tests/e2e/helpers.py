@@ -53,6 +53,10 @@ GROUP, VERSION, PLURAL = "policy-scheduler.io", "v1alpha1", "schedulingpolicies"
 # for the old one's lease to expire): 3 s instead of kube-scheduler's 15 s
 FAST_ELECTION = ["--leader-elect-lease-duration", "3s", "--leader-elect-renew-deadline", "2s",
                  "--leader-elect-retry-period", "500ms"]
+# for two replicas that both run through a test: a killed leader is replaced within seconds, and a
+# leader busy with a burst on a loaded 2-core machine still renews within its deadline
+STEADY_ELECTION = ["--leader-elect-lease-duration", "8s", "--leader-elect-renew-deadline", "6s",
+                   "--leader-elect-retry-period", "1s"]
 
 
 def apply_policy(objs, name: str, plugins: list, **spec) -> dict:

@@ -22,7 +22,7 @@ from kubernetes.client.rest import ApiException
 
 import localcluster
 from conftest import OperatorProcess
-from helpers import FAST_ELECTION, GROUP, PLURAL, VERSION, apply_policy, events_for, pod, wait_bound, wait_for
+from helpers import STEADY_ELECTION, GROUP, PLURAL, VERSION, apply_policy, events_for, pod, wait_bound, wait_for
 from policy_scheduler.safejson import loads
 from test_webhooks import webhook_configs
 
@@ -116,7 +116,7 @@ def test_created_while_the_operator_is_down_it_is_reported_and_everything_else_s
            "spec": {"schedulerName": SCHED, "plugins": [{"name": "NodeResourcesFit", "args": {"x": "y" * 300_000}}]}}
     policies.create_cluster_custom_object(GROUP, VERSION, PLURAL, big)
     # two replicas with leader election: neither may crash on what it reads
-    reps = [OperatorProcess(cluster, SCHED, log_name=f"{SCHED}-{i}", extra=FAST_ELECTION) for i in range(2)]
+    reps = [OperatorProcess(cluster, SCHED, log_name=f"{SCHED}-{i}", extra=STEADY_ELECTION) for i in range(2)]
     try:
         for r in reps:
             r.start(wait=False)

@@ -37,7 +37,7 @@ from kubernetes.client.rest import ApiException
 
 import localcluster
 from conftest import OperatorProcess
-from helpers import (GROUP, PLURAL, VERSION, apply_policy, pod, policy_status, ready_condition,
+from helpers import (STEADY_ELECTION, GROUP, PLURAL, VERSION, apply_policy, pod, policy_status, ready_condition,
                      wait_bound, wait_for)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,20 +202,13 @@ def test_a_shadowed_candidate_counts_the_decisions_simulate_finds_changed(cluste
 
 
 # ------------------------------------------------------------------------------------------ canary
-# quicker than kube-scheduler's 15 s / 10 s / 2 s, so a killed leader is replaced within seconds,
-# but with a renew deadline that a busy 2-core machine meets (with 2 s, a new leader busy with the
-# burst lost its lease and exited, as a leader that cannot renew must)
-ELECTION = ["--leader-elect-lease-duration", "8s", "--leader-elect-renew-deadline", "6s",
-            "--leader-elect-retry-period", "1s"]
-
-
 def replicas(cluster, sched: str, policy: str, extra: list[str] | None = None
              ) -> tuple[list[OperatorProcess], list[int]]:
     """Two replicas with leader election, started together; once one leads."""
     mports = [localcluster.free_port(), localcluster.free_port()]
     reps = [OperatorProcess(cluster, sched, log_name=f"{sched}-{i}", extra=[
         "--default-policy", policy, "--metrics-port", str(mports[i]), "--metrics-address", "127.0.0.1",
-        *ELECTION, *(extra or [])]) for i in range(2)]
+        *STEADY_ELECTION, *(extra or [])]) for i in range(2)]
     for r in reps:
         r.start(wait=False)
     for r in reps:
