@@ -478,3 +478,43 @@ def test_kustomize_base_applies(tools, kinds, core):
     finally:
         if made:
             _finalize(core, MANIFESTS_NS)
+
+
+def test_helm_upgrade_keeps_policies_and_revisions(tools, kinds, api, core, release_ns):
+    """A real `helm install`, then `helm upgrade` with other values and `helm uninstall`: the
+    policies a user applied and their ControllerRevisions (the operator's history) are not the
+    chart's, and outlive both; the chart's own objects follow the release."""
+    from helpers import GROUP, PLURAL, VERSION, apply_policy
+
+    rel = "ps-upgrade"
+    objs = client.CustomObjectsApi(api)
+    apps = client.AppsV1Api(api)
+    mine = "helm-upgrade-mine"
+    apply_policy(objs, mine, [{"name": "NodeResourcesFit"}])
+    label = {"policy-scheduler.io/policy": mine}
+    apps.create_namespaced_controller_revision(release_ns, {
+        "apiVersion": "apps/v1", "kind": "ControllerRevision", "revision": 1,
+        "metadata": {"name": f"{mine}-abc", "labels": label}, "data": {"plugins": [{"name": "NodeResourcesFit"}]}})
+    base = ["--set", "webhooks.enabled=false", "--set", "policies=null", "--set", "leaderElection.namespace=" + release_ns]
+    try:
+        tools("helm", "install", rel, str(CHART), "-n", release_ns, *base)
+        dep = apps.read_namespaced_deployment(f"{rel}-policy-scheduler", release_ns)
+        assert dep.spec.replicas == 2
+        tools("helm", "upgrade", rel, str(CHART), "-n", release_ns, "--reuse-values", "--set", "replicas=3",
+              "--set", "logLevel=debug")
+        dep = apps.read_namespaced_deployment(f"{rel}-policy-scheduler", release_ns)
+        assert dep.spec.replicas == 3 and "--log-level=debug" in " ".join(dep.spec.template.spec.containers[0].args)
+        assert objs.get_cluster_custom_object(GROUP, VERSION, PLURAL, mine)["metadata"]["name"] == mine
+        revs = apps.list_namespaced_controller_revision(release_ns, label_selector=f"policy-scheduler.io/policy={mine}")
+        assert [r.metadata.name for r in revs.items] == [f"{mine}-abc"]
+        tools("helm", "uninstall", rel, "-n", release_ns)
+        with pytest.raises(ApiException) as e:
+            apps.read_namespaced_deployment(f"{rel}-policy-scheduler", release_ns)
+        assert e.value.status == 404
+        assert objs.get_cluster_custom_object(GROUP, VERSION, PLURAL, mine)["metadata"]["name"] == mine
+        assert len(apps.list_namespaced_controller_revision(
+            release_ns, label_selector=f"policy-scheduler.io/policy={mine}").items) == 1
+    finally:
+        tools("helm", "uninstall", rel, "-n", release_ns, check=False)
+        objs.delete_cluster_custom_object(GROUP, VERSION, PLURAL, mine)
+        apps.delete_collection_namespaced_controller_revision(release_ns, label_selector=f"policy-scheduler.io/policy={mine}")
