@@ -20,15 +20,55 @@ help:
 	@echo "make bench-decide  decision time per pod at 1,000 and 5,000 nodes"
 	@echo "make bench-load-aware  extra decision time per pod that LoadAware adds at 1,000 nodes"
 	@echo "make bench         pods/s against kube-scheduler and a bare binder (BENCH_ARGS=--quick)"
+	@echo "make lock          regenerate requirements/*.txt, the hash-checked locks (UPGRADE=1: newest releases)"
+	@echo "make image         build the image policy-scheduler:<version> with docker, podman or buildah"
 
-$(STAMP): pyproject.toml
+# Everything comes from the hash-checked locks: the locked pip first (it installs the rest in about
+# half the time the bundled one takes), then requirements/test.txt (the runtime, the test extra, the
+# build backend), then the project itself, editable, with nothing more to fetch.
+LOCK := requirements/runtime.txt
+TEST_LOCK := requirements/test.txt
+PIP_LOCK := requirements/pip.txt
+$(STAMP): pyproject.toml $(TEST_LOCK) $(PIP_LOCK)
 	@command -v $(PYTHON) >/dev/null || { echo "python3 (>= 3.11) is required"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --require-hashes -r $(PIP_LOCK)
+	$(PY) -m pip install -q --require-hashes -r $(TEST_LOCK)
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
 venv: $(STAMP)
+
+# `make lock` regenerates the three lock files with uv (a dev tool, installed in .local/ only for this);
+# it keeps the pins it can, `make lock UPGRADE=1` moves every pin to the newest release.
+.PHONY: lock image
+UV_VERSION := 0.13.8
+UV := .local/uv-$(UV_VERSION)/bin/uv
+LOCK_FLAGS = --python-version 3.11 --python-platform linux --generate-hashes --custom-compile-command 'make lock' \
+	--quiet $(if $(UPGRADE),--upgrade,)
+
+$(UV):
+	$(PYTHON) -m venv .local/uv-$(UV_VERSION)
+	.local/uv-$(UV_VERSION)/bin/pip install -q uv==$(UV_VERSION)
+
+lock: $(UV)
+	$(UV) pip compile pyproject.toml $(LOCK_FLAGS) -o $(LOCK)
+	$(PYTHON) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], 'pip', sep='\n')" \
+	  | $(UV) pip compile pyproject.toml - --extra test -c $(LOCK) $(LOCK_FLAGS) -o $(TEST_LOCK)
+	echo pip | $(UV) pip compile - -c $(TEST_LOCK) $(LOCK_FLAGS) -o $(PIP_LOCK)
+
+# The image, with the first builder found: docker (with a reachable daemon), podman, buildah;
+# BUILDER=podman (say) picks one, IMAGE_FLAGS passes options (e.g. --build-arg PYTHON_IMAGE=...).
+IMAGE ?= policy-scheduler:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+BUILDER ?= $(shell if docker info >/dev/null 2>&1; then echo docker; \
+	elif command -v podman >/dev/null; then echo podman; elif command -v buildah >/dev/null; then echo buildah; fi)
+
+image:
+	@if [ -z "$(BUILDER)" ]; then \
+	  echo "make image: no image builder here: none of docker (with a running daemon), podman or buildah."; \
+	  if command -v docker >/dev/null; then echo "  (docker is installed, but its daemon does not answer: docker info)"; fi; \
+	  echo "  Install one (e.g. apt-get install podman), or run: docker build -t $(IMAGE) ."; exit 1; fi
+	$(BUILDER) build $(IMAGE_FLAGS) -t $(IMAGE) .
 
 build:
 	bash hack/build.sh >/dev/null
