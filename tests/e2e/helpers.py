@@ -59,6 +59,20 @@ STEADY_ELECTION = ["--leader-elect-lease-duration", "8s", "--leader-elect-renew-
                    "--leader-elect-retry-period", "1s"]
 
 
+def example_plugins(policy: str, **weights) -> list[dict]:
+    """The plugins of policies/<policy>.yaml, with some weights changed (plugin name -> weight)."""
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "policies" / f"{policy}.yaml"
+    plugins = yaml.safe_load(path.read_text())["spec"]["plugins"]
+    for p in plugins:
+        if p["name"] in weights:
+            p["weight"] = weights[p["name"]]
+    return plugins
+
+
 def apply_policy(objs, name: str, plugins: list, **spec) -> dict:
     """Create or replace a SchedulingPolicy."""
     from kubernetes.client.rest import ApiException

@@ -14,13 +14,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 import localcluster
 from conftest import OperatorProcess, wait_served
-from helpers import FAST_ELECTION, GROUP, PLURAL, VERSION, apply_policy, pod, policy_status, ready_condition, wait_for
+from helpers import (FAST_ELECTION, GROUP, PLURAL, VERSION, apply_policy, example_plugins, pod, policy_status,
+                     ready_condition, wait_for)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHED = "rev-sched"
@@ -30,11 +30,7 @@ LABEL = "policy-scheduler.io/policy"
 
 def binpack(**weights) -> list[dict]:
     """policies/binpack.yaml's plugins, with some weights changed."""
-    plugins = yaml.safe_load((ROOT / "policies" / "binpack.yaml").read_text())["spec"]["plugins"]
-    for p in plugins:
-        if p["name"] in weights:
-            p["weight"] = weights[p["name"]]
-    return plugins
+    return example_plugins("binpack", **weights)
 
 
 def bogus() -> list[dict]:

@@ -31,14 +31,13 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 import localcluster
 from conftest import OperatorProcess
-from helpers import (STEADY_ELECTION, GROUP, PLURAL, VERSION, apply_policy, pod, policy_status, ready_condition,
-                     wait_bound, wait_for)
+from helpers import (GROUP, PLURAL, STEADY_ELECTION, VERSION, apply_policy, example_plugins, pod, policy_status,
+                     ready_condition, wait_bound, wait_for)
 
 ROOT = Path(__file__).resolve().parents[2]
 LABEL = "policy-scheduler.io/policy"
@@ -48,11 +47,7 @@ DECISION = "policy-scheduler.io/decision"
 
 def binpack(**weights) -> list[dict]:
     """policies/binpack.yaml's plugins, some weights changed."""
-    plugins = yaml.safe_load((ROOT / "policies" / "binpack.yaml").read_text())["spec"]["plugins"]
-    for p in plugins:
-        if p["name"] in weights:
-            p["weight"] = weights[p["name"]]
-    return plugins
+    return example_plugins("binpack", **weights)
 
 
 def spread_weights() -> list[dict]:

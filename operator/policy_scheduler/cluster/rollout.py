@@ -82,16 +82,21 @@ def add_parser(sub, kubeconfig_help: str, context_help: str) -> None:
 
 
 # ---------------------------------------------------------------------------------- reading
-async def read(client, policy: str, namespace: str) -> tuple[dict[str, Any], list[rev.Revision]]:
-    """The policy and its revisions (of its uid), newest first. RolloutError for a missing policy."""
+async def get_policy(client, policy: str) -> dict[str, Any]:
+    """The policy; RolloutError when it does not exist."""
     from .kubeclient import ApiError
 
     try:
-        obj = await client.get(f"{POLICIES}/{policy}")
+        return await client.get(f"{POLICIES}/{policy}")
     except ApiError as e:
         if e.status == 404:
             raise RolloutError(f'SchedulingPolicy "{policy}" not found') from None
         raise
+
+
+async def read(client, policy: str, namespace: str) -> tuple[dict[str, Any], list[rev.Revision]]:
+    """The policy and its revisions (of its uid), newest first. RolloutError for a missing policy."""
+    obj = await get_policy(client, policy)
     body = await client.get(rev.collection_path(namespace), labelSelector=rev.selector(policy))
     uid = str((obj.get("metadata") or {}).get("uid") or "")
     return obj, rev.of_policy(rev.parse_all((body or {}).get("items") or []), policy, uid)
@@ -277,14 +282,7 @@ def write_diff(obj: Mapping[str, Any], out: TextIO) -> dict[str, Any]:
 async def patch_rollout(client, policy: str, promote: bool) -> str:
     """``promote``: the candidate's chain into the spec, spec.rollout removed; ``abort``: only
     the latter. The line to print."""
-    from .kubeclient import ApiError
-
-    try:
-        obj = await client.get(f"{POLICIES}/{policy}")
-    except ApiError as e:
-        if e.status == 404:
-            raise RolloutError(f'SchedulingPolicy "{policy}" not found') from None
-        raise
+    obj = await get_policy(client, policy)
     ro = (obj.get("spec") or {}).get("rollout")
     if not isinstance(ro, dict):
         raise RolloutError(f'SchedulingPolicy "{policy}" has no spec.rollout')
@@ -303,16 +301,9 @@ async def patch_rollout(client, policy: str, promote: bool) -> str:
 
 def cmd_diff(a: argparse.Namespace) -> int:
     async def work(client) -> int:
-        from .kubeclient import ApiError
         from ..whatif.report import shadow_page
 
-        try:
-            obj = await client.get(f"{POLICIES}/{a.policy}")
-        except ApiError as e:
-            if e.status == 404:
-                raise RolloutError(f'SchedulingPolicy "{a.policy}" not found') from None
-            raise
-        ro = write_diff(obj, sys.stdout)
+        ro = write_diff(await get_policy(client, a.policy), sys.stdout)
         if a.html:
             note = (f"status.rollout of SchedulingPolicy {a.policy}: {ro.get('strategy')} of candidate "
                     f"{ro.get('candidateHash')}, {ro.get('phase')} since {ro.get('startTime')}.")
