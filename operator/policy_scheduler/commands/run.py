@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import errno
 import logging
+import os
 import socket
 import sys
 
@@ -62,12 +63,29 @@ def cmd_run(a: argparse.Namespace) -> int:
         _startup_error(a, problem)
         return 1
     try:
-        return asyncio.run(serve(a, creds, registry))
+        code = asyncio.run(serve(a, creds, registry))
     except OSError as e:  # a port taken since the check above
         if e.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
             raise
         _startup_error(a, port_problem(a) or f"cannot listen: {e.strerror or e}")
         return 1
+    return exit_now_if_children_linger(code)
+
+
+def exit_now_if_children_linger(code: int) -> int:
+    """``code``, or the process ends here with it while a child process is still alive: the
+    tuner's worker, terminated when the operator stopped, runs under SCHED_IDLE (idle.py) and on
+    a busy node waits a second or more for a core to exit on; the interpreter's exit would join
+    it. Everything else has stopped (the Lease released, the servers closed); the logs are
+    flushed first."""
+    import multiprocessing
+
+    if not multiprocessing.active_children():
+        return code
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def port_problem(a: argparse.Namespace) -> str | None:
