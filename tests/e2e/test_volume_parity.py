@@ -9,7 +9,14 @@ upstream's outcome agrees with itself across its two runs, ours must be the same
 node, the volume each claim is bound to, and the FailedScheduling message of each refused pod.
 A tie for the best node is broken at random by both schedulers, and the worlds differ from then
 on: a case is compared up to its first pod whose best node was not unique in our decision (the
-decision annotation's top scores)."""
+decision annotation's top scores).
+
+A second test compares the FailedScheduling message of pods rejected at PreFilter (a claim that
+does not exist, for a pod that may preempt and one that may not, an unbound claim of immediate
+binding, node affinity terms that conflict) or by a PreFilter's node set that names no node: the
+PreFilter message, then DefaultPreemption's verdict, since upstream runs PostFilter after a
+PreFilter rejection as after any other FitError. It uses a second profile of the same
+kube-scheduler, the default one without DynamicResources (as the `default` policy)."""
 
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from helpers import events_for, node, pod, wait_for
+from helpers import events_for, node, pod, priority_classes, wait_for
 
 DECISION = "policy-scheduler.io/decision"
 
@@ -184,14 +191,29 @@ def run_world(api, core, namespace: str, case: Case, scheduler: str, tag: str) -
                 pass
 
 
+# a second profile of the same kube-scheduler: the default one without DynamicResources, which
+# policy-scheduler's `default` policy is
+NO_DRA = "default-scheduler-no-dra"
+PROFILES = f"""profiles:
+- schedulerName: {UPSTREAM}
+- schedulerName: {NO_DRA}
+  plugins:
+    multiPoint:
+      disabled:
+      - name: DynamicResources
+"""
+
+
 @pytest.fixture(scope="module")
 def pv_controller_and_upstream(cluster):
+    """The PV controller and kube-scheduler; yields whether this kube-scheduler has the NO_DRA profile
+    (not when one was running already)."""
     started = [n for n in ("kube-controller-manager", "kube-scheduler") if n not in cluster.state.get("procs", {})]
     if "kube-controller-manager" in started:
         cluster.start_controller_manager(controllers="persistentvolume-binder-controller")
     if "kube-scheduler" in started:
-        cluster.start_scheduler()
-    yield
+        cluster.start_scheduler(config_extra=PROFILES)
+    yield "kube-scheduler" in started
     for n in started:
         cluster.stop(n)
 
@@ -226,3 +248,115 @@ def test_same_volume_placements_as_kube_scheduler(api, core, namespace, operator
     print("\n".join(lines))
     assert unique >= CASES // 2, "\n".join(lines)
     assert agree == unique, "\n".join(lines)
+
+
+def _pinned(*names: str) -> dict:
+    """Required node affinity: one term whose matchFields name ``names`` (ANDed)."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]} for n in names]}]}}}
+
+
+# pods rejected before any node is filtered: name -> (the spec's extra fields, the name of a claim to
+# create first or None); "<tag>" stands for the run's tag
+PREFILTER_CASES = {
+    # VolumeRestrictions' PreFilter: UnschedulableAndUnresolvable `persistentvolumeclaim "..." not found`
+    "missing-claim": ({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "vp-missing-<tag>"}}]},
+                      None),
+    # the same for a pod that may not preempt: DefaultPreemption says so instead
+    "missing-claim-never": ({"priorityClassName": "vp-never", "volumes": [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "vp-missing-<tag>"}}]}, None),
+    # VolumeBinding's PreFilter: `pod has unbound immediate PersistentVolumeClaims` (no class: immediate;
+    # no volume is that big)
+    "unbound-immediate": ({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "vp-imm-<tag>"}}]},
+                          "vp-imm-<tag>"),
+    # NodeAffinity's PreFilter: matchFields naming two nodes in one term: `pod affinity terms conflict`
+    "affinity-conflict": ({"affinity": _pinned("vp-<tag>-0", "vp-<tag>-1")}, None),
+    # NodeAffinity's PreFilter names a node that does not exist: every node is absent from the scan
+    "pinned-to-no-node": ({"affinity": _pinned("vp-<tag>-ghost")}, None),
+}
+
+
+@pytest.fixture
+def never_class(api):
+    yield from priority_classes(api, {"vp-never": (1000, "Never")})
+
+
+def test_prefilter_rejections_same_message_as_kube_scheduler(api, core, namespace, operator, example_policies,
+                                                             pv_controller_and_upstream, never_class):
+    """upstream findNodesThatFitPod turns a PreFilter rejection into a FitError whose absent-node
+    status is the rejection, and schedulingAlgorithm runs PostFilter (DefaultPreemption) on it:
+    `0/N nodes are available: <PreFilter message>. preemption: 0/N nodes are available: N
+    Preemption is not helpful for scheduling.` kube-scheduler's profile without DynamicResources
+    and policy-scheduler's `default` policy must write the same message, and leave the pod without
+    a nomination. (kube-scheduler's default profile is printed too: after a rejection at an earlier
+    PreFilter, DynamicResources' PostFilter finds no state of its PreFilter, errs with `not found`,
+    and DefaultPreemption does not run.)"""
+    if not pv_controller_and_upstream:
+        pytest.skip(f"kube-scheduler was running already, without the {NO_DRA} profile")
+    tag = secrets.token_hex(3)
+    names = [f"vp-{tag}-{i}" for i in range(3)]
+    made: list[str] = []
+    claims: list[str] = []
+    try:
+        for case, (_, claim) in PREFILTER_CASES.items():
+            if claim:
+                claim = claim.replace("<tag>", tag)
+                core.create_namespaced_persistent_volume_claim(namespace, {
+                    "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                             "resources": {"requests": {"storage": "64Ti"}}}})
+                claims.append(claim)
+        for name in names:
+            core.create_node(node(name, labels={"e2e-vp": tag}))
+        # both schedulers have every node (and, earlier in their watches, the claim) once they bind
+        # a pod that only the last node admits
+        schedulers = ((NO_DRA, "up"), (OURS, "ours"), (UPSTREAM, "dra"))
+        for sched, _ in schedulers:
+            probe = f"vp-{tag}-probe-{sched}"
+            core.create_namespaced_pod(namespace, pod(probe, namespace, scheduler=sched,
+                                                      nodeSelector={"kubernetes.io/hostname": names[-1]},
+                                                      terminationGracePeriodSeconds=0))
+            made.append(probe)
+            wait_for(lambda p=probe: core.read_namespaced_pod(p, namespace).spec.node_name, 60, 0.1,
+                     what=f"{sched} to see the nodes")
+        messages: dict[str, dict[str, str]] = {}
+        for case, (extra, _) in PREFILTER_CASES.items():
+            spec = json.loads(json.dumps(extra).replace("<tag>", tag))
+            for sched, short in schedulers:
+                name = f"vp-{tag}-{case}-{short}"
+                core.create_namespaced_pod(namespace, pod(name, namespace, scheduler=sched,
+                                                          terminationGracePeriodSeconds=0, **spec))
+                made.append(name)
+
+                def refused(name=name):
+                    evs = events_for(core, namespace, name, "FailedScheduling")
+                    return evs[0].message if evs else None
+
+                msg = wait_for(refused, 60, 0.2, what=f"{sched} to refuse {name}")
+                p = core.read_namespaced_pod(name, namespace)
+                assert not p.spec.node_name and not p.status.nominated_node_name, (case, sched, p.status)
+                messages.setdefault(case, {})[sched] = msg.replace(tag, "<tag>")
+        lines = [f"  {case}: {'same' if m[OURS] == m[NO_DRA] else 'DIFFERENT'}: upstream {m[NO_DRA]!r}"
+                 + ("" if m[OURS] == m[NO_DRA] else f"; ours {m[OURS]!r}")
+                 + ("" if m[UPSTREAM] == m[NO_DRA] else f"; with DynamicResources {m[UPSTREAM]!r}")
+                 for case, m in messages.items()]
+        print("\nPreFilter rejections:\n" + "\n".join(lines))
+        assert all(m[OURS] == m[NO_DRA] for m in messages.values()), "\n".join(lines)
+        # upstream's PostFilter added its part (so the comparison is not vacuous)
+        assert all(" preemption: " in m[NO_DRA] for m in messages.values()), "\n".join(lines)
+    finally:
+        for name in made:
+            try:
+                core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            except ApiException:
+                pass
+        for claim in claims:
+            try:
+                core.delete_namespaced_persistent_volume_claim(claim, namespace)
+            except ApiException:
+                pass
+        for name in names:
+            try:
+                core.delete_node(name)
+            except ApiException:
+                pass

@@ -1,12 +1,15 @@
 """schedule_one: the scheduling cycle for one pod on the snapshot, in upstream's steps
 (schedule_one.go): ``pre_filter``, ``find_feasible_nodes`` (with the nominated-node fast path and
-the nominated pods counted), ``post_filter`` when nothing fits, ``prioritize`` and ``select_host``.
-Reserve and Permit follow in the caller (binding_cycle.py), after it assumed the pod.
+the nominated pods counted), ``post_filter`` when nothing fits (after a rejection at PreFilter
+too, every node then carrying it), ``prioritize`` and ``select_host``. Reserve and Permit follow
+in the caller (binding_cycle.py), after it assumed the pod.
 
-One error channel: a rejection (Unschedulable, UnschedulableAndUnresolvable, Pending) only ever
-says the pod does not fit, and names the plugins that rejected it so the queue knows which
-events may wake it. Anything else a plugin returns, or raises, aborts the cycle with an Error in
-upstream's words (``running "X" filter plugin: ...``), and the pod is retried with backoff.
+One error channel: a rejection (Unschedulable, UnschedulableAndUnresolvable, and Pending at
+Filter) only ever says the pod does not fit, and names the plugins that rejected it so the queue
+knows which events may wake it. Anything else a plugin returns, or raises, aborts the cycle with
+an Error in upstream's words (``running "X" filter plugin: ...``), and the pod is retried with
+backoff; except an Error status returned at PostFilter, which upstream adds to the FitError
+message of a pod that stays unschedulable.
 Never raises: a pod that cannot be parsed, a plugin that fails, or a cluster with no nodes all
 come back as a Decision whose status says why.
 
@@ -139,10 +142,18 @@ class _Cycle:
         self.rec: CycleRecorder = state.recorder
 
     # ------------------------------------------------------------------------ PreFilter
-    def pre_filter(self) -> tuple[np.ndarray, list[str]]:
-        """Every PreFilter plugin, in order. Returns the candidate rows (all, or the
-        intersection of the node sets plugins returned) and the narrowing plugins. A rejection
-        rejects every node (``Abort``); Skip disables the plugin's Filter for this cycle."""
+    def pre_filter(self, dry_run: bool = False) -> tuple[np.ndarray, list[str]]:
+        """Every PreFilter plugin, in order (upstream RunPreFilterPlugins). Returns the candidate
+        rows (all, or the intersection of the node sets plugins returned) and the narrowing
+        plugins. A rejection rejects every node (``Abort`` with the status and the plugins to
+        record, which ``_schedule`` turns into the absent-node status of PostFilter's NodeToStatus):
+        UnschedulableAndUnresolvable at once; Unschedulable after the later plugins ran (an empty
+        intersection of their node sets then wins). Any other status is an Error, Pending
+        included. Skip disables the plugin's Filter for this cycle.
+
+        ``dry_run`` (a PostFilter's dry run, ``NodeFilter``): upstream's dry run does not run
+        PreFilter again, only the Filters on the cycle's state; an Unschedulable verdict, which
+        sent preemption to every node, is therefore no rejection there."""
         chain, pod, nodes, state = self.chain, self.pod, self.nodes, self.state
         allowed: set[str] | None = None
         narrowing: list[str] = []
@@ -154,8 +165,8 @@ class _Cycle:
                 continue
             if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
                 raise Abort(st.with_plugin(p.NAME), {p.NAME})
-            if st.is_rejected:
-                rejected = st.with_plugin(p.NAME)
+            if st.code == Code.UNSCHEDULABLE:
+                rejected = st.with_plugin(p.NAME)  # upstream keeps the last one
                 continue
             if not st.is_success:
                 raise Abort(plugin_error("PreFilter", p.NAME, st))
@@ -167,7 +178,7 @@ class _Cycle:
                     msg = (f"node(s) didn't satisfy plugin {names[0]}" if len(names) == 1 else
                            f"node(s) didn't satisfy plugin(s) [{' '.join(names)}] simultaneously")
                     raise Abort(Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,), p.NAME), set(narrowing))
-        if rejected is not None:
+        if rejected is not None and not dry_run:
             raise Abort(rejected, set(narrowing) | {rejected.plugin or ""})
         if allowed is None:
             return np.arange(nodes.n, dtype=np.int64), narrowing
@@ -289,10 +300,13 @@ class _Cycle:
         return NodeToStatus(statuses, absent)
 
     def post_filter(self, statuses: NodeToStatus) -> tuple[str, str | None]:
-        """PostFilter plugins in order until one succeeds. Returns (the text they add to the
-        FitError message: the successful plugin's, else every rejecting plugin's, joined with
-        ", " as upstream's RunPostFilterPlugins; the node a plugin nominated)."""
-        post_msg, nominated = "", None
+        """PostFilter plugins in order, as upstream's RunPostFilterPlugins. Returns (the text added
+        to the FitError message, the node a plugin nominated). The first plugin that succeeds ends
+        the run with its message and nomination; one that answers UnschedulableAndUnresolvable ends
+        it with its message; one that answers anything else (an Error) ends it with its message and
+        no nomination, and the pod stays unschedulable, not failed (upstream schedulingAlgorithm);
+        else the rejecting plugins' messages are joined with ", ". A plugin that raises aborts the
+        cycle with an Error, as at every point."""
         msgs: list[str] = []
         rec = self.rec
         t0 = perf_counter()
@@ -302,24 +316,23 @@ class _Cycle:
             for p in self.chain.post_filter:
                 pst, node = call(self.rec, p.NAME, POST_FILTER, "PostFilter", first_code, p.post_filter, self.state,
                                  self.pod, self.nodes, statuses)
-                if pst.code == Code.ERROR:
-                    raise Abort(plugin_error("PostFilter", p.NAME, pst))
-                if pst.reasons:
-                    if pst.is_success:
-                        post_msg = pst.message()
-                    else:
-                        msgs.append(pst.message())
-                        post_msg = ", ".join(msgs)
                 if pst.is_success:
-                    nominated = node or None
                     code = Code.SUCCESS
-                    break
+                    return pst.message(), node or None
+                if pst.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                    code = pst.code
+                    return pst.message(), None
+                if not pst.is_rejected:  # upstream: AsStatus(s.AsError()), an Error (Skip and Wait: none)
+                    code = Code.ERROR if pst.code == Code.ERROR else Code.SUCCESS
+                    return (pst.message() if pst.code == Code.ERROR else ""), None
+                if pst.reasons:
+                    msgs.append(pst.message())
+            return ", ".join(msgs), None
         except Abort:
             code = Code.ERROR
             raise
         finally:
             rec.point(POST_FILTER, code, perf_counter() - t0)
-        return post_msg, nominated
 
     # ------------------------------------------------------------------------ PreScore, Score
     def prioritize(self, feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
@@ -429,7 +442,7 @@ class NodeFilter:
         failures = _Failures()
         self._rows[0] = row
         try:
-            candidates, narrowing = cycle.pre_filter()
+            candidates, narrowing = cycle.pre_filter(dry_run=True)
             if narrowing and not (candidates == row).any():
                 return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
                               (f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]",))
@@ -466,16 +479,9 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
     added = _add_nominated(nominator, pod, nodes)
     try:
         return _schedule(cycle, added, start)
-    except Abort as a:
+    except Abort as a:  # an Error (a rejection at PreFilter is _schedule's, like one at Filter)
         st = a.status
-        if st.code == Code.ERROR:
-            return Decision(pod.key, None, st, n_all, message=st.message(), duration=time.perf_counter() - start)
-        # a PreFilter rejection rejects every node; its message replaces the per-node histogram
-        plugins = a.rejectors or set()
-        return Decision(pod.key, None, st, n_all, evaluated=0, failures={r: n_all for r in st.reasons},
-                        message=fit_error_message(n_all, {}, st.message()), unschedulable_plugins=plugins,
-                        pending_plugins={st.plugin} if st.code == Code.PENDING and st.plugin else set(),
-                        duration=time.perf_counter() - start)
+        return Decision(pod.key, None, st, n_all, message=st.message(), duration=time.perf_counter() - start)
     except Exception as e:  # a framework bug must not escape the cycle
         st = cycle_failed("scheduling", e)
         return Decision(pod.key, None, st, n_all, message=st.message(), duration=time.perf_counter() - start)
@@ -487,7 +493,12 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
 def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
     pod, nodes, chain, state = cycle.pod, cycle.nodes, cycle.chain, cycle.state
     n_all = nodes.n
-    candidates, narrowing = timed(cycle.rec, PRE_FILTER, cycle.pre_filter)
+    try:
+        candidates, narrowing = timed(cycle.rec, PRE_FILTER, cycle.pre_filter)
+    except Abort as a:
+        if a.status.code == Code.ERROR:
+            raise
+        return _pre_filter_rejected(cycle, a, added, start)
 
     if pod.nominated_node_name:
         row = timed(cycle.rec, FILTER, cycle.evaluate_nominated_node, candidates)
@@ -534,3 +545,33 @@ def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
     describe_top(chain, state, pod, nodes, top, top_rows)
     return Decision(pod.key, nodes.names[row], Status.success(), n_all, evaluated=scan.processed,
                     feasible=len(feasible), top=top, failures=scan.hist, duration=time.perf_counter() - start)
+
+
+def _pre_filter_rejected(cycle: _Cycle, rejection: Abort, added: list[str], start: float) -> Decision:
+    """upstream findNodesThatFitPod after a PreFilter rejection: a FitError whose NodeToStatus has
+    no evaluated node and the rejection as the absent-node status (every node carries it), so
+    PostFilter runs as after Filter. DefaultPreemption then finds no node where preemption may
+    help for an UnschedulableAndUnresolvable rejection (``preemption: 0/N nodes are available:
+    N Preemption is not helpful for scheduling.``, clearing an old nomination), and tries every
+    node for an Unschedulable one. The PreFilter message replaces the per-node histogram
+    (FitError.Error); no node is scanned and the round-robin start stays."""
+    pod, nodes, chain = cycle.pod, cycle.nodes, cycle.chain
+    n_all = nodes.n
+    st = rejection.status
+    nominated = None
+    post_msg = ""
+    if chain.post_filter:
+        # the nominated pods stay counted through PostFilter, as after Filter; schedule_one takes
+        # them out afterwards
+        post_msg, nominated = cycle.post_filter(NodeToStatus({}, st))
+    else:
+        for key in added:
+            nodes.remove_pod(key)
+        added.clear()
+    msg = fit_error_message(n_all, {}, st.message(), post_msg)
+    # upstream's UnschedulablePlugins: the rejecting plugin (Diagnosis.AddPluginStatus), with the
+    # plugins that returned node sets when the rejection was Unschedulable or their empty intersection
+    return Decision(pod.key, None, Status(st.code, (msg,), st.plugin), n_all, evaluated=0,
+                    failures={r: n_all for r in st.reasons}, message=msg,
+                    unschedulable_plugins=set(rejection.rejectors or ()), nominated_node=nominated,
+                    duration=time.perf_counter() - start)

@@ -652,3 +652,244 @@ def test_an_exception_keeps_the_plugins_name():
     d = run(chain_of(raising("filter", name="Exploder")), table(3))
     assert d.status.plugin == "Exploder"
     assert d.message == 'running "Exploder" filter plugin: Boom: filter exploded'
+
+
+# ---------------------------------------------------------------- a PreFilter rejection, then PostFilter
+# upstream findNodesThatFitPod: a rejection at PreFilter is a FitError whose NodeToStatus has no
+# evaluated node and the rejection as the absent-node status; schedulingAlgorithm then runs the
+# PostFilter plugins on it, as after Filter.
+
+def preemption_chain(*plugins):
+    from policy_scheduler.plugins.default_preemption import DefaultPreemption
+
+    return chain_of(*plugins, DefaultPreemption)
+
+
+def prio_pod(name_, prio, *, policy=None, nominated=None):
+    spec = {"priority": prio, "containers": [{"name": "c"}]}
+    if policy:
+        spec["preemptionPolicy"] = policy
+    return parse_pod({"metadata": {"name": name_, "namespace": "default", "uid": name_}, "spec": spec,
+                      "status": {"nominatedNodeName": nominated} if nominated else {}})
+
+
+def preemption_result(chain, nodes, pod):
+    from policy_scheduler.framework.interface import CycleState
+    from policy_scheduler.plugins.default_preemption import RESULT_KEY
+
+    state = CycleState()
+    d = schedule_one(chain, pod, nodes, random.Random(0), state)
+    return d, state.read(RESULT_KEY)
+
+
+MISSING_PVC = Status.unschedulable('persistentvolumeclaim "x" not found', unresolvable=True)
+
+
+def test_prefilter_rejection_runs_post_filter_with_every_node_absent():
+    seen = {}
+
+    class Post(PostFilterPlugin):
+        NAME = "Post"
+
+        def post_filter(self, state, pod, nodes, statuses):
+            seen["explicit"] = dict(statuses.items())
+            seen["absent"] = statuses.get(name(0))
+            seen["candidates"] = statuses.nodes_for_preemption(nodes.names)
+            return Status.unschedulable("post says"), None
+
+    filtered = []
+    d = run(chain_of(prefilter_plugin("VolumeRestrictions", MISSING_PVC), filter_plugin("F", seen=filtered), Post),
+            table(3))
+    assert seen["explicit"] == {} and filtered == []
+    absent = seen["absent"]
+    assert (absent.code, absent.reasons, absent.plugin) == (
+        UNRESOLVABLE, ('persistentvolumeclaim "x" not found',), "VolumeRestrictions")
+    assert seen["candidates"] == []
+    assert d.message == '0/3 nodes are available: persistentvolumeclaim "x" not found. post says'
+    assert d.status.code == UNRESOLVABLE and d.status.message() == d.message
+    assert d.unschedulable_plugins == {"VolumeRestrictions"} and d.nominated_node is None
+
+
+def test_unresolvable_prefilter_rejection_preemption_is_not_helpful():
+    """kube-scheduler v1.37.1, default profile, a pod whose PVC does not exist, 7 nodes."""
+    d, res = preemption_result(preemption_chain(prefilter_plugin("VolumeRestrictions", MISSING_PVC)), table(7),
+                               prio_pod("p", 100))
+    assert d.message == ('0/7 nodes are available: persistentvolumeclaim "x" not found. preemption: '
+                         '0/7 nodes are available: 7 Preemption is not helpful for scheduling.')
+    assert d.unschedulable_plugins == {"VolumeRestrictions"} and d.status.code == UNRESOLVABLE
+    # no candidate: upstream's PostFilterResult clears a nomination ("") and preempts nothing
+    assert d.nominated_node is None and res.nominated_node == "" and res.victims == [] and res.dry_runs == 0
+
+
+def test_unresolvable_prefilter_rejection_of_a_nominated_pod_clears_its_nomination():
+    """The nominated node is not tried first (upstream returns before evaluateNominatedNode); its
+    status is the absent one, UnschedulableAndUnresolvable, so the pod may preempt elsewhere, and
+    with no candidate the nomination is cleared."""
+    seen = []
+    nodes = table(3)
+    nodes.add_pod(prio_pod("low", 1), name(1))
+    d, res = preemption_result(preemption_chain(prefilter_plugin("VolumeRestrictions", MISSING_PVC),
+                                                filter_plugin("F", seen=seen)), nodes,
+                               prio_pod("p", 100, nominated=name(1)))
+    assert seen == []
+    assert d.message == ('0/3 nodes are available: persistentvolumeclaim "x" not found. preemption: '
+                         '0/3 nodes are available: 3 Preemption is not helpful for scheduling.')
+    assert res.nominated_node == "" and d.nominated_node is None
+
+
+def test_prefilter_rejection_of_a_pod_that_may_not_preempt():
+    d, res = preemption_result(preemption_chain(prefilter_plugin("VolumeRestrictions", MISSING_PVC)), table(2),
+                               prio_pod("p", 100, policy="Never", nominated=name(0)))
+    assert d.message == ('0/2 nodes are available: persistentvolumeclaim "x" not found. '
+                         'preemption: not eligible due to preemptionPolicy=Never.')
+    assert res.nominated_node is None  # upstream: a nil PostFilterResult leaves the nomination as it is
+
+
+def test_empty_prefilter_intersection_runs_post_filter_too():
+    chain = preemption_chain(prefilter_plugin("Zeta", result={name(0)}), prefilter_plugin("Alpha", result={name(1)}))
+    d, _ = preemption_result(chain, table(3), prio_pod("p", 100))
+    assert d.message == ("0/3 nodes are available: node(s) didn't satisfy plugin(s) [Alpha Zeta] simultaneously. "
+                         "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+    assert d.unschedulable_plugins == {"Alpha", "Zeta"}
+
+
+def test_unschedulable_prefilter_rejection_lets_preemption_try_every_node():
+    """An Unschedulable PreFilter status is every node's status, so upstream's NodesForStatusCode
+    gives every node to the dry run; a node without lower-priority pods has no victims."""
+    chain = preemption_chain(prefilter_plugin("Quota", Status.unschedulable("over quota")), filter_plugin("F"))
+    d, res = preemption_result(chain, table(3), prio_pod("p", 100))
+    assert d.message == ("0/3 nodes are available: over quota. preemption: 0/3 nodes are available: "
+                         "3 No preemption victims found for incoming pod.")
+    assert d.status.code == UNSCHED and d.unschedulable_plugins == {"Quota"}
+    assert res.dry_runs == 3 and res.nominated_node == ""
+
+
+def test_unschedulable_prefilter_rejection_dry_run_asks_the_filters_only():
+    """Upstream's dry run does not run PreFilter again: on a node whose lower-priority pods are
+    removed the Filters decide, and the PreFilter's Unschedulable verdict does not count there."""
+
+    class Room(FilterPlugin):
+        NAME = "Room"
+
+        def filter(self, state, pod, nodes, rows):  # room for one pod per node
+            return FilterResult.from_mask(np.array([len(nodes.pods[int(r)]) == 0 for r in rows]), "no room")
+
+    nodes = table(3)
+    nodes.add_pod(prio_pod("low", 1), name(1))
+    nodes.add_pod(prio_pod("high", 1000), name(2))
+    chain = preemption_chain(prefilter_plugin("Quota", Status.unschedulable("over quota")), Room)
+    d, res = preemption_result(chain, nodes, prio_pod("p", 100))
+    assert d.message == ("0/3 nodes are available: over quota. preemption: found a potential placement for pod "
+                         "on node n0001, preempting 1 victims")
+    assert d.nominated_node == name(1) and res.victim_keys == ["default/low"]
+    assert d.unschedulable_plugins == {"Quota"}
+    # with only the pod that may not be preempted: no candidate
+    nodes.remove_pod("default/low")
+    d, res = preemption_result(chain, nodes, prio_pod("p", 100))
+    assert d.message == ("0/3 nodes are available: over quota. preemption: 0/3 nodes are available: "
+                         "3 No preemption victims found for incoming pod.")
+
+
+def test_unschedulable_prefilter_with_node_sets_names_them_too():
+    chain = preemption_chain(prefilter_plugin("Quota", Status.unschedulable("over quota")),
+                             prefilter_plugin("Narrow", result={name(0)}))
+    d, _ = preemption_result(chain, table(2), prio_pod("p", 100))
+    assert d.message.startswith("0/2 nodes are available: over quota. preemption: ")
+    assert d.unschedulable_plugins == {"Quota", "Narrow"}
+
+
+def test_pending_from_prefilter_is_an_error():
+    """upstream RunPreFilterPlugins: only Unschedulable and UnschedulableAndUnresolvable reject."""
+    d = run(chain_of(prefilter_plugin("P", Status(Code.PENDING, ("later",))), filter_plugin("F")), table(2))
+    assert d.status.code == Code.ERROR and d.message == 'running PreFilter plugin "P": later'
+    assert d.unschedulable_plugins == set() and d.pending_plugins == set()
+
+
+def test_prefilter_rejection_keeps_nominated_pods_out_of_the_table():
+    from policy_scheduler.framework.queue.nominator import Nominator
+
+    nodes = table(2)
+    nom = Nominator()
+    nom.add(prio_pod("other", 500), name(0))
+    for chain in (chain_of(prefilter_plugin("V", MISSING_PVC)),
+                  preemption_chain(prefilter_plugin("V", MISSING_PVC))):
+        d = schedule_one(chain, prio_pod("p", 100), nodes, random.Random(0), nominator=nom)
+        assert not d.scheduled and "default/other" not in nodes.pod_node
+    assert chain.next_start_node_index == 0  # no node was scanned
+
+
+# ---------------------------------------------------------------- PostFilter outcomes (upstream RunPostFilterPlugins)
+
+def post_plugin(name_, status, calls):
+    class Post(PostFilterPlugin):
+        NAME = name_
+
+        def post_filter(self, state, pod, nodes, statuses):
+            calls.append(name_)
+            return status, None
+    return Post
+
+
+def test_post_filter_error_status_ends_postfilter_and_the_pod_stays_unschedulable():
+    """upstream: an Error from a PostFilter plugin stops the others; schedulingAlgorithm puts its
+    message after the FitError's and returns Unschedulable (no nomination change)."""
+    calls = []
+    chain = chain_of(filter_plugin("F", lambda n: "X"), post_plugin("A", Status.unschedulable("a says"), calls),
+                     post_plugin("B", Status.error("b broke"), calls), post_plugin("C", Status.success(), calls))
+    d = run(chain, table(2))
+    assert calls == ["A", "B"]
+    assert d.message == "0/2 nodes are available: 2 X. b broke"
+    assert d.status.code == UNSCHED and d.unschedulable_plugins == {"F"} and d.nominated_node is None
+
+
+def test_post_filter_unresolvable_status_ends_postfilter_with_its_message():
+    calls = []
+    chain = chain_of(filter_plugin("F", lambda n: "X"), post_plugin("A", Status.unschedulable("a says"), calls),
+                     post_plugin("B", Status.unschedulable("b is final", unresolvable=True), calls),
+                     post_plugin("C", Status.unschedulable("c says"), calls))
+    d = run(chain, table(2))
+    assert calls == ["A", "B"] and d.message == "0/2 nodes are available: 2 X. b is final"
+
+
+def test_post_filter_that_raises_aborts_the_cycle():
+    class Raiser(PostFilterPlugin):
+        NAME = "Raiser"
+
+        def post_filter(self, state, pod, nodes, statuses):
+            raise Boom("exploded")
+
+    d = run(chain_of(filter_plugin("F", lambda n: "X"), Raiser), table(2))
+    assert d.status.code == Code.ERROR and d.message == 'running PostFilter plugin "Raiser": Boom: exploded'
+
+
+def test_post_filter_reading_state_its_prefilter_never_wrote():
+    """kube-scheduler v1.37.1's default profile has DynamicResources, whose PreFilter comes after the
+    volume plugins' and whose PostFilter, before DefaultPreemption, reads the state its PreFilter
+    writes: after an UnschedulableAndUnresolvable rejection at an earlier PreFilter that state is
+    missing, its PostFilter errs with "not found" and preemption never runs."""
+    from policy_scheduler.framework.interface import CycleState
+    from policy_scheduler.plugins.default_preemption import RESULT_KEY, DefaultPreemption
+
+    class Stateful(PreFilterPlugin, PostFilterPlugin):
+        NAME = "Stateful"
+
+        def pre_filter(self, state, pod, nodes):
+            state.write("stateful", True)
+            return Status.skip(), None
+
+        def post_filter(self, state, pod, nodes, statuses):
+            if state.read("stateful") is None:
+                return Status.error("not found"), None
+            return Status.unschedulable(), None
+
+    chain = chain_of(prefilter_plugin("VolumeRestrictions", MISSING_PVC), Stateful, DefaultPreemption)
+    state = CycleState()
+    d = schedule_one(chain, prio_pod("p", 100), table(7), random.Random(0), state)
+    assert d.message == '0/7 nodes are available: persistentvolumeclaim "x" not found. not found'
+    assert d.status.code == UNRESOLVABLE and d.unschedulable_plugins == {"VolumeRestrictions"}
+    assert state.read(RESULT_KEY) is None  # no preemption: the nomination stays as it is
+    # with the state written (a rejection at Filter) preemption runs after it
+    chain = chain_of(Stateful, filter_plugin("F", lambda n: "X", code=UNRESOLVABLE), DefaultPreemption)
+    d = run(chain, table(7), pod=prio_pod("p", 100))
+    assert d.message == ("0/7 nodes are available: 7 X. preemption: 0/7 nodes are available: "
+                         "7 Preemption is not helpful for scheduling.")
