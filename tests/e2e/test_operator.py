@@ -108,7 +108,7 @@ def test_kubectl_shows_policy_columns(cluster, example_policies):
                          env={"KUBECONFIG": str(cluster.kubeconfig_path), "HOME": str(cluster.state_dir)}, timeout=60)
     assert out.returncode == 0, out.stderr
     header = out.stdout.splitlines()[0].split()
-    assert header == ["NAME", "READY", "PLUGINS", "REVISION", "SCHEDULED", "PENDING", "AGE"]
+    assert header == ["NAME", "READY", "PLUGINS", "REVISION", "ROLLOUT", "SCHEDULED", "PENDING", "AGE"]
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
     assert rows["default"][1] == "True" and rows["default"][2] == "19"  # the 17 listed + SchedulingGates, DefaultBinder
 

@@ -224,6 +224,10 @@ class GangScheduling(GroupMachinery, PreEnqueuePlugin, PreFilterPlugin, PostFilt
                     statuses: NodeToStatus) -> tuple[Status, str | None]:
         if not self._gang(pod):
             return Status(Code.UNSCHEDULABLE), None  # a basic group is not rejected as one
+        if not len(statuses) and statuses.absent.plugin == self.NAME:
+            # refused by its own PreFilter (which rejected the group and said why): PostFilter runs
+            # after a PreFilter rejection too, as upstream's, and must not reject it again
+            return Status(Code.UNSCHEDULABLE), None
         return super().post_filter(state, pod, nodes, statuses)
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
