@@ -82,6 +82,12 @@ def exit_now_if_children_linger(code: int) -> int:
 
     if not multiprocessing.active_children():
         return code
+    # multiprocessing's own finalizers of priority >= 0, which the interpreter's exit would run:
+    # they unlink the pool's semaphores and tell the resource tracker, which otherwise warns
+    # after our last log line that it cleaned up "leaked semaphore objects" (children are not joined)
+    from multiprocessing import util as mp_util
+
+    mp_util._run_finalizers(0)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
