@@ -13,6 +13,17 @@ import sys
 from . import cluster_flags
 
 
+def _world_source(a: argparse.Namespace, who: str):
+    """(snapshot, where it came from): the file of --snapshot, else the live cluster; None after
+    printing why the live cluster could not be read. A file's errors raise (the caller's)."""
+    from ..whatif import snapshot
+
+    if a.snapshot:
+        return snapshot.load(a.snapshot), a.snapshot
+    snap = _live_snapshot(a, who)
+    return None if snap is None else (snap, "the live cluster")
+
+
 def _live_snapshot(a: argparse.Namespace, who: str):
     """A snapshot of the cluster the kubeconfig names (None after printing why not)."""
     from ..cluster.kubeclient import KubeClient, load_credentials
@@ -98,14 +109,10 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         print("policy-scheduler simulate: --replicas must be at least 1", file=sys.stderr)
         return 2
     try:
-        if a.snapshot:
-            snap = snapshot.load(a.snapshot)
-            source = a.snapshot
-        else:
-            snap = _live_snapshot(a, "simulate")
-            if snap is None:
-                return 1
-            source = "the live cluster"
+        got = _world_source(a, "simulate")
+        if got is None:
+            return 1
+        snap, source = got
         world = World(snap)
         names: list[str] = []
         for arg in a.policy or [snap.default_policy]:
@@ -171,14 +178,10 @@ def cmd_tune(a: argparse.Namespace) -> int:
         print("policy-scheduler tune: --holdout must be in [0, 1)", file=sys.stderr)
         return 2
     try:
-        if a.snapshot:
-            snap = snapshot.load(a.snapshot)
-            source = a.snapshot
-        else:
-            snap = _live_snapshot(a, "tune")
-            if snap is None:
-                return 1
-            source = "the live cluster"
+        got = _world_source(a, "tune")
+        if got is None:
+            return 1
+        snap, source = got
         world = World(snap)
         if _is_file_arg(a.policy):
             docs = load_policy_documents(a.policy)
