@@ -43,6 +43,7 @@ from ..framework.model.podinfo import PodInfo
 from ..idle import become_idle, warm
 from ..whatif import tune
 from ..cache.policies import PLURAL_PATH, PolicyState, PolicyStore
+from ..cache.rollouts import PROMOTING
 from ..cache.state import ClusterState
 from ..framework.queue.scheduling_queue import SchedulingQueue
 from ..metricsources.manager import MetricSources
@@ -286,7 +287,12 @@ class Tuner:
                       measured=out["measured"], feedback=fb, paused=bool(ts.paused), held=sorted(ts.held),
                       message=(ts.paused and f"Apply paused: {ts.paused}") or message)
         step = out.get("step")
-        if step is not None and tuning.mode == "Apply" and not ts.paused and self.leadership.valid():
+        # a rollout under way compares its candidate with this chain: Apply waits until it ends
+        rolling = st.rollout is not None and (st.rollout.active or st.rollout.phase == PROMOTING)
+        if step is not None and tuning.mode == "Apply" and not ts.paused and rolling:
+            status["message"] = (f"Apply waits: spec.rollout ({st.rollout.phase}) compares a candidate with this "
+                                 "chain; a weight step would change it mid-rollout")
+        if step is not None and tuning.mode == "Apply" and not ts.paused and not rolling and self.leadership.valid():
             applied = await self._apply(obj, step, current, res, len(window))
             if applied is not None:
                 ts.written, ts.written_generation = step["weights"], applied

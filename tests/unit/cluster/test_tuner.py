@@ -264,3 +264,26 @@ async def test_a_dead_worker_is_replaced_at_the_next_evaluation():
         assert await loop.run_in_executor(tuner.executor(), warm, []) != pid
     finally:
         await tuner.stop()
+
+
+@on_a_loop
+async def test_apply_waits_while_a_rollout_is_under_way():
+    """A weight step would change the stable chain a rollout compares its candidate with: while
+    spec.rollout is active, Apply recommends and writes no spec; once the rollout is gone, it applies."""
+    body = policy("Apply", maxStep=4)
+    body["spec"]["rollout"] = {"strategy": "Shadow", "candidate": {"plugins": copy.deepcopy(body["spec"]["plugins"])}}
+    client, engine, tuner = setup(body)
+    assert engine.policies["pack"].rollout is not None and engine.policies["pack"].rollout.active
+    spread_placements(tuner)
+    status = await evaluate(tuner, engine)
+    assert not spec_patches(client)
+    assert status["message"].startswith("Apply waits: spec.rollout (Shadowing)")
+    assert status["recommended"]["objective"] < status["current"]["objective"]  # it still recommends
+    plain = copy.deepcopy(body)
+    del plain["spec"]["rollout"]
+    plain["metadata"].update(generation=2, resourceVersion="102")
+    client.objects[PATH] = plain
+    engine.on_policy("MODIFIED", plain)
+    spread_placements(tuner)
+    await evaluate(tuner, engine)
+    assert len(spec_patches(client)) == 1
