@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER_FLAGS := $(if $(KWOK),--kwok,) $(if $(CONTROLLER_MANAGER),--controller-manager,) $(if $(GANGS),--gangs,)
 
-.PHONY: help venv build prometheus chromium cluster-up cluster-down cluster-status test unit e2e demo playground playground-down crd bench-decide bench-load-aware bench clean
+.PHONY: help venv build prometheus chromium zsh cluster-up cluster-down cluster-status test unit e2e demo playground playground-down crd bench-decide bench-load-aware bench clean
 
 help:
 	@echo "make demo          run the scheduler on a local control plane with simulated nodes and print placements"
@@ -76,6 +76,9 @@ build:
 prometheus:  # the e2e tests start their own server; this only makes sure the binary is there
 	bash hack/ensure-prometheus.sh
 
+zsh:  # the completion test runs a real interactive zsh
+	bash hack/ensure-deb.sh zsh zsh
+
 chromium:  # the what-if report test opens the HTML report in headless Chromium
 	bash hack/ensure-chromium.sh
 
@@ -92,7 +95,7 @@ cluster-down:
 cluster-status:
 	$(PYTHON) hack/localcluster.py status
 
-test: venv build prometheus chromium helm
+test: venv build prometheus chromium helm zsh
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv

@@ -206,16 +206,23 @@ PROFILES = f"""profiles:
 
 @pytest.fixture(scope="module")
 def pv_controller_and_upstream(cluster):
-    """The PV controller and kube-scheduler; yields whether this kube-scheduler has the NO_DRA profile
-    (not when one was running already)."""
-    started = [n for n in ("kube-controller-manager", "kube-scheduler") if n not in cluster.state.get("procs", {})]
+    """The PV controller and kube-scheduler with the NO_DRA profile too (a kube-scheduler already
+    running without it is restarted with it, and restarted plain afterwards)."""
+    procs = cluster.state.get("procs", {})
+    started = [n for n in ("kube-controller-manager", "kube-scheduler") if n not in procs]
     if "kube-controller-manager" in started:
         cluster.start_controller_manager(controllers="persistentvolume-binder-controller")
-    if "kube-scheduler" in started:
-        cluster.start_scheduler(config_extra=PROFILES)
-    yield "kube-scheduler" in started
+    restarted = "kube-scheduler" not in started
+    if restarted:
+        cluster.stop("kube-scheduler")
+    cluster.start_scheduler(config_extra=PROFILES)
+    yield
+    cluster.stop("kube-scheduler")
+    if restarted:
+        cluster.start_scheduler()
     for n in started:
-        cluster.stop(n)
+        if n != "kube-scheduler":
+            cluster.stop(n)
 
 
 def test_same_volume_placements_as_kube_scheduler(api, core, namespace, operator, example_policies,
@@ -291,8 +298,6 @@ def test_prefilter_rejections_same_message_as_kube_scheduler(api, core, namespac
     a nomination. (kube-scheduler's default profile is printed too: after a rejection at an earlier
     PreFilter, DynamicResources' PostFilter finds no state of its PreFilter, errs with `not found`,
     and DefaultPreemption does not run.)"""
-    if not pv_controller_and_upstream:
-        pytest.skip(f"kube-scheduler was running already, without the {NO_DRA} profile")
     tag = secrets.token_hex(3)
     names = [f"vp-{tag}-{i}" for i in range(3)]
     made: list[str] = []

@@ -4,7 +4,6 @@ shell, and completes subcommands, flags, the values of flags with a fixed set an
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -93,7 +92,6 @@ def test_every_flag_and_subcommand_of_the_parser_is_in_the_script(capsys):
             assert f"'{path}') echo '{' '.join(words)}'" in script
 
 
-@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
 def test_zsh_completes_through_its_completion_system():
     """A real interactive zsh (zpty), compinit, the script sourced; TAB after `policy-scheduler ro`."""
     script = textwrap.dedent(r"""

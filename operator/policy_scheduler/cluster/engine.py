@@ -376,10 +376,10 @@ class Engine:
         """Start the informers and wait until every kind is listed, SchedulingPolicies included
         (sync.py); then give each invalid policy without a chain its last valid revision
         (revisions.py): no decision before that."""
-        self.spawn(check_crd(self.client))  # an older CRD drops fields: say so (crdcheck.py)
         took = await self.informers.run()
         await self.revisions.restore_all()  # invalid policies without a chain: their last valid revision
         self.synced = True
+        self.spawn(check_crd(self.client))  # an older CRD drops fields: say so (crdcheck.py), off the sync
         table = self.state.table
         log.info("cache synced in %.1fs: %d nodes, %d bound pods, %d pending, %d policies",
                  took, table.n, len(table.pod_node), len(self.queue), len(self.policies))
