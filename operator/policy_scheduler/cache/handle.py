@@ -40,6 +40,8 @@ class Actions(Protocol):
 
     def is_pod_running_preemption(self, uid: str) -> bool: ...
 
+    def spawn(self, coro: Any) -> None: ...
+
 
 class StateHandle(Handle):
     """The Handle of one policy's plugins (``policy``; None for the implicit plugins of pods
@@ -88,6 +90,9 @@ class StateHandle(Handle):
     def pod_groups(self):
         return self.state.pod_groups
 
+    def dra(self):
+        return self.state.dra
+
     def native_pod_groups(self):
         return self.state.native_pod_groups
 
@@ -112,6 +117,12 @@ class StateHandle(Handle):
     async def patch_native_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         if self.actions is not None:
             await self.actions.patch_native_pod_group_status(namespace, name, status)
+
+    def spawn(self, coro: Any) -> None:
+        if self.actions is None:
+            coro.close()
+        else:
+            self.actions.spawn(coro)
 
     def activate_pods(self, keys: Sequence[str]) -> int:
         return 0 if self.actions is None else self.actions.activate_pods(keys)

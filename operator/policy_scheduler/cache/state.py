@@ -36,6 +36,7 @@ from ..framework.model.podgroups import PodGroupCache
 from ..framework.model.podinfo import PodInfo, parse_pod
 from ..framework.preemption import PDB
 from ..framework.status import Status
+from ..framework.model.dra import KINDS as DRA_KIND_NAMES, PATHS as DRA_PATHS, DraCache
 from ..framework.model.volumes import VolumeCache
 from ..framework.cycle.binding_cycle import WaitingPods  # framework/waiting.py once split
 from .workloads import WorkloadIndex
@@ -68,6 +69,8 @@ class ClusterState:
         self.pdbs: dict[str, PDB] = {}  # namespace/name -> what DefaultPreemption reads of it
         # PVs, PVCs, StorageClasses, CSINodes, CSIDrivers: what the volume plugins read
         self.volumes = VolumeCache()
+        # DeviceClasses, ResourceSlices, ResourceClaims: what DynamicResources reads
+        self.dra = DraCache()
         # scheduler-plugins' PodGroups and their members: what Coscheduling reads
         self.pod_groups = PodGroupCache()
         # Kubernetes' own PodGroups (scheduling.k8s.io) and their members: what GangScheduling reads
@@ -231,6 +234,15 @@ class ClusterState:
             log.warning("%s %s ignored: %s", kind, meta.get("name"), e)
             return []
 
+    def apply_dra(self, kind: str, event: str, body: Mapping[str, Any]) -> list[Change]:
+        """A DRA object of DraCache ``kind`` (DynamicResources registered its events)."""
+        try:
+            return self.dra.apply(kind, event, body)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # one bad object must not stop the informer
+            meta = (body.get("metadata") or {}) if isinstance(body, Mapping) else {}
+            log.warning("%s %s ignored: %s", kind, meta.get("name"), e)
+            return []
+
     def apply_workload(self, kind: str, event: str, body: Mapping[str, Any]) -> list[Change]:
         """A Service, ReplicationController, ReplicaSet or StatefulSet (``kind`` as in KINDS):
         the selectors PodTopologySpread's system default constraints read. No event."""
@@ -334,3 +346,6 @@ KINDS: dict[str, str] = {
 }
 WORKLOAD_KINDS = ("services", "replicationcontrollers", "replicasets", "statefulsets")
 VOLUME_KINDS = ("persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers")
+# DRA (resource.k8s.io/v1): optional informers, like the PodGroups (an API server without the
+# group, or RBAC without it, leaves DynamicResources' cache empty instead of stopping the sync)
+DRA_KINDS: dict[str, str] = {k: DRA_PATHS[k] for k in DRA_KIND_NAMES}

@@ -161,8 +161,10 @@ class OperatorActions:
     (``event``) and the preemptor's ``is_running`` (upstream IsPodRunningPreemption)."""
 
     def __init__(self, api: ApiCalls, activate: Callable[[Sequence[str]], int],
-                 event: Callable[[PodInfo, str, str, Code], None], is_running: Callable[[str], bool]) -> None:
+                 event: Callable[[PodInfo, str, str, Code], None], is_running: Callable[[str], bool],
+                 spawn: Callable[[Any], Any] | None = None) -> None:
         self.api = api
+        self._spawn = spawn
         self._activate = activate
         self._event = event
         self._is_running = is_running
@@ -187,3 +189,18 @@ class OperatorActions:
 
     def is_pod_running_preemption(self, uid: str) -> bool:
         return self._is_running(uid)
+
+    def spawn(self, coro: Any) -> None:
+        """A plugin's background API write (DynamicResources): a task of the engine's, whose
+        failure is logged."""
+        if self._spawn is None:
+            coro.close()
+            return
+
+        async def logged():
+            try:
+                await coro
+            except Exception as e:  # noqa: BLE001 - upstream only logs these
+                log.warning("background API write failed: %s", e)
+
+        self._spawn(logged())

@@ -42,7 +42,7 @@ from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
 from ..cache.handle import StateHandle
 from ..cache.policies import DEFAULT_POLICY, POLICY_SELECTION, PolicyState, PolicyStore
 from ..cache.revisions import DEFAULT_HISTORY_LIMIT
-from ..cache.state import ASSIGNED, GONE, PENDING, VOLUME_KINDS, WORKLOAD_KINDS, Change, ClusterState
+from ..cache.state import ASSIGNED, DRA_KINDS, GONE, PENDING, VOLUME_KINDS, WORKLOAD_KINDS, Change, ClusterState
 from ..framework.cycle.chain import build_chain
 from ..framework.events import (NAMESPACE_LABELS, ActionType, ClusterEvent, ClusterEventWithHint, NamespaceChange,
                                 Resource)
@@ -134,7 +134,7 @@ class Engine:
                                    self.wake, scheduler_name)
         actions = OperatorActions(self.api, self._activate,
                                   lambda pod, reason, msg, code: self.recorder.failure(pod, reason, msg, code=code),
-                                  self.preemptor.is_running)
+                                  self.preemptor.is_running, self.spawn)
         self.policy_store = PolicyStore(
             self.sources, lambda name: StateHandle(state, self.policy_store, self.sources, name, actions),
             registry=registry, namespaces=state.namespaces, on_counts=self._count_policies,
@@ -369,6 +369,8 @@ class Engine:
             return self._router(st.apply_workload, kind)
         if kind in VOLUME_KINDS:
             return self._router(st.apply_volume, kind)
+        if kind in DRA_KINDS:
+            return self._router(st.apply_dra, kind)
         return self._router({"poddisruptionbudgets": st.apply_pdb, "podgroups": st.apply_pod_group,
                              NATIVE_PODGROUPS: st.apply_native_pod_group}[kind])
 

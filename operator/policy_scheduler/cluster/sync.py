@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Coroutine, Mapping
 
 from ..cache.policies import PLURAL_PATH
-from ..cache.state import KINDS
+from ..cache.state import DRA_KINDS, KINDS
 from ..framework.model.native_podgroups import DEFAULT_VERSION as NATIVE_DEFAULT_VERSION, GROUP as NATIVE_GROUP
 from ..framework.model.native_podgroups import VERSIONS as NATIVE_VERSIONS
 from ..framework.model.native_podgroups import api_path as native_pod_groups_path
@@ -75,6 +75,7 @@ class Sync:
         return [
             *(Informer(c, path, self.route(kind), kind) for kind, path in KINDS.items()),
             Informer(c, PLURAL_PATH, self.route(POLICIES), POLICIES),
+            *(Informer(c, path, self.route(kind), kind, optional=True) for kind, path in DRA_KINDS.items()),
             Informer(c, POD_GROUPS_PATH, self.route("podgroups"), "podgroups", optional=True),
             Informer(c, native_pod_groups_path(self.native_version), self.route(NATIVE_PODGROUPS),
                      NATIVE_PODGROUPS, optional=True),

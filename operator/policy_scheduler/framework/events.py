@@ -43,9 +43,11 @@ class ActionType(IntFlag):
     UPDATE_POD_SCALE_UP = 2048
     UPDATE_POD_TOLERATION = 4096
     UPDATE_POD_SCHEDULING_GATES_ELIMINATED = 8192
+    UPDATE_POD_GENERATED_RESOURCE_CLAIM = 16384  # the pod's status.resourceClaimStatuses changed
     UPDATE = (UPDATE_NODE_ALLOCATABLE | UPDATE_NODE_LABEL | UPDATE_NODE_TAINT | UPDATE_NODE_CONDITION
               | UPDATE_NODE_ANNOTATION | UPDATE_POD_LABEL | UPDATE_POD_SCALE_DOWN | UPDATE_POD_SCALE_UP
-              | UPDATE_POD_TOLERATION | UPDATE_POD_SCHEDULING_GATES_ELIMINATED)
+              | UPDATE_POD_TOLERATION | UPDATE_POD_SCHEDULING_GATES_ELIMINATED
+              | UPDATE_POD_GENERATED_RESOURCE_CLAIM)
     ALL = 32767
 
 
@@ -57,6 +59,7 @@ _ACTION_LABELS = {
     ActionType.UPDATE_POD_SCALE_DOWN: "UpdatePodScaleDown", ActionType.UPDATE_POD_SCALE_UP: "UpdatePodScaleUp",
     ActionType.UPDATE_POD_TOLERATION: "UpdatePodToleration",
     ActionType.UPDATE_POD_SCHEDULING_GATES_ELIMINATED: "UpdatePodSchedulingGatesEliminated",
+    ActionType.UPDATE_POD_GENERATED_RESOURCE_CLAIM: "UpdatePodGeneratedResourceClaim",
     ActionType.UPDATE: "Update", ActionType.ALL: "All",
 }
 
@@ -81,6 +84,9 @@ class Resource:
     METRICS = "Metrics"  # ours: a policy's metric source published new values
     POD_GROUP = "scheduling.x-k8s.io/PodGroup"  # scheduler-plugins' PodGroup (framework/model/podgroups.py)
     NATIVE_POD_GROUP = "scheduling.k8s.io/PodGroup"  # Kubernetes' own PodGroup (framework/model/native_podgroups.py)
+    RESOURCE_CLAIM = "resource.k8s.io/ResourceClaim"  # DRA (framework/model/dra.py)
+    RESOURCE_SLICE = "resource.k8s.io/ResourceSlice"
+    DEVICE_CLASS = "resource.k8s.io/DeviceClass"
     WILDCARD = "*"
 
 
@@ -203,6 +209,8 @@ def pod_change_events(old: "PodInfo", new: "PodInfo", target: bool) -> list[Clus
         out.append(ClusterEvent(res, ActionType.UPDATE_POD_TOLERATION))
     if target and old.scheduling_gates and not new.scheduling_gates:
         out.append(ClusterEvent(res, ActionType.UPDATE_POD_SCHEDULING_GATES_ELIMINATED))
+    if target and old.claim_statuses != new.claim_statuses:
+        out.append(ClusterEvent(res, ActionType.UPDATE_POD_GENERATED_RESOURCE_CLAIM))
     if not out:
         out.append(ClusterEvent(res, ActionType.UPDATE))
     return out

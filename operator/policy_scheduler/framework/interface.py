@@ -24,6 +24,7 @@ from .status import Code, Status
 from .waiting import WaitingPods
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .model.dra import DraCache
     from .model.native_podgroups import NativePodGroupCache
     from .model.nodetable import NodeTable
     from .model.podgroups import PodGroupCache
@@ -163,6 +164,22 @@ class Handle:
 
             v = self._volumes = VolumeCache()
         return v
+
+    def dra(self) -> "DraCache":
+        """The DeviceClasses, ResourceSlices and ResourceClaims (``framework.model.dra.DraCache``)
+        DynamicResources reads, with its in-flight allocations. The operator feeds it from its
+        informers. Default: an empty cache owned by this handle."""
+        c = getattr(self, "_dra", None)
+        if c is None:
+            from .model.dra import DraCache
+
+            c = self._dra = DraCache()
+        return c
+
+    def spawn(self, coro: Any) -> None:
+        """Run ``coro`` (API writes a plugin starts outside the binding cycle: DynamicResources'
+        PostFilter and Unreserve) in the background; failures are logged. Default: nothing runs."""
+        coro.close()
 
     def pod_groups(self) -> "PodGroupCache":
         """scheduler-plugins' PodGroups and their members

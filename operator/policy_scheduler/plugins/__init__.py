@@ -35,6 +35,8 @@ PLUGIN_MODULES = (
     "default_preemption",
     "coscheduling",
     "gang_scheduling",
+    "dynamic_resources",
+    "device_fragmentation",
     "default_binder",
 )
 

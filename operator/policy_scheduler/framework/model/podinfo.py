@@ -177,6 +177,11 @@ class PodInfo:
     pod_group_name: str = ""
     # spec.volumes the volume plugins read (PodVolume); empty for pods with none of those
     volumes: tuple[PodVolume, ...] = ()
+    # spec.resourceClaims (DRA), in spec order: (name, resourceClaimName, resourceClaimTemplateName)
+    resource_claims: tuple[tuple[str, str, str], ...] = ()
+    # status.resourceClaimStatuses: pod-claim name -> the generated claim's name ("" when the
+    # controller intentionally created none)
+    claim_statuses: dict[str, str] = field(default_factory=dict)
     parse_error: str | None = None
     # the API object; kept for pods waiting to be scheduled, dropped for pods counted on a node
     raw: Mapping[str, Any] | None = field(default=None, repr=False)
@@ -407,6 +412,13 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
         vols = spec.get("volumes")
         if vols:
             info.volumes = parse_volumes(vols, info.name)
+        rcs = spec.get("resourceClaims")
+        if rcs:
+            info.resource_claims = tuple(
+                (str(c.get("name") or ""), str(c.get("resourceClaimName") or ""),
+                 str(c.get("resourceClaimTemplateName") or "")) for c in rcs)
+            info.claim_statuses = {str(s.get("name") or ""): str(s.get("resourceClaimName") or "")
+                                   for s in (status.get("resourceClaimStatuses") or [])}
     except (PodSpecError, SelectorError, QuantityError) as e:
         info.parse_error = str(e)
     except (TypeError, ValueError, AttributeError) as e:

@@ -1,0 +1,458 @@
+"""The structured-parameters allocator of DRA (upstream
+``dynamic-resource-allocation/structured/internal/incubating``, the one a v1.37 scheduler runs).
+
+For one node and the pod's claims still to allocate it returns the first complete solution of a
+depth-first search, or None. The search order is upstream's, because it decides which devices a
+claim gets:
+
+- pools sorted by (driver, pool name), pools with a device that has bindingConditions last;
+  slices of a pool by name; devices in slice order. Incomplete and invalid pools are never
+  allocated from (``invalid resource pools were encountered`` when nothing fits and one was
+  invalid);
+- claims in the pod's order, requests in spec order, ``firstAvailable`` subrequests in order (the
+  first that leads to a full solution wins);
+- within one ExactCount request, device k+1 is searched after device k's position;
+- a device is acceptable when it is not in use (allocated in the cluster, in flight, or taken
+  in this attempt; admin access only needs it unused by the same claim), the class selectors
+  and then the request's selectors accept it (CEL, framework/cel.py; results cached on the
+  device across cycles), no NoSchedule/NoExecute taint is left untolerated, and every
+  ``matchAttribute`` constraint of the claim accepts it;
+- ``allocationMode: All`` fixes its devices up front (every selectable device of the node's
+  pools; an incomplete or invalid pool is an error) and must get all of them;
+- at most 32 results per claim.
+
+Errors (``AllocationError``) are upstream's texts: they abort the scheduling attempt.
+
+Per node, the device list in search order is computed once per set of slices and node labels
+(``node_devices``), so a decision reads a short prepared list per node, not the slices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..cel import CELError, compile_selector
+from .dra import (FIRST_AVAILABLE_MAX, MAX_RESULTS, Device, DeviceClass, DeviceID, DraCache, ResourceClaim,
+                  ResourceSlice, SubRequest)
+
+
+class AllocationError(Exception):
+    """Invalid input: Filter returns Error (the attempt fails with SchedulerError)."""
+
+
+class NodeAllocationError(Exception):
+    """This node cannot be used (``invalid resource pools were encountered``): UAU."""
+
+
+@dataclass(slots=True)
+class Pool:
+    driver: str
+    name: str
+    incomplete: bool
+    invalid: bool
+    binding: bool  # has a device with bindingConditions: searched last
+    slices: list[ResourceSlice]
+
+
+@dataclass(slots=True)
+class NodeDevices:
+    pools: list[Pool]
+    devices: list[tuple[Device, ResourceSlice, Pool]]  # usable pools only, in search order
+    any_invalid: bool
+
+
+def node_devices(cache: DraCache, node_name: str, labels: Mapping[str, str]) -> NodeDevices:
+    """The node's pools and devices in search order (memoized per slice version and labels)."""
+    memo = cache.node_memo
+    hit = memo.get(node_name)
+    if hit is not None and hit[0] == cache.slice_version and hit[1] is labels:
+        return hit[2]
+    by_pool: dict[tuple[str, str], list[ResourceSlice]] = {}
+    for s in cache.slices_for_node(node_name):
+        if s.per_device_node_selection or s.shared_counters:
+            continue  # partitionable devices: not covered
+        if not s.relevant_for(node_name, labels):
+            continue
+        by_pool.setdefault((s.driver, s.pool), []).append(s)
+    pools = []
+    for (driver, pname), slices in by_pool.items():
+        gen = max(s.generation for s in slices)
+        gens = cache.pool_generations(driver, pname)
+        if gens and max(gens) > gen:
+            continue  # obsolete: a newer generation exists elsewhere
+        slices = sorted((s for s in slices if s.generation == gen), key=lambda s: s.name)
+        complete = gens.get(gen, 0) == (slices[0].slice_count or 0)
+        seen: set[str] = set()
+        invalid = False
+        for s in slices:
+            for d in s.devices:
+                if d.name in seen:
+                    invalid = True
+                seen.add(d.name)
+        binding = any(d.binding_conditions for s in slices for d in s.devices)
+        pools.append(Pool(driver, pname, not complete, invalid, binding, slices))
+    pools.sort(key=lambda p: (p.binding, p.driver, p.name))
+    devices = [(d, s, p) for p in pools if not (p.incomplete or p.invalid) for s in p.slices for d in s.devices]
+    out = NodeDevices(pools, devices, any(p.invalid for p in pools))
+    memo[node_name] = (cache.slice_version, labels, out)
+    return out
+
+
+@dataclass(slots=True)
+class _Req:
+    """One request or subrequest of one claim, as the search uses it."""
+
+    claim: int
+    name: str  # the result's request name: "req" or "req/sub"
+    base: str  # the request's name
+    sub: str  # the subrequest's name, "" for none
+    spec: SubRequest
+    cls: DeviceClass | None
+    all_devices: list = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Allocation:
+    """One claim's allocation on a node: ``result`` is status.allocation's value;
+    ``sub_index``: per firstAvailable request, the index of the subrequest chosen."""
+
+    result: dict[str, Any]
+    sub_index: list[int]
+
+
+STATE_KEY = "DynamicResources"  # CycleState: DraState (DeviceFragmentation reads it too)
+
+
+@dataclass(slots=True)
+class DraState:
+    """DynamicResources' CycleState: the pod's claims, which of them need an allocation, and what
+    Filter found per node, Filter's unavailable claims (PostFilter), Reserve's allocations."""
+
+    claims: list[ResourceClaim]
+    to_allocate: list[int]  # indices into claims
+    allocator: "Allocator | None"
+    by_node: dict[str, list[Allocation]] = field(default_factory=dict)
+    unavailable: set[int] = field(default_factory=set)
+    reserved: dict[int, dict[str, Any]] = field(default_factory=dict)  # claim index -> allocation
+    node: str = ""
+
+
+class Allocator:
+    """The claims of one pod that still need an allocation (PreFilter builds it; Filter calls
+    ``allocate`` per node)."""
+
+    def __init__(self, cache: DraCache, claims: list[ResourceClaim]) -> None:
+        self.cache = cache
+        self.claims = claims
+        self.reqs: list[list[list[_Req]]] = []  # claim -> request -> alternatives
+        self.error: str | None = None
+        for ci, c in enumerate(claims):
+            per_claim = []
+            min_devices = 0
+            for r in c.requests:
+                alts = r.first_available if r.first_available else (r.exactly,)
+                entries = []
+                for sub in alts:
+                    if sub is None:
+                        continue
+                    name = f"{r.name}/{sub.name}" if r.first_available else r.name
+                    entries.append(_Req(ci, name, r.name, sub.name if r.first_available else "", sub,
+                                        cache.device_class(sub.class_name)))
+                per_claim.append(entries)
+                counts = [e.spec.count for e in entries if e.spec.mode == "ExactCount"]
+                min_devices += min(counts) if counts and len(counts) == len(entries) else 0
+            self.reqs.append(per_claim)
+            if min_devices > MAX_RESULTS and self.error is None:
+                self.error = (f"claim {c.key}: number of requested devices {min_devices} exceeds the claim "
+                              f"limit of {MAX_RESULTS}")
+            for i, con in enumerate(c.constraints):
+                if not con.match_attribute and not con.distinct_attribute and self.error is None:
+                    self.error = f"claim {c.key}, constraint #{i}: empty constraint (unsupported constraint type?)"
+
+    # ------------------------------------------------------------------ selection
+    def _selectable(self, rq: _Req, dev: Device) -> bool:
+        for owner, sels in ((rq.cls, rq.cls.selectors if rq.cls else ()), (None, rq.spec.selectors)):
+            for i, text in enumerate(sels):
+                hit = dev.matches.get(text)
+                if hit is None:
+                    try:
+                        hit = compile_selector(text).evaluate(dev.cel_device())
+                    except CELError as e:
+                        hit = e
+                    dev.matches[text] = hit
+                if isinstance(hit, CELError):
+                    who = f"class {owner.name}" if owner is not None else f"claim {self.claims[rq.claim].key}"
+                    if hit.kind == "compile":
+                        raise AllocationError(f"{who}: selector #{i}: {hit}")
+                    raise AllocationError(f"{who}: selector #{i} on device {dev.driver}/{dev.pool}/{dev.name}: {hit}")
+                if not hit:
+                    return False
+        return True
+
+    # ------------------------------------------------------------------ the search
+    def allocate(self, node_name: str, labels: Mapping[str, str]) -> list[Allocation] | None:
+        if self.error is not None:
+            raise AllocationError(self.error)
+        nd = node_devices(self.cache, node_name, labels)
+        in_use = self.cache.allocated
+        claims = self.claims
+        reqs = self.reqs
+        taking: dict[DeviceID, set[int]] = {}
+        results: list[list[tuple[_Req, Device, ResourceSlice]]] = [[] for _ in claims]
+        chosen: dict[tuple[int, int], int] = {}
+        cons = [[[c, None, 0] for c in claim.constraints] for claim in claims]  # [constraint, value, n]
+        devices = nd.devices
+
+        # All-mode requests: their devices, fixed per node
+        for per_claim in reqs:
+            for alts in per_claim:
+                for rq in alts:
+                    if rq.spec.mode == "All":
+                        for p in nd.pools:
+                            if p.incomplete:
+                                raise AllocationError(
+                                    f"claim {claims[rq.claim].key}, request {rq.name}: asks for all devices, but "
+                                    f"resource pool {p.driver}/{p.name} is currently being updated")
+                            if p.invalid:
+                                raise AllocationError(
+                                    f"claim {claims[rq.claim].key}, request {rq.name}: asks for all devices, but "
+                                    f"resource pool {p.driver}/{p.name} is currently invalid")
+                        rq.all_devices = [(d, s) for d, s, _ in devices if self._selectable(rq, d)]
+
+        def attr_ok(ci: int, rq: _Req, dev: Device) -> list | None:
+            """Add ``dev`` to the claim's constraints; the list of entries touched, or None."""
+            touched = []
+            for entry in cons[ci]:
+                c = entry[0]
+                if c.requests and rq.base not in c.requests and (not rq.sub or rq.name not in c.requests):
+                    continue
+                attr = c.match_attribute or c.distinct_attribute
+                v = dev.attributes.get(attr)
+                if v is None or v[0] == "unknown":
+                    _undo(touched)
+                    return None
+                if c.match_attribute:
+                    if entry[2] and entry[1] != v:
+                        _undo(touched)
+                        return None
+                    if not entry[2]:
+                        entry[1] = v
+                else:  # distinctAttribute: values tracked as a list
+                    if entry[1] is None:
+                        entry[1] = []
+                    if v in entry[1]:
+                        _undo(touched)
+                        return None
+                    entry[1].append(v)
+                entry[2] += 1
+                touched.append(entry)
+            return touched
+
+        def _undo(touched: list) -> None:
+            for entry in touched:
+                entry[2] -= 1
+                if entry[0].distinct_attribute:
+                    entry[1].pop()
+                elif entry[2] == 0:
+                    entry[1] = None
+
+        def usable(ci: int, rq: _Req, dev: Device) -> bool:
+            did = dev.id
+            if rq.spec.admin_access:
+                if ci in taking.get(did, ()):
+                    return False
+            elif did in taking or in_use.get(did, 0) > 0:
+                return False
+            return True
+
+        def tainted(rq: _Req, dev: Device) -> bool:
+            for t in dev.taints:
+                if t.prevents_allocation and not any(tol.tolerates(t) for tol in rq.spec.tolerations):
+                    return True
+            return False
+
+        def take(ci: int, rq: _Req, dev: Device, sl: ResourceSlice) -> list | None:
+            if tainted(rq, dev):
+                return None
+            touched = attr_ok(ci, rq, dev)
+            if touched is None:
+                return None
+            taking.setdefault(dev.id, set()).add(ci)
+            results[ci].append((rq, dev, sl))
+            return touched
+
+        def release(ci: int, dev: Device, touched: list) -> None:
+            _undo(touched)
+            s = taking[dev.id]
+            s.discard(ci)
+            if not s:
+                del taking[dev.id]
+            results[ci].pop()
+
+        def solve(ci: int, ri: int) -> bool:
+            if ci == len(claims):
+                return True
+            if ri == len(reqs[ci]):
+                return solve(ci + 1, 0)
+            alts = reqs[ci][ri]
+            for si, rq in enumerate(alts):
+                if rq.spec.mode == "All":
+                    if not rq.all_devices:
+                        continue
+                    if len(results[ci]) + len(rq.all_devices) > MAX_RESULTS:
+                        continue
+                    ok = place_all(ci, ri, rq, 0)
+                else:
+                    if len(results[ci]) + rq.spec.count > MAX_RESULTS:
+                        continue
+                    ok = place(ci, ri, rq, 0, 0)
+                if ok:
+                    chosen[(ci, ri)] = si
+                    return True
+            return False
+
+        def place_all(ci: int, ri: int, rq: _Req, k: int) -> bool:
+            if k == len(rq.all_devices):
+                return solve(ci, ri + 1)
+            dev, sl = rq.all_devices[k]
+            if not usable(ci, rq, dev):
+                return False
+            touched = take(ci, rq, dev, sl)
+            if touched is None:
+                if tainted(rq, dev):
+                    return False
+                raise AllocationError(f"claim {claims[ci].key}, request {rq.name}: cannot add device "
+                                      f"{dev.driver}/{dev.pool}/{dev.name} because a claim constraint would "
+                                      "not be satisfied")
+            if place_all(ci, ri, rq, k + 1):
+                return True
+            release(ci, dev, touched)
+            return False
+
+        def place(ci: int, ri: int, rq: _Req, k: int, start: int) -> bool:
+            if k == rq.spec.count:
+                return solve(ci, ri + 1)
+            for pos in range(start, len(devices)):
+                dev, sl, _ = devices[pos]
+                if not usable(ci, rq, dev) or not self._selectable(rq, dev):
+                    continue
+                touched = take(ci, rq, dev, sl)
+                if touched is None:
+                    continue
+                if place(ci, ri, rq, k + 1, pos + 1):
+                    return True
+                release(ci, dev, touched)
+            return False
+
+        if not solve(0, 0):
+            if nd.any_invalid:
+                raise NodeAllocationError("invalid resource pools were encountered")
+            return None
+        return [self._result(ci, node_name, results[ci], chosen) for ci in range(len(claims))]
+
+    # ------------------------------------------------------------------ results
+    def _result(self, ci: int, node_name: str, picked: list, chosen: dict) -> Allocation:
+        claim = self.claims[ci]
+        out = []
+        for rq, dev, _ in picked:
+            r: dict[str, Any] = {"request": rq.name, "driver": dev.driver, "pool": dev.pool, "device": dev.name}
+            if rq.spec.admin_access:
+                r["adminAccess"] = True
+            if rq.spec.raw_tolerations:
+                r["tolerations"] = list(rq.spec.raw_tolerations)
+            out.append(r)
+        used = [self.reqs[ci][ri][chosen[(ci, ri)]] for ri in range(len(self.reqs[ci]))]
+        all_names = {rq.name for rq in used}
+        config: list[dict[str, Any]] = []
+        seen: dict[str, list[dict]] = {}
+        for rq in used:
+            if rq.cls is None:
+                continue
+            if rq.cls.name in seen:
+                for e in seen[rq.cls.name]:
+                    e["requests"].append(rq.name)
+                continue
+            seen[rq.cls.name] = []
+            for c in rq.cls.config:
+                e = {"source": "FromClass", "requests": [rq.name], **{k: v for k, v in c.items() if k != "requests"}}
+                seen[rq.cls.name].append(e)
+                config.append(e)
+        for c in claim.config:
+            names = list(c.get("requests") or [])
+            if names and not any(n in names or n.split("/")[0] in names for n in all_names):
+                continue
+            config.append({"source": "FromClaim", "requests": names,
+                           **{k: v for k, v in c.items() if k != "requests"}})
+        for e in config:
+            if e["requests"] and set(e["requests"]) >= all_names:
+                e["requests"] = []
+        result: dict[str, Any] = {"devices": {"results": out}}
+        if config:
+            result["devices"]["config"] = config
+        sel = _node_selector(node_name, [(d, s) for _, d, s in picked])
+        if sel is not None:
+            result["nodeSelector"] = sel
+        subs = [chosen[(ci, ri)] for ri, alts in enumerate(self.reqs[ci]) if alts and alts[0].sub]
+        return Allocation(result, subs)
+
+
+def _node_selector(node_name: str, picked: list[tuple[Device, ResourceSlice]]) -> dict | None:
+    """upstream: the node itself when a device is node-local, else the one-term selectors of the
+    slices merged, else None (usable from every node)."""
+    if any(s.node_name or d.binds_to_node for d, s in picked):
+        return {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}
+    exprs: list = []
+    fields: list = []
+    for _, s in picked:
+        raw = ((s.raw_node_selector or {}).get("nodeSelectorTerms") or []) if s.node_selector is not None else []
+        if len(raw) == 1:
+            for e in raw[0].get("matchExpressions") or []:
+                if e not in exprs:
+                    exprs.append(e)
+            for e in raw[0].get("matchFields") or []:
+                if e not in fields:
+                    fields.append(e)
+    if not exprs and not fields:
+        return None
+    term: dict[str, Any] = {}
+    if exprs:
+        term["matchExpressions"] = exprs
+    if fields:
+        term["matchFields"] = fields
+    return {"nodeSelectorTerms": [term]}
+
+
+def first_available_score(claim: ResourceClaim, sub_index: list[int] | None = None) -> int:
+    """upstream Score: sum over firstAvailable requests of 8 - the chosen subrequest's index,
+    from ``sub_index`` (a fresh allocation) or the claim's own allocation results."""
+    if sub_index is not None:
+        return sum(FIRST_AVAILABLE_MAX - i for i in sub_index)
+    total = 0
+    names = {}
+    for r in claim.requests:
+        for i, s in enumerate(r.first_available):
+            names[f"{r.name}/{s.name}"] = i
+    seen = set()
+    for res in claim.results():
+        req = str(res.get("request") or "")
+        if req in names and req.split("/")[0] not in seen:
+            seen.add(req.split("/")[0])
+            total += FIRST_AVAILABLE_MAX - names[req]
+    return total
+
+
+def class_matches(cls: DeviceClass, dev: Device) -> bool:
+    """Whether every selector of ``cls`` accepts ``dev`` (a CEL error counts as no)."""
+    for text in cls.selectors:
+        hit = dev.matches.get(text)
+        if hit is None:
+            try:
+                hit = compile_selector(text).evaluate(dev.cel_device())
+            except CELError as e:
+                hit = e
+            dev.matches[text] = hit
+        if hit is not True:
+            return False
+    return True

@@ -1,0 +1,385 @@
+"""DynamicResources (upstream plugins/dynamicresources/dynamicresources.go, v1.37): devices of
+ResourceClaims (DRA, resource.k8s.io/v1) allocated with structured parameters.
+
+PreEnqueue: every claim of ``spec.resourceClaims`` exists (a template's claim named in
+``status.resourceClaimStatuses``), is not being deleted and, when made from a template, is
+controlled by the pod; else the pod waits with upstream's text, and nothing is written to it.
+
+PreFilter: the same resolution (UnschedulableAndUnresolvable); a pod without claims is Skipped.
+An allocated claim restricts the pod to its allocation's nodeSelector; an unallocated one must
+not be in flight for another pod (``resource claim <ns>/<c> is in the process of being
+allocated``) and its classes must exist. An Allocator (framework/model/dra_allocator.py) is
+prepared for the unallocated claims.
+
+Filter, per node: the allocator's first solution there (``cannot allocate all claims`` when there
+is none), and every allocated claim available on the node (``resourceclaim not available on the
+node``); all UnschedulableAndUnresolvable, so DefaultPreemption never evicts for devices. Invalid
+input (CEL errors, an ``All`` request over an incomplete pool) is an Error.
+
+Score: 8 - i per ``firstAvailable`` request whose subrequest i was chosen, normalized to 100.
+
+Reserve: the node's allocation is held in memory (DraCache.pending): no other pod gets those
+devices and a claim shared with another pod waits until PreBind wrote it. Unreserve drops it and
+removes the pod from ``reservedFor`` if it got there.
+
+PreBind: per claim not yet reserved for the pod, re-read it, add the finalizer
+``resource.kubernetes.io/delete-protection`` (update), then write ``status.allocation`` (with
+``allocationTimestamp``) and append the pod to ``status.reservedFor`` (one status update), retried
+on conflicts. A claim deleted or allocated elsewhere in the meantime is an Error.
+
+PostFilter: when no node fits, the first unavailable claim reserved for nobody or only for this
+pod is deallocated (``deallocation of ResourceClaim completed``), so the next attempt may
+allocate it afresh.
+
+Not covered: extended resources backed by DRA, partitionable devices and consumable capacity,
+binding conditions (devices that have them are allocated, PreBind does not wait for them),
+DeviceTaintRules, the per-node filter timeout.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs,
+                                   PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
+                                   ReservePlugin, ScorePlugin, default_normalize_score)
+from ..framework.model.dra import FINALIZER, DraCache, ResourceClaim
+from ..framework.model.dra_allocator import (STATE_KEY, AllocationError, Allocator, DraState,
+                                             NodeAllocationError, first_available_score)
+from ..framework.model.nodetable import NodeTable
+from ..framework.model.podinfo import PodInfo
+from ..framework.status import Code, Status
+
+NAME = "DynamicResources"
+CANNOT_ALLOCATE = "cannot allocate all claims"
+NOT_AVAILABLE = "resourceclaim not available on the node"
+DEALLOCATED = "deallocation of ResourceClaim completed"
+CONFLICT_RETRIES = 5  # upstream retry.DefaultRetry: 5 steps
+
+
+class DynamicResourcesArgs(PluginArgs):
+    """upstream DynamicResourcesArgs; ``filterTimeoutSeconds`` is accepted for the same
+    configuration but not enforced (a Python allocation cannot be interrupted)."""
+
+    filter_timeout_seconds: float = Field(default=10.0, alias="filterTimeoutSeconds", ge=0)
+
+
+def claim_path(namespace: str, name: str) -> str:
+    return f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+
+
+def resolve_claims(pod: PodInfo, cache: DraCache) -> tuple[list[ResourceClaim], str | None]:
+    """upstream foreachPodResourceClaim: the pod's claims in spec order, or the first error."""
+    out = []
+    ns = pod.namespace
+    for name, claim_name, template in pod.resource_claims:
+        owned = False
+        if claim_name:
+            cn = claim_name
+        elif template:
+            if name not in pod.claim_statuses:
+                return out, f'pod "{ns}/{pod.name}": ResourceClaim not created yet'
+            cn = pod.claim_statuses[name]
+            if not cn:
+                continue  # intentionally not created
+            owned = True
+        else:
+            return out, f'pod "{ns}/{pod.name}", spec.resourceClaim "{name}": none of the supported fields are set'
+        claim = cache.claim(ns, cn)
+        if claim is None:
+            return out, f'could not find ResourceClaim "{ns}/{cn}"'
+        if claim.deleting:
+            return out, f'resourceclaim "{cn}" is being deleted'
+        if owned and claim.controller_uid != pod.uid:
+            return out, f"ResourceClaim {ns}/{cn} was not created for Pod {ns}/{pod.name} (Pod is not owner)"
+        out.append(claim)
+    return out, None
+
+
+class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilterPlugin, ScorePlugin,
+                       ReservePlugin, PreBindPlugin, EnqueueExtensions):
+    NAME = NAME
+    Args = DynamicResourcesArgs
+
+    def _cache(self) -> DraCache:
+        return self.handle.dra()
+
+    # ------------------------------------------------------------------ events
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [
+            ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD | ActionType.UPDATE_NODE_LABEL
+                                              | ActionType.UPDATE_NODE_ALLOCATABLE)),
+            ClusterEventWithHint(ClusterEvent(Resource.RESOURCE_CLAIM, ActionType.ADD | ActionType.UPDATE
+                                              | ActionType.DELETE), self.claim_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE_POD_GENERATED_RESOURCE_CLAIM),
+                                 self.pod_claims_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE)),
+            ClusterEventWithHint(ClusterEvent(Resource.RESOURCE_SLICE, ActionType.ADD | ActionType.UPDATE)),
+        ]
+
+    def pod_claims_hint(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        target = new if isinstance(new, PodInfo) else pod
+        _, err = resolve_claims(target, self._cache())
+        return QueueingHint.SKIP if err else QueueingHint.QUEUE
+
+    def claim_hint(self, pod: PodInfo, old: ResourceClaim | None, new: ResourceClaim | None) -> QueueingHint:
+        """upstream isSchedulableAfterClaimChange."""
+        if new is None:
+            if old is None:
+                return QueueingHint.QUEUE
+            return QueueingHint.QUEUE if old.allocation else QueueingHint.SKIP
+        claims, err = resolve_claims(pod, self._cache())
+        if err:
+            return QueueingHint.SKIP
+        if old is not None and old.allocation and not new.allocation:
+            return QueueingHint.QUEUE  # devices freed: any pod may fit now
+        if not any(c.uid == new.uid for c in claims):
+            return QueueingHint.SKIP
+        if old is None:
+            return QueueingHint.QUEUE
+        if (old.raw.get("status") or {}) == (new.raw.get("status") or {}):
+            return QueueingHint.SKIP
+        return QueueingHint.QUEUE
+
+    # ------------------------------------------------------------------ PreEnqueue
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        if not pod.resource_claims:
+            return Status.success()
+        _, err = resolve_claims(pod, self._cache())
+        return Status.unschedulable(err, unresolvable=True) if err else Status.success()
+
+    # ------------------------------------------------------------------ PreFilter
+    def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
+        if not pod.resource_claims:
+            return Status.skip(), None
+        cache = self._cache()
+        claims, err = resolve_claims(pod, cache)
+        if err:
+            return Status.unschedulable(err, unresolvable=True), None
+        if not claims:
+            return Status.skip(), None
+        to_allocate = []
+        for i, c in enumerate(claims):
+            if c.allocation is not None:
+                continue
+            if c.uid in cache.pending:
+                return Status.unschedulable(f"resource claim {c.key} is in the process of being allocated",
+                                            unresolvable=True), None
+            for r in c.requests:
+                if r.exactly is not None:
+                    checks = [(r.name, r.exactly.class_name)]
+                elif r.first_available:
+                    checks = [(f"{r.name}/{s.name}", s.class_name) for s in r.first_available]
+                else:
+                    return Status.unschedulable(f"resource claim {c.key}, request {r.name}: unknown request type",
+                                                unresolvable=True), None
+                for rname, cls in checks:
+                    if not cls:
+                        return Status.error(f"request {rname}: unsupported request type"), None
+                    if cache.device_class(cls) is None:
+                        return Status.unschedulable(f"request {rname}: device class {cls} does not exist",
+                                                    unresolvable=True), None
+            to_allocate.append(i)
+        allocator = Allocator(cache, [claims[i] for i in to_allocate]) if to_allocate else None
+        state.write(STATE_KEY, DraState(claims, to_allocate, allocator))
+        return Status.success(), None
+
+    # ------------------------------------------------------------------ Filter
+    def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> FilterResult:
+        st: DraState | None = state.read(STATE_KEY)
+        n = len(rows)
+        if st is None:
+            return FilterResult.all_pass(n)
+        passed = np.ones(n, dtype=bool)
+        reasons: dict[str, np.ndarray] = {}
+        specs = nodes.specs
+        allocated = [(i, c) for i, c in enumerate(st.claims) if c.allocation is not None
+                     and c.allocation_node_selector is not None]
+        for k, row in enumerate(rows.tolist()):
+            spec = specs[row]
+            unavailable = [i for i, c in allocated if not c.allocation_node_selector.matches(spec.labels, spec.name)]
+            reason = None
+            if st.allocator is not None:
+                try:
+                    allocs = st.allocator.allocate(spec.name, spec.labels)
+                except NodeAllocationError as e:
+                    allocs, reason = None, str(e)
+                except AllocationError as e:
+                    return FilterResult(np.zeros(n, dtype=bool), error=Status.error(str(e)))
+                if allocs is None:
+                    reason = reason or CANNOT_ALLOCATE
+                elif not unavailable:
+                    st.by_node[spec.name] = allocs
+            if reason is None and unavailable:
+                st.unavailable.update(unavailable)
+                reason = NOT_AVAILABLE
+            if reason is not None:
+                passed[k] = False
+                reasons.setdefault(reason, np.zeros(n, dtype=bool))[k] = True
+        return FilterResult(passed, Code.UNSCHEDULABLE_AND_UNRESOLVABLE, list(reasons.items()))
+
+    # ------------------------------------------------------------------ PostFilter
+    def post_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, statuses) -> tuple[Status, str | None]:
+        st: DraState | None = state.read(STATE_KEY)
+        if st is None or not st.claims:
+            return Status(Code.UNSCHEDULABLE), None
+        cache = self._cache()
+        for i in sorted(st.unavailable):
+            claim = cache.claim(st.claims[i].namespace, st.claims[i].name)
+            if claim is None or claim.allocation is None:
+                continue
+            if not claim.reserved_for or claim.reserved_uids() == {pod.uid}:
+                self.handle.spawn(self._deallocate(claim))
+                return Status.unschedulable(DEALLOCATED), None
+        return Status(Code.UNSCHEDULABLE), None
+
+    async def _deallocate(self, claim: ResourceClaim) -> None:
+        """upstream deallocateOrDeletePodClaims: clear reservedFor, allocation and devices."""
+        body = dict(claim.raw)
+        body["status"] = {k: v for k, v in (body.get("status") or {}).items()
+                          if k not in ("allocation", "reservedFor", "devices")}
+        resp = await self.handle.api_request("PUT", claim_path(claim.namespace, claim.name) + "/status", body)
+        if isinstance(resp, dict):
+            self._cache().assume(ResourceClaim.from_dict(resp))
+
+    # ------------------------------------------------------------------ Score
+    def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> np.ndarray:
+        st: DraState | None = state.read(STATE_KEY)
+        out = np.zeros(len(rows), dtype=np.int64)
+        if st is None:
+            return out
+        base = sum(first_available_score(c) for c in st.claims if c.allocation is not None)
+        for k, row in enumerate(rows.tolist()):
+            allocs = st.by_node.get(nodes.names[row])
+            if allocs is None:
+                continue
+            out[k] = base + sum(first_available_score(st.claims[i], a.sub_index)
+                                for i, a in zip(st.to_allocate, allocs))
+        return out
+
+    def normalize_score(self, state, pod, nodes, rows, scores):
+        return default_normalize_score(scores, reverse=False)
+
+    # ------------------------------------------------------------------ Reserve
+    def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        st: DraState | None = state.read(STATE_KEY)
+        if st is None or not st.to_allocate:
+            return Status.success()
+        allocs = st.by_node.get(node_name)
+        if allocs is None or len(allocs) != len(st.to_allocate):
+            return Status.error("claim allocation not found for node")
+        cache = self._cache()
+        st.node = node_name
+        for i, a in zip(st.to_allocate, allocs):
+            claim = st.claims[i]
+            cache.add_pending(claim.with_status(a.result, list(claim.reserved_for), finalizer=True), pod.uid)
+            st.reserved[i] = a.result
+        return Status.success()
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
+        st: DraState | None = state.read(STATE_KEY)
+        if st is None:
+            return
+        cache = self._cache()
+        for c in st.claims:
+            cache.drop_pending(c.uid, pod.uid)
+            cur = cache.claim(c.namespace, c.name)
+            if cur is not None and cur.allocation is not None and pod.uid in cur.reserved_uids():
+                self.handle.spawn(self._unreserve_claim(cur, pod.uid))
+        st.reserved.clear()
+
+    async def _unreserve_claim(self, claim: ResourceClaim, pod_uid: str) -> None:
+        """Remove the pod from the claim's reservedFor (upstream's strategic-merge patch; here a
+        read and a status update, retried on conflicts). Errors are only logged, as upstream."""
+        path = claim_path(claim.namespace, claim.name)
+        for _ in range(CONFLICT_RETRIES):
+            body = await self.handle.api_request("GET", path)
+            if not isinstance(body, dict) or (body.get("metadata") or {}).get("uid") != claim.uid:
+                return
+            status = dict(body.get("status") or {})
+            kept = [r for r in status.get("reservedFor") or [] if r.get("uid") != pod_uid]
+            if len(kept) == len(status.get("reservedFor") or []):
+                return
+            status["reservedFor"] = kept
+            try:
+                resp = await self.handle.api_request("PUT", path + "/status", dict(body, status=status))
+            except Exception as e:  # noqa: BLE001
+                if getattr(e, "status", None) == 409:
+                    continue
+                raise
+            if isinstance(resp, dict):
+                self._cache().assume(ResourceClaim.from_dict(resp))
+            return
+
+    # ------------------------------------------------------------------ PreBind
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        st: DraState | None = state.read(STATE_KEY)
+        if st is None:
+            return Status.success()
+        cache = self._cache()
+        for i, c in enumerate(st.claims):
+            cur = cache.claim(c.namespace, c.name) or c
+            if pod.uid in cur.reserved_uids() and i not in st.reserved:
+                continue
+            allocation = st.reserved.get(i)
+            try:
+                written = await self._bind_claim(c, pod, allocation)
+            except _BindError as e:
+                return Status.error(str(e))
+            except Exception as e:  # noqa: BLE001 - the request's failure is the status
+                what = "add allocation and reservation to claim" if allocation else "add reservation to claim"
+                return Status.error(f"{what} {c.key}: {e or type(e).__name__}")
+            cache.assume(written)
+            if allocation is not None:
+                cache.drop_pending(c.uid)
+                st.reserved.pop(i, None)
+        return Status.success()
+
+    async def _bind_claim(self, claim: ResourceClaim, pod: PodInfo, allocation: dict | None) -> ResourceClaim:
+        path = claim_path(claim.namespace, claim.name)
+        api = self.handle.api_request
+        for attempt in range(CONFLICT_RETRIES):
+            body = await api("GET", path)
+            meta = dict(body.get("metadata") or {})
+            if meta.get("uid") != claim.uid or meta.get("deletionTimestamp"):
+                raise _BindError(f"claim {claim.key} got deleted in the meantime")
+            status = dict(body.get("status") or {})
+            if allocation is not None and status.get("allocation"):
+                raise _BindError(f"claim {claim.key} got allocated elsewhere in the meantime")
+            try:
+                fins = list(meta.get("finalizers") or [])
+                if FINALIZER not in fins:  # "if we were interrupted in the past, it might already be set"
+                    meta["finalizers"] = fins + [FINALIZER]
+                    body = await api("PUT", path, dict(body, metadata=meta))
+                status = dict(body.get("status") or {})
+                if allocation is not None:
+                    alloc = dict(allocation)
+                    alloc.setdefault("allocationTimestamp", _now())
+                    status["allocation"] = alloc
+                reserved = list(status.get("reservedFor") or [])
+                if not any(r.get("uid") == pod.uid for r in reserved):
+                    reserved.append({"resource": "pods", "name": pod.name, "uid": pod.uid})
+                status["reservedFor"] = reserved
+                resp = await api("PUT", path + "/status", dict(body, status=status))
+            except Exception as e:  # noqa: BLE001
+                if getattr(e, "status", None) == 409 and attempt + 1 < CONFLICT_RETRIES:
+                    continue
+                raise
+            return ResourceClaim.from_dict(resp)
+        raise _BindError(f"claim {claim.key}: too many conflicts")  # pragma: no cover - loop returns or raises
+
+
+class _BindError(Exception):
+    pass
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+PLUGIN = DynamicResources
