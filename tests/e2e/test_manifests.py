@@ -65,6 +65,21 @@ OPERATOR_CALLS = {
     ("scheduling.x-k8s.io", "podgroups/status", "patch"),  # Coscheduling's PodGroup status
     ("scheduling.k8s.io", "podgroups/status", "patch"),  # GangScheduling's PodGroup condition
 }
+# DynamicResources (DRA, resource.k8s.io), as upstream's kube-scheduler: the claims, slices, classes
+# and DeviceTaintRules it lists and watches; its writes to claims (PreBind's finalizer, GET after a
+# conflict, the extended-resource claim's create and delete) and to their status (PreBind's
+# allocation and reservation and PostFilter's deallocation: PUT; Unreserve: strategic-merge PATCH),
+# where the API server (DRAResourceClaimGranularStatusAuthorization) also asks for the same verb on
+# the synthetic resourceclaims/binding. The pod's extendedResourceClaimStatus is a pods/status
+# PATCH, in OPERATOR_CALLS already. Every other verb on these resources is refused.
+DRA_READS = ("resourceclaims", "resourceslices", "deviceclasses", "devicetaintrules")
+DRA_CALLS = {
+    *(("resource.k8s.io", r, v) for r in DRA_READS for v in ("list", "watch")),
+    *(("resource.k8s.io", "resourceclaims", v) for v in ("get", "create", "update", "delete")),
+    *(("resource.k8s.io", r, v) for r in ("resourceclaims/status", "resourceclaims/binding")
+      for v in ("update", "patch")),
+}
+ALL_VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 # The admission webhooks' caBundle (cluster/admission.py), in the operator's own configurations.
 WEBHOOK_CONFIG_CALLS = {("admissionregistration.k8s.io", r, v) for r in ("validatingwebhookconfigurations",
                                                                           "mutatingwebhookconfigurations")
@@ -172,7 +187,7 @@ def test_layout_installs_in_one_go():
 def test_cluster_role_is_exactly_the_operators_calls():
     granted = {(g, r, v) for rule in the("ClusterRole")["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == OPERATOR_CALLS | WEBHOOK_CONFIG_CALLS | CRD_CALLS
+    assert granted == OPERATOR_CALLS | DRA_CALLS | WEBHOOK_CONFIG_CALLS | CRD_CALLS
     names = {"admissionregistration.k8s.io": [WEBHOOK_CONFIG_NAME], "apiextensions.k8s.io": [CRD_NAME]}
     for r in the("ClusterRole")["rules"]:
         assert "nonResourceURLs" not in r
@@ -252,7 +267,7 @@ def test_service_account_is_granted_exactly_that(api, installed):
                                                             verb=verb, namespace=namespace or None, name=name)))
         return authz.create_subject_access_review(review).status.allowed
 
-    for call in sorted(OPERATOR_CALLS):
+    for call in sorted(OPERATOR_CALLS | DRA_CALLS):
         assert allowed(*call), call
     for call in sorted(CRD_CALLS):  # our CRD only
         assert allowed(*call, namespace="", name=CRD_NAME), call
@@ -283,11 +298,157 @@ def test_service_account_is_granted_exactly_that(api, installed):
         assert not allowed(*call, namespace=""), call  # not cluster-wide
     for verb in ("get", "watch", "update"):
         assert not allowed("apps", "controllerrevisions", verb, namespace=sa["namespace"]), verb
+    # DRA: exactly DRA_CALLS (and, for pods/status, exactly patch), namespaced and cluster-wide
+    for resource in (*DRA_READS, "resourceclaims/status", "resourceclaims/binding", "resourceclaims/driver",
+                     "resourceclaimtemplates", "devicetaintrules/status"):
+        for verb in ALL_VERBS:
+            want = ("resource.k8s.io", resource, verb) in DRA_CALLS
+            for ns in ("default", ""):
+                assert allowed("resource.k8s.io", resource, verb, namespace=ns) is want, (resource, verb, ns, want)
+    for verb in ALL_VERBS:
+        assert allowed("", "pods/status", verb) is (verb == "patch"), verb
+    assert not allowed("", "pods/finalizers", "update")  # upstream's grant; our claims block no deletion
     for call in [("", "pods", "get"), ("", "pods", "create"), ("", "pods", "patch"), ("", "nodes", "patch"),
                  ("", "secrets", "list"), ("", "events", "create"), ("events.k8s.io", "events", "patch"),
                  ("policy-scheduler.io", "schedulingpolicies", "update"), ("scheduling.x-k8s.io", "podgroups", "patch"),
                  ("scheduling.x-k8s.io", "podgroups", "create")]:
         assert not allowed(*call), call
+
+
+def sa_token(core, namespace: str, name: str) -> str:
+    req = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
+    return core.create_namespaced_service_account_token(name, namespace, req).status.token
+
+
+def caller(cluster, token: str):
+    """``call(method, path, body=None, content_type=...)``: one request to the API server with a
+    bearer token; its JSON answer, or Refused with the status and body of a refusal."""
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str(cluster.state_dir / "pki" / "ca.crt"))
+
+    def call(method: str, path: str, body=None, content_type: str = "application/json"):
+        req = urllib.request.Request(cluster.server + path, method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": content_type,
+                                              "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+                text = r.read()
+        except urllib.error.HTTPError as e:
+            raise Refused(e.code, e.read().decode()) from None
+        if "watch=true" in path:  # a stream of events, none at all when nothing changed
+            return text
+        return json.loads(text)
+
+    return call
+
+
+class Refused(Exception):
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"{status}: {body}")
+        self.status, self.body = status, body
+
+
+DRA = "/apis/resource.k8s.io/v1"
+EXTENDED = "deviceclass.resource.kubernetes.io/gpu.example.com"  # the class's implicit extended resource
+
+
+def test_dra_calls_pass_the_api_servers_checks(cluster, api, core, namespace, installed):
+    """DRA_CALLS made for real with the ServiceAccount's token, in the order upstream's
+    DynamicResources makes them for a pod whose extended resource DRA provides (PreBind: create the
+    claim, finalizer, allocation and reservation, the pod's extendedResourceClaimStatus; Unreserve:
+    the reservation removed by strategic-merge patch; PostFilter: deallocation; then the finalizer
+    removed and the claim deleted). The API server's own check of status.allocation and
+    status.reservedFor (resourceclaims/binding) lets them through; a ServiceAccount granted all of
+    it but resourceclaims/binding is refused the same allocation."""
+    sa = the("ServiceAccount")["metadata"]
+    call = caller(cluster, sa_token(core, sa["namespace"], sa["name"]))
+    # list and watch, cluster-wide
+    for r in DRA_READS:
+        assert call("GET", f"{DRA}/{r}")["kind"].endswith("List"), r
+        call("GET", f"{DRA}/{r}?watch=true&timeoutSeconds=1")
+    # a pod asking for one device of the class as an extended resource (no scheduler takes it)
+    p = pod("dra-rbac", namespace, scheduler="nobody")
+    p["spec"]["containers"][0]["resources"] = {"requests": {EXTENDED: "1"}, "limits": {EXTENDED: "1"}}
+    made = core.create_namespaced_pod(namespace, p)
+    claims = f"{DRA}/namespaces/{namespace}/resourceclaims"
+    request = "container-0-request-0"
+    claim = call("POST", claims, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"generateName": "dra-rbac-extended-resources-",
+                     "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "dra-rbac",
+                                          "uid": made.metadata.uid, "controller": True}]},
+        "spec": {"devices": {"requests": [{"name": request, "exactly": {
+            "deviceClassName": "gpu.example.com", "allocationMode": "ExactCount", "count": 1}}]}}})
+    name = claim["metadata"]["name"]
+    claim = call("GET", f"{claims}/{name}")
+    claim["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    claim = call("PUT", f"{claims}/{name}", claim)
+    allocation = {"devices": {"results": [{"request": request, "driver": "gpu.example.com", "pool": "node-a",
+                                           "device": "gpu-0"}]},
+                  "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                      {"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]},
+                  "allocationTimestamp": "2026-01-01T00:00:00Z"}
+    claim["status"] = {"allocation": allocation,
+                       "reservedFor": [{"resource": "pods", "name": "dra-rbac", "uid": made.metadata.uid}]}
+    claim = call("PUT", f"{claims}/{name}/status", claim)
+    assert claim["status"]["reservedFor"][0]["uid"] == made.metadata.uid
+    call("PATCH", f"/api/v1/namespaces/{namespace}/pods/dra-rbac/status", {"status": {"extendedResourceClaimStatus": {
+        "requestMappings": [{"containerName": "c", "resourceName": EXTENDED, "requestName": request}],
+        "resourceClaimName": name}}}, content_type="application/strategic-merge-patch+json")
+    got = core.read_namespaced_pod_status("dra-rbac", namespace).status.extended_resource_claim_status
+    assert got.resource_claim_name == name
+    claim = call("PATCH", f"{claims}/{name}/status", {
+        "metadata": {"uid": claim["metadata"]["uid"]},
+        "status": {"reservedFor": [{"$patch": "delete", "uid": made.metadata.uid}]}},
+        content_type="application/strategic-merge-patch+json")
+    assert not claim["status"].get("reservedFor") and claim["status"]["allocation"]
+    claim["status"] = {}
+    claim = call("PUT", f"{claims}/{name}/status", claim)
+    assert not claim.get("status", {}).get("allocation")
+    claim["metadata"]["finalizers"] = []
+    call("PUT", f"{claims}/{name}", claim)
+    call("DELETE", f"{claims}/{name}")
+    with pytest.raises(Refused) as gone:
+        call("GET", f"{claims}/{name}")
+    assert gone.value.status == 404
+
+    # the same ClusterRole without resourceclaims/binding: the allocation is refused
+    rbac = client.RbacAuthorizationV1Api(api)
+    rules = [r for r in copy.deepcopy(the("ClusterRole")["rules"]) if "resourceclaims/binding" not in r["resources"]]
+    rules.append({"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update"]})
+    weaker = "dra-rbac-no-binding"
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": weaker}})
+    rbac.create_cluster_role({"metadata": {"name": weaker}, "rules": rules})
+    rbac.create_cluster_role_binding({"metadata": {"name": weaker}, "subjects": [
+        {"kind": "ServiceAccount", "name": weaker, "namespace": namespace}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": weaker}})
+    try:
+        authz = client.AuthorizationV1Api(api)
+        wait_for(lambda: authz.create_subject_access_review(client.V1SubjectAccessReview(
+            spec=client.V1SubjectAccessReviewSpec(
+                user=f"system:serviceaccount:{namespace}:{weaker}",
+                resource_attributes=client.V1ResourceAttributes(group="resource.k8s.io", resource="resourceclaims",
+                                                                subresource="status", verb="update",
+                                                                namespace=namespace)))).status.allowed,
+                 10, what="the weaker ClusterRoleBinding in effect")
+        call = caller(cluster, sa_token(core, namespace, weaker))
+        claim = call("POST", claims, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                      "metadata": {"name": "dra-rbac-weaker"},
+                                      "spec": {"devices": {"requests": [{"name": request, "exactly": {
+                                          "deviceClassName": "gpu.example.com"}}]}}})
+        claim["status"] = {"allocation": allocation}
+        with pytest.raises(Refused) as refused:
+            call("PUT", f"{claims}/dra-rbac-weaker/status", claim)
+        assert refused.value.status == 422, refused.value
+        message = json.loads(refused.value.body)["message"]
+        assert 'requires resource="resourceclaims/binding", verb="update"' in message, message
+    finally:
+        rbac.delete_cluster_role_binding(weaker)
+        rbac.delete_cluster_role(weaker)
+        client.ResourceV1Api(api).delete_collection_namespaced_resource_claim(namespace)
 
 
 # ---------------------------------------------------------------------------------------------
