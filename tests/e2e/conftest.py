@@ -239,7 +239,8 @@ def example_policies(operator, policies):
     from helpers import apply_policy, ready_condition
 
     for f in sorted((ROOT / "policies").glob("*.yaml")):
-        body = yaml.safe_load(f.read_text())
+        # the policy of each file (gpu-dra.yaml also holds the DRA objects of its example)
+        body = next(d for d in yaml.safe_load_all(f.read_text()) if d and d["kind"] == "SchedulingPolicy")
         apply_policy(policies, body["metadata"]["name"], body["spec"]["plugins"],
                      **{k: v for k, v in body["spec"].items() if k != "plugins"})
     for name in ("default", "binpack", "spread", "node-label-match"):

@@ -438,7 +438,9 @@ def test_custom_values(template):
     policies = {d["metadata"]["name"]: d for d in by_kind(docs, "SchedulingPolicy")}
     assert sorted(policies) == POLICY_NAMES
     for name, p in policies.items():
-        source = yaml.safe_load((ROOT / "policies" / f"{name}.yaml").read_text())
+        # the chart installs a file's first object, its policy (gpu-dra.yaml holds more)
+        source = next(yaml.safe_load_all((ROOT / "policies" / f"{name}.yaml").read_text()))
+        assert source["kind"] == "SchedulingPolicy", name
         assert p["spec"].pop("schedulerName") == "policy-scheduler"
         assert p["metadata"].pop("labels")["app.kubernetes.io/instance"] == "batch"
         assert p == source, name

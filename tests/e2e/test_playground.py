@@ -30,7 +30,9 @@ def test_the_playground_refuses_a_bad_policy_and_places_every_example_policy(tmp
         assert f"export KUBECONFIG={state / 'kubeconfig'}" in out
         assert "pods bound in" in out
         # every example policy placed pods: each appears in the placements' [policy ...] headers
-        names = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in (ROOT / "policies").glob("*.yaml")}
+        # each file's first object is its policy (gpu-dra.yaml holds the DRA objects of its example too)
+        names = {next(yaml.safe_load_all(p.read_text()))["metadata"]["name"]
+                 for p in (ROOT / "policies").glob("*.yaml")}
         assert len(names) == total and all(f"[policy {n}]" in out for n in names), (names, out)
 
         kubectl = localcluster.bin_dir(build=False) / "kubectl"

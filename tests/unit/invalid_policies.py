@@ -646,7 +646,8 @@ def valid_policies() -> list[tuple[str, dict[str, Any]]]:
     """Specs that must be accepted: the example policies and edge cases of every rule."""
     out = []
     for f in sorted((ROOT / "policies").glob("*.yaml")):
-        body = yaml.safe_load(f.read_text())
+        # a file may hold more objects than its policy (gpu-dra.yaml: the DRA objects it uses)
+        body = next(d for d in yaml.safe_load_all(f.read_text()) if d and d["kind"] == "SchedulingPolicy")
         out.append((f"example-{f.stem}", body["spec"]))
     out += [
         ("edges", {
