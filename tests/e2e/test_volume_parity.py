@@ -30,7 +30,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from helpers import events_for, node, pod, priority_classes, wait_for
+from helpers import apply_policy, events_for, example_plugins, node, pod, priority_classes, wait_for
 
 DECISION = "policy-scheduler.io/decision"
 
@@ -265,6 +265,9 @@ def _pinned(*names: str) -> dict:
 
 # pods rejected before any node is filtered: name -> (the spec's extra fields, the name of a claim to
 # create first or None); "<tag>" stands for the run's tag
+POLICY_LABEL = "policy-scheduler.io/policy"
+NO_DRA_POLICY = "vp-default-no-dra"  # policies/default.yaml without DynamicResources
+
 PREFILTER_CASES = {
     # VolumeRestrictions' PreFilter: UnschedulableAndUnresolvable `persistentvolumeclaim "..." not found`
     "missing-claim": ({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "vp-missing-<tag>"}}]},
@@ -293,11 +296,12 @@ def test_prefilter_rejections_same_message_as_kube_scheduler(api, core, namespac
     """upstream findNodesThatFitPod turns a PreFilter rejection into a FitError whose absent-node
     status is the rejection, and schedulingAlgorithm runs PostFilter (DefaultPreemption) on it:
     `0/N nodes are available: <PreFilter message>. preemption: 0/N nodes are available: N
-    Preemption is not helpful for scheduling.` kube-scheduler's profile without DynamicResources
-    and policy-scheduler's `default` policy must write the same message, and leave the pod without
-    a nomination. (kube-scheduler's default profile is printed too: after a rejection at an earlier
-    PreFilter, DynamicResources' PostFilter finds no state of its PreFilter, errs with `not found`,
-    and DefaultPreemption does not run.)"""
+    Preemption is not helpful for scheduling.` That is kube-scheduler's profile without
+    DynamicResources, which a policy of the default plugins without it must match. With
+    DynamicResources (kube-scheduler's default profile and our `default` policy), after a
+    rejection at an earlier PreFilter its PostFilter finds no state of its PreFilter, errs with
+    `not found`, and DefaultPreemption does not run: `0/N nodes are available: <message>. not
+    found`; ours must write that too. Neither leaves a nomination."""
     tag = secrets.token_hex(3)
     names = [f"vp-{tag}-{i}" for i in range(3)]
     made: list[str] = []
@@ -315,10 +319,14 @@ def test_prefilter_rejections_same_message_as_kube_scheduler(api, core, namespac
             core.create_node(node(name, labels={"e2e-vp": tag}))
         # both schedulers have every node (and, earlier in their watches, the claim) once they bind
         # a pod that only the last node admits
-        schedulers = ((NO_DRA, "up"), (OURS, "ours"), (UPSTREAM, "dra"))
-        for sched, _ in schedulers:
-            probe = f"vp-{tag}-probe-{sched}"
+        apply_policy(client.CustomObjectsApi(api), NO_DRA_POLICY,
+                     [p for p in example_plugins("default") if p["name"] != "DynamicResources"])
+        schedulers = ((NO_DRA, "up", None), (OURS, "ours", None), (UPSTREAM, "dra", None),
+                      (OURS, "ours-no-dra", NO_DRA_POLICY))
+        for sched, short, policy in schedulers:
+            probe = f"vp-{tag}-probe-{short}"
             core.create_namespaced_pod(namespace, pod(probe, namespace, scheduler=sched,
+                                                      labels={POLICY_LABEL: policy} if policy else None,
                                                       nodeSelector={"kubernetes.io/hostname": names[-1]},
                                                       terminationGracePeriodSeconds=0))
             made.append(probe)
@@ -327,9 +335,10 @@ def test_prefilter_rejections_same_message_as_kube_scheduler(api, core, namespac
         messages: dict[str, dict[str, str]] = {}
         for case, (extra, _) in PREFILTER_CASES.items():
             spec = json.loads(json.dumps(extra).replace("<tag>", tag))
-            for sched, short in schedulers:
+            for sched, short, policy in schedulers:
                 name = f"vp-{tag}-{case}-{short}"
                 core.create_namespaced_pod(namespace, pod(name, namespace, scheduler=sched,
+                                                          labels={POLICY_LABEL: policy} if policy else None,
                                                           terminationGracePeriodSeconds=0, **spec))
                 made.append(name)
 
@@ -340,15 +349,19 @@ def test_prefilter_rejections_same_message_as_kube_scheduler(api, core, namespac
                 msg = wait_for(refused, 60, 0.2, what=f"{sched} to refuse {name}")
                 p = core.read_namespaced_pod(name, namespace)
                 assert not p.spec.node_name and not p.status.nominated_node_name, (case, sched, p.status)
-                messages.setdefault(case, {})[sched] = msg.replace(tag, "<tag>")
-        lines = [f"  {case}: {'same' if m[OURS] == m[NO_DRA] else 'DIFFERENT'}: upstream {m[NO_DRA]!r}"
-                 + ("" if m[OURS] == m[NO_DRA] else f"; ours {m[OURS]!r}")
-                 + ("" if m[UPSTREAM] == m[NO_DRA] else f"; with DynamicResources {m[UPSTREAM]!r}")
-                 for case, m in messages.items()]
+                messages.setdefault(case, {})[short] = msg.replace(tag, "<tag>")
+        lines = []
+        for case, m in messages.items():
+            same = m["ours"] == m["dra"] and m["ours-no-dra"] == m["up"]
+            lines.append(f"  {case}: {'same' if same else 'DIFFERENT'}: upstream {m['dra']!r}, without "
+                         f"DynamicResources {m['up']!r}" + ("" if same else f"; ours {m['ours']!r}, without "
+                                                            f"DynamicResources {m['ours-no-dra']!r}"))
         print("\nPreFilter rejections:\n" + "\n".join(lines))
-        assert all(m[OURS] == m[NO_DRA] for m in messages.values()), "\n".join(lines)
-        # upstream's PostFilter added its part (so the comparison is not vacuous)
-        assert all(" preemption: " in m[NO_DRA] for m in messages.values()), "\n".join(lines)
+        assert all(m["ours"] == m["dra"] and m["ours-no-dra"] == m["up"] for m in messages.values()), \
+            "\n".join(lines)
+        # upstream's PostFilters added their parts (so the comparisons are not vacuous)
+        assert all(" preemption: " in m["up"] for m in messages.values()), "\n".join(lines)
+        assert sum(m["dra"].endswith(". not found") for m in messages.values()) >= 3, "\n".join(lines)
     finally:
         for name in made:
             try:
@@ -365,3 +378,8 @@ def test_prefilter_rejections_same_message_as_kube_scheduler(api, core, namespac
                 core.delete_node(name)
             except ApiException:
                 pass
+        try:
+            client.CustomObjectsApi(api).delete_cluster_custom_object("policy-scheduler.io", "v1alpha1",
+                                                                      "schedulingpolicies", NO_DRA_POLICY)
+        except ApiException:
+            pass

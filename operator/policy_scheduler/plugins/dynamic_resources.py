@@ -29,7 +29,9 @@ on conflicts. A claim deleted or allocated elsewhere in the meantime is an Error
 
 PostFilter: when no node fits, the first unavailable claim reserved for nobody or only for this
 pod is deallocated (``deallocation of ResourceClaim completed``), so the next attempt may
-allocate it afresh.
+allocate it afresh. After a rejection by an earlier PreFilter, upstream's PostFilter finds no
+state and answers the Error ``not found``, which ends the PostFilter run (no preemption) and
+is appended to the FitError message: so is ours.
 
 Not covered: extended resources backed by DRA, partitionable devices and consumable capacity,
 binding conditions (devices that have them are allocated, PreBind does not wait for them),
@@ -155,6 +157,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
 
     # ------------------------------------------------------------------ PreFilter
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
+        st = DraState([], [], None)
+        state.write(STATE_KEY, st)  # upstream writes its state first: PostFilter finds it from here on
         if not pod.resource_claims:
             return Status.skip(), None
         cache = self._cache()
@@ -185,8 +189,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                         return Status.unschedulable(f"request {rname}: device class {cls} does not exist",
                                                     unresolvable=True), None
             to_allocate.append(i)
-        allocator = Allocator(cache, [claims[i] for i in to_allocate]) if to_allocate else None
-        state.write(STATE_KEY, DraState(claims, to_allocate, allocator))
+        st.claims, st.to_allocate = claims, to_allocate
+        st.allocator = Allocator(cache, [claims[i] for i in to_allocate]) if to_allocate else None
         return Status.success(), None
 
     # ------------------------------------------------------------------ Filter
@@ -226,7 +230,9 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     # ------------------------------------------------------------------ PostFilter
     def post_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, statuses) -> tuple[Status, str | None]:
         st: DraState | None = state.read(STATE_KEY)
-        if st is None or not st.claims:
+        if st is None:  # an earlier PreFilter rejected the pod: upstream's getStateData error
+            return Status.error("not found"), None
+        if not st.claims:
             return Status(Code.UNSCHEDULABLE), None
         cache = self._cache()
         for i in sorted(st.unavailable):

@@ -306,3 +306,14 @@ def test_hostile_objects_are_refused_on_themselves():
         with pytest.raises(ValueError):
             h.cache.apply(kind, "ADDED", body)
     assert len(h.cache) == 0
+
+
+def test_post_filter_after_an_earlier_pre_filter_rejection_says_not_found_as_upstream():
+    h, t = world([gpu("g0")])
+    pl = plugin(h)
+    st, _ = pl.post_filter(CycleState(), pod("p"), t, None)  # PreFilter never ran
+    assert (st.code, st.reasons) == (Code.ERROR, ("not found",))
+    state = CycleState()
+    assert pl.pre_filter(state, pod("p"), t)[0].code == Code.SKIP  # no claims: state written, Skip
+    st, _ = pl.post_filter(state, pod("p"), t, None)
+    assert (st.code, st.reasons) == (Code.UNSCHEDULABLE, ())
