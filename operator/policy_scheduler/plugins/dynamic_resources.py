@@ -22,7 +22,7 @@ Reserve: the node's allocation is held in memory (DraCache.pending): no other po
 devices and a claim shared with another pod waits until PreBind wrote it. Unreserve drops it and
 removes the pod from ``reservedFor`` if it got there.
 
-PreBind: per claim not yet reserved for the pod, re-read it, add the finalizer
+PreBind: per claim not yet reserved for the pod (from the cache, re-read after a conflict), add the finalizer
 ``resource.kubernetes.io/delete-protection`` (update), then write ``status.allocation`` (with
 ``allocationTimestamp``) and append the pod to ``status.reservedFor`` (one status update), retried
 on conflicts. A claim deleted or allocated elsewhere in the meantime is an Error.
@@ -349,8 +349,14 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     async def _bind_claim(self, claim: ResourceClaim, pod: PodInfo, allocation: dict | None) -> ResourceClaim:
         path = claim_path(claim.namespace, claim.name)
         api = self.handle.api_request
+        cached = self._cache().claim(claim.namespace, claim.name)
         for attempt in range(CONFLICT_RETRIES):
-            body = await api("GET", path)
+            # the first attempt writes over the cached object (a stale one fails with a conflict);
+            # every retry reads the claim again, as upstream's conflict loop
+            if attempt == 0 and cached is not None and cached.uid == claim.uid and cached.raw.get("metadata"):
+                body = cached.raw
+            else:
+                body = await api("GET", path)
             meta = dict(body.get("metadata") or {})
             if meta.get("uid") != claim.uid or meta.get("deletionTimestamp"):
                 raise _BindError(f"claim {claim.key} got deleted in the meantime")

@@ -272,6 +272,7 @@ def test_pre_bind_refuses_a_claim_allocated_elsewhere():
     _, _, state = filter_all(pl, p, t)
     pl.reserve(state, p, "n0")
     h.objects["default/x"]["status"]["allocation"] = {"devices": {"results": []}}
+    h.objects["default/x"]["metadata"]["resourceVersion"] = "7"  # written by someone else: our copy is stale
     st = asyncio.run(pl.pre_bind(state, p, "n0"))
     assert (st.code, st.reasons) == (Code.ERROR, ("claim default/x got allocated elsewhere in the meantime",))
 
