@@ -5,9 +5,9 @@ schedulers, one after the other, each on a fresh control plane:
   policy-scheduler                the ``default`` policy
   kube-scheduler                  v1.37.1, its full default profile
   kube-scheduler (same plugins)   v1.37.1 with a profile of exactly the ``default`` policy's
-                                  plugins, weights and args (every other default plugin disabled:
-                                  DynamicResources is the one left out; GangScheduling only with
-                                  the gang gates on)
+                                  plugins, weights and args, read from policies/default.yaml
+                                  (every other default plugin disabled; DynamicResources is in it
+                                  when the policy has it; GangScheduling only with the gang gates)
   bare binder (ceiling)           binds pods round-robin with no decision and posts their
                                   Scheduled event: the most this API server allows here
 
@@ -47,6 +47,13 @@ over 3 zones):
   Scale               5,000 nodes holding 50,000 pods created bound   default 5000 nodes x  1000 pods
                       up front (10 per node, in every scheduler's cache), then SchedulingBasic
                       pods: peak RSS and decision time at that size; no latency phase
+  DRA                 scheduler_perf's SchedulingWithResourceClaim-   default  500 nodes x 2500 pods
+                      Template burst (bench/dra_workload.py): nodes scheduler-perf-dra-<i> with
+                      one ResourceSlice each (--dra-devices devices, 10), DeviceClass test-class,
+                      pods with one claim from the ResourceClaimTemplate test-claim-template;
+                      half the devices go to pods scheduled first (not measured, --dra-init), the
+                      other half to the measured pods (--pods); kube-controller-manager's
+                      resourceclaim controller runs for every scheduler alike; measured as below
 
 Without --workload the first four run (with --quick, SchedulingBasic only). Every run gets a
 fresh control plane (etcd + kube-apiserver in its own state dir under .local/bench-<time>/),
@@ -71,6 +78,23 @@ plain Node objects (no kwok, so nothing else loads the API server; --kwok adds i
    pods/s) for every scheduler alike. A phase whose achieved rate falls below 90% of the offered
    one is marked saturated.
 
+The DRA workload is measured otherwise, as upstream's scheduler_perf: with the scheduler running
+and the first --dra-init pods scheduled (at least one: the start-up is not measured), the
+measured pods are posted (--create-concurrency in flight) and pods/s is their count over the time
+from the first create to the last bound, the claims' creation by the controller included (the
+pods wait in PreEnqueue until their claim exists). Also reported: the same to the last Scheduled
+event and between the 10% and the 90% pod, the time to post them all and to the last claim
+named in a pod's status (the controller), creation-to-claim and claim-to-bound times, and the
+controller's CPU. The checks add: no device allocated twice (every claim's
+status.allocation.devices.results), every bound pod's claim controlled by it, allocated once (one
+device, of the slice of the pod's node, a node selector naming it) and reserved for it alone.
+After the checks the pods and their claims are deleted and the run waits until no claim is left
+(every one deallocated by the controller, its finalizer then removed): cleanup s. The bare binder
+allocates too (a free device round-robin over the nodes, the claim's finalizer and then its
+status written as kube-scheduler's PreBind does, then the binding and the event). When the
+``default`` policy has no DynamicResources, policy-scheduler and kube-scheduler (same plugins)
+cannot allocate and are left out of this workload (said in the report).
+
 Peak RSS is the scheduler process's VmHWM at the end of the run. Client limits are the same for
 all: --qps / --burst (kube-scheduler's clientConnection, policy-scheduler's --qps/--burst, the
 binder's client); policy-scheduler and the binder bind with --bind-concurrency requests in
@@ -93,11 +117,12 @@ count; ``changed`` and the plugins that moved the changed decisions are reported
         [--nodes N] [--pods M] [--schedulers policy-scheduler kube-scheduler kube-same ceiling]
         [--qps 5000] [--burst 10000] [--bind-concurrency 64] [--latency-pods L]
         [--latency-load F] [--latency-rate R] [--repeat N] [--kwok] [--tuning] [--shadow]
-        [--shadow-full] [--operator-arg=--flag=value]
+        [--shadow-full] [--operator-arg=--flag=value] [--dra-devices 10] [--dra-init N]
 
 --quick runs SchedulingBasic at 200 nodes x 2000 pods with 300 latency pods (other workloads:
 PodAntiAffinity 100 x 500, GangScheduling 100 x 500, PreemptionBasic 100 x 100,
-SchedulingBasic5k 1000 x 2000, Scale 1000 nodes with 2,000 bound pods): under two minutes.
+SchedulingBasic5k 1000 x 2000, Scale 1000 nodes with 2,000 bound pods, DRA 100 nodes with
+500 + 500 pods): under two minutes.
 --repeat N runs every scheduler N times, interleaved, and reports the run with the median
 pods/s. Tables go to stdout, progress to stderr; the last line of stdout is one JSON object with
 every figure and the ratios of pods/s (``ratios.ours_vs_kube``: policy-scheduler / kube-scheduler
@@ -143,6 +168,8 @@ from policy_scheduler.framework.model.quantity import to_int
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
+sys.path.insert(0, str(ROOT / "bench"))
+import dra_workload as dra  # noqa: E402
 import localcluster  # noqa: E402
 
 OURS, KUBE, KUBE_SAME, CEILING = "policy-scheduler", "kube-scheduler", "kube-same", "ceiling"
@@ -199,6 +226,7 @@ class Workload:
     group_size: int = 0  # pods per native PodGroup (minCount), consecutive pods by index (gangs)
     preempts: bool = False  # the init pods are low-priority victims, the measured pods preempt them
     quick_init_per_node: int | None = None  # init pods per node with --quick (default: init_per_node)
+    dra: bool = False  # pods with a claim from a template, nodes with a ResourceSlice (bench/dra_workload.py)
 
     @property
     def gangs(self) -> bool:
@@ -234,6 +262,9 @@ class Workload:
         if not kwok:  # kwok's node-initialize stage fills in the conditions of the nodes it manages
             status["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                      "message": "plain Node object"}]
+        if self.dra:
+            return dra.node(i, self.zones, NODE_CPU, NODE_MEM, NODE_PODS, HOSTNAME, ZONE,
+                            {localcluster.KWOK_NODE_ANNOTATION: "fake"} if kwok else {}, status.get("conditions"))
         return {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {HOSTNAME: name, ZONE: f"zone-{i % self.zones}"},
                              "annotations": {localcluster.KWOK_NODE_ANNOTATION: "fake"} if kwok else {}},
@@ -246,6 +277,8 @@ class Workload:
 
     def pod(self, phase: str, i: int, scheduler_name: str, nodes: int) -> dict:
         app = self.app(phase, i, nodes)
+        if self.dra:
+            return dra.pod(f"{phase}-{i:06d}", NAMESPACE, scheduler_name, POD_CPU, POD_MEM, app)
         spec: dict[str, Any] = {
             "schedulerName": scheduler_name,
             "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10", "ports": [{"containerPort": 80}],
@@ -328,6 +361,8 @@ WORKLOADS = {w.name: w for w in (
     Workload("SchedulingBasic5k", 5000, 10000, 1000, 2000),
     # the scale mode: 50,000 pods bound up front in the cache of every scheduler, then 1,000 more
     Workload("Scale", 5000, 1000, 1000, 500, init_per_node=10, quick_init_per_node=2),
+    # measured pods: by default half the devices (dra.sizes), the other half scheduled first
+    Workload("DRA", 500, 2500, 100, 500, dra=True),
 )}
 MAIN_WORKLOADS = ("SchedulingBasic", "NodeAffinity", "TopologySpreading", "PodAntiAffinity")
 HIGH_PRIORITY = "bench-high"  # PriorityClass of PreemptionBasic's measured pods (value 10)
@@ -409,6 +444,7 @@ class PodWatch:
         self.bound: dict[str, float] = {}
         self.event: dict[str, float] = {}
         self.node: dict[str, str] = {}
+        self.claimed: dict[str, float] = {}  # DRA: when the pod's status first named its claim
         self.rebound: list[str] = []
         self.informer = Informer(client, f"/api/v1/namespaces/{NAMESPACE}/pods", self.on_pod, "bench-pods")
         self.events = Informer(client, f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events", self.on_event,
@@ -435,6 +471,8 @@ class PodWatch:
         t = time.monotonic()
         name = obj["metadata"]["name"]
         self.added.setdefault(name, t)
+        if name not in self.claimed and dra.pod_claim_name(obj):
+            self.claimed[name] = t
         node = (obj.get("spec") or {}).get("nodeName")
         if node:
             prev = self.node.get(name)
@@ -513,6 +551,11 @@ async def scheduled_events(client: KubeClient, expected: int, quiet: float = 3.0
 
 def default_policy() -> dict:
     return yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
+
+
+def policy_has(plugin: str) -> bool:
+    """Whether the ``default`` policy's chain has ``plugin`` (then so has the kube-same profile)."""
+    return any(p.get("name") == plugin for p in default_policy()["spec"]["plugins"])
 
 
 def shadow_rollout(which: str) -> dict:
@@ -666,8 +709,9 @@ def terminate(p: subprocess.Popen) -> None:
 def same_plugins_config(gangs: bool) -> str:
     """A KubeSchedulerConfiguration profile with exactly the ``default`` policy's plugins, weights
     and args (plus the two our chain adds implicitly: SchedulingGates, DefaultBinder), every
-    other default plugin disabled. GangScheduling only with the gang gates (kube-scheduler has
-    it only then; without them ours passes every pod in no group at once)."""
+    other default plugin disabled: DynamicResources is in it when the policy has it.
+    GangScheduling only with the gang gates (kube-scheduler has it only then; without them ours
+    passes every pod in no group at once)."""
     policy = default_policy()
     plugins = [p for p in policy["spec"]["plugins"] if gangs or p["name"] != "GangScheduling"]
     enabled = [{"name": "SchedulingGates"}]
@@ -702,7 +746,8 @@ async def start_scheduler(which: str, plan: RunPlan, cluster: localcluster.Local
         return Proc(p.pid, run_dir / "policy-scheduler.log", lambda: terminate(p),
                     f"http://127.0.0.1:{port}/metrics", "scheduler_schedule_attempts_total")
     args = [sys.executable, str(Path(__file__).resolve()), "binder", "--kubeconfig", kc, "--qps", str(a.qps),
-            "--burst", str(a.burst), "--concurrency", str(a.bind_concurrency)]
+            "--burst", str(a.burst), "--concurrency", str(a.bind_concurrency),
+            *(["--dra"] if plan.workload.dra else [])]
     p = start_popen(args, run_dir / "binder.log")
     return Proc(p.pid, run_dir / "binder.log", lambda: terminate(p))
 
@@ -791,6 +836,8 @@ class RunPlan:
     latency_pods: int
     init_per_node: int  # pods bound up front on every node
     run_dir: Path
+    dra_devices: int = 0  # DRA: devices per node (one ResourceSlice each)
+    dra_init: int = 0  # DRA: pods scheduled before the measured ones, not measured
 
 
 async def run_latency(client: KubeClient, watch: PodWatch, plan: RunPlan, which: str, proc: Proc, prefix: str,
@@ -811,11 +858,22 @@ async def run_latency(client: KubeClient, watch: PodWatch, plan: RunPlan, which:
     return names, fig
 
 
-def decision_time(metrics: str) -> dict[str, Any]:
+def decision_time(metrics: str, before: str = "") -> dict[str, Any]:
     """Decision time per scheduling attempt, as both schedulers measure it: the sum of
     scheduler_framework_extension_point_duration_seconds over PreFilter, Filter, PostFilter,
     PreScore and Score, divided by the attempts (PreFilter's count); and the mean of
-    scheduler_scheduling_attempt_duration_seconds (the whole attempt, binding included)."""
+    scheduler_scheduling_attempt_duration_seconds (the whole attempt, binding included). With
+    ``before`` (a scrape of the same process), only the attempts made since."""
+    total, count, att_sum, att_count = (a - b for a, b in zip(_decision_sums(metrics), _decision_sums(before)))
+    out: dict[str, Any] = {}
+    if count:
+        out.update(attempts=int(count), mean_ms=round(1000 * total / count, 3))
+    if att_count:
+        out["attempt_mean_ms"] = round(1000 * att_sum / att_count, 3)
+    return out
+
+
+def _decision_sums(metrics: str) -> tuple[float, float, float, float]:
     name = "scheduler_framework_extension_point_duration_seconds"
     points = ("PreFilter", "Filter", "PostFilter", "PreScore", "Score")
     total = count = att_sum = att_count = 0.0
@@ -832,12 +890,7 @@ def decision_time(metrics: str) -> dict[str, Any]:
             att_sum += float(value)
         elif line.startswith("scheduler_scheduling_attempt_duration_seconds_count"):
             att_count += float(value)
-    out: dict[str, Any] = {}
-    if count:
-        out.update(attempts=int(count), mean_ms=round(1000 * total / count, 3))
-    if att_count:
-        out["attempt_mean_ms"] = round(1000 * att_sum / att_count, 3)
-    return out
+    return total, count, att_sum, att_count
 
 
 async def api_requests(client: KubeClient) -> Counter:
@@ -981,6 +1034,186 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         await client.close()
 
 
+# ------------------------------------------------------------------------------------ DRA
+DRA_PATH = f"/apis/{dra.API}"
+CLAIMS_PATH = f"{DRA_PATH}/namespaces/{NAMESPACE}/resourceclaims"
+
+
+def start_claim_controller(cluster: localcluster.LocalCluster, a: argparse.Namespace) -> None:
+    """kube-controller-manager with only the resourceclaim controller (it makes the claims of the
+    pods' templates, and deallocates and frees claims whose pods are gone), with the client
+    limits of the schedulers: at its default of 20 QPS it would be the bottleneck (upstream's
+    scheduler_perf runs this controller in its own process, on the test's client).
+    start_controller_manager takes no other flags; its flags end with the cluster's feature
+    gates, so they come in through that hook, for this one call."""
+    gates = cluster._gate_flags
+    limits = [f"--kube-api-qps={a.qps}", f"--kube-api-burst={a.burst}"]
+    cluster._gate_flags = lambda: [*gates(), *limits]  # type: ignore[method-assign]
+    try:
+        cluster.start_controller_manager(controllers=dra.CONTROLLERS)
+    finally:
+        del cluster._gate_flags  # the class's method again
+    cmdline = Path(f"/proc/{cluster.state['procs']['kube-controller-manager']['pid']}/cmdline").read_bytes()
+    if f"--kube-api-qps={a.qps}".encode() not in cmdline:
+        raise BenchError("kube-controller-manager did not get --kube-api-qps")
+
+
+def rel_quantiles(xs: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(1000 * percentile(xs, 50), 1), "p99_ms": round(1000 * percentile(xs, 99), 1)} \
+        if xs else {}
+
+
+async def dra_objects(client: KubeClient, plan: RunPlan) -> None:
+    """The DeviceClass, a ResourceSlice per node and the ResourceClaimTemplate."""
+    await client.post(f"{DRA_PATH}/deviceclasses", dra.device_class())
+    await create_all(client, f"{DRA_PATH}/resourceslices",
+                     [dra.resource_slice(i, plan.dra_devices) for i in range(plan.nodes)], 16)
+    await client.post(f"{DRA_PATH}/namespaces/{NAMESPACE}/resourceclaimtemplates", dra.claim_template(NAMESPACE))
+
+
+async def dra_cleanup(client: KubeClient, timeout: float = 180) -> dict[str, Any]:
+    """Delete the pods (at once: no kubelet here) and their claims, then wait until no claim is
+    left: the resourceclaim controller drops the gone pods from reservedFor, deallocates and
+    removes the finalizer, and the claim goes. Raises BenchError when claims stay."""
+    t0 = time.monotonic()
+    now = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+    await client.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", now)
+    await client.request("DELETE", CLAIMS_PATH, now)
+    while True:
+        claims = await list_all(client, CLAIMS_PATH)
+        pods = await list_all(client, f"/api/v1/namespaces/{NAMESPACE}/pods")
+        if not claims and not pods:
+            return {"cleanup_s": round(time.monotonic() - t0, 1)}
+        if time.monotonic() - t0 > timeout:
+            alloc = sum(1 for c in claims if (c.get("status") or {}).get("allocation"))
+            raise BenchError(f"cleanup: after {timeout:.0f}s {len(pods)} pods and {len(claims)} claims are left, "
+                             f"{alloc} of them allocated")
+        await asyncio.sleep(0.5)
+
+
+async def measure_dra(which: str, plan: RunPlan, cluster: localcluster.LocalCluster, a: argparse.Namespace) -> dict:
+    """The DRA workload: the scheduler starts and schedules the first ``plan.dra_init`` pods (not
+    measured), then the measured pods are posted and pods/s is their count over the time from
+    the first create to the last bound. Checks, then the cleanup (pods and claims deleted, every
+    device free again)."""
+    wl = plan.workload
+    client = KubeClient(load_credentials(cluster.admin_kubeconfig), qps=0, burst=1, timeout=120, user_agent="bench")
+    tasks: list[asyncio.Task] = []
+    proc: Proc | None = None
+    try:
+        await client.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": NAMESPACE}})
+        nodes = {b["metadata"]["name"]: b for b in (wl.node(i, a.kwok) for i in range(plan.nodes))}
+        await create_all(client, "/api/v1/nodes", list(nodes.values()), 32)
+        await dra_objects(client, plan)
+        if which in OURS_ALL:
+            await install_policy(client, which)
+        watch = PodWatch(client)
+        tasks.append(asyncio.create_task(watch.informer.run()))
+        tasks.append(asyncio.create_task(watch.events.run()))
+        await asyncio.wait_for(watch.informer.synced.wait(), 120)
+        await asyncio.wait_for(watch.events.synced.wait(), 30)
+        procs = cluster.state["procs"]
+        pids = {"apiserver": procs["kube-apiserver"]["pid"], "etcd": procs["etcd"]["pid"],
+                "controller": procs["kube-controller-manager"]["pid"], "bench": os.getpid()}
+        await settle(pids)
+        sched_name = SCHEDULER_NAME[which]
+        pod_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+
+        # ---- the scheduler starts; the pods scheduled first (upstream's init pods): not measured
+        sampler = Sampler(pids)
+        t_start = time.monotonic()
+        sampler.sample()
+        proc = await start_scheduler(which, plan, cluster, a)
+        sampler.pids["scheduler"] = proc.pid
+        tasks.append(asyncio.create_task(sampler.run()))
+        init_names = [f"i-{i:06d}" for i in range(plan.dra_init)]
+        progress(f"  {LABEL[which]} started; {plan.dra_init} pods to schedule first")
+        await create_all(client, pod_path, [wl.pod("i", i, sched_name, plan.nodes) for i in range(plan.dra_init)],
+                         a.create_concurrency)
+        await wait_until(lambda: watch.count_scheduled(init_names) >= len(init_names),
+                         f"{LABEL[which]}: the pods scheduled first", a.stall_timeout,
+                         lambda: len(watch.bound) + len(watch.event) + len(watch.claimed), proc.exited)
+        first = {"pods": len(init_names), "s": round(time.monotonic() - t_start, 2)}
+        progress(f"  {len(init_names)} pods scheduled first in {first['s']}s (scheduler start included)")
+        await settle(pids)
+
+        # ---- throughput: the measured pods posted with the scheduler running
+        names = [f"t-{i:06d}" for i in range(plan.pods)]
+        bodies = [wl.pod("t", i, sched_name, plan.nodes) for i in range(plan.pods)]
+        requests_before = await api_requests(client)
+        metrics_start = await scrape(proc.metrics_url, metrics_ssl(cluster)) if proc.metrics_url else ""
+        load = os.getloadavg()[0]
+        t0 = time.monotonic()
+        await create_all(client, pod_path, bodies, a.create_concurrency)
+        t_posted = time.monotonic()
+        await wait_until(lambda: watch.count_scheduled(names) >= plan.pods,
+                         f"{LABEL[which]}: scheduled (bound, with a Scheduled event)", a.stall_timeout,
+                         lambda: len(watch.bound) + len(watch.event) + len(watch.claimed), proc.exited)
+        sampler.sample()
+        bound = sorted(watch.bound[n] for n in names)
+        done = sorted(watch.scheduled(n) for n in names)
+        claimed = sorted(watch.claimed[n] for n in names if n in watch.claimed)
+        t_last = bound[-1]
+        span = max(t_last - t0, 1e-6)
+        cpu = sampler.between(t0, t_last)
+        res: dict[str, Any] = {
+            "scheduler": which,
+            "pods_per_s": round(plan.pods / span, 1),  # first create to last bound
+            "pods_per_s_overall": round(plan.pods / max(done[-1] - t0, 1e-6), 1),  # to the last Scheduled event
+            "pods_per_s_window": window_rate(done),  # 10% to 90% pod scheduled
+            "post_s": round(t_posted - t0, 2), "last_bound_s": round(t_last - t0, 2),
+            "last_event_s": round(done[-1] - t0, 2),
+            "last_claim_s": round(claimed[-1] - t0, 2) if claimed else None,
+            "claim_after_create": rel_quantiles([watch.claimed[n] - watch.added[n] for n in names
+                                                 if n in watch.claimed and n in watch.added]),
+            "bound_after_claim": rel_quantiles([watch.bound[n] - watch.claimed[n] for n in names
+                                                if n in watch.claimed]),
+            "scheduled_first": first,
+            "cpu_ms_per_pod": round(1000 * cpu["scheduler"] / plan.pods, 3),
+            "cpu_cores_in_window": round(cpu["scheduler"] / span, 2),
+            "apiserver_cpu_s": round(cpu["apiserver"], 2), "etcd_cpu_s": round(cpu["etcd"], 2),
+            "controller_cpu_s": round(cpu["controller"], 2), "bench_cpu_s": round(cpu["bench"], 2),
+            "other_cores_in_window": round(max(0.0, cpu["machine"] - sum(
+                cpu[k] for k in ("scheduler", "apiserver", "etcd", "controller", "bench"))) / span, 2),
+            "loadavg_at_start": round(load, 2),
+        }
+        progress(f"  {res['pods_per_s']} pods/s (first create to last bound: {plan.pods} pods in "
+                 f"{res['last_bound_s']}s; posted in {res['post_s']}s, the last claim at {res['last_claim_s']}s)")
+        metrics = await scrape(proc.metrics_url, metrics_ssl(cluster)) if proc.metrics_url else ""
+        reqs = await api_requests(client) - requests_before
+        res["api_requests_per_pod"] = {k: round(v / plan.pods, 2) for k, v in reqs.most_common()
+                                       if v / plan.pods >= 0.05}
+        res["decision"] = decision_time(metrics, metrics_start)
+        res["peak_rss_mb"] = round(peak_rss_mb(proc.pid), 1)
+        everyone = init_names + names
+        events = await scheduled_events(client, len(everyone))
+        t_stop = time.monotonic()
+        await asyncio.to_thread(proc.stop)
+        res["stop_s"] = round(time.monotonic() - t_stop, 2)
+        stopped, proc = proc, None
+
+        # ---- checks, on the final state; then every pod and claim goes, every device is free
+        pods = await list_all(client, pod_path)
+        claims = await list_all(client, CLAIMS_PATH)
+        res["checks"] = check_run(which, plan, watch, everyone, pods, nodes, events, metrics, stopped)
+        errors, tally = dra.check_claims(pods, claims, everyone)
+        if errors:
+            raise BenchError(f"{LABEL[which]} on {wl.name}: " + "; ".join(errors))
+        res["checks"].update(tally)
+        res["checks"].update(await dra_cleanup(client))
+        progress(f"  checks passed: {tally['claims_allocated']} claims allocated, {tally['devices_allocated']} "
+                 f"devices, none twice; cleanup (pods and claims gone, devices free) in {res['checks']['cleanup_s']}s")
+        return res
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if proc is not None:
+            await asyncio.to_thread(proc.stop)
+        await client.close()
+
+
 def metrics_ssl(cluster: localcluster.LocalCluster) -> ssl.SSLContext:
     """The admin client certificate, without verifying kube-scheduler's self-signed serving cert."""
     pki = cluster.state_dir / "pki"
@@ -1048,6 +1281,9 @@ def run_one(which: str, plan: RunPlan, a: argparse.Namespace) -> dict:
              if plan.workload.gangs else {})  # every scheduler of the workload runs on the same control plane
     cluster.up(kwok=a.kwok, quiet=True, **gates)
     try:
+        if plan.workload.dra:  # the claims of the pods' templates, for every scheduler alike
+            start_claim_controller(cluster, a)
+            return asyncio.run(measure_dra(which, plan, cluster, a))
         return asyncio.run(measure(which, plan, cluster, a))
     except BenchError as e:
         raise BenchError(f"{e}\n(logs in {run_dir})") from None
@@ -1061,9 +1297,26 @@ async def binder_main(a: argparse.Namespace) -> None:
     """The ceiling: bind every pending pod of our scheduler name round-robin over the nodes, with
     no decision, ``concurrency`` bindings in flight, through the same client as the operator;
     then post its Scheduled event (events.k8s.io/v1, as both schedulers do), since a pod counts
-    as scheduled only with both."""
+    as scheduled only with both. With ``--dra`` a pod with claims is taken once its status names
+    them all (the resourceclaim controller's work), goes to the next node round-robin with free
+    devices (the ResourceSlices' devices no claim holds), and each of its claims gets one of them
+    written as kube-scheduler's PreBind writes it: the finalizer with an Update, then
+    status.allocation and reservedFor with an UpdateStatus; then the binding and the event."""
     client = KubeClient(load_credentials(a.kubeconfig), qps=a.qps, burst=a.burst, user_agent="bench-binder")
     nodes = sorted(n["metadata"]["name"] for n in await list_all(client, "/api/v1/nodes"))
+    free: dict[str, list[tuple[str, str]]] = {}  # node -> its free (pool, device), the last one taken first
+    claims: dict[tuple[str, str], dict] = {}  # the latest claims seen, by (namespace, name)
+    if a.dra:
+        taken = {(r.get("pool"), r.get("device"))
+                 for c in await list_all(client, f"/apis/{dra.API}/resourceclaims")
+                 for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+                           or [])}
+        for sl in await list_all(client, f"/apis/{dra.API}/resourceslices"):
+            spec = sl.get("spec") or {}
+            pool = (spec.get("pool") or {}).get("name")
+            if spec.get("driver") == dra.DRIVER and spec.get("nodeName"):
+                free.setdefault(spec["nodeName"], []).extend(
+                    (pool, d["name"]) for d in reversed(spec.get("devices") or []) if (pool, d["name"]) not in taken)
     queue: asyncio.Queue = asyncio.Queue()
     seen: set[tuple[str, str]] = set()
     counts = Counter()
@@ -1075,14 +1328,60 @@ async def binder_main(a: argparse.Namespace) -> None:
         if kind == "DELETED" or spec.get("schedulerName") != SCHEDULER_NAME[CEILING] or spec.get("nodeName") \
                 or key in seen:
             return
+        claim_names = dra.pod_claim_names(obj) if a.dra else []
+        if claim_names is None:
+            return  # its claims are not all made yet: a later update names them
         seen.add(key)
-        queue.put_nowait((key, meta.get("uid")))
+        queue.put_nowait((key, meta.get("uid"), claim_names))
+
+    def on_claim(kind: str, obj: dict) -> None:
+        key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        if kind == "DELETED":
+            claims.pop(key, None)
+        else:
+            claims[key] = obj
+
+    def pick(k: int) -> str | None:
+        """The next node round-robin (with ``k`` free devices for a pod with ``k`` claims)."""
+        for _ in range(len(nodes)):
+            node = nodes[next(rr) % len(nodes)]
+            if not k or len(free.get(node, ())) >= k:
+                return node
+        return None
+
+    async def allocate(ns: str, claim: str, node: str, pod: str, uid: str) -> None:
+        pool, dev = free[node].pop()
+        path = f"/apis/{dra.API}/namespaces/{ns}/resourceclaims/{claim}"
+        c = claims.get((ns, claim)) or await client.get(path)
+        for _ in range(10):
+            try:
+                if dra.DELETE_PROTECTION not in (c["metadata"].get("finalizers") or []):
+                    c = copy.deepcopy(c)
+                    c["metadata"]["finalizers"] = [*(c["metadata"].get("finalizers") or []), dra.DELETE_PROTECTION]
+                    c = await client.request("PUT", path, c)
+                ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                c = {**c, "status": {**(c.get("status") or {}), "allocation": dra.allocation(node, pool, dev, ts),
+                                     "reservedFor": [{"resource": "pods", "name": pod, "uid": uid}]}}
+                await client.request("PUT", path + "/status", c)
+                return
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+                counts["claim_conflicts"] += 1  # a stale copy: read it again
+                c = await client.get(path)
+        raise BenchError(f"claim {ns}/{claim}: conflicts on every try")
 
     async def worker() -> None:
         while True:
-            (ns, name), uid = await queue.get()
-            node = nodes[next(rr) % len(nodes)]
+            (ns, name), uid, claim_names = await queue.get()
+            node = pick(len(claim_names))
+            if node is None:
+                counts["errors"] += 1
+                print(f"bind error {ns}/{name}: no node has {len(claim_names)} free devices", flush=True)
+                continue
             try:
+                for cname in claim_names:
+                    await allocate(ns, cname, node, name, uid)
                 await client.bind(ns, name, node, uid=uid)
                 counts["bound"] += 1
                 now = time.time()
@@ -1094,14 +1393,14 @@ async def binder_main(a: argparse.Namespace) -> None:
                     "action": "Binding", "reason": "Scheduled", "type": "Normal",
                     "note": f"Successfully assigned {ns}/{name} to {node}",
                     "regarding": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": ns, "uid": uid}})
-            except ApiError as e:
-                counts["conflicts" if e.status == 409 else "errors"] += 1
+            except (ApiError, BenchError) as e:
+                counts["conflicts" if isinstance(e, ApiError) and e.status == 409 else "errors"] += 1
                 print(f"bind error {ns}/{name}: {e}", flush=True)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                 counts["errors"] += 1
                 print(f"bind error {ns}/{name}: {e}; retrying", flush=True)
                 await asyncio.sleep(0.5)
-                queue.put_nowait(((ns, name), uid))
+                queue.put_nowait(((ns, name), uid, claim_names))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -1109,13 +1408,15 @@ async def binder_main(a: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     tasks = [asyncio.create_task(Informer(client, "/api/v1/pods", on_pod, "pods").run()),
              *(asyncio.create_task(worker()) for _ in range(a.concurrency))]
+    if a.dra:
+        tasks.append(asyncio.create_task(Informer(client, f"/apis/{dra.API}/resourceclaims", on_claim, "claims").run()))
     await stop.wait()
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await client.close()
-    print(json.dumps({"bound": counts["bound"], "conflicts": counts["conflicts"], "errors": counts["errors"]}),
-          flush=True)
+    print(json.dumps({"bound": counts["bound"], "conflicts": counts["conflicts"], "errors": counts["errors"],
+                      "claim_conflicts": counts["claim_conflicts"]}), flush=True)
 
 
 # ------------------------------------------------------------------------------------ report
@@ -1221,6 +1522,63 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
             print(f"      {line[:200]}")
 
 
+def print_dra_table(name: str, wl_result: dict, cores: int) -> None:
+    runs = wl_result["runs"]
+    print(f"\n{name}: {wl_result['nodes']} nodes x {wl_result['devices_per_node']} devices ({dra.DRIVER}), "
+          f"{wl_result['init_pods']} pods scheduled first (not measured), then {wl_result['pods']} pods measured, "
+          f"posted with the scheduler running; one claim per pod from {dra.CLAIM_TEMPLATE}; {cores} cores"
+          + (f"; median of {wl_result['repeat']} runs" if wl_result["repeat"] > 1 else ""))
+    head = (f"{'scheduler':<30} {'pods/s':>7} {'to ev':>6} {'10-90%':>6} {'post s':>6} {'claim s':>7} "
+            f"{'bound s':>7} {'claim p50/p99':>13} {'bind p50/p99':>13} {'ms/pod':>6} {'api+etcd s':>10} "
+            f"{'kcm s':>5} {'other':>5} {'RSS MB':>6} {'decide ms':>9}")
+    print(head)
+    print("-" * len(head))
+
+    def pq(q: dict) -> str:
+        return f"{q['p50_ms']:.0f}/{q['p99_ms']:.0f}" if q else "-"
+
+    for which in (CEILING, KUBE, KUBE_SAME, *OURS_ALL):
+        r = runs.get(which)
+        if r is None:
+            continue
+        dec = r.get("decision") or {}
+        print(f"{LABEL[which]:<30} {r['pods_per_s']:>7.1f} {r['pods_per_s_overall']:>6.1f} "
+              f"{r['pods_per_s_window']:>6.1f} {r['post_s']:>6.2f} {r['last_claim_s'] or 0:>7.2f} "
+              f"{r['last_bound_s']:>7.2f} {pq(r['claim_after_create']):>13} {pq(r['bound_after_claim']):>13} "
+              f"{r['cpu_ms_per_pod']:>6.2f} {r['apiserver_cpu_s'] + r['etcd_cpu_s']:>10.1f} "
+              f"{r['controller_cpu_s']:>5.1f} {r['other_cores_in_window']:>5.2f} {r['peak_rss_mb']:>6.0f} "
+              f"{dec.get('mean_ms', '-'):>9}")
+    for which, why in (wl_result.get("skipped") or {}).items():
+        print(f"{LABEL[which]:<30} left out: {why}")
+    rat = {k: "-" if v is None else v for k, v in wl_result["ratios"].items()}
+    print(f"ratios of pods/s: policy-scheduler / kube-scheduler (default profile) = {rat['ours_vs_kube_full']}, "
+          f"/ kube-scheduler (same plugins) = {rat['ours_vs_kube']}, / bare binder = {rat['ours_vs_ceiling']}; "
+          f"kube-scheduler / bare binder = {rat['kube_vs_ceiling']}")
+    print("pods/s: measured pods over the time from the first create to the last bound (the claims' creation "
+          "by kube-controller-manager's resourceclaim controller included); to ev: to the last Scheduled event; "
+          "10-90%: between the 10% and the 90% pod scheduled; post s: the time to post them all; claim s: to the "
+          "last claim named in a pod's status; bound s: to the last bound; claim p50/p99: ms from a pod's creation "
+          "to its claim named; bind p50/p99: ms from then to its binding; ms/pod: the scheduler's CPU from the "
+          "first create to the last bound, per pod; api+etcd s, kcm s: their CPU seconds then; other: cores the "
+          "rest of the machine used; decide ms: PreFilter to Score per attempt of the measured pods")
+    busy = [f"{LABEL[w]} {r['other_cores_in_window']:.2f}" for w, r in runs.items()
+            if r["other_cores_in_window"] > 0.2]
+    if busy:
+        print(f"note: other processes used cores during the measured window ({', '.join(busy)}); "
+              "these figures are noisier than on a quiet machine")
+    if wl_result["repeat"] > 1:
+        print("pods/s of every run: " + "; ".join(f"{LABEL[w]} {r['pods_per_s_repeats']}" for w, r in runs.items()))
+    for which, r in runs.items():
+        c = r["checks"]
+        print(f"  {LABEL[which]}: {c['bound']}/{c['created']} pods bound, none twice; Scheduled events "
+              f"{c['scheduled_events']}; {c['claims_allocated']}/{c['claims']} claims allocated, "
+              f"{c['devices_allocated']} devices, none twice, each reserved for its pod alone; 'scheduled' "
+              f"attempts {c['scheduled_attempts']}, 'unschedulable' {c['unschedulable_attempts']}; log "
+              f"warnings/errors {c['log_warnings_or_errors']}; cleanup {c['cleanup_s']}s")
+        for line in c["log_first"][:3] if which not in (KUBE, KUBE_SAME) else ():
+            print(f"      {line[:200]}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["binder"]:
@@ -1229,6 +1587,7 @@ def main(argv: list[str] | None = None) -> int:
         b.add_argument("--qps", type=float, default=5000)
         b.add_argument("--burst", type=int, default=10000)
         b.add_argument("--concurrency", type=int, default=64)
+        b.add_argument("--dra", action="store_true", help="allocate a free device to each claim of a pod first")
         logging.basicConfig(level=logging.WARNING)
         asyncio.run(binder_main(b.parse_args(argv[1:])))
         return 0
@@ -1271,6 +1630,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--operator-arg", action="append", default=[],
                     help="extra argument for `policy-scheduler run` (repeatable), "
                          "e.g. --operator-arg=--log-level=warning")
+    ap.add_argument("--dra-devices", type=int, default=dra.DEVICES,
+                    help=f"DRA: devices per node, in its ResourceSlice (default {dra.DEVICES})")
+    ap.add_argument("--dra-init", type=int,
+                    help="DRA: pods scheduled before the measured ones, not measured (default: half the devices; "
+                         "at least 1)")
     ap.add_argument("--out", type=Path, help="run directory (default .local/bench-<time>)")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -1301,16 +1665,34 @@ def main(argv: list[str] | None = None) -> int:
             n = a.nodes or (wl.quick_nodes if a.quick else wl.nodes)
             m = a.pods or (wl.quick_pods if a.quick else wl.pods)
             init = wl.quick_init_per_node if a.quick and wl.quick_init_per_node is not None else wl.init_per_node
-            no_latency = wl.preempts or wl.gangs or wl.init_per_node
+            no_latency = wl.preempts or wl.gangs or wl.init_per_node or wl.dra
             plan = RunPlan(wl, n, m, 0 if no_latency else min(latency_pods, m), init, out)
+            wl_order, skipped = order, {}
+            if wl.dra:
+                try:
+                    plan.pods, plan.dra_init = dra.sizes(n, a.dra_devices, a.pods, a.dra_init)
+                except ValueError as e:
+                    raise BenchError(f"{name}: {e}") from None
+                plan.dra_devices, m = a.dra_devices, plan.pods
+                if not policy_has("DynamicResources"):  # neither would allocate a device
+                    why = "the default policy has no DynamicResources (policies/default.yaml)"
+                    skipped = {w: why for w in order if w in (*OURS_ALL, KUBE_SAME)}
+                    wl_order = [w for w in order if w not in skipped]
+                    for w in skipped:
+                        progress(f"{name}: {LABEL[w]} left out: {why}")
             reps: dict[str, list[dict]] = defaultdict(list)
             for rep in range(a.repeat):  # interleaved, so slow drifts of the machine hit all alike
-                for which in order:
+                for which in wl_order:
                     plan.run_dir = out / (f"{name}-{which}" + (f"-{rep + 1}" if a.repeat > 1 else ""))
                     reps[which].append(run_one(which, plan, a))
             runs = {which: median_run(rs) for which, rs in reps.items()}
             wr = {"nodes": n, "pods": m, "init_pods": n * init, "latency_load": a.latency_load,
                   "latency_rate": a.latency_rate, "repeat": a.repeat, "runs": runs}
+            if wl.dra:
+                wr.update(init_pods=plan.dra_init, devices_per_node=plan.dra_devices, skipped=skipped,
+                          method="pods posted with the scheduler running, after the first init_pods were "
+                                 "scheduled; pods/s: measured pods over the time from the first create to the "
+                                 "last bound")
             pps = {k: v["pods_per_s"] for k, v in runs.items()}
             avg = {k: v["pods_per_s_overall"] for k, v in runs.items()}
             cpu = {k: v["cpu_ms_per_pod"] for k, v in runs.items()}
@@ -1331,7 +1713,7 @@ def main(argv: list[str] | None = None) -> int:
                 lg = {k: v.get("last_group_whole_s") for k, v in runs.items()}
                 wr["ratios"]["ours_vs_kube_last_group"] = ratio(lg.get(KUBE_SAME) or lg.get(KUBE), lg.get(OURS))
             result["workloads"][name] = wr
-            print_table(name, wr, cores)
+            (print_dra_table if wl.dra else print_table)(name, wr, cores)
         result["ok"] = True
     except (BenchError, localcluster.ClusterError, ApiError) as e:
         print(f"\nFAILED: {e}", file=sys.stderr, flush=True)
