@@ -1,0 +1,576 @@
+"""The worlds of the DRA parity suite (test_dra_parity.py): seeded cases of nodes with GPUs
+published in ResourceSlices, claims and claim templates, and pods created one at a time; building
+them through the API (raw JSON: resource.k8s.io/v1 objects as the API server writes them), a
+poller that watches every world's pods and FailedScheduling events at once, and the outcome of a
+world that the suite compares.
+
+Devices: driver ``gpu.example.com``, one slice per node (pool named after the node, generation 1,
+resourceSliceCount 1, spec.nodeName set, as upstream's scheduler_perf publishes them). A device
+has the string attribute ``model`` (a100 or t4), the capacity ``memory`` (a100: 40Gi or 80Gi, t4:
+16Gi), the qualified attribute ``resource.kubernetes.io/pciRoot`` and, on a100s only, the bare
+``pcieRoot`` (``gpu.example.com/pcieRoot`` to a constraint: the driver's own domain); some carry a
+NoSchedule taint (``example.com/unhealthy``) or a taint of effect None (ignored)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+from kubernetes.client.rest import ApiException
+
+DRIVER = "gpu.example.com"
+PCI_ROOT = "resource.kubernetes.io/pciRoot"  # on every device
+PCIE_ROOT = f"{DRIVER}/pcieRoot"  # the bare attribute `pcieRoot`, on a100s only
+TAINT_KEY = "example.com/unhealthy"
+CLASS_GPU = "drap-gpu"  # device.driver == "gpu.example.com"
+CLASS_A100 = "drap-a100"  # that, and model a100
+CLASS_MISSING = "drap-missing"  # never created
+DECISION = "policy-scheduler.io/decision"
+ZONES = ("za", "zb")
+LABEL_RUN, LABEL_BATCH = "drap-run", "drap-batch"
+GATE_WAIT = 3.0  # how long a pod whose claim does not exist yet must stay untouched
+
+SEL_A100 = f'device.attributes["{DRIVER}"].model == "a100"'
+SEL_T4 = f'device.attributes["{DRIVER}"].model == "t4"'
+SEL_MEM40 = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0'
+SEL_MEM80 = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("80Gi")) >= 0'
+TOLERATION = {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+CLASSES = [  # (name, selectors); CLASS_GPU last: a probe that allocates through it proves the others seen
+    (CLASS_A100, [f'device.driver == "{DRIVER}"', SEL_A100]),
+    (CLASS_GPU, [f'device.driver == "{DRIVER}"']),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# the cases
+
+def _exactly(cls: str = CLASS_GPU, sels: tuple = (), count: int | None = None, all_: bool = False,
+             tol: bool = False) -> dict:
+    e: dict = {"deviceClassName": cls}
+    if sels:
+        e["selectors"] = [{"cel": {"expression": s}} for s in sels]
+    if all_:
+        e["allocationMode"] = "All"
+    elif count:
+        e["allocationMode"] = "ExactCount"
+        e["count"] = count
+    if tol:
+        e["tolerations"] = [dict(TOLERATION)]
+    return e
+
+
+def _one(**kw) -> list[dict]:
+    return [{"name": "gpu", "exactly": _exactly(**kw)}]
+
+
+def _first(*subs: tuple[str, dict]) -> list[dict]:
+    return [{"name": "gpu", "firstAvailable": [{"name": n, **_exactly(**kw)} for n, kw in subs]}]
+
+
+# claim kinds: name -> (weight, requests, constraints)
+KINDS: dict[str, tuple[int, list, list]] = {
+    "any": (6, _one(), []),
+    "a100": (4, _one(sels=(SEL_A100,)), []),  # CEL on the model
+    "t4": (2, _one(sels=(SEL_T4,)), []),
+    "class-a100": (3, _one(cls=CLASS_A100), []),  # the class's selector on the model
+    "mem40": (4, _one(sels=(SEL_MEM40,)), []),  # CEL on the memory capacity
+    "count2": (3, _one(count=2), []),
+    "count3": (2, _one(count=3), []),
+    "all-t4": (2, _one(sels=(SEL_T4,), all_=True), []),
+    "all": (1, _one(all_=True), []),
+    "all-tol": (1, _one(all_=True, tol=True), []),
+    "match-pci": (3, _one(count=2), [{"matchAttribute": PCI_ROOT}]),
+    "match-pcie": (2, [{"name": "a", "exactly": _exactly()}, {"name": "b", "exactly": _exactly(sels=(SEL_MEM40,))}],
+                   [{"matchAttribute": PCIE_ROOT}]),
+    "first": (3, _first(("big", {"sels": (SEL_MEM80,)}), ("pair", {"sels": (SEL_T4,), "count": 2}), ("one", {})),
+              []),
+    "first-a100": (2, _first(("two", {"cls": CLASS_A100, "count": 2}), ("one", {"tol": True})), []),
+    "tol": (3, _one(tol=True), []),  # tolerates the NoSchedule taint
+    "count2-tol": (1, _one(count=2, tol=True), []),
+    "too-many": (1, _one(count=9), []),
+    "missing-class": (1, _one(cls=CLASS_MISSING), []),
+    "first-missing": (1, _first(("x", {"cls": CLASS_MISSING}), ("y", {})), []),
+}
+
+
+@dataclass
+class Device:
+    model: str
+    memory: str
+    pci: str
+    taint: str | None  # "NoSchedule", "None" or None
+
+    def body(self, i: int) -> dict:
+        attrs = {"model": {"string": self.model}, PCI_ROOT: {"string": self.pci}}
+        if self.model == "a100":
+            attrs["pcieRoot"] = {"string": self.pci}
+        d = {"name": f"gpu-{i}", "attributes": attrs, "capacity": {"memory": {"value": self.memory}}}
+        if self.taint == "NoSchedule":
+            d["taints"] = [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+        elif self.taint == "None":
+            d["taints"] = [{"key": "example.com/info", "value": "x", "effect": "None"}]
+        return d
+
+    def short(self) -> str:
+        return f"{self.model}/{self.memory}/{self.pci}" + (f"/taint={self.taint}" if self.taint else "")
+
+
+@dataclass
+class NodeSpec:
+    cpu: str
+    zone: str
+    devices: list[Device] | None  # None: no ResourceSlice
+
+
+@dataclass
+class ClaimRef:
+    """One entry of a pod's spec.resourceClaims. ``source``: named (a ResourceClaim created with
+    the pod), template (resourceClaimTemplateName), shared (the named claim ``ref`` of an earlier
+    pod), late (a named claim created only after the pod has waited GATE_WAIT seconds)."""
+    source: str
+    kind: str  # a KINDS key (for shared: the kind of the claim it shares)
+    ref: str = ""  # the claim's (or template's) name suffix in its world
+
+
+@dataclass
+class PodSpec:
+    cpu: str
+    claims: list[ClaimRef]
+    zone: str | None = None
+
+
+@dataclass
+class Case:
+    nodes: list[NodeSpec]
+    pods: list[PodSpec]
+
+    def features(self) -> set[str]:
+        f = set()
+        for p in self.pods:
+            for c in p.claims:
+                f.add(f"kind:{c.kind}")
+                f.add(f"source:{c.source}")
+        for n in self.nodes:
+            for d in n.devices or ():
+                if d.taint:
+                    f.add(f"taint:{d.taint}")
+            if n.devices is None:
+                f.add("node-without-devices")
+        return f
+
+    def describe(self) -> str:
+        nodes = "; ".join(f"n{i} cpu {n.cpu} " + ("no slice" if n.devices is None else
+                                                 ",".join(d.short() for d in n.devices))
+                          for i, n in enumerate(self.nodes))
+        pods = "; ".join(f"p{j} cpu {p.cpu}" + (f" zone {p.zone}" if p.zone else "") + ": " +
+                         (",".join(f"{c.source}:{c.kind}" + (f"({c.ref})" if c.source == "shared" else "")
+                                   for c in p.claims) or "no claim")
+                         for j, p in enumerate(self.pods))
+        return f"nodes [{nodes}] pods [{pods}]"
+
+
+def _kind(rng: random.Random) -> str:
+    names = list(KINDS)
+    return rng.choices(names, weights=[KINDS[k][0] for k in names])[0]
+
+
+def make_case(rng: random.Random) -> Case:
+    n = rng.randint(2, 4)
+    nodes = []
+    for i, cpu in enumerate(rng.sample(("2", "3", "4", "6", "8"), n)):  # distinct sizes: fewer score ties
+        devices = None
+        if rng.random() >= 0.12:
+            devices = []
+            for _ in range(rng.randint(2, 6)):
+                model = rng.choice(("a100", "a100", "t4", "t4", "t4"))
+                r = rng.random()
+                devices.append(Device(model, rng.choice(("40Gi", "80Gi")) if model == "a100" else "16Gi",
+                                      rng.choice(("pci0", "pci1")),
+                                      "NoSchedule" if r < 0.2 else "None" if r < 0.25 else None))
+        nodes.append(NodeSpec(cpu, ZONES[i % 2], devices))
+    pods: list[PodSpec] = []
+    named: list[tuple[str, str]] = []  # (ref, kind) of the named claims made so far
+    late_done = False
+    for j in range(rng.randint(3, 6)):
+        claims: list[ClaimRef] = []
+        for k in range(rng.choices((0, 1, 2), weights=(1, 7, 2))[0]):
+            r = rng.random()
+            ref = f"{j}-{k}"
+            # shared: a claim of an earlier pod (a pod naming one claim twice fails upstream's PreBind)
+            if r < 0.15 and named and not any(c.source == "shared" for c in claims):
+                ref, kind = rng.choice(named)
+                claims.append(ClaimRef("shared", kind, ref))
+            elif r < 0.22 and not late_done:
+                late_done = True
+                claims.append(ClaimRef("late", _kind(rng), ref))
+            elif r < 0.50:
+                claims.append(ClaimRef("template", _kind(rng), ref))
+            else:
+                claims.append(ClaimRef("named", _kind(rng), ref))
+        named += [(c.ref, c.kind) for c in claims if c.source in ("named", "late")]
+        pods.append(PodSpec(rng.choice(("500m", "1", "1500m")), claims,
+                            rng.choice(ZONES) if rng.random() < 0.1 else None))
+    return Case(nodes, pods)
+
+
+# ---------------------------------------------------------------------------------------------
+# the API, as raw JSON
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+
+
+class Raw:
+    """JSON requests through a kubernetes ApiClient (thread-safe: urllib3's pool)."""
+
+    def __init__(self, api):
+        self.api = api
+
+    def req(self, method: str, path: str, body=None, query: dict | None = None, patch: bool = False,
+            missing_ok: bool = False):
+        headers = {"Accept": "application/json",
+                   "Content-Type": "application/merge-patch+json" if patch else "application/json"}
+        m, url, hdrs, data, post = self.api.param_serialize(method, path, query_params=list((query or {}).items()),
+                                                            header_params=headers, body=body,
+                                                            auth_settings=["BearerToken"])
+        r = self.api.call_api(m, url, header_params=hdrs, body=data, post_params=post, _request_timeout=30)
+        payload = r.read()
+        if r.status >= 400:
+            if missing_ok and r.status in (404, 409):
+                return None
+            raise ApiException(status=r.status, reason=f"{method} {path}: {payload[:500]!r}")
+        return json.loads(payload) if payload else None
+
+    def create(self, path: str, body: dict) -> dict:
+        return self.req("POST", path, body)
+
+
+def node_body(name: str, cpu: str, zone: str, labels: dict) -> dict:
+    alloc = {"cpu": cpu, "memory": "16Gi", "pods": "110"}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                  "topology.kubernetes.io/zone": zone, **labels}},
+            "status": {"capacity": alloc, "allocatable": alloc, "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "plain Node object"}]}}
+
+
+def slice_body(node: str, devices: list[dict], labels: dict) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpu", "labels": labels},
+            "spec": {"driver": DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}
+
+
+def claim_spec(kind: str) -> dict:
+    _, requests, constraints = KINDS[kind]
+    devices: dict = {"requests": copy.deepcopy(requests)}
+    if constraints:
+        devices["constraints"] = copy.deepcopy(constraints)
+    return {"devices": devices}
+
+
+def pod_body(name: str, ns: str, scheduler: str, cpu: str, node_selector: dict, claims: list[dict],
+             labels: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0, "nodeSelector": node_selector,
+                     "containers": [{"name": "c", "image": "registry.local/app:1",
+                                     "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}],
+                     **({"resourceClaims": claims} if claims else {})}}
+
+
+def create_classes(raw: Raw) -> list[str]:
+    made = []
+    for name, sels in CLASSES:
+        raw.req("DELETE", f"{RESOURCE}/deviceclasses/{name}", missing_ok=True)
+    for name, sels in CLASSES:
+        raw.create(f"{RESOURCE}/deviceclasses", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": s}} for s in sels]}})
+        made.append(name)
+    return made
+
+
+def delete_classes(raw: Raw, names: list[str]) -> None:
+    for name in names:
+        raw.req("DELETE", f"{RESOURCE}/deviceclasses/{name}", missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# watching every world at once
+
+class Poller:
+    """One thread that lists the run's pods and the namespace's FailedScheduling events a few
+    times a second: what every world waits on (a world's own polling, times some dozen worlds,
+    would load the API server of a 2-core machine)."""
+
+    def __init__(self, raw: Raw, ns: str, run: str, interval: float = 0.15):
+        self.raw, self.ns, self.run, self.interval = raw, ns, run, interval
+        self.pods: dict[str, dict] = {}
+        self.refused: dict[str, tuple[str, str]] = {}  # pod -> (first FailedScheduling's time, message)
+        self.cond = threading.Condition()
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="dra-poller", daemon=True)
+
+    def start(self) -> "Poller":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                pods = self.raw.req("GET", f"/api/v1/namespaces/{self.ns}/pods",
+                                    query={"labelSelector": f"{LABEL_RUN}={self.run}"})["items"]
+                evs = self.raw.req("GET", f"/api/v1/namespaces/{self.ns}/events",
+                                   query={"fieldSelector": "reason=FailedScheduling"})["items"]
+                failures = 0
+            except Exception as e:  # noqa: BLE001 - a slow API server: try again, give up after a while
+                failures += 1
+                if failures > 50:
+                    self.error = e
+                    with self.cond:
+                        self.cond.notify_all()
+                    return
+                time.sleep(self.interval)
+                continue
+            with self.cond:
+                self.pods = {p["metadata"]["name"]: p for p in pods}
+                for e in evs:
+                    name = e["involvedObject"].get("name", "")
+                    when = e.get("eventTime") or e.get("firstTimestamp") or e["metadata"]["creationTimestamp"]
+                    if name not in self.refused or when < self.refused[name][0]:
+                        self.refused[name] = (when, e.get("message") or e.get("note") or "")
+                self.cond.notify_all()
+            self._stop.wait(self.interval)
+
+    def wait(self, fn, timeout: float, what: str):
+        """Until ``fn(pods, refused)`` returns something true (under the lock)."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                if self.error is not None:
+                    raise AssertionError(f"the poller failed: {self.error!r}")
+                got = fn(self.pods, self.refused)
+                if got:
+                    return got
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+                self.cond.wait(min(left, 1.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# a world
+
+@dataclass(frozen=True)
+class PodOutcome:
+    placed: tuple  # ("node", index) | ("refused", FailedScheduling message)
+    gated: bool | None  # a pod with a late claim: neither bound nor refused while its claim was missing
+    claims: tuple  # per pod claim: (name, devices: ((request, driver, node index of the pool, device), ...)
+    #                or None when unallocated, the indices of the pods in reservedFor)
+
+    def upto(self, n: int) -> "PodOutcome":
+        """Without the pods from ``n`` on (in the reservedFor of a shared claim)."""
+        return PodOutcome(self.placed, self.gated,
+                          tuple((c[0], c[1], tuple(i for i in c[2] if i < n)) for c in self.claims))
+
+
+@dataclass(frozen=True)
+class WorldOutcome:
+    pods: tuple[PodOutcome, ...]
+    ties: tuple[bool, ...] = field(default=(), compare=False)  # ours only, per pod: its best node was not unique
+    decided: tuple[bool, ...] = field(default=(), compare=False)  # per pod: it has policy-scheduler's decision
+
+    def upto(self, n: int) -> tuple:
+        return tuple(p.upto(n) for p in self.pods[:n])
+
+
+def unique_best(decision: dict) -> bool:
+    top = decision.get("top") or []
+    return len(top) == 1 or (len(top) > 1 and top[0]["total"] > top[1]["total"])
+
+
+class World:
+    """One case's world for one scheduler: its nodes (label ``drap-world=<tag>``), their slices,
+    and, in ``run``, its claims, templates and pods."""
+
+    def __init__(self, case: Case, tag: str, scheduler: str, ns: str, run: str, batch: str):
+        self.case, self.tag, self.scheduler, self.ns = case, tag, scheduler, ns
+        self.labels = {LABEL_RUN: run, LABEL_BATCH: batch}
+        self.node_names = [f"drap-{tag}-{i}" for i in range(len(case.nodes))]
+
+    def nodes(self) -> list[dict]:
+        return [node_body(name, n.cpu, n.zone, {**self.labels, "drap-world": self.tag})
+                for name, n in zip(self.node_names, self.case.nodes)]
+
+    def slices(self) -> list[dict]:
+        return [slice_body(name, [d.body(i) for i, d in enumerate(n.devices)], self.labels)
+                for name, n in zip(self.node_names, self.case.nodes) if n.devices is not None]
+
+    def _claim_name(self, ref: str) -> str:
+        return f"{self.tag}-c{ref}"
+
+    def _create_claim(self, raw: Raw, ref: str, kind: str) -> None:
+        raw.create(f"{RESOURCE}/namespaces/{self.ns}/resourceclaims", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": self._claim_name(ref), "labels": self.labels}, "spec": claim_spec(kind)})
+
+    def run(self, raw: Raw, poller: Poller, timeout: float = 60) -> WorldOutcome:
+        placements: list[tuple] = []
+        gated: list[bool | None] = []
+        ties: list[bool] = []
+        decided: list[bool] = []
+        names = [f"{self.tag}-p{j}" for j in range(len(self.case.pods))]
+        for j, p in enumerate(self.case.pods):
+            entries = []
+            late = []
+            for k, c in enumerate(p.claims):
+                if c.source == "template":
+                    tname = f"{self.tag}-t{c.ref}"
+                    raw.create(f"{RESOURCE}/namespaces/{self.ns}/resourceclaimtemplates", {
+                        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                        "metadata": {"name": tname, "labels": self.labels},
+                        "spec": {"metadata": {"labels": self.labels}, "spec": claim_spec(c.kind)}})
+                    entries.append({"name": f"g{k}", "resourceClaimTemplateName": tname})
+                    continue
+                if c.source == "named":
+                    self._create_claim(raw, c.ref, c.kind)
+                elif c.source == "late":
+                    late.append(c)
+                entries.append({"name": f"g{k}", "resourceClaimName": self._claim_name(c.ref)})
+            selector = {"drap-world": self.tag, **({"topology.kubernetes.io/zone": p.zone} if p.zone else {})}
+            name = names[j]
+            raw.create(f"/api/v1/namespaces/{self.ns}/pods",
+                       pod_body(name, self.ns, self.scheduler, p.cpu, selector, entries, self.labels))
+            if late:
+                time.sleep(GATE_WAIT)
+                gated.append(poller.wait(lambda pods, refused, name=name: (
+                    name in pods and (not pods[name]["spec"].get("nodeName") and name not in refused,)),
+                    timeout, f"pod {name} seen")[0])
+                for c in late:
+                    self._create_claim(raw, c.ref, c.kind)
+            else:
+                gated.append(None)
+
+            def outcome(pods, refused, name=name):
+                pd = pods.get(name)
+                if pd is None:
+                    return None
+                if pd["spec"].get("nodeName"):  # ours: its decision annotation comes with the binding
+                    return ("node", self.node_names.index(pd["spec"]["nodeName"])), pd
+                if name in refused:
+                    return ("refused", refused[name][1].replace(self.tag, "<tag>")), pd
+                return None
+
+            placed, pd = poller.wait(outcome, timeout, f"pod {name} bound or refused by {self.scheduler}")
+            placements.append(placed)
+            decision = (pd["metadata"].get("annotations") or {}).get(DECISION)
+            ties.append(placed[0] == "node" and decision is not None and not unique_best(json.loads(decision)))
+            decided.append(decision is not None)
+        # the claims of every pod: what PreBind wrote (before the binding the pod was seen with)
+        pools = {name: i for i, name in enumerate(self.node_names)}
+        index = {n: j for j, n in enumerate(names)}
+        outs = []
+        for j, p in enumerate(self.case.pods):
+            pd = raw.req("GET", f"/api/v1/namespaces/{self.ns}/pods/{names[j]}")
+            statuses = {s["name"]: s.get("resourceClaimName") for s in pd["status"].get("resourceClaimStatuses") or ()}
+            claims = []
+            for k, c in enumerate(p.claims):
+                cname = statuses.get(f"g{k}") if c.source == "template" else self._claim_name(c.ref)
+                obj = raw.req("GET", f"{RESOURCE}/namespaces/{self.ns}/resourceclaims/{cname}",
+                              missing_ok=True) if cname else None
+                st = (obj or {}).get("status") or {}
+                alloc = st.get("allocation")
+                devices = None if alloc is None else tuple(
+                    (r["request"], r["driver"], pools.get(r["pool"], r["pool"]), r["device"])
+                    for r in alloc["devices"].get("results") or ())
+                reserved = tuple(sorted(index.get(r["name"], -1) for r in st.get("reservedFor") or ()))
+                claims.append((f"g{k}", devices, reserved))
+            outs.append(PodOutcome(placements[j], gated[j], tuple(claims)))
+        return WorldOutcome(tuple(outs), tuple(ties), tuple(decided))
+
+
+# ---------------------------------------------------------------------------------------------
+# a batch: several worlds side by side
+
+def create_infra(raw: Raw, worlds: list[World]) -> None:
+    """Every world's nodes, then every world's slices."""
+    for w in worlds:
+        for n in w.nodes():
+            raw.create("/api/v1/nodes", n)
+    for w in worlds:
+        for s in w.slices():
+            raw.create(f"{RESOURCE}/resourceslices", s)
+
+
+def probe(raw: Raw, poller: Poller, ns: str, run: str, batch: str, schedulers: list[str],
+          timeout: float = 60) -> None:
+    """A node and a slice made after every other of the batch, and for each scheduler a pod that
+    needs one of that slice's devices through CLASS_GPU (the last class made) and may only go to
+    that node: once both are bound with their device, every scheduler has seen the batch's nodes,
+    slices and the classes (each kind's watch events arrive in order)."""
+    labels = {LABEL_RUN: run, LABEL_BATCH: batch}
+    name = f"drap-{batch}-probe"
+    raw.create("/api/v1/nodes", node_body(name, "8", ZONES[0], {**labels, "drap-world": name}))
+    raw.create(f"{RESOURCE}/resourceslices", slice_body(name, [
+        Device("t4", "16Gi", "pci0", None).body(i) for i in range(len(schedulers))], labels))
+    for i, sched in enumerate(schedulers):
+        pname = f"{name}-{i}"
+        raw.create(f"{RESOURCE}/namespaces/{ns}/resourceclaims", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": pname, "labels": labels}, "spec": claim_spec("any")})
+        raw.create(f"/api/v1/namespaces/{ns}/pods", pod_body(
+            pname, ns, sched, "100m", {"drap-world": name}, [{"name": "g0", "resourceClaimName": pname}], labels))
+    for i, sched in enumerate(schedulers):
+        pname = f"{name}-{i}"
+        poller.wait(lambda pods, refused, p=pname: (pods.get(p) or {}).get("spec", {}).get("nodeName"), timeout,
+                    f"{sched} to bind its probe pod {pname}")
+        claim = raw.req("GET", f"{RESOURCE}/namespaces/{ns}/resourceclaims/{pname}")
+        assert (claim.get("status") or {}).get("allocation"), f"{sched} bound {pname} without allocating its claim"
+
+
+def cleanup(raw: Raw, ns: str, batch: str, timeout: float = 60) -> None:
+    """The batch's pods (grace 0), claims (their delete-protection finalizer stripped), templates,
+    slices and nodes."""
+    sel = f"{LABEL_BATCH}={batch}"
+    errors = []
+
+    def attempt(fn, *args, **kw):
+        try:
+            return fn(*args, **kw)
+        except Exception as e:  # noqa: BLE001 - go on cleaning, report at the end
+            errors.append(repr(e))
+
+    attempt(raw.req, "DELETE", f"/api/v1/namespaces/{ns}/pods", query={"labelSelector": sel,
+                                                                     "gracePeriodSeconds": "0"})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = attempt(raw.req, "GET", f"/api/v1/namespaces/{ns}/pods", query={"labelSelector": sel})
+        if left is not None and not left["items"]:
+            break
+        time.sleep(0.3)
+    for _ in range(3):
+        claims = attempt(raw.req, "GET", f"{RESOURCE}/namespaces/{ns}/resourceclaims",
+                         query={"labelSelector": sel}) or {"items": []}
+        if not claims["items"]:
+            break
+        for c in claims["items"]:
+            if c["metadata"].get("finalizers"):
+                attempt(raw.req, "PATCH", f"{RESOURCE}/namespaces/{ns}/resourceclaims/{c['metadata']['name']}",
+                        {"metadata": {"finalizers": None}}, patch=True, missing_ok=True)
+        attempt(raw.req, "DELETE", f"{RESOURCE}/namespaces/{ns}/resourceclaims", query={"labelSelector": sel})
+        time.sleep(0.3)
+    attempt(raw.req, "DELETE", f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", query={"labelSelector": sel})
+    attempt(raw.req, "DELETE", f"{RESOURCE}/resourceslices", query={"labelSelector": sel})
+    attempt(raw.req, "DELETE", "/api/v1/nodes", query={"labelSelector": sel})
+    assert not errors, f"cleanup of batch {batch}: {errors}"
