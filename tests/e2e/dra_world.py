@@ -38,7 +38,12 @@ SEL_A100 = f'device.attributes["{DRIVER}"].model == "a100"'
 SEL_T4 = f'device.attributes["{DRIVER}"].model == "t4"'
 SEL_MEM40 = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0'
 SEL_MEM80 = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("80Gi")) >= 0'
-TOLERATION = {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+SEL_MEM_GT = f'device.capacity["{DRIVER}"].memory.isGreaterThan(quantity("20Gi"))'
+TOLERATIONS = {  # by name: what a request tolerates
+    "exists": {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+    "equal": {"key": TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+    "everything": {"operator": "Exists"},  # NoExecute too
+}
 
 CLASSES = [  # (name, selectors); CLASS_GPU last: a probe that allocates through it proves the others seen
     (CLASS_A100, [f'device.driver == "{DRIVER}"', SEL_A100]),
@@ -50,7 +55,7 @@ CLASSES = [  # (name, selectors); CLASS_GPU last: a probe that allocates through
 # the cases
 
 def _exactly(cls: str = CLASS_GPU, sels: tuple = (), count: int | None = None, all_: bool = False,
-             tol: bool = False) -> dict:
+             tol: bool | str = False, admin: bool = False) -> dict:
     e: dict = {"deviceClassName": cls}
     if sels:
         e["selectors"] = [{"cel": {"expression": s}} for s in sels]
@@ -60,7 +65,9 @@ def _exactly(cls: str = CLASS_GPU, sels: tuple = (), count: int | None = None, a
         e["allocationMode"] = "ExactCount"
         e["count"] = count
     if tol:
-        e["tolerations"] = [dict(TOLERATION)]
+        e["tolerations"] = [dict(TOLERATIONS["exists" if tol is True else tol])]
+    if admin:
+        e["adminAccess"] = True
     return e
 
 
@@ -79,6 +86,7 @@ KINDS: dict[str, tuple[int, list, list]] = {
     "t4": (2, _one(sels=(SEL_T4,)), []),
     "class-a100": (3, _one(cls=CLASS_A100), []),  # the class's selector on the model
     "mem40": (4, _one(sels=(SEL_MEM40,)), []),  # CEL on the memory capacity
+    "mem-gt": (1, _one(sels=(SEL_MEM_GT,)), []),
     "count2": (3, _one(count=2), []),
     "count3": (2, _one(count=3), []),
     "all-t4": (2, _one(sels=(SEL_T4,), all_=True), []),
@@ -87,10 +95,20 @@ KINDS: dict[str, tuple[int, list, list]] = {
     "match-pci": (3, _one(count=2), [{"matchAttribute": PCI_ROOT}]),
     "match-pcie": (2, [{"name": "a", "exactly": _exactly()}, {"name": "b", "exactly": _exactly(sels=(SEL_MEM40,))}],
                    [{"matchAttribute": PCIE_ROOT}]),
+    # a constraint on two of three requests
+    "match-some": (2, [{"name": "a", "exactly": _exactly()}, {"name": "b", "exactly": _exactly(sels=(SEL_MEM40,))},
+                       {"name": "c", "exactly": _exactly(sels=(SEL_T4,))}],
+                   [{"requests": ["a", "c"], "matchAttribute": PCI_ROOT}]),
+    "distinct-pci": (2, _one(count=2), [{"distinctAttribute": PCI_ROOT}]),
     "first": (3, _first(("big", {"sels": (SEL_MEM80,)}), ("pair", {"sels": (SEL_T4,), "count": 2}), ("one", {})),
               []),
     "first-a100": (2, _first(("two", {"cls": CLASS_A100, "count": 2}), ("one", {"tol": True})), []),
     "tol": (3, _one(tol=True), []),  # tolerates the NoSchedule taint
+    "tol-equal": (1, _one(tol="equal"), []),
+    "tol-all": (1, _one(tol="everything", count=2), []),
+    # a device in use may be given again, and this one is not counted as in use (needs the
+    # namespace label resource.kubernetes.io/admin-access)
+    "admin": (2, _one(admin=True, sels=(SEL_A100,)), []),
     "count2-tol": (1, _one(count=2, tol=True), []),
     "too-many": (1, _one(count=9), []),
     "missing-class": (1, _one(cls=CLASS_MISSING), []),
@@ -103,15 +121,15 @@ class Device:
     model: str
     memory: str
     pci: str
-    taint: str | None  # "NoSchedule", "None" or None
+    taint: str | None  # "NoSchedule", "NoExecute", "None" or None
 
     def body(self, i: int) -> dict:
         attrs = {"model": {"string": self.model}, PCI_ROOT: {"string": self.pci}}
         if self.model == "a100":
             attrs["pcieRoot"] = {"string": self.pci}
         d = {"name": f"gpu-{i}", "attributes": attrs, "capacity": {"memory": {"value": self.memory}}}
-        if self.taint == "NoSchedule":
-            d["taints"] = [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+        if self.taint in ("NoSchedule", "NoExecute"):
+            d["taints"] = [{"key": TAINT_KEY, "value": "true", "effect": self.taint}]
         elif self.taint == "None":
             d["taints"] = [{"key": "example.com/info", "value": "x", "effect": "None"}]
         return d
@@ -122,9 +140,14 @@ class Device:
 
 @dataclass
 class NodeSpec:
+    """``devices``: the node's pool (None: no ResourceSlice); ``split``: in two slices, whose
+    names sort the second half of the devices first; ``extra``: devices of a second pool, whose
+    name sorts before the first's."""
     cpu: str
     zone: str
-    devices: list[Device] | None  # None: no ResourceSlice
+    devices: list[Device] | None
+    split: bool = False
+    extra: list[Device] | None = None
 
 
 @dataclass
@@ -156,16 +179,22 @@ class Case:
                 f.add(f"kind:{c.kind}")
                 f.add(f"source:{c.source}")
         for n in self.nodes:
-            for d in n.devices or ():
+            for d in (n.devices or []) + (n.extra or []):
                 if d.taint:
                     f.add(f"taint:{d.taint}")
             if n.devices is None:
                 f.add("node-without-devices")
+            if n.split:
+                f.add("split-pool")
+            if n.extra:
+                f.add("second-pool")
         return f
 
     def describe(self) -> str:
         nodes = "; ".join(f"n{i} cpu {n.cpu} " + ("no slice" if n.devices is None else
                                                  ",".join(d.short() for d in n.devices))
+                          + (" (two slices)" if n.split else "")
+                          + (" + pool e " + ",".join(d.short() for d in n.extra) if n.extra else "")
                           for i, n in enumerate(self.nodes))
         pods = "; ".join(f"p{j} cpu {p.cpu}" + (f" zone {p.zone}" if p.zone else "") + ": " +
                          (",".join(f"{c.source}:{c.kind}" + (f"({c.ref})" if c.source == "shared" else "")
@@ -183,16 +212,23 @@ def make_case(rng: random.Random) -> Case:
     n = rng.randint(2, 4)
     nodes = []
     for i, cpu in enumerate(rng.sample(("2", "3", "4", "6", "8"), n)):  # distinct sizes: fewer score ties
-        devices = None
-        if rng.random() >= 0.12:
-            devices = []
-            for _ in range(rng.randint(2, 6)):
+        def devices(k: int) -> list[Device]:
+            out = []
+            for _ in range(k):
                 model = rng.choice(("a100", "a100", "t4", "t4", "t4"))
                 r = rng.random()
-                devices.append(Device(model, rng.choice(("40Gi", "80Gi")) if model == "a100" else "16Gi",
-                                      rng.choice(("pci0", "pci1")),
-                                      "NoSchedule" if r < 0.2 else "None" if r < 0.25 else None))
-        nodes.append(NodeSpec(cpu, ZONES[i % 2], devices))
+                out.append(Device(model, rng.choice(("40Gi", "80Gi")) if model == "a100" else "16Gi",
+                                  rng.choice(("pci0", "pci1")),
+                                  "NoSchedule" if r < 0.18 else "NoExecute" if r < 0.22 else "None" if r < 0.27
+                                  else None))
+            return out
+
+        if rng.random() < 0.12:
+            nodes.append(NodeSpec(cpu, ZONES[i % 2], None))
+            continue
+        main = devices(rng.randint(2, 6))
+        nodes.append(NodeSpec(cpu, ZONES[i % 2], main, split=len(main) >= 3 and rng.random() < 0.25,
+                              extra=devices(rng.randint(1, 2)) if rng.random() < 0.15 else None))
     pods: list[PodSpec] = []
     named: list[tuple[str, str]] = []  # (ref, kind) of the named claims made so far
     late_done = False
@@ -209,7 +245,12 @@ def make_case(rng: random.Random) -> Case:
                 late_done = True
                 claims.append(ClaimRef("late", _kind(rng), ref))
             elif r < 0.50:
-                claims.append(ClaimRef("template", _kind(rng), ref))
+                templates = [c for p in pods for c in p.claims if c.source == "template"]
+                if templates and rng.random() < 0.3:  # another claim from an earlier pod's template
+                    c = rng.choice(templates)
+                    claims.append(ClaimRef("template", c.kind, c.ref))
+                else:
+                    claims.append(ClaimRef("template", _kind(rng), ref))
             else:
                 claims.append(ClaimRef("named", _kind(rng), ref))
         named += [(c.ref, c.kind) for c in claims if c.source in ("named", "late")]
@@ -258,11 +299,11 @@ def node_body(name: str, cpu: str, zone: str, labels: dict) -> dict:
                 {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "plain Node object"}]}}
 
 
-def slice_body(node: str, devices: list[dict], labels: dict) -> dict:
+def slice_body(name: str, node: str, pool: str, devices: list[dict], labels: dict, count: int = 1) -> dict:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-gpu", "labels": labels},
+            "metadata": {"name": name, "labels": labels},
             "spec": {"driver": DRIVER, "nodeName": node,
-                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}
+                     "pool": {"name": pool, "generation": 1, "resourceSliceCount": count}, "devices": devices}}
 
 
 def claim_spec(kind: str) -> dict:
@@ -376,8 +417,10 @@ class Poller:
 class PodOutcome:
     placed: tuple  # ("node", index) | ("refused", FailedScheduling message)
     gated: bool | None  # a pod with a late claim: neither bound nor refused while its claim was missing
-    claims: tuple  # per pod claim: (name, devices: ((request, driver, node index of the pool, device), ...)
-    #                or None when unallocated, the indices of the pods in reservedFor)
+    claims: tuple  # per pod claim: (name, allocation, the indices of the pods in reservedFor); allocation:
+    #                None when unallocated, else (the results, each (request, driver, pool, device) and
+    #                its other fields (adminAccess, tolerations), as JSON; its nodeSelector, as JSON);
+    #                pools and nodes by their name less the world's prefix ("0-gpu" of node 0)
 
     def upto(self, n: int) -> "PodOutcome":
         """Without the pods from ``n`` on (in the reservedFor of a shared claim)."""
@@ -414,8 +457,28 @@ class World:
                 for name, n in zip(self.node_names, self.case.nodes)]
 
     def slices(self) -> list[dict]:
-        return [slice_body(name, [d.body(i) for i, d in enumerate(n.devices)], self.labels)
-                for name, n in zip(self.node_names, self.case.nodes) if n.devices is not None]
+        """Per node: its pool ``<node>-gpu`` in the slice of that name, or split in two
+        (``<node>-gpu-b`` with the first half of the devices, ``<node>-gpu-a`` with the rest);
+        and its second pool ``<node>-aux`` (sorted first) in a slice of that name."""
+        out = []
+        for name, n in zip(self.node_names, self.case.nodes):
+            if n.devices is None:
+                continue
+            devs = [d.body(i) for i, d in enumerate(n.devices)]
+            if n.split:
+                h = len(devs) // 2
+                out += [slice_body(f"{name}-gpu-b", name, f"{name}-gpu", devs[:h], self.labels, 2),
+                        slice_body(f"{name}-gpu-a", name, f"{name}-gpu", devs[h:], self.labels, 2)]
+            else:
+                out.append(slice_body(f"{name}-gpu", name, f"{name}-gpu", devs, self.labels))
+            if n.extra:
+                out.append(slice_body(f"{name}-aux", name, f"{name}-aux",
+                                      [d.body(i) for i, d in enumerate(n.extra)], self.labels))
+        return out
+
+    def local(self, name: str) -> str:
+        """A pool's or node's name without the world's prefix."""
+        return name.removeprefix(f"drap-{self.tag}-")
 
     def _claim_name(self, ref: str) -> str:
         return f"{self.tag}-c{ref}"
@@ -431,12 +494,17 @@ class World:
         ties: list[bool] = []
         decided: list[bool] = []
         names = [f"{self.tag}-p{j}" for j in range(len(self.case.pods))]
+        templates: set[str] = set()
         for j, p in enumerate(self.case.pods):
             entries = []
             late = []
             for k, c in enumerate(p.claims):
                 if c.source == "template":
                     tname = f"{self.tag}-t{c.ref}"
+                    if tname in templates:  # an earlier pod's template: a claim of its own again
+                        entries.append({"name": f"g{k}", "resourceClaimTemplateName": tname})
+                        continue
+                    templates.add(tname)
                     raw.create(f"{RESOURCE}/namespaces/{self.ns}/resourceclaimtemplates", {
                         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                         "metadata": {"name": tname, "labels": self.labels},
@@ -478,7 +546,6 @@ class World:
             ties.append(placed[0] == "node" and decision is not None and not unique_best(json.loads(decision)))
             decided.append(decision is not None)
         # the claims of every pod: what PreBind wrote (before the binding the pod was seen with)
-        pools = {name: i for i, name in enumerate(self.node_names)}
         index = {n: j for j, n in enumerate(names)}
         outs = []
         for j, p in enumerate(self.case.pods):
@@ -491,9 +558,12 @@ class World:
                               missing_ok=True) if cname else None
                 st = (obj or {}).get("status") or {}
                 alloc = st.get("allocation")
-                devices = None if alloc is None else tuple(
-                    (r["request"], r["driver"], pools.get(r["pool"], r["pool"]), r["device"])
-                    for r in alloc["devices"].get("results") or ())
+                devices = None if alloc is None else (tuple(
+                    (r["request"], r["driver"], self.local(r["pool"]), r["device"],
+                     json.dumps({k: v for k, v in r.items() if k not in ("request", "driver", "pool", "device")},
+                                sort_keys=True))
+                    for r in alloc["devices"].get("results") or ()),
+                    json.dumps(alloc.get("nodeSelector"), sort_keys=True).replace(f"drap-{self.tag}-", ""))
                 reserved = tuple(sorted(index.get(r["name"], -1) for r in st.get("reservedFor") or ()))
                 claims.append((f"g{k}", devices, reserved))
             outs.append(PodOutcome(placements[j], gated[j], tuple(claims)))
@@ -522,7 +592,7 @@ def probe(raw: Raw, poller: Poller, ns: str, run: str, batch: str, schedulers: l
     labels = {LABEL_RUN: run, LABEL_BATCH: batch}
     name = f"drap-{batch}-probe"
     raw.create("/api/v1/nodes", node_body(name, "8", ZONES[0], {**labels, "drap-world": name}))
-    raw.create(f"{RESOURCE}/resourceslices", slice_body(name, [
+    raw.create(f"{RESOURCE}/resourceslices", slice_body(name, name, name, [
         Device("t4", "16Gi", "pci0", None).body(i) for i in range(len(schedulers))], labels))
     for i, sched in enumerate(schedulers):
         pname = f"{name}-{i}"
