@@ -25,7 +25,15 @@ output is one JSON object with every figure.
 
     .venv/bin/python bench/decide.py [--nodes 1000 5000] [--pods-per-node 10] [--pods 2000]
                                      [--warmup 100] [--workloads 50] [--seed 1] [--profile]
-                                     [--plugin-timing] [--volume-overhead]
+                                     [--plugin-timing] [--volume-overhead] [--dra]
+
+``--dra`` adds a DRA pass per size (DynamicResources in the default chain): every node publishes
+one ResourceSlice of ``--dra-devices`` devices (upstream scheduler_perf's attributes and
+capacities), one DeviceClass selects the driver by CEL, and each measured pod has its own claim
+of one device (the SchedulingWithResourceClaimTemplate shape); each decision is reserved (the
+devices count as allocated for the next pod) and then written back as the claim's allocation, so
+the cluster fills up. It reports the decision time per pod and DynamicResources' own share
+(PreFilter + Filter + Score: the allocation time per pod).
 """
 
 from __future__ import annotations
@@ -503,6 +511,94 @@ def _timing_loop(chain, table, stream, count, rng, names, recorders, times) -> N
             table.add_pod(pod, first.node, assumed=True)
 
 
+DRA_DRIVER = "test-driver.cdi.k8s.io"
+
+
+def _dra_world(table: NodeTable, devices: int):
+    from policy_scheduler.framework.model.dra import DraCache
+
+    class DraBench(BenchHandle):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cache = DraCache()
+
+        def dra(self):
+            return self.cache
+
+    h = DraBench()
+    h.cache.apply("deviceclasses", "ADDED", {"metadata": {"name": "test-class", "resourceVersion": "1"}, "spec": {
+        "selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]}})
+    for i, name in enumerate(table.names[:table.n]):
+        devs = [{"name": f"basic-device-{d}", "attributes": {
+            "driverVersion": {"version": "1.2.3"}, "productName": {"string": "test"}, "dra.example.com/numa": {"int": d % 2},
+            "resource.kubernetes.io/pciRoot": {"string": f"pci{d % 2}"}},
+            "capacity": {"memory": {"value": "24480Mi"}, "millicores": {"value": "1k"}}} for d in range(devices)]
+        h.cache.apply("resourceslices", "ADDED", {"metadata": {"name": f"resourceslice-{i}", "resourceVersion": "1"},
+                                                  "spec": {"driver": DRA_DRIVER, "nodeName": name, "devices": devs,
+                                                           "pool": {"name": name, "generation": 1,
+                                                                    "resourceSliceCount": 1}}})
+    return h
+
+
+def dra_pass(table: NodeTable, stream: PodStream, count: int, warmup: int, rng: random.Random,
+             devices: int) -> dict[str, Any]:
+    """Decision time of pods with one claim each (module docstring, ``--dra``)."""
+    from policy_scheduler.framework.instrumentation import CycleRecorder
+    from policy_scheduler.framework.model.dra_allocator import STATE_KEY
+
+    h = _dra_world(table, devices)
+    chain = build_chain(default_chain_spec(), default_registry(), handle=h)
+    dra = next(p for p in chain.reserve if p.NAME == "DynamicResources")
+    times, dra_ms, placed, k = [], [], 0, 0
+    from policy_scheduler.framework.interface import CycleState
+    for j in range(warmup + count):
+        pod = stream.next()
+        k += 1
+        claim = {"metadata": {"name": f"claim-{k}", "namespace": pod.namespace, "uid": f"claim-uid-{k}",
+                              "resourceVersion": "1"},
+                 "spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": "test-class"}}]}}}
+        h.cache.apply("resourceclaims", "ADDED", claim)
+        pod.resource_claims = (("resource", claim["metadata"]["name"], ""),)
+        state = CycleState()
+        t0 = time.perf_counter_ns()
+        d = schedule_one(chain, pod, table, rng, state=state)
+        t1 = time.perf_counter_ns()
+        if j >= warmup:
+            times.append((t1 - t0) / 1e6)
+        if d.node is None:
+            continue
+        placed += 1
+        table.add_pod(pod, d.node, assumed=True)
+        dra.reserve(state, pod, d.node)  # the devices count as allocated for the next pod
+        st = state.read(STATE_KEY)
+        alloc = st.reserved[0]
+        h.cache.drop_pending(claim["metadata"]["uid"])
+        h.cache.apply("resourceclaims", "MODIFIED", dict(claim, metadata=dict(claim["metadata"], resourceVersion="2"),
+                                                         status={"allocation": alloc, "reservedFor": [
+                                                             {"resource": "pods", "name": pod.name, "uid": pod.uid}]}))
+    # DynamicResources' own time: the same pods' plugin calls timed apart (phase_pass's method)
+    for j in range(min(count, 500)):
+        pod = stream.next()
+        k += 1
+        claim = {"metadata": {"name": f"claim-{k}", "namespace": pod.namespace, "uid": f"claim-uid-{k}",
+                              "resourceVersion": "1"},
+                 "spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": "test-class"}}]}}}
+        h.cache.apply("resourceclaims", "ADDED", claim)
+        pod.resource_claims = (("resource", claim["metadata"]["name"], ""),)
+        state = CycleState()
+        t0 = time.perf_counter_ns()
+        st, _ = dra.pre_filter(state, pod, table)
+        if st.is_success:
+            dra.filter(state, pod, table, np.arange(table.n))
+        dra_ms.append((time.perf_counter_ns() - t0) / 1e6)
+        h.cache.apply("resourceclaims", "DELETED", claim)
+    t = np.array(times)
+    return {"pods": count, "devices_per_node": devices, "placed": placed,
+            "median_ms": float(np.median(t)), "p99_ms": float(np.percentile(t, 99)), "mean_ms": float(t.mean()),
+            "allocation_all_nodes_median_ms": float(np.median(dra_ms)),
+            "allocation_all_nodes_p99_ms": float(np.percentile(dra_ms, 99))}
+
+
 def worker(args: argparse.Namespace) -> None:
     n = args.nodes[0]
     rnd = random.Random(args.seed)
@@ -577,6 +673,13 @@ def worker(args: argparse.Namespace) -> None:
               f"without them, same run): median {vo['median_ms']['with']:.3f} against "
               f"{vo['median_ms']['without']:.3f} ms; {100 * vo['overhead']:+.2f}% of decision time (mean "
               f"per-pod difference), {100 * vo['overhead_median']:+.2f}% on the median (budget 5%)")
+    if args.dra:
+        r = dra_pass(table, stream, args.pods, args.warmup, rng, args.dra_devices)
+        result["dra"] = r
+        print(f"\n   DRA ({args.pods} pods with one claim each, {args.dra_devices} devices per node, "
+              f"{r['placed']} placed): decision median {r['median_ms']:.3f} ms, p99 {r['p99_ms']:.3f} ms; "
+              f"DynamicResources PreFilter + Filter over all {n} nodes: median "
+              f"{r['allocation_all_nodes_median_ms']:.3f} ms, p99 {r['allocation_all_nodes_p99_ms']:.3f} ms")
     if args.profile:
         print(f"\n   cProfile ({args.pods} more pods), functions by own time:")
         print(profile_pass(chain, table, stream, args.pods, rng))
@@ -599,6 +702,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--volume-overhead", action="store_true",
                     help="add a pass deciding every pod with and without the four volume plugins (none of "
                          "the pods has volumes): what they cost pods without volumes")
+    ap.add_argument("--dra", action="store_true",
+                    help="add a pass of pods with one DRA claim each (DynamicResources' allocation time)")
+    ap.add_argument("--dra-devices", type=int, default=8, help="devices per node in the --dra pass (default 8)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -615,6 +721,7 @@ def main() -> int:
                "--workloads", str(args.workloads), "--seed", str(args.seed)]
         cmd += (["--profile"] if args.profile else []) + (["--plugin-timing"] if args.plugin_timing else [])
         cmd += ["--volume-overhead"] if args.volume_overhead else []
+        cmd += ["--dra", "--dra-devices", str(args.dra_devices)] if args.dra else []
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
             for line in proc.stdout:
                 if line.startswith(RESULT_PREFIX):

@@ -208,6 +208,10 @@ def resource_only(pod: PodInfo, nodes: NodeTable, node_filter: Any) -> ResourceF
             if pod.volumes:  # VolumeRestrictions and NodeVolumeLimits count the node's pods
                 return None
             continue  # every one of them skips a pod without volumes
+        elif name == "DynamicResources":
+            if pod.resource_claims:
+                return None
+            continue  # skips a pod without claims
         else:
             return None
     if fit is None:

@@ -59,7 +59,7 @@ class DeviceFragmentation(PreScorePlugin, ScorePlugin):
             allocs = st.by_node.get(spec.name)
             if allocs is None:
                 continue
-            taken = {(r["driver"], r["pool"], r["device"]) for a in allocs for r in a.result["devices"]["results"]}
+            taken = allocs.device_ids()
             total = used = 0
             for dev, _, _ in node_devices(cache, spec.name, spec.labels).devices:
                 if not any(class_matches(c, dev) for c in classes):

@@ -48,7 +48,7 @@ from pydantic import Field
 
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs,
-                                   PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
+                                   PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin,
                                    ReservePlugin, ScorePlugin, default_normalize_score)
 from ..framework.model.dra import FINALIZER, DraCache, ResourceClaim
 from ..framework.model.dra_allocator import (STATE_KEY, AllocationError, Allocator, DraState,
@@ -103,8 +103,8 @@ def resolve_claims(pod: PodInfo, cache: DraCache) -> tuple[list[ResourceClaim], 
     return out, None
 
 
-class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilterPlugin, ScorePlugin,
-                       ReservePlugin, PreBindPlugin, EnqueueExtensions):
+class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilterPlugin, PreScorePlugin,
+                       ScorePlugin, ReservePlugin, PreBindPlugin, EnqueueExtensions):
     NAME = NAME
     Args = DynamicResourcesArgs
 
@@ -254,6 +254,14 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             self._cache().assume(ResourceClaim.from_dict(resp))
 
     # ------------------------------------------------------------------ Score
+    def pre_score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> Status:
+        """Skip unless a claim has a firstAvailable request: every score would be 0 (upstream
+        scores 0 everywhere then, which normalizes to 0: the same totals)."""
+        st: DraState | None = state.read(STATE_KEY)
+        if st is None or not any(r.first_available for c in st.claims for r in c.requests):
+            return Status.skip()
+        return Status.success()
+
     def score(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> np.ndarray:
         st: DraState | None = state.read(STATE_KEY)
         out = np.zeros(len(rows), dtype=np.int64)
@@ -264,8 +272,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             allocs = st.by_node.get(nodes.names[row])
             if allocs is None:
                 continue
-            out[k] = base + sum(first_available_score(st.claims[i], a.sub_index)
-                                for i, a in zip(st.to_allocate, allocs))
+            out[k] = base + sum(first_available_score(st.claims[i], st.allocator.sub_indices(allocs, j))
+                                for j, i in enumerate(st.to_allocate))
         return out
 
     def normalize_score(self, state, pod, nodes, rows, scores):
@@ -276,9 +284,13 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         st: DraState | None = state.read(STATE_KEY)
         if st is None or not st.to_allocate:
             return Status.success()
-        allocs = st.by_node.get(node_name)
-        if allocs is None or len(allocs) != len(st.to_allocate):
+        picked = st.by_node.get(node_name)
+        if picked is None or st.allocator is None:
             return Status.error("claim allocation not found for node")
+        allocs = st.allocator.results(picked, node_name)
+        if len(allocs) != len(st.to_allocate):
+            return Status.error(f"internal error, have {len(allocs)} allocations, {len(st.to_allocate)} claims "
+                                f"to allocate, want {len(st.to_allocate)} claims")
         cache = self._cache()
         st.node = node_name
         for i, a in zip(st.to_allocate, allocs):

@@ -37,9 +37,13 @@ def plugin(h):
     return instance(DynamicResources, None, h)
 
 
+def allocations(state, node):
+    st = state.read(STATE_KEY)
+    return [a.result for a in st.allocator.results(st.by_node[node], node)]
+
+
 def devices_on(res, table, st, node):
-    allocs = st.read(STATE_KEY).by_node[node]
-    return [[r["device"] for r in a.result["devices"]["results"]] for a in allocs]
+    return [[r["device"] for r in a["devices"]["results"]] for a in allocations(st, node)]
 
 
 # ---------------------------------------------------------------- claims of a pod
@@ -151,7 +155,7 @@ def test_first_available_falls_back_and_scores_the_earlier_subrequest_higher():
     pl = plugin(h)
     _, res, state = filter_all(pl, pod("p", claims=["x"]), t)
     assert devices_on(res, t, state, "n0") == [["g0"]] and devices_on(res, t, state, "n1") == [["g0", "g1"]]
-    results = state.read(STATE_KEY).by_node["n0"][0].result["devices"]["results"]
+    results = allocations(state, "n0")[0]["devices"]["results"]
     assert results[0]["request"] == "gpu/one"
     scores = pl.score(state, pod("p", claims=["x"]), t, np.arange(2))
     assert list(scores) == [7, 8]
@@ -165,7 +169,7 @@ def test_admin_access_may_use_an_allocated_device():
     assert not res.passed.any()
     _, res, state = filter_all(plugin(h), pod("p", claims=["adm"]), t)
     assert devices_on(res, t, state, "n0") == [["g0"]]
-    assert state.read(STATE_KEY).by_node["n0"][0].result["devices"]["results"][0]["adminAccess"] is True
+    assert allocations(state, "n0")[0]["devices"]["results"][0]["adminAccess"] is True
 
 
 def test_device_taints_need_a_toleration():
@@ -177,7 +181,7 @@ def test_device_taints_need_a_toleration():
     assert not res.passed.any()
     _, res, state = filter_all(plugin(h), pod("p", claims=["y"]), t)
     assert devices_on(res, t, state, "n0") == [["g0", "g1"]]
-    assert state.read(STATE_KEY).by_node["n0"][0].result["devices"]["results"][0]["tolerations"] == [
+    assert allocations(state, "n0")[0]["devices"]["results"][0]["tolerations"] == [
         {"key": "broken", "operator": "Exists"}]
 
 
@@ -192,9 +196,9 @@ def test_pools_sorted_and_multi_node_slices_by_selector():
     t = nodes("n0", "n1", labels={"n1": {"rack": "r1"}})
     _, res, state = filter_all(plugin(h), pod("p", claims=["x"]), t)
     assert devices_on(res, t, state, "n0") == [["z0"]] and devices_on(res, t, state, "n1") == [["s0"]]
-    a = state.read(STATE_KEY).by_node["n0"][0].result
+    a = allocations(state, "n0")[0]
     assert "nodeSelector" not in a  # allNodes: usable everywhere
-    sel = state.read(STATE_KEY).by_node["n1"][0].result["nodeSelector"]
+    sel = allocations(state, "n1")[0]["nodeSelector"]
     assert sel["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "rack"
 
 

@@ -261,8 +261,8 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
     )
 
 
-# Upstream's default profile (pkg/scheduler/apis/config/v1/default_plugins.go) without DRA, in
-# upstream's order and with upstream's weights.
+# Upstream's default profile (pkg/scheduler/apis/config/v1/default_plugins.go), in upstream's
+# order and with upstream's weights (DefaultPreemption and the binder aside).
 DEFAULT_PLUGINS: list[dict[str, Any]] = [
     {"name": "PrioritySort"},
     {"name": "NodeUnschedulable"},
@@ -277,6 +277,7 @@ DEFAULT_PLUGINS: list[dict[str, Any]] = [
     {"name": "VolumeZone"},
     {"name": "PodTopologySpread", "weight": 2},
     {"name": "InterPodAffinity", "weight": 2},
+    {"name": "DynamicResources", "weight": 2},
     {"name": "NodeResourcesBalancedAllocation", "weight": 1},
     {"name": "ImageLocality", "weight": 1},
 ]

@@ -121,6 +121,18 @@ class Allocation:
     sub_index: list[int]
 
 
+@dataclass(slots=True)
+class Picked:
+    """What the search found on one node, before it is written out (``Allocator.results``):
+    per claim the (request, device, slice) picked, and the subrequest chosen per request."""
+
+    picks: list[list[tuple]]
+    chosen: dict[tuple[int, int], int]
+
+    def device_ids(self) -> set[DeviceID]:
+        return {dev.id for per_claim in self.picks for _, dev, _ in per_claim}
+
+
 STATE_KEY = "DynamicResources"  # CycleState: DraState (DeviceFragmentation reads it too)
 
 
@@ -132,7 +144,7 @@ class DraState:
     claims: list[ResourceClaim]
     to_allocate: list[int]  # indices into claims
     allocator: "Allocator | None"
-    by_node: dict[str, list[Allocation]] = field(default_factory=dict)
+    by_node: dict[str, Picked] = field(default_factory=dict)
     unavailable: set[int] = field(default_factory=set)
     reserved: dict[int, dict[str, Any]] = field(default_factory=dict)  # claim index -> allocation
     node: str = ""
@@ -169,6 +181,13 @@ class Allocator:
             for i, con in enumerate(c.constraints):
                 if not con.match_attribute and not con.distinct_attribute and self.error is None:
                     self.error = f"claim {c.key}, constraint #{i}: empty constraint (unsupported constraint type?)"
+        # one claim, one plain request (the common case): the search is first-fit, no backtracking
+        # can change its outcome (acceptance of a device does not depend on the others picked)
+        self.simple: _Req | None = None
+        if len(claims) == 1 and len(self.reqs[0]) == 1 and len(self.reqs[0][0]) == 1 and not claims[0].constraints:
+            rq = self.reqs[0][0][0]
+            if rq.spec.mode == "ExactCount" and not rq.spec.admin_access and 0 < rq.spec.count <= MAX_RESULTS:
+                self.simple = rq
 
     # ------------------------------------------------------------------ selection
     def _selectable(self, rq: _Req, dev: Device) -> bool:
@@ -191,10 +210,32 @@ class Allocator:
         return True
 
     # ------------------------------------------------------------------ the search
-    def allocate(self, node_name: str, labels: Mapping[str, str]) -> list[Allocation] | None:
+    def _simple(self, rq: _Req, nd: NodeDevices) -> Picked | None:
+        in_use = self.cache.allocated
+        want = rq.spec.count
+        got = []
+        tolerations = rq.spec.tolerations
+        for dev, sl, _ in nd.devices:
+            if dev.id in in_use or not self._selectable(rq, dev):
+                continue
+            if dev.taints and any(t.prevents_allocation and not any(tol.tolerates(t) for tol in tolerations)
+                                  for t in dev.taints):
+                continue
+            got.append((rq, dev, sl))
+            if len(got) == want:
+                return Picked([got], {(0, 0): 0})
+        if nd.any_invalid:
+            raise NodeAllocationError("invalid resource pools were encountered")
+        return None
+
+    def allocate(self, node_name: str, labels: Mapping[str, str]) -> Picked | None:
+        """The first solution on the node, or None; AllocationError for invalid input,
+        NodeAllocationError when the node's pools are invalid."""
         if self.error is not None:
             raise AllocationError(self.error)
         nd = node_devices(self.cache, node_name, labels)
+        if self.simple is not None:
+            return self._simple(self.simple, nd)
         in_use = self.cache.allocated
         claims = self.claims
         reqs = self.reqs
@@ -349,7 +390,14 @@ class Allocator:
             if nd.any_invalid:
                 raise NodeAllocationError("invalid resource pools were encountered")
             return None
-        return [self._result(ci, node_name, results[ci], chosen) for ci in range(len(claims))]
+        return Picked([list(r) for r in results], dict(chosen))
+
+    def results(self, picked: Picked, node_name: str) -> list[Allocation]:
+        """The allocations ``picked`` stands for, per claim (status.allocation's values)."""
+        return [self._result(ci, node_name, picked.picks[ci], picked.chosen) for ci in range(len(self.claims))]
+
+    def sub_indices(self, picked: Picked, ci: int) -> list[int]:
+        return [picked.chosen[(ci, ri)] for ri, alts in enumerate(self.reqs[ci]) if alts and alts[0].sub]
 
     # ------------------------------------------------------------------ results
     def _result(self, ci: int, node_name: str, picked: list, chosen: dict) -> Allocation:

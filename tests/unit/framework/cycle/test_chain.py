@@ -271,16 +271,17 @@ def test_empty_chain_builds(registry):
 # ---------------------------------------------------------------- the default-equivalent chain
 
 def test_default_chain_spec_matches_upstream_default_profile():
-    """Upstream default_plugins.go order and weights (DRA and the implicit plugins excluded)."""
+    """Upstream default_plugins.go order and weights (the implicit plugins excluded)."""
     spec = default_chain_spec()
     assert [(p.name, p.weight) for p in spec.plugins] == [
         ("PrioritySort", None), ("NodeUnschedulable", None), ("NodeName", None), ("TaintToleration", 3),
         ("NodeAffinity", 2), ("NodePorts", None), ("NodeResourcesFit", 1), ("VolumeRestrictions", None),
         ("NodeVolumeLimits", None), ("VolumeBinding", 1), ("VolumeZone", None), ("PodTopologySpread", 2),
-        ("InterPodAffinity", 2), ("NodeResourcesBalancedAllocation", 1), ("ImageLocality", 1),
+        ("InterPodAffinity", 2), ("DynamicResources", 2), ("NodeResourcesBalancedAllocation", 1),
+        ("ImageLocality", 1),
     ]
     assert spec.disabled == [] and spec.percentage_of_nodes_to_score is None
-    assert len(DEFAULT_PLUGINS) == 15
+    assert len(DEFAULT_PLUGINS) == 16
 
 
 def test_default_chain_builds_with_the_default_registry():
@@ -288,13 +289,13 @@ def test_default_chain_builds_with_the_default_registry():
     assert chain.queue_sort.NAME == "PrioritySort"
     assert [(p.NAME, w) for p, w in chain.score] == [
         ("TaintToleration", 3), ("NodeAffinity", 2), ("NodeResourcesFit", 1), ("VolumeBinding", 1),
-        ("PodTopologySpread", 2), ("InterPodAffinity", 2), ("NodeResourcesBalancedAllocation", 1),
-        ("ImageLocality", 1),
+        ("PodTopologySpread", 2), ("InterPodAffinity", 2), ("DynamicResources", 2),
+        ("NodeResourcesBalancedAllocation", 1), ("ImageLocality", 1),
     ]
     assert [p.NAME for p in chain.filter] == [
         "NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit",
         "VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "PodTopologySpread",
-        "InterPodAffinity",
+        "InterPodAffinity", "DynamicResources",
     ]
     # plugins with Args got a validated instance carrying upstream defaults
     for p in chain.plugins:
