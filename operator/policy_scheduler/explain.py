@@ -37,12 +37,17 @@ def _rounded(v: Any) -> Any:
     return v
 
 
+ANNOTATION_DEVICES = 16  # at most this many allocated devices are listed
+
+
 def decision_annotation(policy: str, d: "Decision", group: dict[str, Any] | None = None,
-                        at: str | None = None, rollout: dict[str, Any] | None = None) -> str:
+                        at: str | None = None, rollout: dict[str, Any] | None = None,
+                        devices: list[dict[str, Any]] | None = None) -> str:
     """The bounded decision record the Binding sets on the pod (``policy-scheduler explain``);
     ``group``: the pod's PodGroup placement, as a gang plugin wrote it in the CycleState
     (GROUP_PLACEMENT); ``at``: when it was decided (default now, RFC 3339); ``rollout``: the arm
-    of a canary rollout that decided it and the candidate's hash (ROLLOUT_KEY)."""
+    of a canary rollout that decided it and the candidate's hash (ROLLOUT_KEY); ``devices``: the
+    DRA devices of its claims (DEVICE_ALLOCATION; the first ANNOTATION_DEVICES, and how many)."""
     return orjson.dumps({
         "policy": policy, "node": d.node, "nodes": d.num_all_nodes, "evaluated": d.evaluated,
         "feasible": d.feasible, "at": at if at is not None else now_rfc3339(),
@@ -52,6 +57,7 @@ def decision_annotation(policy: str, d: "Decision", group: dict[str, Any] | None
         "failures": dict(sorted(d.failures.items(), key=lambda kv: -kv[1])[:8]),
         **({"group": group} if group else {}),
         **({"rollout": rollout} if rollout else {}),
+        **({"devices": devices[:ANNOTATION_DEVICES], "deviceCount": len(devices)} if devices else {}),
     }).decode()
 
 
@@ -110,6 +116,15 @@ def print_decision(d: dict, out: TextIO) -> None:
         quorum = f", minCount {group['minCount']}" if group.get("minCount") else ""
         where = f", domain {group['domain']}" if group.get("domain") else ""
         line(f"  group:     PodGroup {group.get('podGroup')}{quorum}{where}")
+    devices = d.get("devices") or []
+    if devices:
+        more = d.get("deviceCount", len(devices)) - len(devices)
+        line("  devices:   " + (f"{len(devices)} of {len(devices) + more} shown" if more > 0 else
+                                f"{len(devices)} allocated" if len(devices) > 1 else "1 allocated"))
+        for dev in devices:
+            if isinstance(dev, dict):
+                line(f"    claim {dev.get('claim')}  request {dev.get('request')}  {dev.get('device')}"
+                     + ("  (admin access)" if dev.get("adminAccess") else ""))
     fails = d.get("failures") or {}
     if fails:
         line("  filtered out:")

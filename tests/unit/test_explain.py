@@ -100,3 +100,16 @@ def test_explain_is_a_leaf():
         elif isinstance(node, ast.ImportFrom) or isinstance(node, ast.Import):
             mods = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             assert not any(m.startswith("policy_scheduler") for m in mods)
+
+
+def test_the_annotation_lists_the_devices_and_explain_prints_them():
+    devs = [{"claim": "c", "request": "gpu", "device": f"gpu.example.com/n0/gpu-{i}"} for i in range(20)]
+    devs[0]["adminAccess"] = True
+    d = json.loads(decision_annotation("gpu-dra", decision(), devices=devs, at="T"))
+    assert len(d["devices"]) == explain.ANNOTATION_DEVICES and d["deviceCount"] == 20
+    out = io.StringIO()
+    print_decision(d, out)
+    lines = out.getvalue().splitlines()
+    assert "  devices:   16 of 20 shown" in lines
+    assert "    claim c  request gpu  gpu.example.com/n0/gpu-0  (admin access)" in lines
+    assert "devices" not in json.loads(decision_annotation("p", decision()))

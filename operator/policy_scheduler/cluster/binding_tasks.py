@@ -23,7 +23,7 @@ from ..cache.state import ClusterState
 from ..explain import DECISION_ANNOTATION, ROLLOUT_KEY, decision_annotation, failure_message
 from ..framework.cycle.binding_cycle import BINDING_ANNOTATIONS, run_binding, wait_on_permit
 from ..framework.events import ASSIGNED_POD_DELETE
-from ..framework.interface import GROUP_PLACEMENT, CycleState, PodGone
+from ..framework.interface import DEVICE_ALLOCATION, GROUP_PLACEMENT, CycleState, PodGone
 from ..framework.model.podinfo import PodInfo
 from ..framework.queue.scheduling_queue import QueuedPodInfo, SchedulingQueue
 from ..framework.cycle.schedule import Decision
@@ -70,7 +70,8 @@ class BindingTasks:
             self._failed(qpi, chain, state, assumed, status, broadcast=False)
             return False
         state.write(BINDING_ANNOTATIONS, {DECISION_ANNOTATION: decision_annotation(
-            st.name, decision, state.read(GROUP_PLACEMENT), rollout=state.read(ROLLOUT_KEY))})
+            st.name, decision, state.read(GROUP_PLACEMENT), rollout=state.read(ROLLOUT_KEY),
+            devices=state.read(DEVICE_ALLOCATION))})
         self.spawn(self._bind(qpi, st, chain, state, assumed))
         return True
 

@@ -103,6 +103,10 @@ DRY_RUN_KEY = "framework/preemption-dry-run"
 # CycleState key: the pod's PodGroup placement, written by a gang plugin at PreFilter (a JSON-able
 # dict: podGroup, minCount, domain); the decision annotation carries it (``explain``)
 GROUP_PLACEMENT = "policy-scheduler.io/group-placement"
+# CycleState key: the DRA devices of the pod's claims on the chosen node, written by
+# DynamicResources at Reserve (a JSON-able list of {claim, request, device: driver/pool/device});
+# the decision annotation carries it (``explain``)
+DEVICE_ALLOCATION = "policy-scheduler.io/devices"
 
 
 class Handle:

@@ -47,7 +47,7 @@ import numpy as np
 from pydantic import Field
 
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
-from ..framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs,
+from ..framework.interface import (DEVICE_ALLOCATION, CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs,
                                    PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin,
                                    ReservePlugin, ScorePlugin, default_normalize_score)
 from ..framework.model.dra import FINALIZER, DraCache, ResourceClaim
@@ -107,6 +107,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                        ScorePlugin, ReservePlugin, PreBindPlugin, EnqueueExtensions):
     NAME = NAME
     Args = DynamicResourcesArgs
+    ALLOCATES_CLAIMS = True  # a chain without such a Filter refuses pods with claims (schedule.py)
 
     def _cache(self) -> DraCache:
         return self.handle.dra()
@@ -282,7 +283,10 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     # ------------------------------------------------------------------ Reserve
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         st: DraState | None = state.read(STATE_KEY)
-        if st is None or not st.to_allocate:
+        if st is None or not st.claims:
+            return Status.success()
+        if not st.to_allocate:  # every claim allocated already (shared): its devices, for explain
+            state.write(DEVICE_ALLOCATION, self._devices(st))
             return Status.success()
         picked = st.by_node.get(node_name)
         if picked is None or st.allocator is None:
@@ -297,7 +301,20 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             claim = st.claims[i]
             cache.add_pending(claim.with_status(a.result, list(claim.reserved_for), finalizer=True), pod.uid)
             st.reserved[i] = a.result
+        state.write(DEVICE_ALLOCATION, self._devices(st))
         return Status.success()
+
+    @staticmethod
+    def _devices(st: DraState) -> list[dict[str, Any]]:
+        """The pod's devices on the chosen node, for the decision annotation (``explain``)."""
+        out = []
+        for i, c in enumerate(st.claims):
+            alloc = st.reserved.get(i) or c.allocation or {}
+            for r in ((alloc.get("devices") or {}).get("results")) or []:
+                out.append({"claim": c.name, "request": r.get("request"),
+                            "device": f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}",
+                            **({"adminAccess": True} if r.get("adminAccess") else {})})
+        return out
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
         st: DraState | None = state.read(STATE_KEY)

@@ -56,6 +56,10 @@ def write_text(sim: Simulation, out: TextIO) -> None:
         if run.shadow is not None:
             out.write("\n")
             write_shadow(run.policy, run.shadow_summary(), out)
+        if run.devices is not None:
+            dv = run.devices
+            out.write(f"\n{run.policy}: DRA devices allocated: {dv['allocated']} of {dv['total']} "
+                      f"(was {dv['allocatedBefore']}), on {dv['nodes']} nodes (was {dv['nodesBefore']})\n")
         spread = run.zone_spread()["perZone"]
         if len(spread) > 1 or "" not in spread:
             out.write(f"\n{run.policy}: placed per zone: "
@@ -276,6 +280,15 @@ def html_report(sim: Simulation) -> str:
                    f"<td>{s['imbalance']:.3f} (was {s['imbalanceBefore']:.3f})</td><td>{s['zoneSpread']['skew']}</td>"
                    f"<td>{s['fragmentation']['fits']} (was {s['fragmentation']['fitsBefore']}; {_esc(shape)})</td></tr>")
     out.append("</table>")
+    with_devices = [r for r in sim.runs if r.devices is not None]
+    if with_devices:
+        out.append("<h2>DRA devices</h2><table><tr><th>policy</th><th>devices allocated</th><th>of</th>"
+                   "<th>nodes with a device in use</th></tr>")
+        for run in with_devices:
+            dv = run.devices
+            out.append(f"<tr><td>{_esc(run.policy)}</td><td>{dv['allocated']} (was {dv['allocatedBefore']})</td>"
+                       f"<td>{dv['total']}</td><td>{dv['nodes']} (was {dv['nodesBefore']})</td></tr>")
+        out.append("</table>")
     if sim.runs:
         names = [r.policy for r in sim.runs]
         out.append("<h2>Nodes used and imbalance</h2><div class=\"panels\"><div class=\"panel\">")

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..explain import decision_annotation, failure_message
 from ..framework.cycle.chain import Chain
-from ..framework.interface import CycleState
+from ..framework.interface import DEVICE_ALLOCATION, CycleState
 from ..framework.model.nodetable import CPU, MEMORY, PODS, NodeTable
 from ..framework.queue.nominator import Nominator
 from ..framework.model.podinfo import PodInfo, parse_pod
@@ -58,9 +58,12 @@ class PodResult:
     unique: bool = False  # the best node was the only one with the top total (or the only feasible one)
     note: str = ""  # a preemption the policy would start, a Permit wait counted as allowed
     decision: Decision | None = None  # kept for --explain
+    devices: list[dict[str, Any]] = field(default_factory=list)  # DRA devices of its claims (Reserve)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"pod": self.pod, "node": self.node}
+        if self.devices:
+            d["devices"] = [x["device"] for x in self.devices]
         if self.node is None:
             d["message"] = self.message
         else:
@@ -119,6 +122,8 @@ class PolicyRun:
     fits_after: int
     seconds: float
     table: NodeTable | None = field(default=None, repr=False)  # the state after the run (the tuner reads it)
+    # DRA devices (None without ResourceSlices): total, allocated before and after, nodes with one in use
+    devices: dict[str, int] | None = None
     # spec.rollout's candidate, decided beside every placed pod as the operator's shadow does
     # (framework/cycle/shadow.py); None when the policy has no candidate
     shadow: list[ShadowResult] | None = None
@@ -151,6 +156,7 @@ class PolicyRun:
                               "fits": self.fits_after, "fitsBefore": self.fits_before},
             "seconds": round(self.seconds, 3),
             **({"shadow": self.shadow_summary()} if self.shadow is not None else {}),
+            **({"devices": self.devices} if self.devices is not None else {}),
         }
 
     def shadow_summary(self) -> dict[str, Any]:
@@ -256,6 +262,7 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
     chain.next_start_node_index = 0
     table = world.table()
     world.fresh_volumes()
+    devices_before = _device_use(world)
     before = NodeState.of(table)
     pods = [p if isinstance(p, PodInfo) else parse_pod(p) for p in pod_objects]
     shape, shape_pod = _shape(pods)
@@ -279,8 +286,27 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
             progress(1)
     after = NodeState.of(table)
     free, vec = _free_for(table, shape_pod)
-    return PolicyRun(policy, [by_key[p.key] for p in pods], before, after, shape, fits_before,
-                     metrics.fits(free, vec), time.perf_counter() - t0, table, compared)
+    run = PolicyRun(policy, [by_key[p.key] for p in pods], before, after, shape, fits_before,
+                    metrics.fits(free, vec), time.perf_counter() - t0, table, compared)
+    if devices_before is not None:
+        now = _device_use(world) or {}
+        run.devices = {"total": devices_before["total"], "allocatedBefore": devices_before["allocated"],
+                       "allocated": now.get("allocated", 0), "nodesBefore": devices_before["nodes"],
+                       "nodes": now.get("nodes", 0)}
+    return run
+
+
+def _device_use(world: World) -> dict[str, int] | None:
+    """How many DRA devices the world has, how many are allocated (in-flight included) and on how
+    many nodes; None without ResourceSlices."""
+    dra = world.state.dra
+    if not dra.slices:
+        return None
+    total = sum(len(s.devices) for s in dra.slices.values())
+    node_of = {(s.driver, s.pool): s.node_name for s in dra.slices.values() if s.node_name}
+    used = [d for d in dra.allocated if dra.allocated[d] > 0]
+    return {"total": total, "allocated": len(used),
+            "nodes": len({node_of.get((d[0], d[1])) for d in used if node_of.get((d[0], d[1]))})}
 
 
 def _place(world: World, chain: Chain, table: NodeTable, pod: PodInfo, rng: random.Random, nominator: Nominator,
@@ -316,7 +342,8 @@ def _place(world: World, chain: Chain, table: NodeTable, pod: PodInfo, rng: rand
     if not status.is_success:
         cluster.unreserve(chain, state, pod, node)
         return PodResult(pod.key, None, failure_message(status), d.feasible, top, False, "", d if keep else None)
-    return PodResult(pod.key, d.node, "", d.feasible, top, unique_best(d), note, d if keep else None)
+    return PodResult(pod.key, d.node, "", d.feasible, top, unique_best(d), note, d if keep else None,
+                     list(state.read(DEVICE_ALLOCATION) or ()))
 
 
 @dataclass

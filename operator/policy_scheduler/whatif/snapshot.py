@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cache.state import KINDS
+from ..framework.model.dra import DEVICE_CLASSES, PATHS as DRA_PATHS, RESOURCE_CLAIMS, RESOURCE_SLICES, DraCache
 from ..framework.model.podinfo import _VOLUME_SOURCES
 from ..framework.model.volumes import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
                                        STORAGE_CLASSES, VolumeCache)
@@ -64,6 +65,13 @@ VOLUME_LISTS: dict[str, str] = {
     "csiNodes": CSI_NODES,
     "csiDrivers": CSI_DRIVERS,
 }
+# the DRA lists (resource.k8s.io/v1; optional, absent from older snapshots): snapshot field -> the
+# DraCache kind (framework/model/dra.py)
+DRA_LISTS: dict[str, str] = {
+    "resourceClaims": RESOURCE_CLAIMS,
+    "resourceSlices": RESOURCE_SLICES,
+    "deviceClasses": DEVICE_CLASSES,
+}
 # annotations no plugin reads that can be large
 _ANNOTATIONS_DROP = frozenset(("kubectl.kubernetes.io/last-applied-configuration",))
 # spec fields of a pod that no scheduling plugin reads: left out of snapshots
@@ -71,7 +79,7 @@ _POD_SPEC_DROP = frozenset((
     "securityContext", "dnsPolicy", "dnsConfig", "serviceAccount", "serviceAccountName",
     "automountServiceAccountToken", "enableServiceLinks", "terminationGracePeriodSeconds", "imagePullSecrets",
     "hostname", "subdomain", "restartPolicy", "activeDeadlineSeconds", "shareProcessNamespace", "hostAliases",
-    "readinessGates", "setHostnameAsFQDN", "os", "hostUsers", "resourceClaims"))
+    "readinessGates", "setHostnameAsFQDN", "os", "hostUsers"))
 _CONTAINER_KEEP = ("name", "image", "resources", "ports", "restartPolicy")
 
 
@@ -99,6 +107,8 @@ class Snapshot:
     metrics: list[dict] = field(default_factory=list)
     # storage objects, by VolumeCache kind (VOLUME_LISTS' values)
     volumes: dict[str, list[dict]] = field(default_factory=lambda: {k: [] for k in VOLUME_LISTS.values()})
+    # DRA objects, by DraCache kind (DRA_LISTS' values)
+    dra: dict[str, list[dict]] = field(default_factory=lambda: {k: [] for k in DRA_LISTS.values()})
 
     def policy(self, name: str) -> dict | None:
         return next((p for p in self.policies if (p.get("metadata") or {}).get("name") == name), None)
@@ -128,6 +138,7 @@ class Snapshot:
             "statefulSets": self.stateful_sets, "podDisruptionBudgets": self.pod_disruption_budgets,
             "policies": self.policies, "metrics": self.metrics,
             **{key: self.volumes.get(kind, []) for key, kind in VOLUME_LISTS.items()},
+            **{key: self.dra.get(kind, []) for key, kind in DRA_LISTS.items()},
         }
 
     def dumps(self) -> str:
@@ -177,7 +188,8 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
         if k in spec:
             spec[k] = [_trim_container(c) for c in spec[k] or []]
     status = pod.get("status") or {}
-    out_status = {k: status[k] for k in ("phase", "startTime", "nominatedNodeName") if status.get(k)}
+    out_status = {k: status[k] for k in ("phase", "startTime", "nominatedNodeName", "resourceClaimStatuses")
+                  if status.get(k)}
     dt = [c for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"]
     if dt:
         out_status["conditions"] = dt
@@ -222,6 +234,17 @@ def trim_storage(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     phase = (obj.get("status") or {}).get("phase")
     if phase:
         out["status"] = {"phase": phase}
+    return out
+
+
+def trim_dra(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A ResourceClaim, ResourceSlice or DeviceClass: what framework/model/dra.py parses of it."""
+    meta = _meta(obj, "name", "namespace", "uid", "resourceVersion", "ownerReferences", "deletionTimestamp",
+                 "creationTimestamp", "finalizers")
+    out: dict[str, Any] = {"metadata": meta, "spec": obj.get("spec") or {}}
+    if kind == RESOURCE_CLAIMS:
+        status = obj.get("status") or {}
+        out["status"] = {k: status[k] for k in ("allocation", "reservedFor") if status.get(k)}
     return out
 
 
@@ -314,6 +337,22 @@ def _check_storage(errors: list[str], doc: Mapping[str, Any], key: str, kind: st
     return out
 
 
+def _check_dra(errors: list[str], doc: Mapping[str, Any], key: str, kind: str) -> list[dict]:
+    """A DRA list (optional): objects DraCache can parse (the error names the index and why)."""
+    if key not in doc:
+        return []
+    out = []
+    scratch = DraCache()
+    for i, o in enumerate(_check_list(errors, doc, key)):
+        try:
+            scratch.apply(kind, "ADDED", o)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            errors.append(f"{key}[{i}]: cannot be read as a {kind[:-1]}: {type(e).__name__}: {e}")
+            continue
+        out.append(o)
+    return out
+
+
 def from_dict(doc: Any, source: str = "snapshot") -> Snapshot:
     """Validate a decoded snapshot document; SnapshotError names every problem's field."""
     if not isinstance(doc, dict):
@@ -358,6 +397,7 @@ def from_dict(doc: Any, source: str = "snapshot") -> Snapshot:
         policies=_check_list(errors, doc, "policies"),
         metrics=_check_metrics(errors, doc.get("metrics", [])),
         volumes={kind: _check_storage(errors, doc, key, kind) for key, kind in VOLUME_LISTS.items()},
+        dra={kind: _check_dra(errors, doc, key, kind) for key, kind in DRA_LISTS.items()},
     )
     for i, p in enumerate(snap.pods):
         if not (p.get("spec") or {}).get("nodeName"):
@@ -405,13 +445,15 @@ async def take(client, *, scheduler_name: str, default_policy: str, prometheus_u
     from ..cache.policies import PLURAL_PATH
 
     paths = {**LISTS, "pods": KINDS["pods"], "namespaces": KINDS["namespaces"], "policies": PLURAL_PATH,
-             **{key: KINDS[kind] for key, kind in VOLUME_LISTS.items()}}
+             **{key: KINDS[kind] for key, kind in VOLUME_LISTS.items()},
+             **{key: DRA_PATHS[kind] for key, kind in DRA_LISTS.items()}}
     keys = list(paths)
     results = await asyncio.gather(*(client.get(paths[k]) for k in keys), return_exceptions=True)
     got: dict[str, list] = {}
     for k, r in zip(keys, results):
         if isinstance(r, BaseException):
-            if k == "policies" and getattr(r, "status", None) == 404:  # no CRD: no policies
+            if k in ("policies", *DRA_LISTS) and getattr(r, "status", None) in (403, 404):
+                # no CRD: no policies; no resource.k8s.io (or no right to list it): no DRA objects
                 got[k] = []
                 continue
             raise r
@@ -434,6 +476,7 @@ async def take(client, *, scheduler_name: str, default_policy: str, prometheus_u
         pod_disruption_budgets=[trim_pdb(o) for o in got["podDisruptionBudgets"]],
         policies=policies,
         volumes={kind: [trim_storage(kind, o) for o in got[key]] for key, kind in VOLUME_LISTS.items()},
+        dra={kind: [trim_dra(kind, o) for o in got[key]] for key, kind in DRA_LISTS.items()},
     )
     snap.metrics = await read_metrics(policies, prometheus_url, query_fn=query_fn, warn=warn)
     return snap

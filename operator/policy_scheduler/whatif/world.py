@@ -18,11 +18,12 @@ from typing import Any, Iterable, Mapping
 
 from ..cache.handle import StateHandle
 from ..cache.policies import PolicyState, PolicyStore
-from ..cache.state import VOLUME_KINDS, ClusterState
+from ..cache.state import DRA_KINDS, VOLUME_KINDS, ClusterState
 from ..cache.workloads import WorkloadIndex
 from ..framework.model.nodetable import NodeSpec, NodeTable
 from ..framework.model.podinfo import PodInfo, parse_pod
 from ..framework.registry import Registry
+from ..framework.model.dra import DraCache
 from ..framework.model.volumes import VolumeCache
 from ..metricsources.prometheus import PrometheusMetricSources
 from .snapshot import Snapshot
@@ -168,7 +169,12 @@ class World:
         return self.state.table
 
     def fresh_volumes(self) -> None:
-        """The snapshot's storage objects again, without the assumptions of an earlier run."""
+        """The snapshot's storage and DRA objects again, without the assumptions (PV/PVC copies,
+        in-flight device allocations) of an earlier run."""
+        self.state.dra = DraCache()
+        for kind in DRA_KINDS:
+            for body in self.snapshot.dra.get(kind, ()):
+                self.state.apply_dra(kind, "ADDED", body)
         given = self._volumes_given
         if given is not None:
             self.state.volumes = copy.deepcopy(given)

@@ -392,3 +392,41 @@ def test_a_bound_pods_claim_counts_as_in_the_operator():
     r = simulate(World(s), ["default"], [with_claim(pod("second"), "solo")]).runs[0].results[0]
     assert r.node is None
     assert "ReadWriteOncePod" in r.message, r.message
+
+
+def _dra_objects(nodes, per_node=2):
+    cls = {"metadata": {"name": "gpu.example.com"},
+           "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]}}
+    slices = [{"metadata": {"name": f"{n}-gpus"}, "spec": {
+        "driver": "gpu.example.com", "nodeName": n, "pool": {"name": n, "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": f"gpu-{i}", "attributes": {"model": {"string": "a100"}}} for i in range(per_node)]}}
+        for n in nodes]
+    return cls, slices
+
+
+def claim_obj(name, uid):
+    return {"metadata": {"name": name, "namespace": "default", "uid": uid},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}
+
+
+def test_dra_claims_are_allocated_in_the_simulation_and_device_use_is_reported():
+    """A snapshot carries ResourceSlices, DeviceClasses and ResourceClaims: simulated pods get
+    devices (each its own), the run reports device use, and each policy starts from the snapshot."""
+    cls, slices = _dra_objects(["n0", "n1"])
+    claims = [claim_obj(f"c{i}", f"u{i}") for i in range(5)]
+    s = snap([node("n0"), node("n1")], resourceSlices=slices, deviceClasses=[cls], resourceClaims=claims)
+    pods = [pod(f"p{i}", resourceClaims=[{"name": "gpu", "resourceClaimName": f"c{i}"}]) for i in range(5)]
+    sim = simulate(World(s), ["default", "binpack"], pods)
+    run = sim.runs[0]
+    placed = [r for r in run.results if r.node]
+    assert len(placed) == 4  # 4 devices
+    devs = [r.devices[0]["device"] for r in placed]
+    assert len(set(devs)) == 4 and all(d.split("/")[1] == r.node for d, r in zip(devs, placed))
+    assert run.devices == {"total": 4, "allocatedBefore": 0, "allocated": 4, "nodesBefore": 0, "nodes": 2}
+    assert "0/2 nodes are available: 2 cannot allocate all claims." in run.results[4].message
+    # binpack has no DynamicResources: its pods with claims are refused, not bound without devices
+    assert sim.runs[1].devices["allocated"] == 0 and not any(r.node for r in sim.runs[1].results)
+    assert sim.runs[1].results[0].message == ("0/2 nodes are available: pod has resourceClaims, and its policy "
+                                              "has no DynamicResources plugin to allocate their devices.")
+    out = json.loads(json.dumps(run.summary()))
+    assert out["devices"]["allocated"] == 4 and run.results[0].to_dict()["devices"] == [devs[0]]

@@ -42,6 +42,10 @@ MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 TOP_NODES = 5  # how many nodes a Decision keeps per-plugin scores for
 DESCRIBED_NODES = 3  # how many of them get plugin details (see describe_top)
 NO_NODES = "no nodes available to schedule pods"
+# a pod with spec.resourceClaims under a chain without a Filter plugin that allocates them
+# (``ALLOCATES_CLAIMS``: DynamicResources)
+NO_CLAIM_ALLOCATOR = ("pod has resourceClaims, and its policy has no DynamicResources plugin to allocate their "
+                      "devices")
 # CycleState key under which ``post_filter`` offers PostFilter plugins a ``NodeFilter``: the
 # cycle's PreFilter and Filter for one node row (DefaultPreemption's dry run, preemption.py)
 NODE_FILTER_KEY = "framework/node-filter"
@@ -470,6 +474,12 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
     n_all = nodes.n
     if pod.parse_error:
         st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (f"invalid pod spec: {pod.parse_error}",), POD_SPEC)
+        return Decision(pod.key, None, st, n_all, message=fit_error_message(n_all, {}, st.message()),
+                        unschedulable_plugins={POD_SPEC}, duration=time.perf_counter() - start)
+    if pod.resource_claims and not any(getattr(p, "ALLOCATES_CLAIMS", False) for p in chain.filter):
+        # bound without its devices allocated, the pod would never start (the kubelet waits for an
+        # allocation nobody makes): refused until its policy has DynamicResources
+        st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_CLAIM_ALLOCATOR,), POD_SPEC)
         return Decision(pod.key, None, st, n_all, message=fit_error_message(n_all, {}, st.message()),
                         unschedulable_plugins={POD_SPEC}, duration=time.perf_counter() - start)
     if n_all == 0:
