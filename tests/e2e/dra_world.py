@@ -33,6 +33,8 @@ DECISION = "policy-scheduler.io/decision"
 ZONES = ("za", "zb")
 LABEL_RUN, LABEL_BATCH = "drap-run", "drap-batch"
 GATE_WAIT = 3.0  # how long a pod whose claim does not exist yet must stay untouched
+DEALLOCATED = "deallocation of ResourceClaim completed"  # DynamicResources' PostFilter freed a claim
+SETTLE = 1.0  # a pod that was bound may still get the FailedScheduling event of an earlier attempt
 
 SEL_A100 = f'device.attributes["{DRIVER}"].model == "a100"'
 SEL_T4 = f'device.attributes["{DRIVER}"].model == "t4"'
@@ -154,10 +156,13 @@ class NodeSpec:
 class ClaimRef:
     """One entry of a pod's spec.resourceClaims. ``source``: named (a ResourceClaim created with
     the pod), template (resourceClaimTemplateName), shared (the named claim ``ref`` of an earlier
-    pod), late (a named claim created only after the pod has waited GATE_WAIT seconds)."""
+    pod), late (a named claim created only after the pod has waited GATE_WAIT seconds), allocated
+    (a named claim of kind ``any`` made with the world, allocated already to the device ``at`` of
+    a node's pool, reserved for nobody: as a claim whose pods are gone)."""
     source: str
     kind: str  # a KINDS key (for shared: the kind of the claim it shares)
     ref: str = ""  # the claim's (or template's) name suffix in its world
+    at: tuple[int, int] | None = None  # allocated: (node index, device index)
 
 
 @dataclass
@@ -188,6 +193,10 @@ class Case:
                 f.add("split-pool")
             if n.extra:
                 f.add("second-pool")
+        for p in self.pods:
+            for c in p.claims:
+                if c.source == "allocated" and p.zone and p.zone != self.nodes[c.at[0]].zone:
+                    f.add("allocated-elsewhere")  # the pod may not go where its claim is
         return f
 
     def describe(self) -> str:
@@ -198,6 +207,7 @@ class Case:
                           for i, n in enumerate(self.nodes))
         pods = "; ".join(f"p{j} cpu {p.cpu}" + (f" zone {p.zone}" if p.zone else "") + ": " +
                          (",".join(f"{c.source}:{c.kind}" + (f"({c.ref})" if c.source == "shared" else "")
+                                   + (f"(n{c.at[0]} gpu-{c.at[1]})" if c.at else "")
                                    for c in p.claims) or "no claim")
                          for j, p in enumerate(self.pods))
         return f"nodes [{nodes}] pods [{pods}]"
@@ -208,7 +218,9 @@ def _kind(rng: random.Random) -> str:
     return rng.choices(names, weights=[KINDS[k][0] for k in names])[0]
 
 
-def make_case(rng: random.Random) -> Case:
+def make_case(rng: random.Random, must: str | None = None) -> Case:
+    """A random case; with ``must``, one of its pods has a named claim of that kind (the suite
+    goes round every kind)."""
     n = rng.randint(2, 4)
     nodes = []
     for i, cpu in enumerate(rng.sample(("2", "3", "4", "6", "8"), n)):  # distinct sizes: fewer score ties
@@ -231,7 +243,8 @@ def make_case(rng: random.Random) -> Case:
                               extra=devices(rng.randint(1, 2)) if rng.random() < 0.15 else None))
     pods: list[PodSpec] = []
     named: list[tuple[str, str]] = []  # (ref, kind) of the named claims made so far
-    late_done = False
+    late_done = allocated_done = False
+    with_devices = [i for i, n in enumerate(nodes) if n.devices]
     for j in range(rng.randint(3, 6)):
         claims: list[ClaimRef] = []
         for k in range(rng.choices((0, 1, 2), weights=(1, 7, 2))[0]):
@@ -244,6 +257,10 @@ def make_case(rng: random.Random) -> Case:
             elif r < 0.22 and not late_done:
                 late_done = True
                 claims.append(ClaimRef("late", _kind(rng), ref))
+            elif r < 0.29 and not allocated_done and with_devices:
+                allocated_done = True
+                ni = rng.choice(with_devices)
+                claims.append(ClaimRef("allocated", "any", ref, at=(ni, rng.randrange(len(nodes[ni].devices)))))
             elif r < 0.50:
                 templates = [c for p in pods for c in p.claims if c.source == "template"]
                 if templates and rng.random() < 0.3:  # another claim from an earlier pod's template
@@ -253,9 +270,15 @@ def make_case(rng: random.Random) -> Case:
                     claims.append(ClaimRef("template", _kind(rng), ref))
             else:
                 claims.append(ClaimRef("named", _kind(rng), ref))
-        named += [(c.ref, c.kind) for c in claims if c.source in ("named", "late")]
-        pods.append(PodSpec(rng.choice(("500m", "1", "1500m")), claims,
-                            rng.choice(ZONES) if rng.random() < 0.1 else None))
+        named += [(c.ref, c.kind) for c in claims if c.source in ("named", "late", "allocated")]
+        zone = rng.choice(ZONES) if rng.random() < 0.1 else None
+        for c in claims:
+            if c.source == "allocated" and rng.random() < 0.5:  # away from its claim's node
+                zone = ZONES[(c.at[0] + 1) % 2]
+        pods.append(PodSpec(rng.choice(("500m", "1", "1500m")), claims, zone))
+    if must and not any(c.kind == must for p in pods for c in p.claims):
+        j = rng.randrange(len(pods))
+        pods[j].claims.append(ClaimRef("named", must, f"{j}-{len(pods[j].claims)}"))
     return Case(nodes, pods)
 
 
@@ -352,7 +375,7 @@ class Poller:
     def __init__(self, raw: Raw, ns: str, run: str, interval: float = 0.15):
         self.raw, self.ns, self.run, self.interval = raw, ns, run, interval
         self.pods: dict[str, dict] = {}
-        self.refused: dict[str, tuple[str, str]] = {}  # pod -> (first FailedScheduling's time, message)
+        self.refused: dict[str, list[str]] = {}  # pod -> its distinct FailedScheduling messages, oldest first
         self.cond = threading.Condition()
         self._stop = threading.Event()
         self.error: BaseException | None = None
@@ -384,13 +407,15 @@ class Poller:
                     return
                 time.sleep(self.interval)
                 continue
+            by_pod: dict[str, list] = {}
+            for e in evs:  # one per message (a repeated one is counted in its event)
+                when = e.get("eventTime") or e.get("firstTimestamp") or e["metadata"]["creationTimestamp"]
+                by_pod.setdefault(e["involvedObject"].get("name", ""), []).append(
+                    (when, e["metadata"]["name"], e.get("message") or e.get("note") or ""))
             with self.cond:
                 self.pods = {p["metadata"]["name"]: p for p in pods}
-                for e in evs:
-                    name = e["involvedObject"].get("name", "")
-                    when = e.get("eventTime") or e.get("firstTimestamp") or e["metadata"]["creationTimestamp"]
-                    if name not in self.refused or when < self.refused[name][0]:
-                        self.refused[name] = (when, e.get("message") or e.get("note") or "")
+                # distinct messages: an attempt that fails alike may be written in another event
+                self.refused = {name: list(dict.fromkeys(m for _, _, m in sorted(ms))) for name, ms in by_pod.items()}
                 self.cond.notify_all()
             self._stop.wait(self.interval)
 
@@ -415,7 +440,9 @@ class Poller:
 
 @dataclass(frozen=True)
 class PodOutcome:
-    placed: tuple  # ("node", index) | ("refused", FailedScheduling message)
+    placed: tuple  # ("node", index) | ("refused", FailedScheduling message); for a pod with a claim that
+    #                may have been allocated before: ("refused", message) for each message, then ("node",
+    #                index) when it was bound
     gated: bool | None  # a pod with a late claim: neither bound nor refused while its claim was missing
     claims: tuple  # per pod claim: (name, allocation, the indices of the pods in reservedFor); allocation:
     #                None when unallocated, else (the results, each (request, driver, pool, device) and
@@ -480,6 +507,25 @@ class World:
         """A pool's or node's name without the world's prefix."""
         return name.removeprefix(f"drap-{self.tag}-")
 
+    def allocate_claims(self, raw: Raw) -> None:
+        """The world's claims that are allocated before its first pod (source ``allocated``)."""
+        for p in self.case.pods:
+            for c in p.claims:
+                if c.source != "allocated":
+                    continue
+                self._create_claim(raw, c.ref, c.kind)
+                node = self.node_names[c.at[0]]
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                raw.req("PATCH", f"{RESOURCE}/namespaces/{self.ns}/resourceclaims/{self._claim_name(c.ref)}/status",
+                        {"status": {"allocation": {
+                            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": f"{node}-gpu",
+                                                     "device": f"gpu-{c.at[1]}"}]},
+                            # as a scheduler writes it (kube-scheduler's PreBind fails to reserve a
+                            # claim without: it sets the field, immutable once allocated)
+                            "allocationTimestamp": now,
+                            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}, patch=True)
+
     def _claim_name(self, ref: str) -> str:
         return f"{self.tag}-c{ref}"
 
@@ -513,6 +559,7 @@ class World:
                     continue
                 if c.source == "named":
                     self._create_claim(raw, c.ref, c.kind)
+                # allocated: made with the world (create_infra)
                 elif c.source == "late":
                     late.append(c)
                 entries.append({"name": f"g{k}", "resourceClaimName": self._claim_name(c.ref)})
@@ -537,13 +584,32 @@ class World:
                 if pd["spec"].get("nodeName"):  # ours: its decision annotation comes with the binding
                     return ("node", self.node_names.index(pd["spec"]["nodeName"])), pd
                 if name in refused:
-                    return ("refused", refused[name][1].replace(self.tag, "<tag>")), pd
+                    return ("refused", refused[name][0].replace(self.tag, "<tag>")), pd
                 return None
 
-            placed, pd = poller.wait(outcome, timeout, f"pod {name} bound or refused by {self.scheduler}")
+            if any(c.source in ("allocated", "shared") for c in p.claims):
+                # a claim allocated before may be freed by PostFilter (a message saying so), and
+                # the pod tried again at once: bound (maybe before the message is written), or
+                # refused again; every message, then the node
+                def settled(pods, refused, name=name):
+                    pd = pods.get(name)
+                    msgs = refused.get(name, [])
+                    if pd is None or not (pd["spec"].get("nodeName") or msgs and DEALLOCATED not in msgs[-1]):
+                        return None
+                    return True
+
+                poller.wait(settled, timeout, f"pod {name} bound or refused by {self.scheduler}")
+                time.sleep(SETTLE)
+                placed, pd = poller.wait(lambda pods, refused, name=name: (tuple(
+                    x for m in refused.get(name, ()) for x in ("refused", m.replace(self.tag, "<tag>")))
+                    + (("node", self.node_names.index(pods[name]["spec"]["nodeName"]))
+                       if pods[name]["spec"].get("nodeName") else ()), pods[name]), timeout, f"pod {name}")
+            else:
+                placed, pd = poller.wait(outcome, timeout, f"pod {name} bound or refused by {self.scheduler}")
             placements.append(placed)
             decision = (pd["metadata"].get("annotations") or {}).get(DECISION)
-            ties.append(placed[0] == "node" and decision is not None and not unique_best(json.loads(decision)))
+            bound = bool(pd["spec"].get("nodeName"))
+            ties.append(bound and decision is not None and not unique_best(json.loads(decision)))
             decided.append(decision is not None)
         # the claims of every pod: what PreBind wrote (before the binding the pod was seen with)
         index = {n: j for j, n in enumerate(names)}
@@ -574,13 +640,16 @@ class World:
 # a batch: several worlds side by side
 
 def create_infra(raw: Raw, worlds: list[World]) -> None:
-    """Every world's nodes, then every world's slices."""
+    """Every world's nodes, then every world's slices, then every world's allocated claims (the
+    probe's claims come later: a scheduler that has them has these)."""
     for w in worlds:
         for n in w.nodes():
             raw.create("/api/v1/nodes", n)
     for w in worlds:
         for s in w.slices():
             raw.create(f"{RESOURCE}/resourceslices", s)
+    for w in worlds:
+        w.allocate_claims(raw)
 
 
 def probe(raw: Raw, poller: Poller, ns: str, run: str, batch: str, schedulers: list[str],

@@ -4,14 +4,20 @@ kube-scheduler v1.37.1 (its default profile, which has DynamicResources) and by 
 `default` policy, with kube-controller-manager's resourceclaim controller creating the claims of
 templates (see dra_world.py for the devices and the kinds of claims).
 
-The claims cover CEL selectors on the model and on the memory capacity, a DeviceClass's selectors,
-`matchAttribute` on a PCIe root (qualified, and bare in the driver's domain), `allocationMode:
-All`, `exactly.count` > 1, `firstAvailable` subrequests, devices with a NoSchedule taint (and one
-of effect None) for requests with and without a toleration, one named claim shared by two pods
-(the second must go where the first went), claims from templates, and pods that cannot be
-satisfied: too many devices, a DeviceClass that does not exist, and a claim that does not exist
-yet (PreEnqueue: neither scheduler may bind the pod or say anything about it for a few seconds;
-then the claim is created and it is scheduled).
+The claims cover CEL selectors on the model and on the memory capacity (compareTo, isGreaterThan),
+a DeviceClass's selectors, `matchAttribute` on a PCIe root (qualified, and bare in the driver's
+domain; on all requests or some), `distinctAttribute`, `allocationMode: All`, `exactly.count` > 1,
+`firstAvailable` subrequests, `adminAccess`, devices with a NoSchedule or NoExecute taint (and
+one of effect None) for requests with and without a toleration (Exists, Equal, everything), one
+named claim shared by two pods (the second must go where the first went), claims from templates
+(a template used by several pods), a claim allocated before its pod (reserved for nobody; when
+the pod may not go to its node, PostFilter deallocates it and the pod is tried again), and pods
+that cannot be satisfied: too many devices, a DeviceClass that does not exist, and a claim that
+does not exist yet (PreEnqueue: neither scheduler may bind the pod or say anything about it for
+a few seconds; then the claim is created and it is scheduled). Pools are in one slice or two
+(sorted by name, not in device order), and some nodes have a second pool (sorted first) or none.
+Every kind of claim is in some case whatever the seed (the cases go round them); the other
+features must be too (a seed that leaves one out fails).
 
 Each case's world is built three times: twice for kube-scheduler, once for policy-scheduler. Its
 pods are created one at a time, each waiting to be bound or refused before the next. Where
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -52,7 +59,8 @@ MAX_NODES = 99
 # what the cases must cover between them (a seed that misses one is a bad seed)
 REQUIRED = {f"kind:{k}" for k in KINDS} | {"source:named", "source:template", "source:shared", "source:late",
                                            "taint:NoSchedule", "taint:NoExecute", "taint:None",
-                                           "node-without-devices", "split-pool", "second-pool"}
+                                           "node-without-devices", "split-pool", "second-pool", "source:allocated",
+                                           "allocated-elsewhere"}
 ADMIN_ACCESS = "resource.kubernetes.io/admin-access"  # a namespace label: its claims may ask for adminAccess
 
 
@@ -168,42 +176,47 @@ def who_bound(cases: list[Case], results: dict) -> list[str]:
         if not isinstance(out, WorldOutcome):
             continue
         for j, (p, decided) in enumerate(zip(out.pods, out.decided)):
-            if p.placed[0] == "node" and decided != (w == "c"):
+            if "node" in p.placed[::2] and decided != (w == "c"):
                 wrong.append(f"case {i} world {w} pod {j}: {'has' if decided else 'lacks'} our decision")
     return wrong
 
 
 def summary(results: dict) -> str:
-    """What upstream's first runs did: pods bound and refused (by the first words of the message's
-    reasons), gated pods, claims allocated and the subrequests picked."""
+    """What upstream's first runs did: pods bound, the reasons of the FailedScheduling messages
+    (each node's, counted once per message, and PostFilter's), pods gated while a claim was
+    missing, claims allocated and the subrequests picked."""
     bound = gated = allocated = 0
-    refused: dict[str, int] = {}
+    reasons: dict[str, int] = {}
     subs: dict[str, int] = {}
     for (i, w), out in results.items():
         if w != "a" or not isinstance(out, WorldOutcome):
             continue
         for p in out.pods:
             gated += bool(p.gated)
-            if p.placed[0] == "node":
-                bound += 1
-            else:
-                head = p.placed[1].split(": ", 1)[1].split(". preemption")[0]
-                for reason in head.split(", "):
+            steps = list(zip(p.placed[::2], p.placed[1::2]))
+            bound += any(kind == "node" for kind, _ in steps)
+            for kind, msg in steps:
+                if kind != "refused":
+                    continue
+                head = re.split(r"[.,] preemption: ", msg.split(": ", 1)[1])[0]
+                fit, _, post = head.partition(". ")
+                for reason in fit.split(", ") + ([f"PostFilter: {post}"] if post else []):
                     key = reason.lstrip("0123456789 ")
-                    refused[key] = refused.get(key, 0) + 1
+                    reasons[key] = reasons.get(key, 0) + 1
             for _, allocation, _ in p.claims:
-                allocated += allocation is not None and p.placed[0] == "node"
+                allocated += allocation is not None
                 for req, *_ in allocation[0] if allocation else ():
                     if "/" in req:
                         subs[req] = subs.get(req, 0) + 1
     return (f"upstream's first runs: {bound} pods bound, {gated} gated while their claim was missing, "
-            f"{allocated} claims of bound pods allocated; subrequests picked {subs}; reasons of refusals {refused}")
+            f"{allocated} claims allocated at the end; subrequests picked {subs}; reasons in FailedScheduling "
+            f"messages {reasons}")
 
 
 def test_same_dra_outcomes_as_kube_scheduler(cluster, core, namespace, operator, example_policies, dra_components,
                                              raw):
     rng = random.Random(SEED)
-    cases = [make_case(rng) for _ in range(CASES)]
+    cases = [make_case(rng, list(KINDS)[i % len(KINDS)]) for i in range(CASES)]
     covered = set().union(*(c.features() for c in cases))
     assert REQUIRED <= covered, f"seed {SEED} leaves out {sorted(REQUIRED - covered)}"
     core.patch_namespace(namespace, {"metadata": {"labels": {ADMIN_ACCESS: "true"}}})
