@@ -199,7 +199,7 @@ class Allocator:
                         hit = compile_selector(text).evaluate(dev.cel_device())
                     except CELError as e:
                         hit = e
-                    dev.matches[text] = hit
+                    _remember(dev, text, hit)
                 if isinstance(hit, CELError):
                     who = f"class {owner.name}" if owner is not None else f"claim {self.claims[rq.claim].key}"
                     if hit.kind == "compile":
@@ -491,6 +491,15 @@ def first_available_score(claim: ResourceClaim, sub_index: list[int] | None = No
     return total
 
 
+MAX_REMEMBERED = 64  # selector results kept per device: claims with ever new selectors cannot grow it
+
+
+def _remember(dev: Device, text: str, hit: Any) -> None:
+    if len(dev.matches) >= MAX_REMEMBERED:
+        dev.matches.clear()
+    dev.matches[text] = hit
+
+
 def class_matches(cls: DeviceClass, dev: Device) -> bool:
     """Whether every selector of ``cls`` accepts ``dev`` (a CEL error counts as no)."""
     for text in cls.selectors:
@@ -500,7 +509,7 @@ def class_matches(cls: DeviceClass, dev: Device) -> bool:
                 hit = compile_selector(text).evaluate(dev.cel_device())
             except CELError as e:
                 hit = e
-            dev.matches[text] = hit
+            _remember(dev, text, hit)
         if hit is not True:
             return False
     return True
