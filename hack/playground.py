@@ -2,18 +2,23 @@
 """`make playground`: a local cluster to try policy-scheduler on, left running.
 
 `up` starts, in `.local/playground/` (hack/localcluster.py), and leaves up:
-- etcd + kube-apiserver (with Kubernetes' own gang API) + kwok, built from pinned sources;
+- etcd + kube-apiserver (with Kubernetes' own gang API) + kwok, built from pinned sources, and
+  kube-controller-manager with only the resourceclaim and garbage-collector controllers (DRA: the
+  claims of ResourceClaimTemplates, see start_claim_controllers);
 - 14 kwok nodes in a realistic shape: 3 zones, 2 racks each, general nodes of two sizes, an ingest
   pool (`pool=ingest`), a GPU pool (`nvidia.com/gpu`, tainted `dedicated=gpu:NoSchedule`) and a
-  tainted spot pool (`spot=true:NoSchedule`), every node with the labels a kubelet sets;
+  tainted spot pool (`spot=true:NoSchedule`), every node with the labels a kubelet sets; the GPU
+  nodes also publish their GPUs as DRA devices of the driver gpu.example.com (ResourceSlices);
 - a Prometheus server (the Debian package's binary) scraping a small exporter of node cpu, memory
   and GPU utilisation (tests/e2e/promsim.py's), for the load-aware and gpu-utilization policies;
 - the operator, out of the cluster, with its admission webhooks registered as URL webhooks
   (`run --webhook-url https://127.0.0.1:<port>`), so a bad policy is refused at the door;
-- the CRDs, every example policy of policies/, and pods for each of them, placed.
+- the CRDs, every example policy of policies/ (and gpu-dra.yaml's DeviceClass and
+  ResourceClaimTemplate; not its Deployment, see apply_policies), and pods for each of them, placed.
 
-It prints where the pods went, `kubectl get schedulingpolicies`, the `export KUBECONFIG=...` line
-and what to try next. `down` stops everything and removes the directory.
+It prints where the pods went (and which devices the gpu-dra pods got), `kubectl get
+schedulingpolicies`, the `export KUBECONFIG=...` line and what to try next. `down` stops everything
+and removes the directory.
 
     python3 hack/playground.py up | down | status
 """
@@ -46,6 +51,18 @@ WEBHOOK_CONFIG = "policy-scheduler-playground"
 BAD_POLICY = HERE / "playground" / "bad-policy.yaml"
 
 GPU_TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+# The DRA example: policies/gpu-dra.yaml holds the policy, a DeviceClass for the driver's GPUs, a
+# ResourceClaimTemplate for one GPU of 40Gi or more, and a Deployment whose pods claim one each.
+DRA_EXAMPLE = ROOT / "policies" / "gpu-dra.yaml"
+DRA_DRIVER = "gpu.example.com"
+# The GPUs each GPU node publishes in its ResourceSlice: (device, model, memory). Some match the
+# template's selector (memory >= 40Gi), some do not (the l4s), so the allocation has to choose.
+# The simulated nodes show their GPUs both ways, as a device plugin's count (nvidia.com/gpu, for
+# gpu-utilization) and as a DRA driver's devices (for gpu-dra); a real node has one or the other.
+GPU_DEVICES = {
+    "gpu-b1": [("gpu-0", "a100", "40Gi"), ("gpu-1", "a100", "40Gi"), ("gpu-2", "l4", "24Gi"), ("gpu-3", "l4", "24Gi")],
+    "gpu-b2": [("gpu-0", "h100", "80Gi"), ("gpu-1", "h100", "80Gi"), ("gpu-2", "l4", "24Gi"), ("gpu-3", "l4", "24Gi")],
+}
 SPOT_TAINT = {"key": "spot", "value": "true", "effect": "NoSchedule"}
 
 
@@ -78,21 +95,77 @@ def node_object(name: str, alloc: dict, labels: dict, taints: list) -> dict:
 
 
 def pod(name: str, cpu: str, mem: str, policy: str | None = None, labels: dict | None = None,
-        namespace: str = NS, extra: dict | None = None, **spec) -> dict:
+        namespace: str = NS, extra: dict | None = None, claims: list | None = None, **spec) -> dict:
+    """A pod; ``claims``: its containers' resources.claims (with spec resourceClaims in ``spec``)."""
     lab = dict(labels or {})
     if policy:
         lab[POLICY] = policy
     res = {"cpu": cpu, "memory": mem, **(extra or {})}
+    resources = {"requests": res, "limits": dict(extra or {}) or None, **({"claims": claims} if claims else {})}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": lab},
             "spec": {"schedulerName": "policy-scheduler",
-                     "containers": [{"name": "main", "image": "registry.local/app:1",
-                                     "resources": {"requests": res, "limits": dict(extra or {}) or None}}],
+                     "containers": [{"name": "main", "image": "registry.local/app:1", "resources": resources}],
                      **spec}}
+
+
+def load_yaml_docs(path: Path) -> list[dict]:
+    import yaml  # the venv's (``down`` runs with any python3)
+
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def dra_example() -> dict[str, dict]:
+    """policies/gpu-dra.yaml's objects by kind (SchedulingPolicy, DeviceClass,
+    ResourceClaimTemplate, Deployment)."""
+    return {d["kind"]: d for d in load_yaml_docs(DRA_EXAMPLE)}
+
+
+def dra_pods(prefix: str, n: int, cpu: str, mem: str, namespace: str = NS, **spec) -> list[dict]:
+    """``n`` pods of the policy gpu-dra that claim what the example Deployment's pods claim (its
+    pod template's resourceClaims, each naming the ResourceClaimTemplate single-gpu, and its
+    container's resources.claims), read from the file, with ``spec`` added (e.g. tolerations)."""
+    tmpl = dra_example()["Deployment"]["spec"]["template"]["spec"]
+    claims = tmpl["containers"][0]["resources"]["claims"]
+    return [pod(f"{prefix}-{i}", cpu, mem, "gpu-dra", {"app": prefix}, namespace=namespace, claims=claims,
+                resourceClaims=tmpl["resourceClaims"], **spec) for i in range(n)]
+
+
+def resource_slice(node: str, devices: list[tuple[str, str, str]]) -> dict:
+    """The ResourceSlice a DRA driver publishes for ``node``: its whole pool (named after the
+    node) in one slice, each device with a ``model`` attribute and a ``memory`` capacity."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{DRA_DRIVER}"},
+            "spec": {"driver": DRA_DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": d, "attributes": {"model": {"string": model}},
+                                  "capacity": {"memory": {"value": memory}}} for d, model, memory in devices]}}
+
+
+def claim_devices(claim: dict, slices: list[dict]) -> str:
+    """The devices allocated to ``claim`` (status.allocation.devices.results), each with its
+    model and memory as its ResourceSlice publishes them: ``gpu-0 (h100 80Gi)``."""
+    known = {(s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"]): d
+             for s in slices for d in s["spec"].get("devices") or ()}
+    out = []
+    for r in ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or ():
+        d = known.get((r["driver"], r["pool"], r["device"])) or {}
+        model = ((d.get("attributes") or {}).get("model") or {}).get("string", "?")
+        memory = ((d.get("capacity") or {}).get("memory") or {}).get("value", "?")
+        out.append(f"{r['device']} ({model} {memory})")
+    return ", ".join(out) or "no devices"
 
 
 GPU_TOLERATION = [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
 
-# (what, policy, pods)
+def workloads() -> list[tuple[str, str, list[dict]]]:
+    """(what, policy, pods) of every workload."""
+    return [*WORKLOADS, (
+        "serve: GPU pods, one GPU of 40Gi or more each through DRA (claims from gpu-dra.yaml's "
+        "ResourceClaimTemplate), devices packed", "gpu-dra",
+        dra_pods("serve", 3, "2", "8Gi", tolerations=GPU_TOLERATION))]
+
+
+# (what, policy, pods); workloads() adds the DRA one
 WORKLOADS = [
     ("web: a Service's replicas, spread by zone (hard) and rack (soft)", "spread",
      [pod(f"web-{i}", "500m", "512Mi", "spread", {"app": "web"}) for i in range(6)]),
@@ -127,10 +200,10 @@ def say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def kubectl(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+def kubectl(*args: str, check: bool = False, stdin: str | None = None) -> subprocess.CompletedProcess:
     bins = localcluster.bin_dir(build=False)
     p = subprocess.run([str(bins / "kubectl"), *args], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "KUBECONFIG": str(KUBECONFIG)})
+                       input=stdin, env={**os.environ, "KUBECONFIG": str(KUBECONFIG)})
     if check and p.returncode != 0:
         raise SystemExit(f"kubectl {' '.join(args)} failed:\n{p.stderr}")
     return p
@@ -192,11 +265,44 @@ def up() -> int:
     cluster.up(kwok=True, quiet=True, feature_gates=localcluster.GANG_FEATURE_GATES,
                runtime_config=localcluster.GANG_RUNTIME_CONFIG)
     try:
+        start_claim_controllers(cluster)
         return _populate(cluster, prometheus, t0)
     except BaseException:
         say(f"playground start failed: stopping it (logs were in {STATE})")
         cluster.down(quiet=True)
         raise
+
+
+def start_claim_controllers(cluster: localcluster.LocalCluster) -> None:
+    """kube-controller-manager with two controllers only: resourceclaim-controller makes each pod's
+    ResourceClaim from its ResourceClaimTemplate (and sets the pod's status.resourceClaimStatuses),
+    and when a pod is gone it takes the pod out of its claims' reservedFor and frees their
+    devices; garbage-collector-controller then deletes the claims made for pods that are gone.
+
+    Why not a named ResourceClaim per pod, made here, and no controller at all: pods then claim
+    exactly what policies/gpu-dra.yaml's pods claim (its template, read from the file), and the
+    playground stays up for people to try things on: without the controller a pod deleted by
+    hand would keep its devices allocated and reserved for good (nothing else takes a gone pod
+    out of a claim's reservedFor), and a pod of their own naming a template would never get its
+    claim. It costs about 90 MB of memory and 2 seconds at start-up (no other controller runs:
+    nodes are kwok's, and nothing here needs Deployments, ServiceAccounts or node lifecycle)."""
+    cluster.start_controller_manager(controllers="resourceclaim-controller,garbage-collector-controller")
+
+
+def apply_policies() -> str:
+    """``kubectl apply -n playground`` of every document of policies/ but the example workloads.
+
+    The SchedulingPolicies and gpu-dra.yaml's DeviceClass are cluster-scoped; its
+    ResourceClaimTemplate single-gpu goes to the namespace of the playground's pods, which claim
+    from it. Its Deployment is left out: nothing here runs Deployments (no deployment or
+    replicaset controller), and its pods do not tolerate the GPU pool's taint; the playground's
+    own gpu-dra pods (`serve-*`, see workloads()) claim what its pods claim."""
+    import yaml
+
+    docs = [d for f in sorted((ROOT / "policies").glob("*.yaml")) for d in load_yaml_docs(f)
+            if d.get("kind") != "Deployment"]
+    out = kubectl("apply", "-n", NS, "-f", "-", check=True, stdin=yaml.safe_dump_all(docs, sort_keys=False))
+    return out.stdout.rstrip()
 
 
 def _populate(cluster: localcluster.LocalCluster, prometheus: str, t0: float) -> int:
@@ -220,8 +326,11 @@ def _populate(cluster: localcluster.LocalCluster, prometheus: str, t0: float) ->
     core.create_namespaced_service(NS, client.V1Service(
         metadata=client.V1ObjectMeta(name="web"),
         spec=client.V1ServiceSpec(selector={"app": "web"}, ports=[client.V1ServicePort(port=80)])))
+    objs = client.CustomObjectsApi(api)
+    for name, devices in GPU_DEVICES.items():
+        objs.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", resource_slice(name, devices))
     say(f"== {len(nodes())} kwok nodes: 3 zones x 2 racks, an ingest pool, a GPU pool (tainted), a spot pool "
-        "(tainted)")
+        f"(tainted); the GPU nodes publish their GPUs as DRA devices of {DRA_DRIVER} (ResourceSlices)")
 
     port_file = STATE / "exporter.port"
     port_file.unlink(missing_ok=True)
@@ -265,9 +374,8 @@ def _populate(cluster: localcluster.LocalCluster, prometheus: str, t0: float) ->
         h.client_config.ca_bundle for h in adm.read_validating_webhook_configuration(WEBHOOK_CONFIG).webhooks), 30)
     say(f"== the operator runs out of the cluster; admission webhooks registered at https://127.0.0.1:{webhook_port}")
 
-    out = kubectl("apply", "-f", str(ROOT / "policies"), check=True)
-    say("$ kubectl apply -f policies/\n" + out.stdout.rstrip())
-    objs = client.CustomObjectsApi(api)
+    say(f"$ kubectl apply -n {NS} -f policies/   # but gpu-dra.yaml's Deployment: serve-* claim as its pods do\n"
+        + apply_policies())
     objs.create_namespaced_custom_object("scheduling.x-k8s.io", "v1alpha1", NS, "podgroups", {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
         "metadata": {"name": "train", "namespace": NS}, "spec": {"minMember": 3}})
@@ -286,9 +394,10 @@ def _populate(cluster: localcluster.LocalCluster, prometheus: str, t0: float) ->
     wait("the metrics of load-aware and gpu-utilization", lambda: fresh("load-aware") and fresh("gpu-utilization"),
          90, 1.0)
     say("== load-aware and gpu-utilization read fresh node metrics from Prometheus")
-    total = sum(len(p) for _, _, p in WORKLOADS)
+    work = workloads()
+    total = sum(len(p) for _, _, p in work)
     burst = time.monotonic()
-    for _, _, pods in WORKLOADS:
+    for _, _, pods in work:
         for p in pods:
             core.create_namespaced_pod(p["metadata"]["namespace"], p)
 
@@ -301,13 +410,27 @@ def _populate(cluster: localcluster.LocalCluster, prometheus: str, t0: float) ->
     took = time.monotonic() - burst
     time.sleep(2.5)  # the policies' status is written every 2 s
     specs = {n[0]: n for n in nodes()}
+    # the devices each pod with claims got: its claims (status.resourceClaimStatuses names the
+    # claims made from templates) and their allocations, with the devices' model and memory
+    claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c
+              for c in objs.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")["items"]}
+    slices = objs.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"]
+
+    def label(p) -> str:
+        names = [s.resource_claim_name for s in p.status.resource_claim_statuses or () if s.resource_claim_name]
+        names += [c.resource_claim_name for c in p.spec.resource_claims or () if c.resource_claim_name]
+        if not names:
+            return p.metadata.name
+        got = [claim_devices(claims.get((p.metadata.namespace, n)) or {}, slices) for n in names]
+        return f"{p.metadata.name} [{', '.join(got)}]"
+
     say(f"\n== placements: {total}/{total} pods bound in {took:.1f}s\n")
-    for what, policy, pods in WORKLOADS:
+    for what, policy, pods in work:
         say(f"{what}   [policy {policy}]")
         per_node = defaultdict(list)
         for p in pods:
             got = items[(p["metadata"]["namespace"], p["metadata"]["name"])]
-            per_node[got.spec.node_name].append(p["metadata"]["name"])
+            per_node[got.spec.node_name].append(label(got))
         for nn, names in sorted(per_node.items()):
             n = node_object(*specs[nn])
             say(f"    {nn:<12} {n['metadata']['labels'][ZONE]:<7} {n['metadata']['labels'][RACK]:<8} "
@@ -329,6 +452,8 @@ Next, try:
   kubectl apply -f {bad}                   # refused by the webhook, naming the field
   policy-scheduler explain playground/web-0                 # why web-0 went where it went
   policy-scheduler explain playground/cache-0               # LoadAware: each node's usage and its freshness
+  policy-scheduler explain playground/serve-0               # DRA: the devices allocated, DeviceFragmentation's score
+  kubectl get resourceslices; kubectl get resourceclaims -n playground          # the GPUs, the pods' claims
   kubectl get pods -n playground -o wide
   policy-scheduler simulate --policy binpack --policy spread --pending   # what-if on the live cluster
   policy-scheduler snapshot -o /tmp/playground.json && \\
