@@ -238,7 +238,8 @@ class ClusterState:
         """A DRA object of DraCache ``kind`` (DynamicResources registered its events)."""
         try:
             return self.dra.apply(kind, event, body)
-        except (ValueError, TypeError, KeyError, AttributeError) as e:  # one bad object must not stop the informer
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
+            # one bad object must not stop the informer
             meta = (body.get("metadata") or {}) if isinstance(body, Mapping) else {}
             log.warning("%s %s ignored: %s", kind, meta.get("name"), e)
             return []

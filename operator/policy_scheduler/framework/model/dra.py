@@ -187,12 +187,17 @@ class ResourceSlice:
                 attrs.setdefault(q, _attribute(v, f"spec.devices[{i}].attributes.{n}"))
             taints = tuple(DeviceTaint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
                            for t in _list(d.get("taints"), f"spec.devices[{i}].taints"))
-            devices.append(Device(
+            dev = Device(
                 name=str(d.get("name") or ""), driver=driver, pool=pool_name, attributes=attrs,
                 raw_attributes=raw_attrs, raw_capacity=_obj(d.get("capacity"), f"spec.devices[{i}].capacity"),
                 taints=taints, binding_conditions=bool(d.get("bindingConditions")),
                 binds_to_node=bool(d.get("bindsToNode")), consumes_counters=bool(d.get("consumesCounters")),
-                multi=bool(d.get("allowMultipleAllocations"))))
+                multi=bool(d.get("allowMultipleAllocations")))
+            try:  # the selector variable, built now: a value CEL cannot read refuses the slice here
+                dev.cel_device()
+            except (ValueError, TypeError, AttributeError) as e:
+                raise ValueError(f"spec.devices[{i}] ({dev.name}): {e}") from None
+            devices.append(dev)
         try:
             node_selector = NodeSelector.parse(sel, "spec.nodeSelector") if sel else None
         except SelectorError as e:
