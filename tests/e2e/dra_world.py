@@ -34,7 +34,7 @@ ZONES = ("za", "zb")
 LABEL_RUN, LABEL_BATCH = "drap-run", "drap-batch"
 GATE_WAIT = 3.0  # how long a pod whose claim does not exist yet must stay untouched
 DEALLOCATED = "deallocation of ResourceClaim completed"  # DynamicResources' PostFilter freed a claim
-SETTLE = 1.0  # a pod that was bound may still get the FailedScheduling event of an earlier attempt
+SETTLE = 1.5  # a pod that was bound may still get the FailedScheduling event of an earlier attempt
 
 SEL_A100 = f'device.attributes["{DRIVER}"].model == "a100"'
 SEL_T4 = f'device.attributes["{DRIVER}"].model == "t4"'
