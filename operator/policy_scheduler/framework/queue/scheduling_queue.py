@@ -66,6 +66,7 @@ EVENT_POD_UPDATE = "UnscheduledPodUpdate"
 EVENT_BACKOFF_COMPLETE = "BackoffComplete"
 EVENT_ATTEMPT_FAILURE = "ScheduleAttemptFailure"
 EVENT_POPPED_FROM_BACKOFF = "PoppedFromBackoffQ"  # our label: activeQ was empty (SchedulerPopFromBackoffQ)
+EVENT_POLICY_CHANGED = "SchedulingPolicyChange"  # ours: the PreEnqueue plugins of a changed chain ran
 
 # queueing strategies (upstream queueingStrategy)
 _SKIP, _AFTER_BACKOFF, _IMMEDIATELY = 0, 1, 2
@@ -159,8 +160,16 @@ class SchedulingQueue:
         return qs.less if qs is not None else self._default_less
 
     def policy_changed(self, policy: str) -> None:
-        """The policy's chain changed: reorder its activeQ with its (new) QueueSort."""
+        """The policy's chain changed: reorder its activeQ with its (new) QueueSort, and run its
+        (new) PreEnqueue plugins on its pods in activeQ and backoffQ: a pod queued before its
+        policy was known (at start-up, the pods come before the policies) or under a chain
+        without these plugins must not reach a cycle that one of them would have held it from."""
         self._active.reorder(policy)
+        queued = [q for q in self._active.items() if q.policy == policy]
+        queued += [q for q in self._backoff.items() if q.policy == policy]
+        for qpi in queued:
+            if self._run_pre_enqueue(qpi) is not None:
+                self._gate(qpi, EVENT_POLICY_CHANGED)
 
     def _registrations(self, qpi: QueuedPodInfo, plugin: str) -> Sequence[ClusterEventWithHint]:
         regs = self._profile(qpi.policy).events.get(plugin)

@@ -263,6 +263,19 @@ def test_policy_change_reorders_its_active_queue():
     assert q.pop().pod.name == "old-low"
 
 
+def test_a_policy_change_runs_the_new_chains_pre_enqueue_on_queued_pods():
+    """Pods queued before their policy was known (start-up: pods come before policies) reach no
+    cycle that the policy's PreEnqueue plugins would have held them from."""
+    profiles = {"p": Profile()}
+    q, clock = queue(profiles)
+    assert q.add(pod("a", gates=("x",)), "p") == ACTIVE  # no PreEnqueue plugin yet
+    assert q.add(pod("b"), "p") == ACTIVE
+    profiles["p"] = gated_profile()
+    q.policy_changed("p")
+    assert q.counts("p")[GATED] == 1 and q.get("ns/a").gating_plugin == "SchedulingGates"
+    assert q.pop().pod.name == "b" and q.pop() is None
+
+
 def test_relabelled_pod_moves_to_its_new_policys_queue():
     q, _ = queue({"a": Profile(), "b": Profile()})
     q.add(pod("x"), "a")
