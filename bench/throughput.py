@@ -1043,16 +1043,9 @@ def start_claim_controller(cluster: localcluster.LocalCluster, a: argparse.Names
     """kube-controller-manager with only the resourceclaim controller (it makes the claims of the
     pods' templates, and deallocates and frees claims whose pods are gone), with the client
     limits of the schedulers: at its default of 20 QPS it would be the bottleneck (upstream's
-    scheduler_perf runs this controller in its own process, on the test's client).
-    start_controller_manager takes no other flags; its flags end with the cluster's feature
-    gates, so they come in through that hook, for this one call."""
-    gates = cluster._gate_flags
+    scheduler_perf runs this controller in its own process, on the test's client)."""
     limits = [f"--kube-api-qps={a.qps}", f"--kube-api-burst={a.burst}"]
-    cluster._gate_flags = lambda: [*gates(), *limits]  # type: ignore[method-assign]
-    try:
-        cluster.start_controller_manager(controllers=dra.CONTROLLERS)
-    finally:
-        del cluster._gate_flags  # the class's method again
+    cluster.start_controller_manager(controllers=dra.CONTROLLERS, extra=limits)
     cmdline = Path(f"/proc/{cluster.state['procs']['kube-controller-manager']['pid']}/cmdline").read_bytes()
     if f"--kube-api-qps={a.qps}".encode() not in cmdline:
         raise BenchError("kube-controller-manager did not get --kube-api-qps")

@@ -326,10 +326,12 @@ class LocalCluster:
     def _gate_flags(self) -> list[str]:
         return [f"--feature-gates={self.feature_gates}"] if self.feature_gates else []
 
-    def start_controller_manager(self, controllers: str = "*,-node-ipam-controller,-node-lifecycle-controller") -> None:
+    def start_controller_manager(self, controllers: str = "*,-node-ipam-controller,-node-lifecycle-controller",
+                                 extra: list[str] | None = None) -> None:
         """kube-controller-manager with ``controllers`` (its --controllers; the default is every
-        on-by-default controller but the two that need real nodes). The volume tests run only
-        persistentvolume-binder-controller, the PV controller."""
+        on-by-default controller but the two that need real nodes) and ``extra`` flags (e.g.
+        ``--kube-api-qps``: its default of 20 requests/s cannot create thousands of DRA claims
+        in time). The volume tests run only persistentvolume-binder-controller, the PV controller."""
         pki = self.state_dir / "pki"
         kc = str(self.admin_kubeconfig)
         p = self._spawn("kube-controller-manager", [
@@ -340,7 +342,7 @@ class LocalCluster:
             "--use-service-account-credentials=false",
             # nodes here are simulated or plain objects: no IPAM, no lifecycle taints for missing kubelets
             f"--controllers={controllers}",
-            "--v=1", *self._gate_flags(),
+            "--v=1", *self._gate_flags(), *(extra or []),
         ])
         time.sleep(2.0)
         if p.poll() is not None:

@@ -116,23 +116,8 @@ def start_claim_controller(cluster, qps: int = 1000) -> None:
     LocalCluster.start_controller_manager, plus a client rate limit that fits thousands of pods:
     its default, 20 requests/s, would take minutes to create 2,000 claims and set 2,000 pod
     statuses. Registered under the component's name: ``cluster.stop("kube-controller-manager")``."""
-    pki = cluster.state_dir / "pki"
-    kc = str(cluster.admin_kubeconfig)
-    from localcluster import free_port
-
-    p = cluster._spawn("kube-controller-manager", [
-        str(cluster.bins / "kube-controller-manager"), f"--kubeconfig={kc}",
-        f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-        "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-        f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
-        "--use-service-account-credentials=false",
-        "--controllers=resourceclaim-controller,namespace-controller",
-        f"--kube-api-qps={qps}", f"--kube-api-burst={qps}",
-        "--v=1", *cluster._gate_flags(),
-    ])
-    time.sleep(2.0)
-    if p.poll() is not None:
-        raise cluster._fail("kube-controller-manager", f"exited with code {p.returncode}")
+    cluster.start_controller_manager(controllers="resourceclaim-controller,namespace-controller",
+                                     extra=[f"--kube-api-qps={qps}", f"--kube-api-burst={qps}"])
 
 
 # ---------------------------------------------------------------------------------------------
