@@ -122,11 +122,11 @@ class PolicyRun:
     fits_after: int
     seconds: float
     table: NodeTable | None = field(default=None, repr=False)  # the state after the run (the tuner reads it)
-    # DRA devices (None without ResourceSlices): total, allocated before and after, nodes with one in use
-    devices: dict[str, int] | None = None
     # spec.rollout's candidate, decided beside every placed pod as the operator's shadow does
     # (framework/cycle/shadow.py); None when the policy has no candidate
     shadow: list[ShadowResult] | None = None
+    # DRA devices (None without ResourceSlices): total, allocated before and after, nodes with one in use
+    devices: dict[str, int] | None = None
 
     @property
     def placed(self) -> list[PodResult]:
@@ -287,7 +287,7 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
     after = NodeState.of(table)
     free, vec = _free_for(table, shape_pod)
     run = PolicyRun(policy, [by_key[p.key] for p in pods], before, after, shape, fits_before,
-                    metrics.fits(free, vec), time.perf_counter() - t0, table, compared)
+                    metrics.fits(free, vec), time.perf_counter() - t0, table=table, shadow=compared)
     if devices_before is not None:
         now = _device_use(world) or {}
         run.devices = {"total": devices_before["total"], "allocatedBefore": devices_before["allocated"],

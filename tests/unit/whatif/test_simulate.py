@@ -430,3 +430,16 @@ def test_dra_claims_are_allocated_in_the_simulation_and_device_use_is_reported()
                                               "has no DynamicResources plugin to allocate their devices.")
     out = json.loads(json.dumps(run.summary()))
     assert out["devices"]["allocated"] == 4 and run.results[0].to_dict()["devices"] == [devs[0]]
+
+
+def test_a_policy_with_a_rollout_candidate_is_shadowed_in_the_simulation():
+    """run_policy hands the candidate's comparisons to the run (PolicyRun.shadow), not elsewhere."""
+    spread = {"name": "NodeResourcesFit", "weight": 1, "args": {"scoringStrategy": {
+        "type": "MostAllocated", "resources": [{"name": "cpu", "weight": 1}]}}}
+    pol = {"apiVersion": "policy-scheduler.io/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": "ro"},
+           "spec": {"plugins": [{"name": "NodeResourcesFit", "weight": 1}],
+                    "rollout": {"strategy": "Shadow", "candidate": {"plugins": [spread]}}}}
+    sim = simulate(World(snap(six_nodes(), policies=(pol,))), ["ro"], burst(6))
+    run = sim.runs[0]
+    assert run.devices is None
+    assert run.shadow is not None and run.shadow_summary()["compared"] == 6
