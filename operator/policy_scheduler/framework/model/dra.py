@@ -455,7 +455,7 @@ class DraCache:
             del store[new.name]
             if kind == RESOURCE_SLICES:
                 self._unindex(old)
-            self.slice_version += 1
+            self._slices_changed()
             return [(ClusterEvent(res, ActionType.DELETE), old, None)]
         if old is not None and old.resource_version == new.resource_version and new.resource_version:
             return []
@@ -464,8 +464,14 @@ class DraCache:
                 self._unindex(old)
             self._index(new)
         store[new.name] = new
-        self.slice_version += 1
+        self._slices_changed()
         return [(ClusterEvent(res, ActionType.ADD if old is None else ActionType.UPDATE), old, new)]
+
+    def _slices_changed(self) -> None:
+        """Every node's device list is built again on its next use (and nodes gone since are
+        forgotten: the memo holds only nodes used since the last change)."""
+        self.slice_version += 1
+        self.node_memo.clear()
 
     def _index(self, s: ResourceSlice) -> None:
         if s.node_name:
