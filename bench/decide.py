@@ -540,6 +540,16 @@ def _dra_world(table: NodeTable, devices: int):
     return h
 
 
+def _with_claim(h, pod: PodInfo, k: int) -> dict[str, Any]:
+    """Claim number ``k`` (one device of test-class) in the cache, referenced by ``pod``."""
+    claim = {"metadata": {"name": f"claim-{k}", "namespace": pod.namespace, "uid": f"claim-uid-{k}",
+                          "resourceVersion": "1"},
+             "spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": "test-class"}}]}}}
+    h.cache.apply("resourceclaims", "ADDED", claim)
+    pod.resource_claims = (("resource", claim["metadata"]["name"], ""),)
+    return claim
+
+
 def dra_pass(table: NodeTable, stream: PodStream, count: int, warmup: int, rng: random.Random,
              devices: int) -> dict[str, Any]:
     """Decision time of pods with one claim each (module docstring, ``--dra``)."""
@@ -554,11 +564,7 @@ def dra_pass(table: NodeTable, stream: PodStream, count: int, warmup: int, rng: 
     for j in range(warmup + count):
         pod = stream.next()
         k += 1
-        claim = {"metadata": {"name": f"claim-{k}", "namespace": pod.namespace, "uid": f"claim-uid-{k}",
-                              "resourceVersion": "1"},
-                 "spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": "test-class"}}]}}}
-        h.cache.apply("resourceclaims", "ADDED", claim)
-        pod.resource_claims = (("resource", claim["metadata"]["name"], ""),)
+        claim = _with_claim(h, pod, k)
         state = CycleState()
         t0 = time.perf_counter_ns()
         d = schedule_one(chain, pod, table, rng, state=state)
@@ -580,11 +586,7 @@ def dra_pass(table: NodeTable, stream: PodStream, count: int, warmup: int, rng: 
     for j in range(min(count, 500)):
         pod = stream.next()
         k += 1
-        claim = {"metadata": {"name": f"claim-{k}", "namespace": pod.namespace, "uid": f"claim-uid-{k}",
-                              "resourceVersion": "1"},
-                 "spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": "test-class"}}]}}}
-        h.cache.apply("resourceclaims", "ADDED", claim)
-        pod.resource_claims = (("resource", claim["metadata"]["name"], ""),)
+        claim = _with_claim(h, pod, k)
         state = CycleState()
         t0 = time.perf_counter_ns()
         st, _ = dra.pre_filter(state, pod, table)

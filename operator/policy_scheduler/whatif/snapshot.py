@@ -322,11 +322,12 @@ def _check_metrics(errors: list[str], v: Any) -> list[dict]:
     return out
 
 
-def _check_storage(errors: list[str], doc: Mapping[str, Any], key: str, kind: str) -> list[dict]:
-    """A storage list: objects with a name that the VolumeCache can parse (the error names the
-    object's index and why)."""
+def _check_storage(errors: list[str], doc: Mapping[str, Any], key: str, kind: str,
+                   scratch: VolumeCache | DraCache | None = None) -> list[dict]:
+    """A storage (or DRA) list: objects with a name that the VolumeCache (DraCache) can parse (the
+    error names the object's index and why)."""
     out = []
-    scratch = VolumeCache()
+    scratch = scratch if scratch is not None else VolumeCache()
     for i, o in enumerate(_check_list(errors, doc, key)):
         try:
             scratch.apply(kind, "ADDED", o)
@@ -338,19 +339,8 @@ def _check_storage(errors: list[str], doc: Mapping[str, Any], key: str, kind: st
 
 
 def _check_dra(errors: list[str], doc: Mapping[str, Any], key: str, kind: str) -> list[dict]:
-    """A DRA list (optional): objects DraCache can parse (the error names the index and why)."""
-    if key not in doc:
-        return []
-    out = []
-    scratch = DraCache()
-    for i, o in enumerate(_check_list(errors, doc, key)):
-        try:
-            scratch.apply(kind, "ADDED", o)
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
-            errors.append(f"{key}[{i}]: cannot be read as a {kind[:-1]}: {type(e).__name__}: {e}")
-            continue
-        out.append(o)
-    return out
+    """A DRA list (optional: older snapshots have none), checked as the storage lists."""
+    return _check_storage(errors, doc, key, kind, DraCache()) if key in doc else []
 
 
 def from_dict(doc: Any, source: str = "snapshot") -> Snapshot:

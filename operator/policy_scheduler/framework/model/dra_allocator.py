@@ -193,13 +193,7 @@ class Allocator:
     def _selectable(self, rq: _Req, dev: Device) -> bool:
         for owner, sels in ((rq.cls, rq.cls.selectors if rq.cls else ()), (None, rq.spec.selectors)):
             for i, text in enumerate(sels):
-                hit = dev.matches.get(text)
-                if hit is None:
-                    try:
-                        hit = compile_selector(text).evaluate(dev.cel_device())
-                    except CELError as e:
-                        hit = e
-                    _remember(dev, text, hit)
+                hit = selector_result(dev, text)
                 if isinstance(hit, CELError):
                     who = f"class {owner.name}" if owner is not None else f"claim {self.claims[rq.claim].key}"
                     if hit.kind == "compile":
@@ -491,25 +485,24 @@ def first_available_score(claim: ResourceClaim, sub_index: list[int] | None = No
     return total
 
 
-MAX_REMEMBERED = 64  # selector results kept per device: claims with ever new selectors cannot grow it
+MAX_REMEMBERED = 64  # selector results kept per device
 
 
-def _remember(dev: Device, text: str, hit: Any) -> None:
-    if len(dev.matches) >= MAX_REMEMBERED:
-        dev.matches.clear()
-    dev.matches[text] = hit
+def selector_result(dev: Device, text: str) -> bool | CELError:
+    """Selector ``text`` on ``dev``: True, False or the CELError, remembered on the device (at
+    most MAX_REMEMBERED results: claims with ever new selectors cannot grow it)."""
+    hit = dev.matches.get(text)
+    if hit is None:
+        try:
+            hit = compile_selector(text).evaluate(dev.cel_device())
+        except CELError as e:
+            hit = e
+        if len(dev.matches) >= MAX_REMEMBERED:
+            dev.matches.clear()
+        dev.matches[text] = hit
+    return hit
 
 
 def class_matches(cls: DeviceClass, dev: Device) -> bool:
     """Whether every selector of ``cls`` accepts ``dev`` (a CEL error counts as no)."""
-    for text in cls.selectors:
-        hit = dev.matches.get(text)
-        if hit is None:
-            try:
-                hit = compile_selector(text).evaluate(dev.cel_device())
-            except CELError as e:
-                hit = e
-            _remember(dev, text, hit)
-        if hit is not True:
-            return False
-    return True
+    return all(selector_result(dev, text) is True for text in cls.selectors)
