@@ -226,6 +226,12 @@ class Handle:
         Default: nothing."""
         return None
 
+    async def nominate_for_expectation(self, pod: "PodInfo", node_name: str) -> None:
+        """Write the pod's ``status.nominatedNodeName`` in the binding cycle, before WaitOnPermit
+        and PreBind (upstream NominatedNodeNameForExpectation); a failure is only logged.
+        Default: nothing is written."""
+        return None
+
     async def api_request(self, method: str, path: str, body: Any = None) -> Any:
         """One request to the API server, for bind-side plugins in the binding cycle only
         (VolumeBinding's PreBind writes PVs and PVCs): ``method`` an HTTP verb ("GET", "PUT",
@@ -338,7 +344,12 @@ class PermitPlugin(Plugin):
 
 
 class PreBindPlugin(Plugin):
-    """Binding cycle (asynchronous, off the scheduling loop)."""
+    """Binding cycle (asynchronous, off the scheduling loop).
+
+    Optional: ``pre_bind_pre_flight(state, pod, node_name) -> Status`` (upstream
+    PreBindPreFlight, run before WaitOnPermit): Success when this plugin's PreBind has work for
+    the pod, Skip when it has none (its PreBind is then not called), Error to fail the binding.
+    A plugin without it counts as Skip for the nomination but its PreBind still runs."""
 
     async def pre_bind(self, state: CycleState, pod: "PodInfo", node_name: str) -> Status:
         raise NotImplementedError
