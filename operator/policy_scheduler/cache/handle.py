@@ -30,6 +30,8 @@ class Actions(Protocol):
 
     async def api_request(self, method: str, path: str, body: Any = None) -> Any: ...
 
+    async def nominate_for_expectation(self, pod: PodInfo, node_name: str) -> None: ...
+
     async def patch_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
 
     async def patch_native_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
@@ -104,6 +106,10 @@ class StateHandle(Handle):
         if self.actions is None:
             return await super().bind_pod(pod, node_name, annotations)
         return await self.actions.bind_pod(pod, node_name, annotations)
+
+    async def nominate_for_expectation(self, pod: PodInfo, node_name: str) -> None:
+        if self.actions is not None:
+            await self.actions.nominate_for_expectation(pod, node_name)
 
     async def api_request(self, method: str, path: str, body: Any = None) -> Any:
         if self.actions is None:

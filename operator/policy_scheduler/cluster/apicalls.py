@@ -1,5 +1,6 @@
 """The scheduling writes to the API server, in one place: the Binding, the preemption victim's
-DELETE, PodGroup status patches and the requests bind-side plugins make (VolumeBinding's PreBind).
+DELETE, PodGroup status patches, the binding cycle's nomination for expectation and the requests
+bind-side plugins make (VolumeBinding's PreBind).
 
 Each write is made by the leader only: a standby, or a deposed leader, writes nothing (a Binding
 may not outlive the lease either). Failed requests are told apart with kubeclient's one policy
@@ -27,7 +28,7 @@ from ..framework.model.native_podgroups import api_path as native_pod_groups_pat
 from ..framework.model.podgroups import API_PATH as POD_GROUPS_PATH
 from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code, Status
-from .kubeclient import TRANSPORT_ERRORS, ApiError, KubeClient
+from .kubeclient import REQUEST_ERRORS, TRANSPORT_ERRORS, ApiError, KubeClient
 from .leader import Leadership
 from .telemetry import Telemetry
 
@@ -89,6 +90,20 @@ class ApiCalls:
             return Status.error(f"Binding failed: {type(e).__name__}: {e}")
         telemetry.binding_duration.observe(time.perf_counter() - t0)
         return Status.success()
+
+    async def patch_nominated_node_name(self, pod: PodInfo, node: str) -> None:
+        """The binding cycle's nomination for expectation (upstream updatePod with
+        NominatingInfo{node, ModeOverride}): a strategic-merge PATCH of the pod's status setting
+        ``nominatedNodeName``, awaited before WaitOnPermit and PreBind. The leader only; a
+        failure is logged and changes nothing (upstream: not critical enough to stop binding)."""
+        if not self.leadership.valid():
+            return
+        try:
+            await self.client.strategic_patch(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
+                                              {"status": {"nominatedNodeName": node}})
+        except REQUEST_ERRORS as e:
+            log.warning("Failed to update the nominated node name in the binding cycle: pod %s, "
+                        "nominatedNodeName %s: %s", pod.key, node, e)
 
     async def delete_pod(self, pod: PodInfo) -> str | None:
         """DELETE a preemption victim, with its uid as precondition: DELETED; GONE when it was
@@ -174,6 +189,9 @@ class OperatorActions:
 
     async def api_request(self, method: str, path: str, body: Any = None) -> Any:
         return await self.api.request(method, path, body)
+
+    async def nominate_for_expectation(self, pod: PodInfo, node_name: str) -> None:
+        await self.api.patch_nominated_node_name(pod, node_name)
 
     async def patch_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         await self.api.patch_pod_group_status(namespace, name, status)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Callable, Coroutine
 
 from ..cache.state import ClusterState
 from ..explain import DECISION_ANNOTATION, ROLLOUT_KEY, decision_annotation, failure_message
-from ..framework.cycle.binding_cycle import BINDING_ANNOTATIONS, run_binding, wait_on_permit
+from ..framework.cycle.binding_cycle import (BINDING_ANNOTATIONS, NOMINATED_FOR_EXPECTATION,
+                                             nominate_for_expectation, run_binding, wait_on_permit)
 from ..framework.events import ASSIGNED_POD_DELETE
 from ..framework.interface import DEVICE_ALLOCATION, GROUP_PLACEMENT, CycleState, PodGone
 from ..framework.model.podinfo import PodInfo
@@ -81,7 +82,10 @@ class BindingTasks:
         pod, node = qpi.pod, assumed.node_name
         waiting = self.state.waiting
         try:
-            status = await wait_on_permit(waiting, pod)  # outside the bind slots
+            # PreBindPreFlights and the nomination for expectation (upstream, before WaitOnPermit)
+            status = await nominate_for_expectation(chain, state, pod, node, waiting)
+            if status.is_success or status.is_skip:
+                status = await wait_on_permit(waiting, pod)  # outside the bind slots
             if status.is_success:
                 async with self._sem:
                     status = await run_binding(chain, state, pod, node, waiting)
@@ -125,6 +129,10 @@ class BindingTasks:
             where = queue.add_unschedulable(qpi, error=True)
         if where is not None:  # None: the pod was deleted meanwhile, nobody to tell
             self.recorder.failure(pod, "FailedScheduling", msg, code=status.code)
+            if pod.nominated_node_name or state.read(NOMINATED_FOR_EXPECTATION):
+                # upstream clearNominatedNode: the failure's status patch also empties the
+                # nomination (ours for expectation, or an earlier preemption's), one patch
+                self.recorder.nominate(pod, None)
         if broadcast:  # the room it held is free again: pods waiting for it may fit now
             queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE, assumed, None,
                                                 pre_check=lambda q: q.key != pod.key)

@@ -352,6 +352,14 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             return
 
     # ------------------------------------------------------------------ PreBind
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """upstream PreBindPreFlight: Success when the pod has any claim (PreBind has work),
+        Skip otherwise."""
+        st: DraState | None = state.read(STATE_KEY)
+        if st is None or not st.claims:
+            return Status.skip()
+        return Status.success()
+
     async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         st: DraState | None = state.read(STATE_KEY)
         if st is None:

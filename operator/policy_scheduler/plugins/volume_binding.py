@@ -438,6 +438,16 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, 
         self.handle.volumes().revert(pod.key)
 
     # ------------------------------------------------------------------ PreBind
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
+        """upstream PreBindPreFlight: Skip when every claim is bound (or the pod has none),
+        Success when PreBind has PVs to bind or claims to provision on ``node_name``."""
+        st: VolumeBindingState | None = state.read(STATE_KEY)
+        if st is None or st.all_bound:
+            return Status.skip()
+        if node_name not in st.by_node:
+            return Status.error(f'no pod volume found for node "{node_name}"')
+        return Status.success()
+
     async def pre_bind(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         st: VolumeBindingState | None = state.read(STATE_KEY)
         if st is None or st.all_bound:

@@ -11,7 +11,7 @@ from fakeclient import FakeClient
 
 from policy_scheduler.cluster.binding_tasks import DECISION_ANNOTATION
 from policy_scheduler.cluster.engine import Engine
-from policy_scheduler.framework.interface import PermitPlugin, PostFilterPlugin, ReservePlugin
+from policy_scheduler.framework.interface import PermitPlugin, PostFilterPlugin, PreBindPlugin, ReservePlugin
 from policy_scheduler.framework.queue.scheduling_queue import ACTIVE, BACKOFF, UNSCHEDULABLE
 from policy_scheduler.framework.status import Code, Status
 from policy_scheduler.plugins import registry_with
@@ -306,3 +306,97 @@ def test_deleting_a_pod_that_waits_at_permit_rejects_it_and_frees_its_room():
         assert len(e.state.waiting) == 0 and "ns/w" not in e.state.table.pod_node
         assert e.client.calls_of("bind") == [] and not e.queue.is_in_flight("ns/w") and "ns/w" not in e.queue
     run(body)
+
+
+# ------------------------------------------------------------------ the nomination for expectation
+# (upstream bindingCycle, NominatedNodeNameForExpectation) and its clearing on failure
+
+class Work(PreBindPlugin):
+    """Test PreBind: has work (PreBindPreFlight Success) for pods labelled ``work=yes``, fails
+    its PreBindPreFlight for ``work=broken``."""
+
+    NAME = "Work"
+
+    def pre_bind_pre_flight(self, state, pod, node):
+        w = pod.labels.get("work")
+        if w == "broken":
+            return Status.error("no state")
+        return Status.success() if w == "yes" else Status.skip()
+
+    async def pre_bind(self, state, pod, node):
+        CALLS.append(("preBind", pod.name))
+        return Status.success()
+
+
+PLUGINS.append(Work)
+
+
+def _writes(e):
+    """The pod writes in order: ("nnn", pod, value) for a nominatedNodeName patch, ("bind", pod, node)."""
+    out = []
+    for c in e.client.calls:
+        if c.method == "strategic_patch" and "nominatedNodeName" in (c.body.get("status") or {}):
+            out.append(("nnn", c.path.split("/")[-2], c.body["status"]["nominatedNodeName"]))
+        elif c.method == "bind":
+            out.append(("bind", c.body["metadata"]["name"], c.body["target"]["name"]))
+    return out
+
+
+def _policy(e, *plugins):
+    e.on_policy("MODIFIED", {"metadata": {"name": "default", "generation": 2}, "spec": {"plugins": [
+        {"name": "NodeResourcesFit"}, *({"name": p} for p in plugins)]}})
+
+
+def test_nominated_before_binding_only_with_pre_bind_work():
+    async def body(e):
+        _policy(e, "Work")
+        await schedule(e, pod("plain"))
+        await schedule(e, pod("work", work="yes"))
+    engine = run(body)
+    assert _writes(engine) == [("bind", "plain", "n1"), ("nnn", "work", "n1"), ("bind", "work", "n1")]
+    assert CALLS == [("preBind", "work")]  # plain's PreBindPreFlight said Skip: its PreBind is not run
+
+
+def test_a_pod_waiting_at_permit_is_nominated_before_it_waits():
+    async def body(e):
+        _policy(e, "Hold")
+        await schedule(e, pod("w"))
+        assert _writes(e) == [("nnn", "w", "n1")] and len(e.state.waiting) == 1
+        # our own write coming back while the pod is assumed: not a preemption nominee
+        e.on_pod("MODIFIED", {**pod("w"), "status": {"phase": "Pending", "nominatedNodeName": "n1"}})
+        assert e.nominator.node_of("ns/w") is None
+        e.state.waiting.get("uid-w").allow("Hold")
+        for _ in range(5):
+            await asyncio.sleep(0)
+    engine = run(body)
+    assert _writes(engine) == [("nnn", "w", "n1"), ("bind", "w", "n1")]
+
+
+def test_a_failed_binding_clears_the_nomination_with_its_condition():
+    async def body(e):
+        _policy(e, "Work")
+        e.client.fail("bind", 500, times=2)  # both fail: only the nominated one gets a clearing write
+        await schedule(e, pod("work", work="yes"))
+        await schedule(e, pod("plain"))
+        await asyncio.sleep(0)
+    engine = run(body)
+    assert _writes(engine) == [("nnn", "work", "n1"), ("bind", "work", "n1"), ("nnn", "work", None),
+                               ("bind", "plain", "n1")]
+    clear = [c.body["status"] for c in engine.client.calls_of("strategic_patch")
+             if c.body["status"].get("nominatedNodeName", "") is None][0]
+    assert [x["reason"] for x in clear["conditions"]] == ["SchedulerError"]  # one patch, as upstream's updatePod
+    assert engine.queue.state_of("ns/work") == BACKOFF and engine.queue.state_of("ns/plain") == BACKOFF
+
+
+def test_a_failed_pre_bind_pre_flight_fails_the_binding():
+    async def body(e):
+        e.recorder.start()
+        _policy(e, "Work")
+        await schedule(e, pod("b", work="broken"))
+        await asyncio.sleep(0.05)
+        await e.recorder.stop()
+    engine = run(body)
+    assert _writes(engine) == [] and engine.queue.state_of("ns/b") == BACKOFF
+    assert "ns/b" not in engine.state.table.pod_node
+    notes = [c.body["note"] for c in engine.client.calls_of("post") if c.body.get("reason") == "FailedScheduling"]
+    assert notes == ['running PreBindPreFlight "Work": no state']

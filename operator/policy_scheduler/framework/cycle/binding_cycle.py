@@ -1,5 +1,6 @@
 """The binding side of the cycle: Reserve, Permit (with waiting pods), then, asynchronously,
-WaitOnPermit, PreBind, Bind and PostBind, as upstream's framework/runtime and schedule_one.go.
+PreBindPreFlight (and the nomination for expectation), WaitOnPermit, PreBind, Bind and PostBind,
+as upstream's framework/runtime and schedule_one.go.
 
 The scheduling loop calls ``run_reserve`` and ``run_permit`` right after it assumed the pod on
 the chosen node (synchronously, so the next pod already sees the reservation). The engine then
@@ -8,11 +9,13 @@ plugin, in reverse order), forgets the assumption and requeues the pod; the stat
 here say who failed and why, in upstream's words (``running Reserve plugin "X": ...``). The
 plugins are called, timed and their errors worded by runtime.py.
 
-No I/O here: Bind plugins reach the API server only through ``Handle.bind_pod``.
+No I/O here: Bind plugins reach the API server only through ``Handle.bind_pod``, and the
+nomination for expectation goes through ``Handle.nominate_for_expectation``.
 """
 
 from __future__ import annotations
 
+import logging
 from time import perf_counter
 from typing import TYPE_CHECKING
 
@@ -26,8 +29,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from .chain import Chain
     from ..model.podinfo import PodInfo
 
+log = logging.getLogger("policy_scheduler")
+
 MAX_PERMIT_TIMEOUT = 15 * 60.0  # upstream maxTimeout
 BINDING_ANNOTATIONS = "policy-scheduler.io/binding-annotations"  # CycleState key: annotations the Binding sets
+# CycleState keys of the binding cycle: the PreBind plugins whose PreBindPreFlight returned Skip
+# (their PreBind is not called; upstream SetSkipPreBindPlugins), and the node the pod's
+# status.nominatedNodeName was written to before WaitOnPermit (None: not written)
+SKIP_PRE_BIND = "policy-scheduler.io/skip-pre-bind"
+NOMINATED_FOR_EXPECTATION = "policy-scheduler.io/nominated-for-expectation"
+PRE_BIND_PRE_FLIGHT = "PreBindPreFlight"
 
 
 # -------------------------------------------------------------------------------------- Reserve
@@ -107,6 +118,81 @@ async def wait_on_permit(waiting: WaitingPods, pod: "PodInfo") -> Status:
         waiting.remove(pod.uid)
 
 
+def run_pre_bind_pre_flights(chain: "Chain", state: CycleState, pod: "PodInfo", node: str) -> Status:
+    """upstream RunPreBindPreFlights: every PreBind plugin's PreBindPreFlight, in chain order.
+    Success when at least one returned Success (some PreBind has work for this pod); Skip when
+    none did; an Error (``running PreBindPreFlight "X": ...``) on the first plugin that failed or
+    answered anything but Success, Skip or Error. The plugins that returned Skip are recorded in
+    ``state`` (SKIP_PRE_BIND): run_binding does not call their PreBind. A plugin without a
+    PreBindPreFlight (upstream has none: every PreBind plugin implements it) counts as Skip here
+    but its PreBind still runs."""
+    result = Status.skip()
+    skipped: set[str] = set()
+    for p in chain.pre_bind:
+        fn = getattr(p, "pre_bind_pre_flight", None)
+        if fn is None:
+            continue
+        try:
+            st = fn(state, pod, node)
+        except PodGone:
+            raise
+        except Exception as e:  # noqa: BLE001 - a plugin's failure is its status
+            log.error("%s plugin %s failed on pod %s", PRE_BIND_PRE_FLIGHT, p.NAME, pod.key, exc_info=e)
+            return Status.error(f'running {PRE_BIND_PRE_FLIGHT} "{p.NAME}": {type(e).__name__}: {e}', p.NAME)
+        if st.code == Code.ERROR:
+            return Status.error(f'running {PRE_BIND_PRE_FLIGHT} "{p.NAME}": {st.message() or st.code}', p.NAME)
+        if st.is_success:
+            result = Status.success()
+        elif st.is_skip:
+            skipped.add(p.NAME)
+        else:
+            return Status.error(f'{PRE_BIND_PRE_FLIGHT} {p.NAME} returned "{st.code}", which is unsupported. '
+                                f"It is supposed to return Success, Skip, or Error status", p.NAME)
+    state.write(SKIP_PRE_BIND, skipped)
+    return result
+
+
+def will_wait_on_permit(waiting: WaitingPods, pod: "PodInfo") -> bool:
+    """upstream WillWaitOnPermit: the pod is parked at Permit (until WaitOnPermit takes it out,
+    even when every plugin has allowed it meanwhile)."""
+    return waiting.get(pod.uid) is not None
+
+
+def _handle(chain: "Chain"):
+    """The Handle the chain's plugins were built with (one per chain); None for an empty chain."""
+    for p in chain.plugins:
+        h = getattr(p, "handle", None)
+        if h is not None:
+            return h
+    return None
+
+
+async def nominate_for_expectation(chain: "Chain", state: CycleState, pod: "PodInfo", node: str,
+                                   waiting: WaitingPods) -> Status:
+    """The start of upstream's bindingCycle (NominatedNodeNameForExpectation, on by default):
+    the PreBindPreFlights, then, when a PreBind plugin has work for the pod or the pod waits at
+    Permit, its ``status.nominatedNodeName`` set to ``node`` through the Handle (awaited, so it
+    comes before WaitOnPermit, PreBind and the Binding; a failed write is only logged). A pod
+    already nominated there is not written again (upstream updatePod). Returns the
+    PreBindPreFlights' status: an Error fails the binding (the caller unreserves)."""
+    st = run_pre_bind_pre_flights(chain, state, pod, node)
+    if st.code == Code.ERROR or st.is_rejected:
+        waiting.remove(pod.uid)  # no WaitOnPermit will take it out: the binding fails here
+        return st
+    if st.is_success or will_wait_on_permit(waiting, pod):
+        state.write(NOMINATED_FOR_EXPECTATION, node)
+        handle = _handle(chain)
+        if handle is not None and pod.nominated_node_name != node:
+            try:
+                await handle.nominate_for_expectation(pod, node)
+            except PodGone:
+                raise
+            except Exception as e:  # noqa: BLE001 - upstream: not critical enough to stop the binding
+                log.error("Failed to update the nominated node name in the binding cycle: pod %s, "
+                          "nominatedNodeName %s: %s", pod.key, node, e)
+    return st
+
+
 async def _guarded(point: str, plugin: str, fn, state: CycleState, pod: "PodInfo", node: str) -> Status:
     """A bind-side plugin call, ``fn(state, pod, node)`` awaited: Success or Skip as they are;
     anything else, even a rejection, or an exception (other than PodGone), becomes an Error
@@ -120,7 +206,8 @@ async def _guarded(point: str, plugin: str, fn, state: CycleState, pod: "PodInfo
 
 async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: str,
                       waiting: WaitingPods) -> Status:
-    """WaitOnPermit, PreBind, Bind (the first plugin that does not Skip binds), PostBind.
+    """WaitOnPermit, PreBind (but for the plugins whose PreBindPreFlight returned Skip), Bind
+    (the first plugin that does not Skip binds), PostBind.
     Returns Success, a Permit rejection, or an Error naming the plugin. Raises PodGone when the
     binder found the pod bound or deleted meanwhile. The caller unreserves on failure."""
     st = await wait_on_permit(waiting, pod)
@@ -128,7 +215,10 @@ async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: s
         return st
     rec = state.recorder
     t0 = perf_counter()
+    skipped = state.read(SKIP_PRE_BIND) or ()
     for p in chain.pre_bind:
+        if p.NAME in skipped:  # its PreBindPreFlight said it has nothing to do
+            continue
         st = await _guarded(PRE_BIND, p.NAME, p.pre_bind, state, pod, node)
         if st.code == Code.ERROR:
             rec.point(PRE_BIND, st.code, perf_counter() - t0)

@@ -1,6 +1,6 @@
 """framework/cycle/binding_cycle.py and waiting.py: Reserve, Permit with waiting pods, and the
 binding cycle, as upstream's framework runtime (RunReservePlugins*, RunPermitPlugins, WaitOnPermit,
-RunPreBind/Bind/PostBind)."""
+RunPreBindPreFlights and the nomination for expectation, RunPreBind/Bind/PostBind)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import asyncio
 
 import pytest
 
-from policy_scheduler.framework.cycle.binding_cycle import (run_binding, run_permit, run_reserve, run_unreserve,
+from policy_scheduler.framework.cycle.binding_cycle import (NOMINATED_FOR_EXPECTATION, SKIP_PRE_BIND,
+                                                            nominate_for_expectation, run_binding, run_permit,
+                                                            run_pre_bind_pre_flights, run_reserve, run_unreserve,
                                                             wait_on_permit)
 from policy_scheduler.framework.cycle.chain import build_chain
-from policy_scheduler.framework.interface import (BindPlugin, CycleState, PermitPlugin, PodGone, PostBindPlugin,
-                                                  PreBindPlugin, ReservePlugin)
+from policy_scheduler.framework.interface import (BindPlugin, CycleState, Handle, PermitPlugin, PodGone,
+                                                  PostBindPlugin, PreBindPlugin, ReservePlugin)
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.registry import Registry
 from policy_scheduler.framework.status import Code, Status
@@ -162,3 +164,116 @@ def test_binding_cycle_failures():
 
     with pytest.raises(PodGone):
         asyncio.run(run_binding(chain(Gone), CycleState(), POD, "n", WaitingPods()))
+
+
+# ------------------------------------------------------------------ PreBindPreFlight and the nomination
+# for expectation (upstream RunPreBindPreFlights and the start of bindingCycle, KEP-5278)
+
+class NominatingHandle(Handle):
+    """Records the nominations for expectation; ``fail``: the write raises."""
+
+    def __init__(self, fail=False):
+        self.nominated = []
+        self.fail = fail
+
+    async def nominate_for_expectation(self, pod, node_name):
+        self.nominated.append((pod.name, node_name))
+        if self.fail:
+            raise RuntimeError("apiserver down")
+
+
+def flight(name, calls, answer):
+    """A PreBind plugin with a PreBindPreFlight answering ``answer`` (a Status, or an exception
+    to raise)."""
+
+    class F(PreBindPlugin):
+        NAME = name
+
+        def pre_bind_pre_flight(self, state, pod, node):
+            calls.append((name, "preFlight"))
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        async def pre_bind(self, state, pod, node):
+            calls.append((name, "preBind"))
+            return Status.success()
+    return F
+
+
+def chain_with(handle, *plugins):
+    reg = Registry()
+    for p in plugins:
+        reg.register(p)
+    return build_chain({"plugins": [{"name": p.NAME} for p in plugins]}, reg, handle)
+
+
+def test_pre_flights_success_when_any_plugin_has_work_and_skipped_pre_binds_do_not_run():
+    calls = []
+    c = chain(flight("A", calls, Status.skip()), flight("B", calls, Status.success()),
+              probe("C", calls, bind=Status.success()))
+    state = CycleState()
+    st = run_pre_bind_pre_flights(c, state, POD, "n")
+    assert st.is_success and state.read(SKIP_PRE_BIND) == {"A"}
+    # C has no PreBindPreFlight: it counts as Skip for the nomination, yet its PreBind runs
+    assert asyncio.run(run_binding(c, state, POD, "n", WaitingPods())).is_success
+    assert calls == [("A", "preFlight"), ("B", "preFlight"), ("B", "preBind"), ("C", "preBind"),
+                     ("C", "bind"), ("C", "postBind")]
+
+
+def test_pre_flights_skip_when_no_plugin_has_work():
+    calls = []
+    c = chain(flight("A", calls, Status.skip()), probe("C", calls))
+    assert run_pre_bind_pre_flights(c, CycleState(), POD, "n").is_skip
+    assert run_pre_bind_pre_flights(chain(probe("C", [])), CycleState(), POD, "n").is_skip
+
+
+@pytest.mark.parametrize("answer, message", [
+    (Status.error("state gone"), 'running PreBindPreFlight "A": state gone'),
+    (RuntimeError("boom"), 'running PreBindPreFlight "A": RuntimeError: boom'),
+    (Status.unschedulable("no"), 'PreBindPreFlight A returned "Unschedulable", which is unsupported. '
+                                 'It is supposed to return Success, Skip, or Error status'),
+    (Status(Code.WAIT), 'PreBindPreFlight A returned "Wait", which is unsupported. '
+                        'It is supposed to return Success, Skip, or Error status'),
+])
+def test_pre_flight_failures_are_errors_in_upstream_words(answer, message):
+    calls = []
+    c = chain(flight("A", calls, answer), flight("B", calls, Status.success()))
+    st = run_pre_bind_pre_flights(c, CycleState(), POD, "n")
+    assert st.code == Code.ERROR and st.message() == message and st.plugin == "A"
+    assert calls == [("A", "preFlight")]  # the first failure ends the run
+
+
+def test_nomination_for_expectation_only_when_pre_bind_has_work_or_the_pod_waits():
+    async def go(answer, wait, nominated=""):
+        h = NominatingHandle()
+        plugins = [flight("A", [], answer)] + ([probe("W", [], permit=(Status(Code.WAIT), 10))] if wait else [])
+        c = chain_with(h, *plugins)
+        w = WaitingPods()
+        pod = parse_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                         "spec": {"containers": [{"name": "c"}]}, "status": {"nominatedNodeName": nominated}})
+        state = CycleState()
+        if wait:
+            assert run_permit(c, state, pod, "n", w).code == Code.WAIT
+        st = await nominate_for_expectation(c, state, pod, "n", w)
+        return st, h.nominated, state.read(NOMINATED_FOR_EXPECTATION)
+
+    # PreBind has work: nominated, before any WaitOnPermit or PreBind
+    assert asyncio.run(go(Status.success(), False)) == (Status.success(), [("p", "n")], "n")
+    # no PreBind work and no Permit wait: no write (the pod is bound soon anyway)
+    assert asyncio.run(go(Status.skip(), False)) == (Status.skip(), [], None)
+    # waiting at Permit: nominated although no PreBind has work
+    assert asyncio.run(go(Status.skip(), True)) == (Status.skip(), [("p", "n")], "n")
+    # already nominated to that node: nothing to write (upstream updatePod)
+    assert asyncio.run(go(Status.success(), False, nominated="n")) == (Status.success(), [], "n")
+    # a failed PreBindPreFlight fails the binding with no write, and drops the Permit wait
+    st, written, at = asyncio.run(go(Status.error("x"), True))
+    assert st.code == Code.ERROR and written == [] and at is None
+
+
+def test_a_failed_nomination_write_is_only_logged(caplog):
+    h = NominatingHandle(fail=True)
+    c = chain_with(h, flight("A", [], Status.success()))
+    st = asyncio.run(nominate_for_expectation(c, CycleState(), POD, "n", WaitingPods()))
+    assert st.is_success and h.nominated == [("p", "n")]
+    assert "Failed to update the nominated node name in the binding cycle" in caplog.text
