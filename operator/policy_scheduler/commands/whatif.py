@@ -74,6 +74,8 @@ def cmd_snapshot(a: argparse.Namespace) -> int:
         print(f"snapshot of {len(snap.nodes)} nodes, {len(snap.pods)} bound pods, {len(snap.pending_pods)} pending "
               f"pods, {len(snap.volumes['persistentvolumes'])} persistent volumes, "
               f"{len(snap.volumes['persistentvolumeclaims'])} claims, {len(snap.policies)} policies, "
+              f"{len(snap.pod_groups)} PodGroups{f' ({snap.pod_groups_version})' if snap.pod_groups_version else ''}, "
+              f"{len(snap.composite_pod_groups)} CompositePodGroups, "
               f"{sum(len(m['samples']) for m in snap.metrics)} metric values written to {a.output}", file=sys.stderr)
     return 0
 
@@ -156,6 +158,8 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             print(f"policy-scheduler simulate: cannot write {a.report}: {e.strerror or e}", file=sys.stderr)
             return 1
     if a.json:
+        for w in world.warnings:  # the text output lists them itself; keep stdout JSON
+            print(f"policy-scheduler simulate: warning: snapshot: {w}", file=sys.stderr)
         json.dump(sim.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif a.explain:

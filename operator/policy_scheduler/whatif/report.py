@@ -18,6 +18,7 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
 BEFORE = "#b9bec7"
 MAX_NODE_ROWS = 30  # the terminal lists nodes one by one up to this many
 MAX_FAILURE_GROUPS = 5
+MAX_GROUP_ROWS = 20  # PodGroups listed one by one in the text output
 
 
 def _pct(v: float) -> str:
@@ -37,9 +38,46 @@ def _failure_groups(run: PolicyRun) -> list[tuple[str, list[str]]]:
     return sorted(groups.items(), key=lambda kv: -len(kv[1]))
 
 
+def group_line(g: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(group, outcome, why) of one PodGroup of a run (PolicyRun.groups)."""
+    mc = g.get("minCount")
+    size = f"{g['placed']}/{g['pods']} placed" + (f", minCount {mc}" if mc else "") + \
+        (f", {g['topologyKey']} {', '.join(g.get('domains') or []) or '-'}" if g.get("topologyKey") else "")
+    if not g.get("exists", True):
+        outcome = "no such PodGroup"
+    elif g["whole"]:
+        outcome = "placed whole"
+    elif g["placed"]:
+        outcome = "placed in part"
+    else:
+        outcome = "not placed"
+    return g["podGroup"], f"{outcome} ({size})", g.get("message") or ""
+
+
+def write_groups(run: PolicyRun, out: TextIO) -> None:
+    """Per PodGroup: placed whole or not, and why (the PodGroupInitiallyScheduled condition's message
+    the operator would write, else the members' own)."""
+    if not run.groups:
+        return
+    whole = sum(1 for g in run.groups if g["whole"])
+    out.write(f"\n{run.policy}: PodGroups: {whole} of {len(run.groups)} placed whole\n")
+    for g in run.groups[:MAX_GROUP_ROWS]:
+        name, outcome, why = group_line(g)
+        out.write(f"  {name}: {outcome}\n")
+        if why:
+            out.write(f"    {why}\n")
+    if len(run.groups) > MAX_GROUP_ROWS:
+        out.write(f"  ... {len(run.groups) - MAX_GROUP_ROWS} more groups (--json lists every group)\n")
+
+
 def write_text(sim: Simulation, out: TextIO) -> None:
     out.write(f"simulated {sim.pods} pods on {sim.nodes} nodes ({sim.source}, taken {rfc3339(sim.taken_at)}), "
               f"seed {sim.seed}\n\n")
+    warnings = sim.runs[0].warnings if sim.runs else []
+    for w in warnings:
+        out.write(f"warning: snapshot: {w}\n")
+    if warnings:
+        out.write("\n")
     shape = sim.runs[0].shape if sim.runs else {}
     shape_txt = "/".join(format_quantity(k, v) for k, v in shape.items() if k in ("cpu", "memory")) or "-"
     rows = [["POLICY", "PLACED", "UNSCHEDULABLE", "NODES USED", "IMBALANCE", "ZONE SKEW", f"FITS ({shape_txt})",
@@ -60,6 +98,12 @@ def write_text(sim: Simulation, out: TextIO) -> None:
             dv = run.devices
             out.write(f"\n{run.policy}: DRA devices allocated: {dv['allocated']} of {dv['total']} "
                       f"(was {dv['allocatedBefore']}), on {dv['nodes']} nodes (was {dv['nodesBefore']})\n")
+        if run.preemptions:
+            n = sum(len(p["victims"]) for p in run.preemptions)
+            out.write(f"\n{run.policy}: {len(run.preemptions)} preemption(s) carried out, {n} pod(s) preempted\n")
+            for p in run.preemptions[:MAX_FAILURE_GROUPS]:
+                out.write(f"  {p['preemptor']} on {p['node']}: {', '.join(p['victims'])}\n")
+        write_groups(run, out)
         spread = run.zone_spread()["perZone"]
         if len(spread) > 1 or "" not in spread:
             out.write(f"\n{run.policy}: placed per zone: "
@@ -280,6 +324,9 @@ def html_report(sim: Simulation) -> str:
                    f"<td>{s['imbalance']:.3f} (was {s['imbalanceBefore']:.3f})</td><td>{s['zoneSpread']['skew']}</td>"
                    f"<td>{s['fragmentation']['fits']} (was {s['fragmentation']['fitsBefore']}; {_esc(shape)})</td></tr>")
     out.append("</table>")
+    if sim.runs and sim.runs[0].warnings:
+        out.append("<h2>Objects of the snapshot skipped</h2><ul>"
+                   + "".join(f"<li>{_esc(w)}</li>" for w in sim.runs[0].warnings) + "</ul>")
     with_devices = [r for r in sim.runs if r.devices is not None]
     if with_devices:
         out.append("<h2>DRA devices</h2><table><tr><th>policy</th><th>devices allocated</th><th>of</th>"
@@ -321,6 +368,23 @@ def html_report(sim: Simulation) -> str:
         for run in sim.runs:
             if run.shadow is not None:
                 out.append(shadow_html(run.policy, run.shadow_summary()))
+        for run in sim.runs:
+            if run.groups:
+                whole = sum(1 for g in run.groups if g["whole"])
+                out.append(f"<h2>{_esc(run.policy)}: PodGroups, {whole} of {len(run.groups)} placed whole</h2>"
+                           "<table><tr><th>PodGroup</th><th>outcome</th><th>why (PodGroupInitiallyScheduled)</th>"
+                           "</tr>")
+                for g in run.groups:
+                    name, outcome, why = group_line(g)
+                    out.append(f"<tr><td>{_esc(name)}</td><td>{_esc(outcome)}</td><td>{_esc(why)}</td></tr>")
+                out.append("</table>")
+            if run.preemptions:
+                out.append(f"<h2>{_esc(run.policy)}: preemptions carried out</h2><table><tr><th>preemptor</th>"
+                           "<th>node</th><th>victims</th></tr>")
+                for p in run.preemptions:
+                    out.append(f"<tr><td>{_esc(p['preemptor'])}</td><td>{_esc(p['node'])}</td>"
+                               f"<td>{_esc(', '.join(p['victims']))}</td></tr>")
+                out.append("</table>")
         for run in sim.runs:
             groups = _failure_groups(run)
             if not groups:

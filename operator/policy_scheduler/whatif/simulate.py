@@ -1,22 +1,45 @@
 """Place pods on a snapshot with the operator's own scheduling core, one policy at a time.
 
-Per policy: a fresh NodeTable of the snapshot (World.table), the policy's chain as the operator's
-PolicyStore built it, and the pods in the order the policy's QueueSort pops them when they are
-pending together (PrioritySort: higher priority first, then the input order). Each pod gets one
-scheduling cycle (``schedule_one``); a placed pod is assumed on its node exactly as the operator's
-binding tasks assume it (a copy with ``spec.nodeName`` counted on the node), then Reserve and
-Permit run, so the next pod sees it (VolumeBinding's Reserve assumes the PVs it matched and the
-claims it would provision in the world's VolumeCache, fresh per policy); Bind and everything after
-it (PreBind's PV and PVC writes included) are not run: nothing is written anywhere. A pod no node
-fits gets upstream's FailedScheduling message. A PostFilter's preemption is reported (its nominated
-node and victims), not carried out.
+Per policy: a fresh NodeTable of the snapshot (World.table), fresh storage, DRA and PodGroup
+caches (World.fresh_volumes, World.fresh_groups), the policy's chain as the operator's PolicyStore
+built it, and the operator's own scheduling queue (framework/queue/scheduling_queue.py), driven as
+the engine drives it, on a virtual clock:
+
+- The pods are added in input order (each a moment after the previous one: the input order is the
+  order they were queued in), so PreEnqueue runs as it does for the operator's informer: a pod a
+  PreEnqueue plugin holds (a scheduling gate, a PodGroup with fewer than minCount pods...) waits
+  and is reported with that plugin's message. Pods are popped as the policy's QueueSort orders them
+  (PrioritySort: higher priority first, then the input order).
+- Each popped pod gets a scheduling cycle (``schedule_one``). A placed pod is assumed on its node
+  exactly as the operator's binding tasks assume it, then Reserve and Permit run
+  (ClusterState.reserve), so the next pod sees it (VolumeBinding's Reserve assumes the PVs it
+  matched and the claims it would provision). A pod a Permit plugin parks (GangScheduling until
+  its group's quorum) waits there, in flight, until a plugin allows it (then it counts as bound)
+  or rejects it (Unreserve, requeued); when nothing else is left to do, the earliest Permit timeout
+  passes (upstream's ``rejected due to timeout after waiting ...``). A bound pod is counted as the
+  operator counts its binding coming back (ClusterState.apply_pod), and the queue hears the
+  cluster events this produces, as it hears the operator's informers.
+- A pod that does not fit gets upstream's FailedScheduling message and goes back to the queue with
+  the plugins that rejected it; an event one of those plugins registered (and whose hint says so)
+  moves it again: a pod bound, a group member placed, a preemption's victims gone, a pod's room
+  freed at Unreserve, a plugin's ``activate_pods``. A PostFilter's preemption is carried out: the
+  preemptor is nominated to the node, its victims are removed from the state as their deletion
+  would remove them (a victim parked at Permit is rejected there), and the preemptor is tried
+  again. The victims are reported (``PodResult.preempted``, ``PolicyRun.preemptions``); a victim
+  that was placed by this simulation is reported preempted.
+- The run ends when the queue has nothing to pop (what is left waits for an event from outside,
+  as it would in the operator; the operator's 5-minute flush of the unschedulable pool is not
+  simulated), or when a pod had ``rounds`` cycles (MAX_ROUNDS; then it is given up). Bind and
+  everything after it (PreBind's PV and PVC writes included) are not run: nothing is written
+  anywhere.
 
 Ties between the best nodes are broken by a ``random.Random(seed)``, fresh for each policy: the
-same input gives the same output. It is drawn from exactly as the operator draws from its engine's
-``rng`` (``policy-scheduler run --seed N`` makes that a ``random.Random(N)``): once per
-``schedule_one`` whose best total is shared by several nodes, and by nothing else (preemption's
-candidate offset uses the ``random`` module, not this generator). So an operator started with the
-same seed on the same state, taking the same pods in the same order, breaks every tie the same way.
+same input gives the same output (the virtual clock makes every queue order and backoff the same
+at each run). It is drawn from exactly as the operator draws from its engine's ``rng``
+(``policy-scheduler run --seed N`` makes that a ``random.Random(N)``): once per ``schedule_one``
+whose best total is shared by several nodes, and by nothing else (preemption's candidate offset
+uses the ``random`` module, not this generator). So an operator started with the same seed on the
+same state, taking the same pods in the same order, breaks every tie the same way.
 """
 
 from __future__ import annotations
@@ -33,6 +56,14 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from ..explain import decision_annotation, failure_message
+from ..framework.events import ASSIGNED_POD_DELETE
+from ..framework.interface import Handle
+from ..framework.model.native_podgroups import CONDITION
+from ..framework.queue.scheduling_queue import SchedulingQueue
+from ..framework.queue.subqueues import QueuedPodInfo
+from ..framework.waiting import go_duration
+from ..plugins.default_preemption import NAME as PREEMPTION
+from ..plugins.priority_sort import PrioritySort
 from ..framework.cycle.chain import Chain
 from ..framework.interface import DEVICE_ALLOCATION, CycleState
 from ..framework.model.nodetable import CPU, MEMORY, PODS, NodeTable
@@ -46,6 +77,9 @@ from . import metrics
 from .world import World
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
+MAX_ROUNDS = 10  # scheduling cycles one pod may get in a run (then it is given up)
+ADD_SECONDS = 1e-6  # virtual time between two pods added to the queue (input order = queueing order)
+CYCLE_SECONDS = 1e-3  # virtual time one scheduling cycle takes
 
 
 @dataclass
@@ -59,9 +93,15 @@ class PodResult:
     note: str = ""  # a preemption the policy would start, a Permit wait counted as allowed
     decision: Decision | None = None  # kept for --explain
     devices: list[dict[str, Any]] = field(default_factory=list)  # DRA devices of its claims (Reserve)
+    attempts: int = 1  # scheduling cycles it had
+    preempted: list[str] = field(default_factory=list)  # the pods its preemptions removed
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"pod": self.pod, "node": self.node}
+        if self.attempts > 1:
+            d["attempts"] = self.attempts
+        if self.preempted:
+            d["preempted"] = list(self.preempted)
         if self.devices:
             d["devices"] = [x["device"] for x in self.devices]
         if self.node is None:
@@ -127,6 +167,12 @@ class PolicyRun:
     shadow: list[ShadowResult] | None = None
     # DRA devices (None without ResourceSlices): total, allocated before and after, nodes with one in use
     devices: dict[str, int] | None = None
+    # the preemptions carried out: {"preemptor", "node", "victims"}, in the order they happened
+    preemptions: list[dict[str, Any]] = field(default_factory=list)
+    # per PodGroup of the pods (simulate.py _Sim.group_results): placed whole or not, and why
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    cycles: int = 0  # scheduling cycles run
+    warnings: list[str] = field(default_factory=list)  # snapshot objects skipped (each says why)
 
     @property
     def placed(self) -> list[PodResult]:
@@ -157,6 +203,10 @@ class PolicyRun:
             "seconds": round(self.seconds, 3),
             **({"shadow": self.shadow_summary()} if self.shadow is not None else {}),
             **({"devices": self.devices} if self.devices is not None else {}),
+            "cycles": self.cycles,
+            **({"preempted": sum(len(p["victims"]) for p in self.preemptions)} if self.preemptions else {}),
+            **({"podGroups": {"total": len(self.groups), "whole": sum(1 for g in self.groups if g["whole"])}}
+               if self.groups else {}),
         }
 
     def shadow_summary(self) -> dict[str, Any]:
@@ -184,7 +234,10 @@ class PolicyRun:
                   "podsBefore": int(b.pods[i]), "podsAfter": int(a.pods[i])}
                  for i, (nm, z) in enumerate(zip(a.names, a.zones))]
         return {**self.summary(), "placements": [r.to_dict() for r in self.results],
-                "failures": [{"pod": r.pod, "message": r.message} for r in self.failed], "nodes": nodes}
+                "failures": [{"pod": r.pod, "message": r.message} for r in self.failed], "nodes": nodes,
+                **({"preemptions": self.preemptions} if self.preemptions else {}),
+                **({"podGroups": self.groups} if self.groups else {}),
+                **({"warnings": self.warnings} if self.warnings else {})}
 
     def explain(self, r: PodResult) -> dict[str, Any] | None:
         """The decision record explain prints (the annotation the operator would have bound)."""
@@ -246,12 +299,14 @@ def _free_for(table: NodeTable, pod: PodInfo | None) -> tuple[np.ndarray, np.nda
 
 async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, Any] | PodInfo], *, seed: int = 0,
                      keep_decisions: bool = False, follow: Mapping[str, str] | None = None,
-                     progress: Callable[[int], None] | None = None) -> PolicyRun:
+                     progress: Callable[[int], None] | None = None, rounds: int = MAX_ROUNDS) -> PolicyRun:
     """Place ``pod_objects`` (pod objects, or pods the engine parsed already) under ``policy`` on
-    a fresh copy of the snapshot.
+    a fresh copy of the snapshot, through the operator's own queue (see the module's docstring).
 
     ``follow`` (pod key -> node): after each decision, count the pod on that node instead of the
     decided one (replay: every decision is made on the state a recorded run had).
+
+    ``rounds``: the most cycles one pod gets (its first included); then it is given up.
 
     A policy with spec.rollout has its candidate decide beside every pod, as the operator's shadow
     does (PolicyRun.shadow): the same comparison on the same state, before the pod is assumed."""
@@ -268,32 +323,358 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
     shape, shape_pod = _shape(pods)
     free, vec = _free_for(table, shape_pod)
     fits_before = metrics.fits(free, vec)
-    rng = random.Random(seed)  # as the engine's rng under `run --seed`
-    nominator = Nominator()
-    shadow = None if st.shadow is None else Shadow(chain, st.shadow.candidate, st.shadow.shared)
-    compared: list[ShadowResult] | None = None if shadow is None else []
-    by_key: dict[str, PodResult] = {}
-    done = 0
-    for pod in queue_order(chain, pods):
-        if not world.admits(st, pod.namespace):
-            msg = f"SchedulingPolicy {policy!r} does not admit pods of namespace {pod.namespace!r}"
-            by_key[pod.key] = PodResult(pod.key, None, msg)
-        else:
-            by_key[pod.key] = _place(world, chain, table, pod, rng, nominator, keep_decisions,
-                                     None if follow is None else follow.get(pod.key), shadow, compared)
-        done += 1
-        if progress is not None:
-            progress(1)
+    sim = _Sim(world, policy, st, table, seed, keep_decisions, follow, rounds, progress)
+    sim.run(pods)
     after = NodeState.of(table)
     free, vec = _free_for(table, shape_pod)
-    run = PolicyRun(policy, [by_key[p.key] for p in pods], before, after, shape, fits_before,
-                    metrics.fits(free, vec), time.perf_counter() - t0, table=table, shadow=compared)
+    run = PolicyRun(policy, [sim.results[p.key] for p in pods], before, after, shape, fits_before,
+                    metrics.fits(free, vec), time.perf_counter() - t0, table=table, shadow=sim.compared,
+                    preemptions=sim.preemptions, groups=sim.group_results(pods), cycles=sim.cycles,
+                    warnings=list(world.warnings))
     if devices_before is not None:
         now = _device_use(world) or {}
         run.devices = {"total": devices_before["total"], "allocatedBefore": devices_before["allocated"],
                        "allocated": now.get("allocated", 0), "nodesBefore": devices_before["nodes"],
                        "nodes": now.get("nodes", 0)}
     return run
+
+
+class VirtualClock:
+    """The simulation's time: the queue's timestamps and backoffs, the groups' backoffs. Each
+    scheduling cycle takes ``CYCLE_SECONDS``; waiting for a backoff or a Permit timeout jumps."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += max(seconds, 0.0)
+
+
+@dataclass
+class _Parked:
+    """A pod a Permit plugin parked: its cycle, node and the virtual time its first timeout ends."""
+
+    qpi: QueuedPodInfo
+    node: str
+    state: CycleState
+    decision: Decision
+    deadline: float
+    timeouts: dict[str, float]
+
+
+class _Sim:
+    """One policy's run: the queue, the cycles, the binding cycle's Permit wait, preemptions."""
+
+    def __init__(self, world: World, policy: str, st, table: NodeTable, seed: int, keep: bool,
+                 follow: Mapping[str, str] | None, rounds: int, progress: Callable[[int], None] | None) -> None:
+        self.world, self.policy, self.st, self.table = world, policy, st, table
+        self.chain: Chain = st.chain
+        self.rng = random.Random(seed)  # as the engine's rng under `run --seed`
+        self.nominator = Nominator()
+        self.keep, self.follow, self.rounds, self.progress = keep, follow, max(int(rounds), 1), progress
+        self.shadow = None if st.shadow is None else Shadow(self.chain, st.shadow.candidate, st.shadow.shared)
+        self.compared: list[ShadowResult] | None = None if self.shadow is None else []
+        self.clock = VirtualClock()
+        self.queue = SchedulingQueue(less=PrioritySort(None, Handle()).less, clock=self.clock,
+                                     profile_of=lambda name: self.chain if name == policy else None)
+        self.results: dict[str, PodResult] = {}
+        self.parked: dict[str, _Parked] = {}  # pod uid -> its wait at Permit
+        self.preemptions: list[dict[str, Any]] = []
+        self.victims_of: dict[str, list[str]] = {}  # preemptor key -> the pods it preempted
+        self.placed: dict[str, str] = {}  # pod key -> node, for the pods of this run now placed
+        self.bodies: dict[str, Mapping[str, Any]] = {}
+        self.cycles = 0
+        self.reported: set[str] = set()
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, pods: list[PodInfo]) -> None:
+        world, queue = self.world, self.queue
+        for p in pods:
+            if isinstance(p.raw, Mapping):
+                self.bodies[p.key] = p.raw
+        world.fresh_groups(self.bodies.values(), self.clock)
+        world.events.clear()
+        world.queue = queue
+        try:
+            for p in pods:
+                if not world.admits(self.st, p.namespace):
+                    msg = f"SchedulingPolicy {self.policy!r} does not admit pods of namespace {p.namespace!r}"
+                    self.results[p.key] = PodResult(p.key, None, msg)
+                    self._done(p.key)
+                    continue
+                queue.add(p, self.policy)  # as the engine's informer: PreEnqueue first
+                self.clock.advance(ADD_SECONDS)  # input order is queueing order
+            self._loop()
+        finally:
+            world.queue = None
+            for uid in list(self.parked):  # ended with pods parked (given up): release their timers
+                world.waiting.reject(uid, "", "simulation ended")
+                world.waiting.remove(uid)
+        for p in pods:
+            if p.key not in self.results:
+                self.results[p.key] = self._never_tried(p)
+            self._done(p.key)
+            if p.key in self.victims_of:
+                r = self.results[p.key]
+                r.preempted = self.victims_of[p.key]
+
+    def _loop(self) -> None:
+        queue = self.queue
+        while True:
+            self._settle()
+            qpi = queue.pop()
+            if qpi is None:
+                if self.parked:  # nothing else to do: the first Permit timeout passes
+                    self._time_out()
+                    continue
+                delay = queue.next_ready_in()
+                if delay is not None:  # errors back off: wait for them
+                    self.clock.advance(delay)
+                    continue
+                return  # the live queue would idle here until an event from outside
+            if qpi.attempts > self.rounds:
+                queue.done(qpi.key)  # given up: its last result stands
+                r = self.results.get(qpi.key)
+                if r is not None and not r.note:
+                    r.note = f"given up after {self.rounds} scheduling cycles"
+                continue
+            self.clock.advance(CYCLE_SECONDS)
+            self.cycles += 1
+            self._cycle(qpi)
+
+    def _done(self, key: str) -> None:
+        if key not in self.reported:
+            self.reported.add(key)
+            if self.progress is not None:
+                self.progress(1)
+
+    def _never_tried(self, p: PodInfo) -> PodResult:
+        qpi = self.queue.get(p.key)
+        msg = ""
+        if qpi is not None and qpi.gating_plugin:
+            msg = qpi.gating_message or f"held at PreEnqueue by {qpi.gating_plugin}"
+        msg = msg or self.world.events.get(p.key) or "not tried"
+        return PodResult(p.key, None, msg, note="never reached a scheduling cycle (held at PreEnqueue)")
+
+    # ------------------------------------------------------------------ one cycle
+    def _cycle(self, qpi: QueuedPodInfo) -> None:
+        pod = qpi.pod
+        state = CycleState()
+        d = schedule_one(self.chain, pod, self.table, self.rng, state, self.nominator)
+        follow = None if self.follow is None else self.follow.get(pod.key)
+        if self.shadow is not None and self.compared is not None:
+            self.compared.append(self.shadow.compare(pod, self.table, state, d, follow if d.scheduled else None,
+                                                     self.nominator))
+        top = [(s.node, s.total) for s in d.top[:3]]
+        if not d.scheduled:
+            error = d.status.code == Code.ERROR
+            self.queue.add_unschedulable(qpi, d.unschedulable_plugins, error=error,
+                                         pending_plugins=d.pending_plugins)
+            r = PodResult(pod.key, None, d.message or d.status.message(), d.feasible, top, False, "",
+                          d if self.keep else None, attempts=qpi.attempts)
+            self.results[pod.key] = r
+            result = state.read(PREEMPTION_RESULT)
+            if result is not None:
+                r.note = self._preempt(pod, result)
+            elif d.nominated_node:
+                self.nominator.add(pod, d.nominated_node)
+            return
+        node = follow or d.node
+        assert node is not None
+        self.nominator.remove(pod.key)
+        # the binding tasks' assume, Reserve and Permit: the operator's own (ClusterState.reserve)
+        cluster = self.world.state
+        _, status = cluster.reserve(self.chain, state, pod, node)
+        if status.code == Code.WAIT:
+            wp = cluster.waiting.get(pod.uid)
+            timeouts = _timeouts(wp)
+            self.parked[pod.uid] = _Parked(qpi, node, state, d, self.clock() + min(timeouts.values(), default=0.0),
+                                           timeouts)
+            self.results[pod.key] = PodResult(pod.key, None, status.message(), d.feasible, top, False,
+                                              "waiting at Permit", d if self.keep else None, attempts=qpi.attempts)
+            return
+        if not status.is_success:
+            self._failed(qpi, state, node, status, d, broadcast=False)
+            return
+        self._bound(qpi, node, state, d)
+
+    # ------------------------------------------------------------------ binding cycle
+    def _settle(self) -> None:
+        """The parked pods a plugin allowed or rejected meanwhile: bound, or failed."""
+        waiting = self.world.state.waiting
+        for uid, p in list(self.parked.items()):
+            wp = waiting.get(uid)
+            status = _outcome(wp) if wp is not None else Status.success()
+            if status is None:
+                continue
+            del self.parked[uid]
+            waiting.remove(uid)
+            if status.is_success:
+                self._bound(p.qpi, p.node, p.state, p.decision, waited=True)
+            else:
+                self._failed(p.qpi, p.state, p.node, status, p.decision, broadcast=True)
+
+    def _time_out(self) -> None:
+        """The earliest Permit timeout of the parked pods passes (upstream: the waiting pod is
+        rejected in the plugin's name, ``rejected due to timeout after waiting ...``)."""
+        uid, p = min(self.parked.items(), key=lambda x: (x[1].deadline, x[1].qpi.key))
+        self.clock.advance(p.deadline - self.clock())
+        plugin = min(p.timeouts, key=lambda k: (p.timeouts[k], k)) if p.timeouts else ""
+        wp = self.world.state.waiting.get(uid)
+        msg = f"rejected due to timeout after waiting {go_duration(p.timeouts.get(plugin, 0.0))} at plugin {plugin}"
+        if wp is not None:
+            wp.reject(plugin, msg)
+
+    def _bound(self, qpi: QueuedPodInfo, node: str, state: CycleState, d: Decision, waited: bool = False) -> None:
+        """The binding cycle succeeded (PreBind and Bind are not run): the pod counts on its node as
+        the operator's state counts it once its binding comes back (ClusterState.apply_pod
+        confirms the assumption, the pod's PodGroup counts it bound), and the queue hears it."""
+        pod = qpi.pod
+        self.queue.done(pod.key)
+        body = self.bodies.get(pod.key)
+        if body is not None:
+            bound = {**body, "spec": {**(body.get("spec") or {}), "nodeName": node}}
+            change = self.world.state.apply_pod("MODIFIED", bound)
+            self._moves(change.changes)
+        elif pod.key in self.table.assumed:  # a pod given parsed (the tuner's): no object to bind
+            self.table.confirm(pod.key)
+        self.placed[pod.key] = node
+        top = [(s.node, s.total) for s in d.top[:3]]
+        note = "waited at Permit until its group's quorum" if waited else ""
+        self.results[pod.key] = PodResult(pod.key, d.node, "", d.feasible, top, unique_best(d), note,
+                                          d if self.keep else None, list(state.read(DEVICE_ALLOCATION) or ()),
+                                          attempts=qpi.attempts)
+        self._done(pod.key)
+
+    def _failed(self, qpi: QueuedPodInfo, state: CycleState, node: str, status: Status, d: Decision,
+                broadcast: bool) -> None:
+        """Reserve or Permit refused the pod (binding_tasks._failed): unreserve, requeue, and when
+        the pod held room (a Permit wait), the room is free again for the pods waiting for it."""
+        pod = qpi.pod
+        self.world.state.unreserve(self.chain, state, pod, node)
+        if status.is_rejected:
+            self.queue.add_unschedulable(qpi, {status.plugin} if status.plugin else (),
+                                         pending_plugins={status.plugin} if status.code == Code.PENDING and
+                                         status.plugin else ())
+        else:
+            self.queue.add_unschedulable(qpi, error=True)
+        self.results[pod.key] = PodResult(pod.key, None, failure_message(status), d.feasible,
+                                          [(s.node, s.total) for s in d.top[:3]], False, "",
+                                          d if self.keep else None, attempts=qpi.attempts)
+        if broadcast:
+            self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE, pod, None,
+                                                     pre_check=lambda q: q.key != pod.key)
+
+    def _moves(self, changes) -> None:
+        for ev, old, new in changes:
+            self.queue.move_all_to_active_or_backoff(ev, old, new)
+
+    # ------------------------------------------------------------------ preemption
+    def _preempt(self, pod: PodInfo, result) -> str:
+        """DefaultPreemption's choice carried out as the operator's preemptor does: the preemptor
+        nominated to the node (lower-priority pods nominated there lose it), the victims gone from
+        the state (their DELETED events: the queue hears them, the preemptor among others is tried
+        again); a victim parked at Permit is rejected there instead. Returns the note."""
+        node = result.nominated_node
+        if node is None:
+            return ""
+        if node == "":
+            self.nominator.remove(pod.key)
+            pod.nominated_node_name = None
+            return ""
+        for other in result.clear_nominations:
+            self.nominator.remove(other.key)
+            other.nominated_node_name = None
+        self.nominator.add(pod, node)
+        pod.nominated_node_name = node
+        if not result.victims:
+            return ""
+        waiting = self.world.state.waiting
+        keys = result.victim_keys
+        self.preemptions.append({"preemptor": pod.key, "node": node, "victims": keys})
+        self.victims_of.setdefault(pod.key, []).extend(keys)
+        for v in result.victims:
+            if v.uid and waiting.get(v.uid) is not None:
+                waiting.reject(v.uid, PREEMPTION, "preempted")  # parked at Permit: never bound
+                continue
+            if v.terminating:
+                continue  # upstream: no second DELETE
+            meta = {"name": v.name, "namespace": v.namespace, **({"uid": v.uid} if v.uid else {})}
+            change = self.world.state.apply_pod("DELETED", {"metadata": meta, "spec": {"nodeName": node}})
+            if v.key in self.placed:  # a pod of this run: deleted, as the operator's victims are
+                del self.placed[v.key]
+                self.results[v.key] = PodResult(v.key, None, f"preempted by {pod.key} on node {node}",
+                                                note=f"was placed on {node}, then preempted")
+            self._moves(change.changes)
+        return f"preempted {len(keys)} pod(s) on node {node}: {', '.join(keys)}"
+
+    # ------------------------------------------------------------------ groups
+    def group_results(self, pods: list[PodInfo]) -> list[dict[str, Any]]:
+        """Per PodGroup of the pods placed: placed whole or not, and why (the PodGroupInitially-
+        Scheduled condition the operator would write; else the members' own message)."""
+        cache = self.world.state.native_pod_groups
+        keys: list[str] = []
+        for p in pods:
+            name = getattr(p, "pod_group_name", "")
+            if name and f"{p.namespace}/{name}" not in keys:
+                keys.append(f"{p.namespace}/{name}")
+        out = []
+        for gkey in keys:
+            mine = [p for p in pods if getattr(p, "pod_group_name", "") and f"{p.namespace}/{p.pod_group_name}" == gkey]
+            placed = [p.key for p in mine if self.results[p.key].node is not None]
+            pg = cache.groups.get(gkey)
+            c = cache.counts(gkey)
+            entry: dict[str, Any] = {"podGroup": gkey, "exists": pg is not None, "pods": len(mine),
+                                     "placed": len(placed), "boundBefore": max(c.bound - len(placed), 0)}
+            if pg is not None:
+                entry["minCount"] = pg.min_member if pg.gang else None
+                entry["policy"] = "gang" if pg.gang else "basic"
+                if pg.topology_key:
+                    entry["topologyKey"] = pg.topology_key
+                    values = {self.table.specs[self.table.index[self.results[k].node]].labels.get(pg.topology_key)
+                              for k in placed if self.results[k].node in self.table.index}
+                    entry["domains"] = sorted(str(v) for v in values)
+            entry["whole"] = bool(mine) and len(placed) == len(mine)
+            entry["scheduled"] = pg is not None and (not pg.gang or c.bound + c.succeeded >= pg.min_member)
+            cond = None
+            if pg is not None:
+                cond = next((x for x in cache.status(gkey).get("conditions") or []
+                             if isinstance(x, Mapping) and x.get("type") == CONDITION), None)
+            if cond is not None:
+                entry["condition"] = {k: cond.get(k) for k in ("type", "status", "reason", "message")}
+            why = ""
+            if not entry["whole"]:
+                if cond is not None and cond.get("status") == "False" and cond.get("message"):
+                    why = str(cond["message"])
+                else:
+                    failed = [self.results[p.key] for p in mine if self.results[p.key].node is None]
+                    why = failed[0].message if failed else ""
+            entry["message"] = why
+            out.append(entry)
+        return out
+
+
+def _timeouts(wp) -> dict[str, float]:
+    """A parked pod's plugins and their timeouts (seconds, as Permit asked: read off the timers
+    just set, the loop's clock has not moved since)."""
+    if wp is None:
+        return {}
+    loop = asyncio.get_running_loop()
+    out = {}
+    for plugin, timer in getattr(wp, "_timers", {}).items():
+        out[plugin] = round(max(timer.when() - loop.time(), 0.0), 3)
+    return out
+
+
+def _outcome(wp) -> Status | None:
+    """A parked pod's outcome once a plugin allowed or rejected it (None while it waits)."""
+    fut = getattr(wp, "_future", None)
+    if fut is None or not fut.done():
+        return None
+    return fut.result()
 
 
 def _device_use(world: World) -> dict[str, int] | None:
@@ -307,43 +688,6 @@ def _device_use(world: World) -> dict[str, int] | None:
     used = [d for d in dra.allocated if dra.allocated[d] > 0]
     return {"total": total, "allocated": len(used),
             "nodes": len({node_of.get((d[0], d[1])) for d in used if node_of.get((d[0], d[1]))})}
-
-
-def _place(world: World, chain: Chain, table: NodeTable, pod: PodInfo, rng: random.Random, nominator: Nominator,
-           keep: bool, follow: str | None, shadow: Shadow | None = None,
-           compared: list[ShadowResult] | None = None) -> PodResult:
-    state = CycleState()
-    d = schedule_one(chain, pod, table, rng, state, nominator)
-    if shadow is not None and compared is not None:
-        compared.append(shadow.compare(pod, table, state, d, follow if d.scheduled else None, nominator))
-    top = [(s.node, s.total) for s in d.top[:3]]
-    if not d.scheduled:
-        note = ""
-        result = state.read(PREEMPTION_RESULT)
-        if result is not None and result.nominated_node and result.victims:
-            note = (f"would preempt {len(result.victims)} pod(s) on node {result.nominated_node}: "
-                    f"{', '.join(result.victim_keys)}")
-        return PodResult(pod.key, None, d.message or d.status.message(), d.feasible, top, False, note,
-                         d if keep else None)
-    node = follow or d.node
-    assert node is not None
-    # the binding tasks' assume, Reserve and Permit: the operator's own (ClusterState.reserve)
-    cluster = world.state
-    _, status = cluster.reserve(chain, state, pod, node)
-    note = ""
-    if status.code == Code.WAIT:  # nothing will allow it here: counted as allowed
-        wp = cluster.waiting.get(pod.uid)
-        if wp is not None:
-            for plugin in wp.pending_plugins():
-                wp.allow(plugin)
-            cluster.waiting.remove(pod.uid)
-        note = "a Permit plugin asked to wait; counted as allowed"
-        status = Status.success()
-    if not status.is_success:
-        cluster.unreserve(chain, state, pod, node)
-        return PodResult(pod.key, None, failure_message(status), d.feasible, top, False, "", d if keep else None)
-    return PodResult(pod.key, d.node, "", d.feasible, top, unique_best(d), note, d if keep else None,
-                     list(state.read(DEVICE_ALLOCATION) or ()))
 
 
 @dataclass

@@ -8,13 +8,26 @@ Handle over them (cache/handle.py StateHandle), with no Actions: nothing is writ
 Metrics go through the operator's Prometheus source too: each policy's source is refreshed once
 with a query function that answers from the snapshot's samples, and its clock is the snapshot's
 time, so a value is fresh, stale or missing exactly as it was when the snapshot was taken.
+
+PodGroups (scheduling.k8s.io) go into the state's GangScheduling cache as the operator's
+informers put them there (``ClusterState.apply_native_pod_group``), and so do their members: every
+pod naming a group, bound or pending, is handed to the cache as the operator's pod informer hands
+it (``NativePodGroupCache.on_pod``, which ``ClusterState.apply_pod`` calls first for such pods).
+The cache holds reservations and rejections, so each simulation starts from a fresh one
+(``fresh_groups``). A PodGroup the cache cannot read is reported (``warnings``) and skipped.
+
+The plugins' Handle is the operator's own over the state (``StateHandle``) without Actions, but
+for the two requests a queue answers: ``activate_pods`` moves the pods in the simulation's queue
+(``World.queue``, set by simulate.py while it runs) and ``pod_event`` keeps the last event
+message of each pod (``World.events``: PreEnqueue's "waiting for ..." messages).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from typing import Any, Iterable, Mapping
+import time
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..cache.handle import StateHandle
 from ..cache.policies import PolicyState, PolicyStore
@@ -26,7 +39,7 @@ from ..framework.registry import Registry
 from ..framework.model.dra import DraCache
 from ..framework.model.volumes import VolumeCache
 from ..metricsources.prometheus import PrometheusMetricSources
-from .snapshot import Snapshot
+from .snapshot import Snapshot, rfc3339
 
 log = logging.getLogger("policy_scheduler.whatif")
 
@@ -59,6 +72,20 @@ class SnapshotMetricSources(PrometheusMetricSources):
             await src.refresh(self.query_fn)
 
 
+class SimHandle(StateHandle):
+    """The operator's Handle over the world's state, whose queue requests go to the simulation."""
+
+    def __init__(self, world: "World", *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.world = world
+
+    def activate_pods(self, keys: Sequence[str]) -> int:
+        return self.world.activate(keys)
+
+    def pod_event(self, pod: PodInfo, reason: str, message: str) -> None:
+        self.world.events[pod.key] = message
+
+
 class World:
     """Everything the engine would hold for a snapshot, ready to schedule on."""
 
@@ -82,7 +109,11 @@ class World:
         for body in snapshot.pod_disruption_budgets:
             state.apply_pdb("ADDED", body)
         self.sources = SnapshotMetricSources(snapshot, registry)
-        self.store = PolicyStore(self.sources, lambda name: StateHandle(state, self.store, self.sources, name),
+        self.queue = None  # the simulation's SchedulingQueue while one runs (activate_pods)
+        self.events: dict[str, str] = {}  # pod key -> the last event message a plugin sent about it
+        self.warnings: list[str] = list(snapshot.warnings)  # objects skipped, each reported on itself
+        self.composite_pod_groups = list(snapshot.composite_pod_groups)
+        self.store = PolicyStore(self.sources, lambda name: SimHandle(self, state, self.store, self.sources, name),
                                  registry=registry, namespaces=state.namespaces,
                                  scheduler_name=snapshot.scheduler_name, default_policy=snapshot.default_policy)
         for body in snapshot.policies:
@@ -96,7 +127,10 @@ class World:
             info = parse_pod(p)
             info.raw = None  # as the engine: nothing reads a bound pod's object
             self.bound.append((info, info.node_name))
+        # bound pods naming a PodGroup: members the GangScheduling cache counts as bound
+        self._bound_members = [p for p in snapshot.pods if _names_group(p)]
         self.fresh_volumes()
+        self.fresh_groups()
 
     @property
     def namespaces(self) -> dict[str, dict[str, str]]:
@@ -184,6 +218,42 @@ class World:
             for body in self.snapshot.volumes.get(kind, ()):
                 self.state.apply_volume(kind, "ADDED", body)
 
+    def fresh_groups(self, pending: Iterable[Mapping[str, Any]] = (), clock: Callable[[], float] | None = None) -> None:
+        """The GangScheduling cache again, as the operator's informers fill it: the snapshot's
+        PodGroups, then its bound pods and ``pending`` (the pods to place) that name one, without
+        the reservations and rejections of an earlier run. ``clock``: the simulation's (group
+        backoffs); condition times are the snapshot's time. The cache object is kept (the plugins
+        hold it): it is emptied in place."""
+        cache = self.state.native_pod_groups
+        taken = rfc3339(self.snapshot.taken_at)
+        type(cache).__init__(cache, clock=clock or time.monotonic, wall=lambda: taken)
+        reported = set(self.warnings)
+        for body in self.snapshot.pod_groups:
+            try:
+                self.state.apply_native_pod_group("ADDED", body)
+            except Exception as e:  # a snapshot built in code, not checked at loading: skip it, say so
+                meta = body.get("metadata") or {} if isinstance(body, Mapping) else {}
+                msg = (f"PodGroup {meta.get('namespace') or 'default'}/{meta.get('name')}: cannot be read: "
+                       f"{type(e).__name__}: {e}; skipped")
+                if msg not in reported:
+                    self.warnings.append(msg)
+                    reported.add(msg)
+        for body in (*self._bound_members, *pending):
+            meta = body.get("metadata") or {}
+            key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+            if cache.tracks_pod(key, body):
+                try:
+                    cache.on_pod("ADDED", body)
+                except Exception as e:  # the pod's own problem is its cycle's to report
+                    log.debug("pod %s not counted in its PodGroup: %s", key, e)
+
+    def activate(self, keys: Sequence[str]) -> int:
+        """upstream PodsToActivate, as the engine's: the queued pods among ``keys`` go to activeQ."""
+        q = self.queue
+        if q is None:
+            return 0
+        return q.activate([k for k in keys if k in q])
+
     def admits(self, st: PolicyState, namespace: str) -> bool:
         """The policy's namespaceSelector (PolicyStore.resolve_policy's check)."""
         return st.namespace_selector is None or st.namespace_selector.matches(self.namespaces.get(namespace, {}))
@@ -195,3 +265,9 @@ class World:
             self.state.apply_workload({"rs": "replicasets", "ss": "statefulsets", "rc": "replicationcontrollers"}[kind],
                                       "ADDED", body)
 
+
+
+def _names_group(body: Any) -> bool:
+    spec = body.get("spec") if isinstance(body, Mapping) else None
+    group = spec.get("schedulingGroup") if isinstance(spec, Mapping) else None
+    return isinstance(group, Mapping) and bool(group.get("podGroupName"))
