@@ -1,15 +1,18 @@
 """The binding cycle in the operator: after a decision, assume the pod on its node, run Reserve and
-Permit in the scheduling loop, then, as a task, WaitOnPermit, PreBind, Bind and PostBind
-(framework/cycle/binding_cycle.py runs the plugins; DefaultBinder posts the Binding through the
-handle, whose Actions are cluster/apicalls.py). Assume, Reserve and Permit are the cluster state's
-(cache/state.py ClusterState.reserve), shared with what-if.
+Permit in the scheduling loop, then, as a task, PreBindPreFlight, WaitOnPermit, PreBind, Bind and
+PostBind (framework/cycle/binding_cycle.py runs the plugins; DefaultBinder posts the Binding
+through the handle, whose Actions are cluster/apicalls.py, and so goes the nomination for
+expectation: status.nominatedNodeName before the wait, when a PreBind has work or the pod waits
+at Permit). Assume, Reserve and Permit are the cluster state's (cache/state.py
+ClusterState.reserve), shared with what-if.
 
 Nothing is lost. Any failure runs Unreserve on every Reserve plugin in reverse order, forgets
 the assumption, requeues the pod (a rejection records the plugin, so its events can wake the
 pod; an error goes through backoff), posts a FailedScheduling event that names the plugin, and
-lets the other waiting pods retry (upstream broadcasts AssignedPodDelete). A binding that is no
-longer needed (the pod was bound elsewhere, deleted, or replaced: ``PodGone``) is dropped, since
-the watch says where the pod is.
+lets the other waiting pods retry (upstream broadcasts AssignedPodDelete); a nomination, ours for
+expectation or an earlier one, is cleared with the failure's condition (clearNominatedNode). A
+binding that is no longer needed (the pod was bound elsewhere, deleted, or replaced: ``PodGone``)
+is dropped, since the watch says where the pod is.
 """
 
 from __future__ import annotations
