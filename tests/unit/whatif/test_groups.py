@@ -189,3 +189,59 @@ def test_a_pod_freed_by_a_victim_is_retried():
     by = {r.pod: r for r in run.results}
     assert by["default/high"].node == "n0" and by["default/high"].preempted == ["default/low"]
     assert by["default/mid"].node == "n0" and by["default/mid"].attempts >= 2
+
+
+# ---------------------------------------------------------------------------------------- taking
+class GroupsClient:
+    """The API of a 1.37 control plane with the gang gates: discovery, PodGroups, CompositePodGroups."""
+
+    def __init__(self, versions, objects, missing=()):
+        self.versions, self.objects, self.missing, self.paths = versions, objects, set(missing), []
+
+    async def get(self, path):
+        self.paths.append(path)
+        if path == "/apis/scheduling.k8s.io":
+            if not self.versions:
+                raise type("ApiError", (Exception,), {"status": 404})()
+            return {"kind": "APIGroup", "versions": [{"version": v} for v in self.versions]}
+        if path in self.missing:
+            raise type("ApiError", (Exception,), {"status": 404})()
+        return {"items": self.objects.get(path, [])}
+
+
+def _take(client):
+    import asyncio
+
+    from policy_scheduler.whatif import snapshot as snapmod
+
+    return asyncio.run(snapmod.take(client, scheduler_name="policy-scheduler", default_policy="default"))
+
+
+def test_take_reads_pod_groups_in_the_served_version_and_composites_when_served():
+    pg = {**group("a", 2), "metadata": {"name": "a", "namespace": "ns", "uid": "u", "managedFields": [{}],
+                                        "resourceVersion": "9"}, "status": {"conditions": []}}
+    cpg = {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "CompositePodGroup",
+           "metadata": {"name": "c", "namespace": "ns"}, "spec": {"minGroupCount": 2}}
+    client = GroupsClient(["v1alpha3", "v1beta1"], {"/apis/scheduling.k8s.io/v1beta1/podgroups": [pg],
+                                                    "/apis/scheduling.k8s.io/v1alpha3/compositepodgroups": [cpg]})
+    s = _take(client)
+    assert s.pod_groups_version == "v1beta1"
+    assert s.pod_groups == [{"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                             "metadata": {"name": "a", "namespace": "ns", "uid": "u"}, "spec": pg["spec"],
+                             "status": {"conditions": []}}]
+    assert [c["metadata"]["name"] for c in s.composite_pod_groups] == ["c"]
+    doc = json.loads(s.dumps())
+    assert doc["podGroups"] == s.pod_groups and doc["podGroupsVersion"] == "v1beta1"
+    # an older server: v1alpha2 only, no composites
+    client = GroupsClient(["v1alpha2"], {"/apis/scheduling.k8s.io/v1alpha2/podgroups": [pg]})
+    s = _take(client)
+    assert s.pod_groups_version == "v1alpha2" and len(s.pod_groups) == 1 and s.composite_pod_groups == []
+    assert "/apis/scheduling.k8s.io/v1alpha3/compositepodgroups" not in client.paths
+
+
+def test_take_without_pod_groups_served_or_listable():
+    s = _take(GroupsClient([], {}))
+    assert (s.pod_groups, s.composite_pod_groups, s.pod_groups_version) == ([], [], "")
+    s = _take(GroupsClient(["v1beta1", "v1alpha3"], {}, missing={"/apis/scheduling.k8s.io/v1beta1/podgroups",
+                                                                 "/apis/scheduling.k8s.io/v1alpha3/compositepodgroups"}))
+    assert s.pod_groups == [] and s.composite_pod_groups == []
