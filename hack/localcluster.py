@@ -47,7 +47,10 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # (v1.37.1: PodGroup is served in scheduling.k8s.io/v1beta1, which kube-scheduler reads, and in
 # v1alpha3 with CompositePodGroup; kube-scheduler's default profile then has GangScheduling,
 # TopologyPlacementGenerator and PodGroupPodsCount: no profile needed)
-GANG_FEATURE_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+# (PodGroupPreemptionPolicy: PodGroups' spec.preemptionPolicy; CompositePodGroup: v1alpha3
+# CompositePodGroups and PodGroups' spec.parentCompositePodGroupName, two-level gangs)
+GANG_FEATURE_GATES = ("GenericWorkload=true,TopologyAwareWorkloadScheduling=true,"
+                      "PodGroupPreemptionPolicy=true,CompositePodGroup=true")
 GANG_API_VERSION = "v1beta1"
 GANG_RUNTIME_CONFIG = f"scheduling.k8s.io/{GANG_API_VERSION}=true,scheduling.k8s.io/v1alpha3=true"
 
