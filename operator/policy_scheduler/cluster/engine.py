@@ -60,6 +60,7 @@ from ..plugins.priority_sort import PrioritySort
 from .apicalls import ApiCalls, OperatorActions
 from .binding_tasks import DECISION_ANNOTATION, BindingTasks
 from .crdcheck import check_crd
+from .group_cycle import GroupCycles, group_plugin
 from .kubeclient import KubeClient
 from .leader import Leadership
 from .podgroup_status import PodGroupStatusWriter
@@ -154,6 +155,9 @@ class Engine:
                                                 admitted_namespaces=self.policy_store.admitted_namespaces)
         self.binding_tasks = BindingTasks(state, self.queue, self.recorder, tel, self.spawn, self.wake, self.bound,
                                           bind_concurrency)
+        # kube-scheduler 1.37's pod-group cycle (group_cycle.py)
+        self.groups = GroupCycles(state, self.queue, self.nominator, self.recorder, tel, self.preemptor,
+                                  self.binding_tasks, self.resolve_policy, self.rng)
         # every valid generation recorded as a ControllerRevision; the last valid one read back at
         # the sync point (revisions.py); off without a namespace
         self.revisions = Revisions(client, self.policy_store, self.api, namespace=revision_namespace,
@@ -519,6 +523,10 @@ class Engine:
             return None
         qpi.policy = st.name
         chain, arm = self.rollouts.chain_for(st, pod)  # the candidate's for a canary pod
+        group = group_plugin(chain)
+        if group is not None and group.group_key(pod) is not None:
+            self.groups.schedule(qpi, st, chain, group)
+            return None
         state = CycleState(self.telemetry.cycle_recorder(st.name))
         decision = schedule_one(chain, pod, self.state.table, self.rng, state, self.nominator)
         if st.rollout is not None:

@@ -113,6 +113,57 @@ class Preemptor:
         if victims:
             self.spawn(self._delete_victims(pod, victims, node))  # the loop yields next: they start now
 
+    def preempt_group(self, info, members: list[PodInfo], victims: list[PodInfo]) -> None:
+        """Act on a pod group's preemption (upstream actuatePodGroupPreemption), off the loop: a
+        victim parked at Permit is rejected in memory; the others get the DisruptionTarget
+        condition, are deleted and get a ``Preempted`` event (``Preempted by podgroup <uid> on
+        node cluster``). Until the deletions are done the members are held at PreEnqueue; then
+        they are activated. The members' nominations are written by the caller."""
+        self.telemetry.preemption_attempts.inc()
+        if not victims:
+            return
+        keys = [v.key for v in victims]
+        log.info("PodGroup %s preempts %d pods: %s", info.key, len(victims), ", ".join(keys),
+                 extra=fields(pod_group=info.key, victims=keys))
+        self.telemetry.preemption_victims.observe(len(victims))
+        waiting = self.state.waiting
+        to_delete = []
+        for v in victims:
+            if v.uid and waiting.get(v.uid) is not None:
+                waiting.reject(v.uid, PREEMPTION, "preempted")  # never bound: rejected in memory
+            elif not v.terminating:
+                to_delete.append(v)
+        if not to_delete:
+            return
+        for m in members:
+            if m.uid:
+                self.preempting[m.uid] = None
+        self.spawn(self._delete_group_victims(info, members, to_delete))
+
+    async def _delete_group_victims(self, info, members: list[PodInfo], victims: list[PodInfo]) -> None:
+        try:
+            await asyncio.gather(*(self._delete_group_victim(v, info) for v in victims))
+        finally:
+            for m in members:
+                self.preempting.pop(m.uid, None)
+            if self.queue.activate([m.key for m in members]):
+                self.wake()
+
+    async def _delete_group_victim(self, victim: PodInfo, info) -> bool:
+        if not self.api.leadership.valid():
+            return False
+        await self.recorder.disruption_target(
+            victim, f"{self.scheduler_name}: preempting to accommodate a higher priority podgroup")
+        done = await self.api.delete_pod(victim)
+        if done is None:
+            return False
+        self.state.mark_terminating(victim)
+        if done == GONE:
+            return True
+        self.recorder.event(victim, "Normal", "Preempted", "Preempting",
+                            f"Preempted by podgroup {info.uid} on node cluster")
+        return True
+
     async def _delete_victims(self, pod: PodInfo, victims: list[PodInfo], node: str) -> None:
         """All victims but the last in parallel, then the last one (upstream): the preemptor
         stays gated until the last victim is gone from the state. On any failure the preemptor

@@ -36,7 +36,8 @@ from ..framework.interface import (CycleState, EnqueueExtensions, NodeToStatus, 
 from ..framework.model.nodetable import NodeTable
 from ..framework.model.podinfo import PodInfo
 from ..framework.preemption import PDB, PreemptionResult, preempt
-from ..framework.cycle.schedule import NODE_FILTER_KEY
+from ..framework.cycle.schedule import NODE_FILTER_KEY, NodeFilter
+from ..framework.group_preemption import GroupPreemption, pod_group_post_filter
 from ..framework.status import Code, Status
 from ..framework.validation import int32_errors, invalid, raise_if
 
@@ -108,6 +109,13 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin, EnqueueExtensions):
         if msg:
             st = Status(st.code, (f"preemption: {msg}",))
         return st, None
+
+    def pod_group_post_filter(self, cycle, res) -> GroupPreemption:
+        """PodGroupPostFilter: workload-aware preemption for an unschedulable pod group
+        (framework/group_preemption.py)."""
+        pdbs = [b if isinstance(b, PDB) else PDB.from_dict(b) for b in self.handle.pdbs()]
+        return pod_group_post_filter(cycle, res, [m.pod for m in res.members], self.handle.native_pod_groups(), pdbs,
+                                     NodeFilter(cycle.chain, cycle.nominator))
 
 
 PLUGIN = DefaultPreemption

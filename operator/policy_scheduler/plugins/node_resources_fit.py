@@ -360,5 +360,33 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
                 requested[k] = nodes.requested[rows, col] + q
         return score_resources(self._kind, self._shape, requested, alloc, self._weights[keep])
 
+    # ------------------------------------------------------------------ pod-group placements
+    def score_placement(self, pods: list[PodInfo], nodes: NodeTable, rows: np.ndarray) -> int:
+        """upstream Fit.ScorePlacement (TopologyAwareWorkloadScheduling): MostAllocated, whatever
+        the scoring strategy's type, over its resources, on the placement as a whole: the
+        proposed pods' requests (cpu and memory with the non-zero defaults) plus what the
+        placement's nodes already hold, over their allocatable; 0-100, not normalized. A scalar
+        resource no proposed pod requests is left out, as is one no node has."""
+        num = wsum = 0
+        for name, weight in zip(self._resources, self._weights.tolist()):
+            col = nodes.res_index.get(name)
+            if name == "cpu":
+                req = sum(p.nonzero_cpu for p in pods)
+                held = int(nodes.nonzero[rows, 0].sum())
+            elif name == "memory":
+                req = sum(p.nonzero_memory for p in pods)
+                held = int(nodes.nonzero[rows, 1].sum())
+            else:
+                req = sum(p.requests.get(name, 0) for p in pods)
+                if req == 0 and is_scalar_resource_name(name):
+                    continue
+                held = int(nodes.requested[rows, col].sum()) if col is not None else 0
+            alloc = int(nodes.allocatable[rows, col].sum()) if col is not None else 0
+            if alloc == 0:
+                continue
+            num += min(req + held, alloc) * 100 // alloc * weight
+            wsum += weight
+        return num // wsum if wsum else 0
+
 
 PLUGIN = NodeResourcesFit

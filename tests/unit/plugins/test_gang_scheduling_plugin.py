@@ -1,8 +1,10 @@
 """GangScheduling (plugins/gang_scheduling.py): PreEnqueue with upstream's messages, Permit, the
-choice of a topology domain (the tightest that holds the whole group; none: the largest named),
-the hints; then whole groups in the operator's engine (in-memory client): two groups that fit
-alone but not together, racks (a group of eight 4-cpu pods in one rack, the tightest; a group no
-rack can hold waits and says so), and a group whose placed members fix the domain of the next."""
+hints (a member added, the group added, minCount decreased); then whole groups in the operator's
+engine (in-memory client), in the pod-group cycle (framework/cycle/podgroup.py): two groups that fit
+alone but not together, racks (the fuller placement; a group no rack can hold fails with
+upstream's message), a member added later joins its placed siblings' rack, pod affinity decides
+the rack, Tightest scoring, minCount lowered, and group preemption (disruptionMode Single and All,
+preemptionPolicy Never)."""
 
 from __future__ import annotations
 
@@ -19,33 +21,45 @@ from policy_scheduler.cluster.engine import DECISION_ANNOTATION, Engine  # noqa:
 from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402
 from policy_scheduler.framework.events import call_hint  # noqa: E402
 from policy_scheduler.framework.interface import CycleState, Handle  # noqa: E402
-from policy_scheduler.framework.model.native_podgroups import NATIVE_POD_GROUP_MEMBERS, Domain  # noqa: E402
+from policy_scheduler.framework.model.native_podgroups import NATIVE_POD_GROUP_MEMBERS, NativePodGroup  # noqa: E402
 from policy_scheduler.framework.model.podgroups import PodGroupChange  # noqa: E402
 from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
 from policy_scheduler.framework.status import Code  # noqa: E402
-from policy_scheduler.plugins.gang_scheduling import GangScheduling, choose_domain, eligible_rows  # noqa: E402
+from policy_scheduler.plugins.gang_scheduling import GangScheduling, GangSchedulingArgs  # noqa: E402
 
 NS = "ns"
 
 
-def npg(name, min_count=None, topology=None, created="2026-01-01T00:00:00Z"):
+def npg(name, min_count=None, topology=None, created="2026-01-01T00:00:00Z", priority=None, mode=None,
+        policy=None):
     spec = {"schedulingPolicy": {"gang": {"minCount": min_count}} if min_count else {"basic": {}}}
     if topology:
         spec["schedulingConstraints"] = {"topology": [{"key": topology}]}
+    if priority is not None:
+        spec["priority"] = priority
+    if mode:
+        spec["disruptionMode"] = {mode: {}}
+    if policy:
+        spec["preemptionPolicy"] = policy
     return {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": NS, "uid": f"uid-pg-{name}", "creationTimestamp": created},
             "spec": spec}
 
 
-def pod_body(name, group=None, cpu="1500m", node="", scheduler="policy-scheduler", gates=()):
+def pod_body(name, group=None, cpu="1500m", node="", scheduler="policy-scheduler", gates=(), priority=None,
+             labels=None, policy=None):
     spec = {"schedulerName": scheduler, "nodeName": node,
             "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]}
+    if priority is not None:
+        spec["priority"] = priority
+    if policy:
+        spec["preemptionPolicy"] = policy
     if group:
         spec["schedulingGroup"] = {"podGroupName": group}
     if gates:
         spec["schedulingGates"] = [{"name": g} for g in gates]
-    return {"metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}"}, "spec": spec,
-            "status": {"phase": "Pending"}}
+    return {"metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": dict(labels or {})},
+            "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
 
 
 def node(name, cpu="4", rack=None, **labels):
@@ -113,85 +127,30 @@ def test_permit_waits_for_min_count_and_activates_the_unplaced_members():
     assert p.permit(CycleState(), parse_pod(pod_body("x")), "n1")[0].is_success
 
 
-# ------------------------------------------------------------------ topology domains
-def racks(*sizes, cpu="8"):
-    """Racks r0, r1, ... of ``size`` nodes each."""
-    return [node(f"r{r}-n{i}", cpu=cpu, rack=f"r{r}") for r, size in enumerate(sizes) for i in range(size)]
-
-
-def test_choose_domain_the_tightest_that_holds_the_whole_group():
-    nodes = table(racks(4, 4, cpu="8") + [node("big-0", cpu="64", rack="big")])
-    pod = parse_pod(pod_body("x", cpu="4"))
-    items = [{"cpu": 4000}] * 8  # 32 cpu: r0 and r1 hold it exactly, big with 32 left over
-    fit = choose_domain(nodes, "rack", items, 8, eligible_rows(nodes, pod))
-    assert fit.domain == Domain("rack", "r0") and not fit.quorum_only
-    nodes.add_pod(parse_pod(pod_body("other", cpu="1")), "r0-n0")  # r0 no longer holds eight 4-cpu pods
-    fit = choose_domain(nodes, "rack", items, 8, eligible_rows(nodes, pod))
-    assert fit.domain == Domain("rack", "r1")
-    # 9 such pods: only big holds them (fragmentation: r1 has 32 cpu, but in 8-cpu nodes)
-    assert choose_domain(nodes, "rack", [{"cpu": 4000}] * 9, 9, eligible_rows(nodes, pod)).domain == \
-        Domain("rack", "big")
-    # 17 pods: none holds them; the largest is named
-    fit = choose_domain(nodes, "rack", [{"cpu": 4000}] * 17, 17, eligible_rows(nodes, pod))
-    assert fit.domain is None and fit.largest == "big" and fit.largest_free["cpu"] == 64000
-    assert fit.need == {"cpu": 68000} and fit.candidates == 3
-    # minCount of them fits somewhere: that domain, the tightest such
-    fit = choose_domain(nodes, "rack", [{"cpu": 4000}] * 17, 8, eligible_rows(nodes, pod))
-    assert fit.domain == Domain("rack", "r1") and fit.quorum_only
-
-
-def test_choose_domain_counts_only_nodes_the_pod_may_use():
-    nodes = table([node("a-0", cpu="8", rack="a", pool="x"), node("a-1", cpu="8", rack="a", pool="x"),
-                   node("b-0", cpu="64", rack="b", pool="y")])
-    body = pod_body("x", cpu="4")
-    body["spec"]["nodeSelector"] = {"pool": "x"}
-    pod = parse_pod(body)
-    fit = choose_domain(nodes, "rack", [{"cpu": 4000}] * 4, 4, eligible_rows(nodes, pod))
-    assert fit.domain == Domain("rack", "a")
-    assert choose_domain(nodes, "rack", [{"cpu": 4000}] * 5, 5, eligible_rows(nodes, pod)).domain is None
-
-
-def test_pre_filter_narrows_to_the_domain_and_explains_a_group_no_domain_holds():
+# ------------------------------------------------------------------ hints
+def test_hints_member_added_group_added_min_count_decreased():
     p = plugin()
-    nodes = table(racks(2, 2, cpu="8"))
-    p.cache.apply("ADDED", npg("g", 4, topology="rack"))
-    for i in range(4):
-        p.cache.on_pod("ADDED", pod_body(f"g-{i}", "g", cpu="4"))
-    st, names = p.pre_filter(CycleState(), parse_pod(pod_body("g-0", "g", cpu="4")), nodes)
-    assert st.is_success and names == {"r0-n0", "r0-n1"}
-    assert p.cache.domain("ns/g") == Domain("rack", "r0")
-    p.cache.apply("ADDED", npg("big", 5, topology="rack"))
-    for i in range(5):
-        p.cache.on_pod("ADDED", pod_body(f"big-{i}", "big", cpu="4"))
-    st, _ = p.pre_filter(CycleState(), parse_pod(pod_body("big-0", "big", cpu="4")), nodes)
-    assert st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-    assert st.message() == ("PodGroup ns/big: no single rack domain can hold the group's 5 pods (cpu: 20); "
-                            "the largest is rack=r1 with cpu: 16 free (counting the pods of other groups already "
-                            "headed there)")
-    assert p.cache.rejection("ns/big") == st.message()
-    assert p.pre_filter(CycleState(), parse_pod(pod_body("plain")), nodes)[0].is_skip
-
-
-def test_hints():
-    p = plugin()
-    regs = {r.event.resource: r for r in p.events_to_register()}
+    (reg,) = p.events_to_register()
     waiting = parse_pod(pod_body("a-0", "a"))
-    reg = regs["scheduling.k8s.io/PodGroup"]
     assert reg.event.matches(NATIVE_POD_GROUP_MEMBERS)
-    assert call_hint(reg, waiting, None, PodGroupChange("ns/a")) == QUEUE
+    assert call_hint(reg, waiting, None, PodGroupChange("ns/a")) == QUEUE  # a member, or the group, added
     assert call_hint(reg, waiting, None, PodGroupChange("ns/b")) == SKIP
-    reg = regs["AssignedPod"]
-    assert call_hint(reg, waiting, parse_pod(pod_body("a-1", "a")), None) == SKIP  # its own group's release
-    assert call_hint(reg, waiting, parse_pod(pod_body("b-1", "b")), None) == QUEUE
+    four, three = (PodGroupChange("ns/a", NativePodGroup.from_dict(npg("a", n))) for n in (4, 3))
+    assert call_hint(reg, waiting, four, three) == QUEUE  # minCount decreased
+    assert call_hint(reg, waiting, three, four) == SKIP  # increased: nothing can fit now that did not
+    basic = PodGroupChange("ns/a", NativePodGroup.from_dict(npg("a")))
+    assert call_hint(reg, waiting, basic, three) == SKIP  # not both gangs
+    assert call_hint(reg, parse_pod(pod_body("plain")), None, PodGroupChange("ns/a")) == SKIP
 
 
 # ------------------------------------------------------------------ whole groups in the engine
-GANG = [{"name": "NodeResourcesFit"}, {"name": "DefaultPreemption"}, {"name": "GangScheduling"}]
+GANG = [{"name": "NodeResourcesFit"}, {"name": "InterPodAffinity"}, {"name": "DefaultPreemption"},
+        {"name": "GangScheduling"}]
 
 
-def engine(nodes) -> Engine:
+def engine(nodes, plugins=None) -> Engine:
     e = Engine(FakeClient())
-    e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1}, "spec": {"plugins": GANG}})
+    e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1}, "spec": {"plugins": plugins or GANG}})
     for n in nodes:
         e.on_node("ADDED", n)
     return e
@@ -222,6 +181,25 @@ def events(e: Engine) -> list[tuple[str, str]]:
     return [(x[0].name, x[4]) for x in list(e.recorder._events._queue)]
 
 
+NO_VICTIMS = ", pod group preemption: No preemption victims found for incoming preemptor"
+
+
+def failed(e: Engine, prefix: str) -> dict[str, str]:
+    """The latest FailedScheduling message per pod whose name starts with ``prefix``."""
+    out = {}
+    for name, msg in events(e):
+        if name.startswith(prefix):
+            out[name] = msg
+    return out
+
+
+def bind_all(e: Engine, group: str | None = None) -> None:
+    """The API server's answer to the bindings so far: the pods come back bound."""
+    for name, target in binds(e).items():
+        g = name.split("-")[0]
+        e.on_pod("MODIFIED", pod_body(name, group or g, node=target, cpu="4" if g in ("t", "g") else "1500m"))
+
+
 def test_two_native_groups_that_fit_alone_but_not_together():
     async def go():
         e = engine([node(f"n{i}") for i in range(3)])
@@ -235,9 +213,20 @@ def test_two_native_groups_that_fit_alone_but_not_together():
         assert list(won.values()) == [4], won
         winner = next(iter(won))
         loser = "b" if winner == "a" else "a"
-        assert len(e.state.waiting) == 0
+        assert len(e.state.waiting) == 0  # the quorum was reached in one cycle: every member allowed
         assert not [k for k in e.state.table.pod_node if k.startswith(f"ns/{loser}-")]
-        assert e.state.native_pod_groups.rejection(f"ns/{loser}") is not None
+        msgs = failed(e, f"{loser}-")
+        assert len(msgs) == 4
+        # upstream's words (six 1.5-cpu slots; the winner took four): the group's status for the two
+        # members that fitted, its own FitError for the third, and for the fourth, never evaluated, a
+        # copy of the group's status taken before the PodGroupPostFilter's message was added
+        before = ("pod group is unschedulable, 0/1 placements are available, first placement status: minCount (4) "
+                  "cannot be satisfied: 2 scheduled, 1 remaining")
+        group_msg = before + NO_VICTIMS
+        assert sorted(msgs.values()) == sorted(["pod group is unschedulable, " + group_msg] * 2 + [
+            "0/3 nodes are available: 3 Insufficient cpu.", before]), msgs
+        cond = e.state.native_pod_groups.status(f"ns/{loser}")["conditions"][0]
+        assert (cond["status"], cond["reason"], cond["message"]) == ("False", "Unschedulable", group_msg)
         for name, target in binds(e).items():
             e.on_pod("MODIFIED", pod_body(name, winner, node=target))
         await drain(e, 20)
@@ -250,9 +239,10 @@ def test_two_native_groups_that_fit_alone_but_not_together():
     asyncio.run(go())
 
 
-def test_racks_a_group_lands_in_the_tightest_rack_and_one_no_rack_holds_waits_saying_so():
+def test_racks_the_fuller_placement_and_a_group_no_rack_holds_fails_with_upstreams_message():
     async def go():
-        # r0: 4 nodes of 8 cpu (32), r1: 4 nodes of 16 cpu (64); eight 4-cpu pods fit both: r0 is tighter
+        # r0: 4 nodes of 8 cpu (32), r1: 4 nodes of 16 cpu (64); eight 4-cpu pods fit both: the same
+        # PodGroupPodsCount, and MostAllocated prefers r0 (full after the group)
         e = engine([node(f"r0-n{i}", cpu="8", rack="r0") for i in range(4)]
                    + [node(f"r1-n{i}", cpu="16", rack="r1") for i in range(4)])
         e.route(NATIVE_PODGROUPS)("ADDED", npg("t", 8, topology="rack"))
@@ -264,15 +254,20 @@ def test_racks_a_group_lands_in_the_tightest_rack_and_one_no_rack_holds_waits_sa
         # the decision annotation (explain) names the group and its domain
         ann = json.loads(e.client.calls_of("bind")[0].body["metadata"]["annotations"][DECISION_ANNOTATION])
         assert ann["group"] == {"podGroup": "ns/t", "minCount": 8, "domain": "rack=r0"}
-        # a group of 17 4-cpu pods (68 cpu): no rack holds it; it waits, saying so
+        bind_all(e)
+        # a group of 17 4-cpu pods (68 cpu): no rack holds it (r0 is full, r1 holds 16)
         e.route(NATIVE_PODGROUPS)("ADDED", npg("w", 17, topology="rack"))
         for i in range(17):
             e.on_pod("ADDED", pod_body(f"w-{i}", "w", cpu="4"))
         await drain(e)
         assert by_group(e) == {"t": 8}
-        msgs = [m for n, m in events(e) if n.startswith("w-")]
-        assert any("no single rack domain can hold the group's 17 pods (cpu: 68); the largest is "
-                   "rack=r1 with cpu: 64 free" in m for m in msgs), msgs
+        group_msg = ("pod group is unschedulable, 0/2 placements are available, first placement status: minCount (17) "
+                     "cannot be satisfied: 0 scheduled, 16 remaining" + NO_VICTIMS)
+        msgs = failed(e, "w-")
+        assert msgs["w-0"] == "0/4 nodes are available: 4 Insufficient cpu.", msgs  # its own, in the first rack
+        assert set(msgs) == {f"w-{i}" for i in range(17)}
+        # never evaluated: a copy of the group's status before PodGroupPostFilter's message was added
+        assert msgs["w-16"] == group_msg[:-len(NO_VICTIMS)]
         assert not [k for k in e.state.table.pod_node if k.startswith("ns/w-")]
         await e.stop()
 
@@ -301,31 +296,164 @@ def test_a_member_added_later_joins_its_placed_siblings_domain():
     asyncio.run(go())
 
 
-def test_a_rejected_group_that_held_a_domain_wakes_the_groups_it_crowded_out():
-    """g chose r0, the only rack; big, which r0 could hold alone, was refused (g's pods were
-    headed there); when g is rejected its room is free again: big's marker is stale and its pods
-    are activated, while g's own rejection stands."""
-    h = EventHandle()
-    p = plugin(h)
-    p.cache.apply("ADDED", npg("g", 2, topology="rack"))
-    p.cache.apply("ADDED", npg("big", 3, topology="rack"))
-    for i in range(2):
-        p.cache.on_pod("ADDED", pod_body(f"g-{i}", "g", cpu="4"))
-    for i in range(3):
-        p.cache.on_pod("ADDED", pod_body(f"big-{i}", "big", cpu="4"))
-    nodes = table([node("r0-n0", cpu="16", rack="r0")])
-    assert p.pre_filter(CycleState(), parse_pod(pod_body("g-0", "g", cpu="4")), nodes)[0].is_success
-    assert p.cache.domain("ns/g") == Domain("rack", "r0")
-    st, _ = p.pre_filter(CycleState(), parse_pod(pod_body("big-0", "big", cpu="4")), nodes)
-    assert st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE and "headed there" in st.message()
-    assert p.cache.rejection("ns/big") is not None
-    h.activated.clear()
-    p._reject_group("ns/g", "pod g-0 does not fit")
-    assert p.cache.domain("ns/g") is None and p.cache.rejection("ns/big") is None
-    assert h.activated == [["ns/big-0", "ns/big-1", "ns/big-2"]]
-    assert p.cache.rejection("ns/g") == "pod g-0 does not fit"  # its own rejection stands
-    st, names = p.pre_filter(CycleState(), parse_pod(pod_body("big-0", "big", cpu="4")), nodes)
-    assert st.is_success and names == {"r0-n0"}
+def test_pod_affinity_decides_the_rack_every_filter_runs_per_placement():
+    """r0 is the fuller placement, but the members require a pod labelled app=db on their node,
+    and only r1 has one: every Filter runs in every placement, so the group goes to r1."""
+    async def go():
+        e = engine([node(f"r0-n{i}", cpu="8", rack="r0") for i in range(2)]
+                   + [node(f"r1-n{i}", cpu="16", rack="r1") for i in range(2)])
+        e.on_pod("ADDED", pod_body("db", cpu="1", node="r1-n0", labels={"app": "db"}))
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("g", 2, topology="rack"))
+        for i in range(2):
+            body = pod_body(f"g-{i}", "g", cpu="2")
+            body["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "rack"}]}}
+            e.on_pod("ADDED", body)
+        await drain(e)
+        assert {n.split("-")[0] for n in binds(e).values()} == {"r1"} and len(binds(e)) == 2
+        await e.stop()
+
+    asyncio.run(go())
+
+
+def test_tightest_scoring_leaves_the_big_rack_whole():
+    """Two 2-cpu pods: r0 (2 x 3 cpu, empty: 2 cpu left after them) and r1 (2 x 8 cpu, 8 used: 4
+    left): upstream's score prefers the fuller r1 (MostAllocated 75% against 66%); Tightest takes
+    r0, which leaves less free room."""
+    async def go():
+        for scoring, want in (("Upstream", "r1"), ("Tightest", "r0")):
+            plugins = [{"name": "NodeResourcesFit"}, {"name": "GangScheduling", "args": {"placementScoring": scoring}}]
+            e = engine([node(f"r0-n{i}", cpu="3", rack="r0") for i in range(2)]
+                       + [node(f"r1-n{i}", cpu="8", rack="r1") for i in range(2)], plugins)
+            e.on_pod("ADDED", pod_body("x-0", cpu="6", node="r1-n0"))
+            e.on_pod("ADDED", pod_body("x-1", cpu="2", node="r1-n1"))
+            e.route(NATIVE_PODGROUPS)("ADDED", npg("g", 2, topology="rack"))
+            for i in range(2):
+                e.on_pod("ADDED", pod_body(f"g-{i}", "g", cpu="2"))
+            await drain(e)
+            assert {n.split("-")[0] for n in binds(e).values()} == {want}, (scoring, binds(e))
+            await e.stop()
+
+    asyncio.run(go())
+
+
+def test_lowering_min_count_lets_a_waiting_gang_through():
+    async def go():
+        e = engine([node(f"n{i}") for i in range(2)])
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("g", 4))
+        for i in range(3):
+            e.on_pod("ADDED", pod_body(f"g-{i}", "g"))
+        await drain(e, 20)
+        assert binds(e) == {}  # 3 of minCount 4 exist: waiting at PreEnqueue
+        e.route(NATIVE_PODGROUPS)("MODIFIED", npg("g", 5))  # raised: still waiting
+        await drain(e, 20)
+        assert binds(e) == {}
+        e.route(NATIVE_PODGROUPS)("MODIFIED", npg("g", 3))  # lowered to what exists
+        await drain(e, 20)
+        assert by_group(e) == {"g": 3}
+        await e.stop()
+
+    asyncio.run(go())
+
+
+def low_pods(e: Engine, nodes_cpu: dict[str, int], group=None, priority=10):
+    """Fill each node with 1-cpu pods of ``priority`` (members of ``group`` when given)."""
+    for n, cpu in nodes_cpu.items():
+        for i in range(cpu):
+            e.on_pod("ADDED", pod_body(f"low-{n}-{i}", group, cpu="1", node=n, priority=priority))
+
+
+def deletes(e: Engine) -> list[str]:
+    return sorted(c.path.split("/")[-1] for c in e.client.calls_of("delete"))
+
+
+def cond_message(e: Engine, group: str = "ns/g") -> str:
+    return e.state.native_pod_groups.status(group)["conditions"][0]["message"]
+
+
+def test_group_preemption_single_and_all_and_never():
+    async def go():
+        # Single: each low pod is a victim of its own; the group needs 2 of n0's 4 cpu
+        e = engine([node("n0", cpu="4"), node("n1", cpu="4")])
+        low_pods(e, {"n0": 4, "n1": 4})
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("g", 2, priority=100))
+        for i in range(2):
+            e.on_pod("ADDED", pod_body(f"g-{i}", "g", cpu="1", priority=100))
+        e.schedule(e.queue.pop())  # the group's cycle
+        assert cond_message(e).endswith("pod group preemption: found a placement for podgroup, preempting 2 victims")
+        await drain(e, 10)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert deletes(e) == ["low-n0-3", "low-n1-3"]  # one per node: the others are reprieved
+        # tried again once the deletions are done, before the victims are gone: it waits for them
+        assert cond_message(e).endswith("pod group preemption: ongoing preemption on nominated nodes")
+        # the members' own statuses (the first did not fit; the loop stopped there)
+        assert failed(e, "g-")["g-0"] == "0/2 nodes are available: 2 Insufficient cpu."
+        assert binds(e) == {}
+        noms = [c for c in e.client.calls_of("strategic_patch") if (c.body.get("status") or {}).get("nominatedNodeName")]
+        assert {c.path.split("/")[-2] for c in noms} == {"g-0", "g-1"}
+        await e.stop()
+
+        # All: the low pods are one PodGroup with disruptionMode All: every one of them goes, on
+        # both nodes, although two would have made room
+        e = engine([node("n0", cpu="4"), node("n1", cpu="4")])
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("low", 1, priority=10, mode="all"))
+        low_pods(e, {"n0": 4, "n1": 4}, group="low")
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("g", 2, priority=100))
+        for i in range(2):
+            e.on_pod("ADDED", pod_body(f"g-{i}", "g", cpu="1", priority=100))
+        e.schedule(e.queue.pop())
+        assert cond_message(e).endswith("preempting 8 victims")
+        await drain(e, 10)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(deletes(e)) == 8, deletes(e)
+        await e.stop()
+
+        # Never: nothing preempted, upstream's words
+        e = engine([node("n0", cpu="4")])
+        low_pods(e, {"n0": 4})
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("g", 2, priority=100, policy="Never"))
+        for i in range(2):
+            e.on_pod("ADDED", pod_body(f"g-{i}", "g", cpu="1", priority=100, policy="Never"))
+        await drain(e, 10)
+        assert deletes(e) == []
+        assert cond_message(e).endswith("pod group preemption: not eligible due to preemptionPolicy=Never.")
+        await e.stop()
+
+        # a group that does not fit even with every lower-priority pod gone preempts nothing
+        e = engine([node("n0", cpu="4")])
+        low_pods(e, {"n0": 4})
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("g", 5, priority=100))
+        for i in range(5):
+            e.on_pod("ADDED", pod_body(f"g-{i}", "g", cpu="1", priority=100))
+        await drain(e, 10)
+        assert deletes(e) == []
+        assert cond_message(e) == ("pod group is unschedulable, 0/1 placements are available, first placement status: "
+                                   "minCount (5) cannot be satisfied: 0 scheduled, 4 remaining, pod group preemption: "
+                                   "pod group is unschedulable, 0/1 placements are available, first placement status: "
+                                   "minCount (5) cannot be satisfied: 4 scheduled, 0 remaining")
+        await e.stop()
+
+    asyncio.run(go())
+
+
+def test_a_member_whose_priority_differs_fails_the_group_with_upstreams_error():
+    async def go():
+        e = engine([node("n0")])
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("g", 2, priority=5))
+        e.on_pod("ADDED", pod_body("g-0", "g", priority=5))
+        e.on_pod("ADDED", pod_body("g-1", "g", priority=7))
+        await drain(e, 10)
+        assert binds(e) == {}
+        msgs = set(failed(e, "g-").values())
+        assert msgs == {"all pods in a single pod group should have the same priority as the pod group's priority, "
+                        "got 7 and 5"}, msgs
+        cond = e.state.native_pod_groups.status("ns/g")["conditions"][0]
+        assert (cond["status"], cond["reason"]) == ("False", "SchedulerError")
+        await e.stop()
+
+    asyncio.run(go())
 
 
 def test_the_served_version_is_read_from_discovery():

@@ -9,12 +9,9 @@ Filter) only ever says the pod does not fit, and names the plugins that rejected
 knows which events may wake it. Anything else a plugin returns, or raises, aborts the cycle with
 an Error in upstream's words (``running "X" filter plugin: ...``), and the pod is retried with
 backoff; except an Error status returned at PostFilter, which upstream adds to the FitError
-message of a pod that stays unschedulable.
-Never raises: a pod that cannot be parsed, a plugin that fails, or a cluster with no nodes all
-come back as a Decision whose status says why.
-
-The plugins are called, timed and their errors worded by runtime.py; the Decision and its
-messages are in decision.py.
+message of a pod that stays unschedulable. Never raises: a pod that cannot be parsed, a failing
+plugin, no nodes: a Decision whose status says why. Plugins are called, timed and their errors
+worded by runtime.py; the Decision and its messages are in decision.py.
 """
 
 from __future__ import annotations
@@ -139,9 +136,12 @@ class _Cycle:
     """One pod's scheduling cycle on the snapshot (upstream schedulePod and its helpers)."""
 
     def __init__(self, chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleState,
-                 nominator: Nominator | None = None) -> None:
+                 nominator: Nominator | None = None, placement: np.ndarray | None = None) -> None:
         self.chain, self.pod, self.nodes, self.rng, self.state = chain, pod, nodes, rng, state
         self.nominator = nominator
+        self.placement = placement  # a pod-group cycle's (upstream ListNodesInPlacement); None: all
+        self.n_all = nodes.n if placement is None else len(placement)
+        self.run_post_filter = True  # a pod-group cycle runs none per member
         self.pending: set[str] = set()  # Filter plugins that answered Pending for some node
         self.rec: CycleRecorder = state.recorder
 
@@ -185,8 +185,13 @@ class _Cycle:
         if rejected is not None and not dry_run:
             raise Abort(rejected, set(narrowing) | {rejected.plugin or ""})
         if allowed is None:
+            if self.placement is not None:
+                return self.placement, narrowing
             return np.arange(nodes.n, dtype=np.int64), narrowing
-        return np.array(sorted(nodes.index[nm] for nm in allowed if nm in nodes.index), dtype=np.int64), narrowing
+        rows = np.array(sorted(nodes.index[nm] for nm in allowed if nm in nodes.index), dtype=np.int64)
+        if self.placement is not None:
+            rows = rows[np.isin(rows, self.placement)]
+        return rows, narrowing
 
     # ------------------------------------------------------------------------ Filter
     def _run_filters(self, rows: np.ndarray, rpos: np.ndarray, failures: _Failures) -> tuple[np.ndarray, np.ndarray]:
@@ -232,6 +237,8 @@ class _Cycle:
         row = self.nodes.index.get(self.pod.nominated_node_name)
         if row is None:
             return None
+        if self.placement is not None and not (self.placement == row).any():
+            return None  # in the cluster, not in this placement (upstream: not an error)
         rows = np.array([row], dtype=np.int64)
         ok, _ = self._run_filters(rows, np.zeros(1, dtype=np.int64), _Failures())
         return row if len(ok) else None
@@ -239,8 +246,8 @@ class _Cycle:
     def find_feasible_nodes(self, candidates: np.ndarray, narrowing: list[str]) -> _Scan:
         """upstream findNodesThatPassFilters: scan from the round-robin start, in chunks, until
         numFeasibleNodesToFind nodes passed; rejections after the cut-off are not counted."""
-        chain, nodes = self.chain, self.nodes
-        n_all = nodes.n
+        chain = self.chain
+        n_all = self.n_all
         m = len(candidates)
         need = num_feasible_nodes_to_find(chain.percentage_of_nodes_to_score, m)  # upstream: len(nodes) scanned
         if not chain.score:
@@ -463,15 +470,17 @@ class NodeFilter:
 
 def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Random | None = None,
                  state: CycleState | None = None, nominator: Nominator | None = None,
-                 recorder: CycleRecorder | None = None) -> Decision:
-    """One scheduling cycle. Extension points (and, in sampled cycles, plugin calls) are
-    reported to ``recorder`` (default: the state's, which records nothing unless set)."""
+                 recorder: CycleRecorder | None = None, placement: np.ndarray | None = None,
+                 post_filter: bool = True) -> Decision:
+    """One scheduling cycle; extension points (and sampled plugin calls) reported to ``recorder``
+    (default: the state's). A pod-group cycle (podgroup.py) passes its ``placement`` (sorted rows:
+    the nodes scanned, the N of "0/N nodes") and ``post_filter=False`` (none per member)."""
     start = time.perf_counter()
     rng = rng or random
     state = state or CycleState()
     if recorder is not None:
         state.recorder = recorder
-    n_all = nodes.n
+    n_all = nodes.n if placement is None else len(placement)
     if pod.parse_error:
         st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (f"invalid pod spec: {pod.parse_error}",), POD_SPEC)
         return Decision(pod.key, None, st, n_all, message=fit_error_message(n_all, {}, st.message()),
@@ -485,7 +494,8 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
     if n_all == 0:
         st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_NODES,))
         return Decision(pod.key, None, st, 0, message=NO_NODES, duration=time.perf_counter() - start)
-    cycle = _Cycle(chain, pod, nodes, rng, state, nominator)
+    cycle = _Cycle(chain, pod, nodes, rng, state, nominator, placement)
+    cycle.run_post_filter = post_filter
     added = _add_nominated(nominator, pod, nodes)
     try:
         return _schedule(cycle, added, start)
@@ -502,7 +512,8 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
 
 def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
     pod, nodes, chain, state = cycle.pod, cycle.nodes, cycle.chain, cycle.state
-    n_all = nodes.n
+    n_all = cycle.n_all
+    post_filters = chain.post_filter if cycle.run_post_filter else []
     try:
         candidates, narrowing = timed(cycle.rec, PRE_FILTER, cycle.pre_filter)
     except Abort as a:
@@ -523,7 +534,7 @@ def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
 
     scan = timed(cycle.rec, FILTER, cycle.find_feasible_nodes, candidates, narrowing)
     feasible = scan.feasible
-    if len(feasible) or not chain.post_filter:
+    if len(feasible) or not post_filters:
         for key in added:
             nodes.remove_pod(key)
         added.clear()
@@ -534,7 +545,7 @@ def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
         code = Code.UNSCHEDULABLE if int(Code.UNSCHEDULABLE) in scan.codes else Code.UNSCHEDULABLE_AND_UNRESOLVABLE
         nominated = None
         post_msg = ""
-        if chain.post_filter:
+        if post_filters:
             post_msg, nominated = cycle.post_filter(cycle.node_to_status(scan))
         msg = fit_error_message(n_all, scan.hist, None, post_msg)
         return Decision(pod.key, None, Status(code, (msg,)), n_all, evaluated=scan.processed, feasible=0,
@@ -566,11 +577,11 @@ def _pre_filter_rejected(cycle: _Cycle, rejection: Abort, added: list[str], star
     node for an Unschedulable one. The PreFilter message replaces the per-node histogram
     (FitError.Error); no node is scanned and the round-robin start stays."""
     pod, nodes, chain = cycle.pod, cycle.nodes, cycle.chain
-    n_all = nodes.n
+    n_all = cycle.n_all
     st = rejection.status
     nominated = None
     post_msg = ""
-    if chain.post_filter:
+    if chain.post_filter and cycle.run_post_filter:
         # the nominated pods stay counted through PostFilter, as after Filter; schedule_one takes
         # them out afterwards
         post_msg, nominated = cycle.post_filter(NodeToStatus({}, st))

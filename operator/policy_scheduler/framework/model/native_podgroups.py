@@ -5,17 +5,18 @@
 (``spec.schedulingConstraints.topology[0].key``, behind ``TopologyAwareWorkloadScheduling``), and
 the members: pods whose ``spec.schedulingGroup.podGroupName`` names the group, in its namespace.
 
-The machinery is scheduler-plugins' (framework/model/podgroups.py): counts, reservations, group
-rejection by epoch, events for the queue (here on the ``scheduling.k8s.io/PodGroup`` resource).
-On top of it, the topology domain chosen for a group (``set_domain``), kept until the group is
-rejected or nothing of it is placed any more; and the status upstream keeps: the
-``PodGroupInitiallyScheduled`` condition, True once minCount members are bound (terminal), False
-with reason ``Unschedulable`` and the rejection's message while the group cannot be placed.
+The machinery is scheduler-plugins' (framework/model/podgroups.py): counts, reservations, events
+for the queue (here on the ``scheduling.k8s.io/PodGroup`` resource). On top of it: the node each
+member was assumed on (the placed members' domain), the group's priority, preemption policy and
+disruption mode (group preemption), and the status upstream keeps: the
+``PodGroupInitiallyScheduled`` condition as the last pod-group cycle left it (``set_condition``):
+True (reason ``Scheduled``) once a cycle placed the group, never changed after that; False with
+reason ``Unschedulable`` or ``SchedulerError`` and the cycle's message otherwise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..events import ActionType, ClusterEvent, Resource
@@ -58,6 +59,10 @@ class NativePodGroup(PodGroup):
     topology_key: str = ""  # spec.schedulingConstraints.topology[0].key ("" : none)
     api_version: str = ""
     generation: int = 0
+    priority: int = 0  # spec.priority (set by admission from priorityClassName; nil = 0)
+    preemption_policy: str = "PreemptLowerPriority"  # spec.preemptionPolicy
+    preemption_policy_set: bool = False  # spec.preemptionPolicy present
+    disruption_all: bool = False  # spec.disruptionMode: {all: {}}
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any]) -> "NativePodGroup":
@@ -82,26 +87,28 @@ class NativePodGroup(PodGroup):
             if not isinstance(topology, list) or not isinstance(topology[0], Mapping):
                 raise ValueError("spec.schedulingConstraints.topology: not a list of objects")
             key = str(topology[0].get("key") or "")  # upstream reads the first one (the API allows one)
+        priority = spec.get("priority")
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+            raise ValueError(f"spec.priority: not an integer: {priority!r}")
+        pp = spec.get("preemptionPolicy")
+        if pp is not None and pp not in ("Never", "PreemptLowerPriority"):
+            raise ValueError(f"spec.preemptionPolicy: Unsupported value: {pp!r}: supported values: "
+                             f"\"Never\", \"PreemptLowerPriority\"")
+        dm = spec.get("disruptionMode")
+        if dm is not None and not isinstance(dm, Mapping):
+            raise ValueError("spec.disruptionMode: not an object")
         return cls(namespace=str(meta.get("namespace") or "default"), name=str(meta.get("name") or ""),
                    min_member=min_count, creation_timestamp=str(meta.get("creationTimestamp") or ""),
                    uid=str(meta.get("uid") or ""), status=dict(body.get("status") or {}),
                    gang=gang is not None, topology_key=key, api_version=str(body.get("apiVersion") or ""),
-                   generation=int(meta.get("generation") or 0))
+                   generation=int(meta.get("generation") or 0), priority=int(priority or 0),
+                   preemption_policy=str(pp or "PreemptLowerPriority"), preemption_policy_set=pp is not None,
+                   disruption_all=bool(dm) and dm.get("all") is not None)
 
     def same_spec(self, other: PodGroup) -> bool:  # type: ignore[override]
         return PodGroup.same_spec(self, other) and isinstance(other, NativePodGroup) and \
-            (self.gang, self.topology_key) == (other.gang, other.topology_key)
-
-
-@dataclass(frozen=True, slots=True)
-class Domain:
-    """The topology domain chosen for a group: ``key=value`` of a node label."""
-
-    key: str
-    value: str
-
-    def __str__(self) -> str:
-        return f"{self.key}={self.value}"
+            (self.gang, self.topology_key, self.priority, self.preemption_policy, self.disruption_all) == \
+            (other.gang, other.topology_key, other.priority, other.preemption_policy, other.disruption_all)
 
 
 class NativePodGroupCache(PodGroupCache):
@@ -109,8 +116,8 @@ class NativePodGroupCache(PodGroupCache):
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self._domain: dict[str, Domain] = {}
-        self._why: dict[str, str] = {}  # group -> its last rejection (the False condition's message)
+        self._assumed_on: dict[str, str] = {}  # member pod key -> the node it was assumed on
+        self._want: dict[str, tuple[str, str, str]] = {}  # group -> the condition its last cycle left
         self._cond: dict[str, dict[str, Any]] = {}  # group -> the condition last computed
         self.requests: dict[str, dict[str, int]] = {}  # member pod key -> its requests
 
@@ -132,56 +139,43 @@ class NativePodGroupCache(PodGroupCache):
         meta = body.get("metadata") or {}
         pod_key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         if pod_key in self._pod_group:
-            try:  # what the member needs, for the choice of a domain (summed over the group)
+            try:  # what the member needs (group preemption's messages, the what-if report)
                 self.requests[pod_key] = compute_requests(body.get("spec") or {})
             except (PodSpecError, QuantityError, TypeError, ValueError, AttributeError):
                 self.requests[pod_key] = {}
         else:
             self.requests.pop(pod_key, None)
+            self._assumed_on.pop(pod_key, None)
         return out
 
-    # ------------------------------------------------------------------ topology domain
-    def domain(self, gkey: str) -> Domain | None:
-        return self._domain.get(gkey)
+    # ------------------------------------------------------------------ assumed members' nodes
+    def set_assumed_node(self, pod_key: str, node: str) -> None:
+        self._assumed_on[pod_key] = node
 
-    def domains(self) -> dict[str, Domain]:
-        """Every group's domain, chosen or where its members are."""
-        return self._domain
+    def assumed_node(self, pod_key: str) -> str:
+        return self._assumed_on.get(pod_key, "")
 
-    def set_domain(self, gkey: str, domain: Domain) -> None:
-        self._domain[gkey] = domain
-
-    def release_domain(self, gkey: str) -> None:
-        self._domain.pop(gkey, None)
-
-    def _after_member_change(self, gkey: str) -> None:
-        super()._after_member_change(gkey)
-        if not any(m.node or m.assumed for m in self._members.get(gkey, {}).values() if not m.terminal):
-            self._domain.pop(gkey, None)  # nothing placed: the next attempt chooses again
+    def unreserve(self, pod_key: str) -> bool:
+        self._assumed_on.pop(pod_key, None)
+        return super().unreserve(pod_key)
 
     def _forget_group_state(self, key: str) -> None:
         super()._forget_group_state(key)
-        self._domain.pop(key, None)
-        self._why.pop(key, None)
+        self._want.pop(key, None)
         self._cond.pop(key, None)
 
-    def reject(self, gkey: str, why: str, backoff: float = 0.0) -> None:
-        super().reject(gkey, why, backoff)
-        self._domain.pop(gkey, None)  # the group places again from nothing: the choice is made again
-        self._why[gkey] = why
-        self._mark(gkey)
-
-    def permit(self, gkey: str) -> None:
-        super().permit(gkey)
-        self._why.pop(gkey, None)
-
     # ------------------------------------------------------------------ status
+    def set_condition(self, gkey: str, status: str, reason: str, message: str) -> None:
+        """What the group's last pod-group cycle says (podgroup.condition): written by the status
+        writer unless the condition is already True (upstream never turns it back)."""
+        if gkey in self.groups:
+            self._want[gkey] = (status, reason, message[:MAX_MESSAGE])
+            self._mark(gkey)
+
     def status(self, gkey: str) -> dict[str, Any]:
-        """The group's status with upstream's condition: ``PodGroupInitiallyScheduled`` True
-        (reason ``Scheduled``, no message) once minCount members are placed (the quorum reached
-        at Permit, or bound), which is then never changed; False, reason ``Unschedulable``, with
-        the last rejection's message, while the group is rejected; ``observedGeneration`` the
-        group's. The other conditions are kept; a group with nothing to say keeps its status."""
+        """The group's status with upstream's condition ``PodGroupInitiallyScheduled`` as its last
+        cycle left it; ``observedGeneration`` the group's. A True condition is never changed; the
+        other conditions are kept; a group with nothing to say keeps its status."""
         pg = self.groups.get(gkey)
         if pg is None:
             return {}
@@ -189,12 +183,8 @@ class NativePodGroupCache(PodGroupCache):
         cur = next((c for c in conditions if c.get("type") == CONDITION), None)
         if cur is not None and cur.get("status") == "True":
             return dict(pg.status)  # terminal
-        c = self.counts(gkey)
-        if self.permitted(gkey) or c.bound + c.succeeded >= pg.min_member:
-            want = ("True", "Scheduled", "")
-        elif gkey in self._why:
-            want = ("False", "Unschedulable", self._why[gkey][:MAX_MESSAGE])
-        else:
+        want = self._want.get(gkey)
+        if want is None:
             return dict(pg.status)
         if cur is not None and (cur.get("status"), cur.get("reason"), cur.get("message")) == want:
             return dict(pg.status)
@@ -207,17 +197,3 @@ class NativePodGroupCache(PodGroupCache):
                     "lastTransitionTime": since or self.wall(), "observedGeneration": pg.generation}
             self._cond[gkey] = cond
         return {"conditions": [dict(x) for x in conditions if x.get("type") != CONDITION] + [cond]}
-
-
-@dataclass(slots=True)
-class DomainFit:
-    """What ``choose_domain`` found: the domain chosen (None: none fits), and for the message,
-    what the group needs and the domain with the most free room."""
-
-    domain: Domain | None
-    need: dict[str, int] = field(default_factory=dict)
-    pods: int = 0
-    largest: str = ""  # the label value of the domain with the most free cpu (then memory)
-    largest_free: dict[str, int] = field(default_factory=dict)
-    candidates: int = 0  # domains considered
-    quorum_only: bool = False  # no domain holds every pending member; this one holds minCount of them

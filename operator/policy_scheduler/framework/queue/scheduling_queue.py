@@ -20,23 +20,15 @@ Every pending pod is in exactly one place:
   then, as for any pool pod, the hints of every plugin that rejected them decide (the gating
   plugin is added to those, as upstream does); PreEnqueue runs again before they move.
 
-A popped pod is *in flight* until ``add_unschedulable`` (failure) or ``done`` (bound, or given
-up). Events of interest that arrive while pods are in flight are recorded and replayed through
-the hints when one of those pods comes back, so an event that landed mid-cycle is not lost
-(upstream's in-flight events).
+A popped pod is *in flight* until ``add_unschedulable`` or ``done``; events arriving meanwhile are
+replayed through the hints when it comes back. Structures and ``QueuedPodInfo``: subqueues.py.
 
-This module decides the moves; the structures it moves pods between (activeQ, backoffQ with the
-backoff lengths, the in-flight records) and ``QueuedPodInfo`` are in subqueues.py.
-
-Simplifications against upstream, all deliberate:
-
-- No locking, no blocking ``pop``, no background goroutines: the caller runs ``pop``
-  (which flushes completed backoffs first), ``flush_unschedulable_leftover`` (upstream: every
-  30 s) and sleeps ``next_ready_in()`` between attempts.
-- The backoff expiry is not aligned to SchedulerPopFromBackoffQ's 1-second ordering window;
-  backoffQ breaks ties in expiry by priority, then by the time the pod was queued.
-- No pod groups as queue entries: Coscheduling keeps a group's pods together through its
-  QueueSort and makes a rejected group wait as one (plugins/coscheduling.py).
+Simplifications against upstream, all deliberate: no locking, no blocking ``pop``, no goroutines
+(the caller runs ``pop``, ``flush_unschedulable_leftover`` every 30 s, and sleeps
+``next_ready_in()``); the backoff expiry is not aligned to SchedulerPopFromBackoffQ's 1-second
+window (ties in expiry: priority, then queue time); a pod group is no queue entry of its own: a
+pod-group cycle ``take``s the group's queued members with the one popped (cluster/group_cycle.py),
+and Coscheduling keeps a group's pods together through its QueueSort.
 """
 
 from __future__ import annotations
@@ -177,13 +169,10 @@ class SchedulingQueue:
             regs = self._pseudo.get(plugin)
         return DEFAULT_REGISTRATION if regs is None else regs
 
-    # ---- backoff -------------------------------------------------------------------------
-
     def backoff_duration(self, count: int) -> float:
         """upstream calculateBackoffDuration (``BackoffQueue.duration``)."""
         return self._backoff.duration(count)
 
-    # ---- PreEnqueue ----------------------------------------------------------------------
 
     def _run_pre_enqueue(self, qpi: QueuedPodInfo) -> Status | None:
         """upstream runPreEnqueuePlugins: the recorded gating plugin first, then the others in
@@ -379,6 +368,18 @@ class SchedulingQueue:
             return self._start_flight(qpi)
         qpi = self._active.pop()
         return self._start_flight(qpi) if qpi is not None else None
+
+    def take(self, key: str) -> QueuedPodInfo | None:
+        """A pod-group cycle takes a queued (not gated) member with the one popped, into flight
+        as ``pop`` does (upstream's group entity). None when it is not queued or gated."""
+        if key in self._gated:
+            return None
+        qpi = self._active.remove(key) or self._backoff.remove(key) or self._drop_from_pool(key)
+        if qpi is None:
+            return None
+        if qpi.initial_attempt_timestamp is None:
+            qpi.initial_attempt_timestamp = self._clock()
+        return self._start_flight(qpi)
 
     def _start_flight(self, qpi: QueuedPodInfo) -> QueuedPodInfo:
         qpi.attempts += 1

@@ -1,6 +1,7 @@
 """framework/model/native_podgroups.py: scheduling.k8s.io PodGroups parsed (gang minCount, basic,
-the topology key), membership by spec.schedulingGroup.podGroupName, the events for the queue, the
-topology domain recorded and released, and the PodGroupInitiallyScheduled condition."""
+the topology key, priority, preemption policy, disruption mode), membership by
+spec.schedulingGroup.podGroupName, the events for the queue, the nodes members were assumed on,
+and the PodGroupInitiallyScheduled condition as the last pod-group cycle left it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from policy_scheduler.framework.model.native_podgroups import (CONDITION, NATIVE_POD_GROUP_ADD,
                                                                NATIVE_POD_GROUP_MEMBERS, NATIVE_POD_GROUP_UPDATE,
-                                                               Domain, NativePodGroup, NativePodGroupCache,
+                                                               NativePodGroup, NativePodGroupCache,
                                                                native_group_key)
 from policy_scheduler.framework.model.podinfo import parse_pod
 
@@ -68,41 +69,61 @@ def test_members_events_and_requests():
     assert [e.label for e, _, _ in ev] == [NATIVE_POD_GROUP_UPDATE.label]
 
 
-def test_domain_is_released_on_rejection_and_when_nothing_is_placed():
+def test_priority_preemption_policy_and_disruption_mode():
+    body = npg()
+    body["spec"].update({"priority": 1000, "preemptionPolicy": "Never", "disruptionMode": {"all": {}}})
+    g = NativePodGroup.from_dict(body)
+    assert (g.priority, g.preemption_policy, g.preemption_policy_set, g.disruption_all) == (1000, "Never", True, True)
+    d = NativePodGroup.from_dict(npg())
+    assert (d.priority, d.preemption_policy, d.preemption_policy_set, d.disruption_all) == (
+        0, "PreemptLowerPriority", False, False)
+    assert not g.same_spec(d)
+    single = npg()
+    single["spec"]["disruptionMode"] = {"single": {}}
+    assert NativePodGroup.from_dict(single).disruption_all is False
+    for bad in ({"priority": "high"}, {"preemptionPolicy": "Sometimes"}, {"disruptionMode": "all"}):
+        body = npg()
+        body["spec"].update(bad)
+        with pytest.raises(ValueError):
+            NativePodGroup.from_dict(body)
+
+
+def test_assumed_node_kept_until_unreserved_or_gone():
     c = NativePodGroupCache()
     c.apply("ADDED", npg(topology="rack"))
     c.on_pod("ADDED", member("a"))
-    c.set_domain("ns/g", Domain("rack", "r1"))
     c.reserve("ns/a", "ns/g")
-    assert c.domain("ns/g") == Domain("rack", "r1")
-    c.unreserve("ns/a")  # nothing of the group placed any more
-    assert c.domain("ns/g") is None
-    c.set_domain("ns/g", Domain("rack", "r2"))
-    c.reject("ns/g", "no room")
-    assert c.domain("ns/g") is None and c.rejection("ns/g") == "no room"
+    c.set_assumed_node("ns/a", "n1")
+    assert c.assumed_node("ns/a") == "n1" and c.counts("ns/g").assumed == 1
+    c.unreserve("ns/a")
+    assert c.assumed_node("ns/a") == "" and c.counts("ns/g").assumed == 0
+    c.reserve("ns/a", "ns/g")
+    c.set_assumed_node("ns/a", "n2")
+    c.on_pod("DELETED", member("a"))
+    assert c.assumed_node("ns/a") == ""
 
 
-def test_condition_false_while_rejected_then_true_and_terminal():
+def test_condition_as_the_last_cycle_left_it_true_is_terminal():
     c = NativePodGroupCache(wall=iter(["t1", "t2", "t3", "t4"]).__next__)
     c.apply("ADDED", npg(min_count=2))
     c.manage("ns/g")
     for n in ("a", "b"):
         c.on_pod("ADDED", member(n))
     assert c.status("ns/g") == {}  # nothing to say yet
-    c.reject("ns/g", "pod a does not fit")
+    c.set_condition("ns/g", "False", "Unschedulable", "pod group is unschedulable, 0/1 placements are available")
     st = c.status("ns/g")
     assert st == {"conditions": [{"type": CONDITION, "status": "False", "reason": "Unschedulable",
-                                  "message": "pod a does not fit", "lastTransitionTime": "t1",
-                                  "observedGeneration": 0}]}
+                                  "message": "pod group is unschedulable, 0/1 placements are available",
+                                  "lastTransitionTime": "t1", "observedGeneration": 0}]}
     assert c.status("ns/g") == st  # stable: written once
-    c.on_pod("MODIFIED", member("a", node="n1"))
-    c.on_pod("MODIFIED", member("b", node="n2"))
+    c.set_condition("ns/g", "True", "Scheduled", "")
     st = c.status("ns/g")
     cond = st["conditions"][0]
     assert (cond["status"], cond["reason"], cond["message"], cond["lastTransitionTime"]) == ("True", "Scheduled", "",
                                                                                             "t2")
-    # the object comes back with it: terminal, kept whatever happens to the pods
+    # the object comes back with it: terminal, kept whatever a later cycle says
     c.apply("MODIFIED", {**npg(min_count=2), "status": st})
-    c.on_pod("DELETED", member("a", node="n1"))
-    c.reject("ns/g", "later")
+    c.set_condition("ns/g", "False", "Unschedulable", "later")
     assert c.status("ns/g") == st
+    c.set_condition("ns/unknown", "True", "Scheduled", "")  # a group that does not exist: nothing
+    assert c.status("ns/unknown") == {}

@@ -1,0 +1,200 @@
+"""Workload-aware preemption: DefaultPreemption's PodGroupPostFilter in kube-scheduler 1.37
+(framework/preemption/podgrouppreemption.go), run when a pod-group cycle (cycle/podgroup.py)
+found the group unschedulable.
+
+- The preemptor is the group's queued members with the **PodGroup's** priority. A group whose
+  preemption policy is ``Never``: ``not eligible due to preemptionPolicy=Never.``.
+- Ongoing: a member nominated to a node that holds a lower-priority pod terminating because of a
+  preemption: ``ongoing preemption on nominated nodes``, the nominations kept, nothing new chosen.
+- Victims are built cluster-wide: a pod whose PodGroup has ``disruptionMode: {all: {}}`` is one
+  victim with every placed pod of that group, on whichever nodes; any other pod is a victim of its
+  own. A pod in a PodGroup has the group's priority (and ranks as a group). Only victims of lower
+  priority than the preemptor's count; none: ``No preemption victims found for incoming preemptor``
+  (UnschedulableAndUnresolvable).
+- Every potential victim is taken off the table and the whole group cycle runs once. If the
+  group does not fit even so, nothing is preempted and its status is the answer.
+- Reprieve: victims from the most important (priority, then group over pod, then more pods, then
+  the earlier start), PDB-violating ones first: each is put back, and the proposed members are
+  filtered on their nodes in order (each one that passes counts on its node for the next); all
+  pass: the victim is spared; else it is taken off again and kept.
+- ``found a placement for podgroup, preempting N victims``, with a nomination per proposed member.
+
+Every message is prefixed ``pod group preemption: ``. The table is as it was on return: the
+victims' deletion is the caller's (cluster/preemptor.py). Pure.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from .model.native_podgroups import NativePodGroupCache, native_group_key
+from .model.nodetable import NodeTable
+from .model.podinfo import PodInfo
+from .preemption import PDB, filter_pods_with_pdb_violation
+from .status import Code
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cycle.podgroup import GroupResult, GroupStatus, PodGroupCycle
+
+PREFIX = "pod group preemption: "
+
+
+@dataclass
+class Victim:
+    pods: list[PodInfo]
+    priority: int
+    rank: int  # 3 CompositePodGroup, 2 PodGroup, 1 a pod (upstream victimRank)
+    key: str
+    group: bool = False  # a disruptionMode All group as one victim
+
+    def start(self) -> str:
+        times = [p.start_time for p in self.pods if p.start_time]
+        return min(times) if times else "~"  # no start time sorts last (upstream: now)
+
+
+@dataclass
+class GroupPreemption:
+    status: "GroupStatus"
+    nominations: dict[str, str] = field(default_factory=dict)  # member pod key -> node
+    victims: list[PodInfo] = field(default_factory=list)
+    pdb_violations: int = 0
+    group_disruptions: int = 0
+
+
+def _importance(v: Victim) -> tuple:
+    """Sort key: the most important victim first (upstream MoreImportantVictim)."""
+    return (-v.priority, -v.rank, -len(v.pods), v.start())
+
+
+def victims_of(nodes: NodeTable, groups: NativePodGroupCache) -> list[Victim]:
+    """upstream getCrossNodesVictims: every pod on every node, disruptionMode All groups as one."""
+    out: list[Victim] = []
+    seen: set[str] = set()
+    for row in range(nodes.n):
+        for key, p in nodes.pods[row].items():
+            gkey = native_group_key(p)
+            pg = groups.groups.get(gkey) if gkey else None
+            if pg is not None and pg.disruption_all:
+                if gkey in seen:
+                    continue
+                seen.add(gkey)
+                pods = [q for pk in groups.members(gkey) if (q := nodes.pod(pk)) is not None]
+                pods = pods or [p]
+                out.append(Victim(pods, pg.priority, 2, gkey, group=True))
+                continue
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(Victim([p], pg.priority if pg is not None else p.priority, 2 if pg is not None else 1, key))
+    return out
+
+
+def _terminating_by_preemption(p: PodInfo) -> bool:
+    return bool(p.terminating_by_preemption)
+
+
+def pod_group_post_filter(cycle: "PodGroupCycle", res: "GroupResult", pods: Sequence[PodInfo],
+                          groups: NativePodGroupCache, pdbs: Sequence[PDB],
+                          node_filter: Callable[[PodInfo, NodeTable, int], Any]) -> GroupPreemption:
+    """The PodGroupPostFilter for ``res`` (an unschedulable group) whose queued members are
+    ``pods``. ``node_filter(pod, nodes, row)``: the policy's PreFilter and Filter on one node
+    (schedule.NodeFilter)."""
+    from .cycle.podgroup import GroupStatus
+
+    info = res.info
+    nodes = cycle.nodes
+    if info.preemption_policy == "Never":
+        return GroupPreemption(GroupStatus(Code.UNSCHEDULABLE, [PREFIX + "not eligible due to preemptionPolicy=Never."]))
+    # ongoing preemption on the members' nominated nodes
+    nominated = {p.nominated_node_name for p in pods if p.nominated_node_name}
+    for node in sorted(nominated):
+        row = nodes.index.get(node)
+        if row is None or row >= nodes.n:
+            continue
+        for q in nodes.pods[row].values():
+            gk = native_group_key(q)
+            pg = groups.groups.get(gk) if gk else None
+            prio = pg.priority if pg is not None else q.priority
+            if prio < info.priority and _terminating_by_preemption(q):
+                return GroupPreemption(GroupStatus(Code.SUCCESS, [PREFIX + "ongoing preemption on nominated nodes"]),
+                                       {p.key: p.nominated_node_name for p in pods if p.nominated_node_name})
+    potential = [v for v in victims_of(nodes, groups) if v.priority < info.priority]
+    if not potential:
+        return GroupPreemption(GroupStatus(Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                                           [PREFIX + "No preemption victims found for incoming preemptor"]))
+    removed: list[tuple[PodInfo, str, bool]] = []  # (pod, node, assumed) to put back on return
+
+    def take_off(v: Victim) -> None:
+        for p in v.pods:
+            node = nodes.pod_node.get(p.key)
+            if node is not None:
+                removed.append((p, node, p.key in nodes.assumed))
+                nodes.remove_pod(p.key)
+
+    def put_back(v: Victim) -> None:
+        keys = {p.key for p in v.pods}
+        for i in range(len(removed) - 1, -1, -1):
+            p, node, assumed = removed[i]
+            if p.key in keys:
+                nodes.add_pod(p, node, assumed=assumed)
+                del removed[i]
+
+    try:
+        for v in potential:
+            take_off(v)
+        again = cycle.run(info, list(pods))
+        if not again.status.is_success:
+            st = again.status
+            msg = st.message()
+            if st.is_error:
+                return GroupPreemption(GroupStatus(Code.ERROR, [], PREFIX + st.as_error()))
+            return GroupPreemption(GroupStatus(st.code, [PREFIX + msg] if msg else []))
+        proposed = [(m.pod, m.node) for m in again.members if m.node]
+        potential.sort(key=_importance)
+        violating_first, _ = filter_pods_with_pdb_violation(_flatten(potential), pdbs)
+        violating_keys = {p.key for p in violating_first}
+        violating = [v for v in potential if any(p.key in violating_keys for p in v.pods)]
+        others = [v for v in potential if not any(p.key in violating_keys for p in v.pods)]
+        keep: list[Victim] = []
+        n_violations = 0
+        for group_of_victims, is_violating in ((violating, True), (others, False)):
+            for v in group_of_victims:
+                put_back(v)
+                if _fits(nodes, proposed, node_filter):
+                    continue  # spared
+                take_off(v)
+                keep.append(v)
+                if is_violating:
+                    n_violations += sum(1 for p in v.pods if p.key in violating_keys)
+        keep.sort(key=_importance)
+        victims = [p for v in keep for p in v.pods]
+        st = GroupStatus(Code.SUCCESS, [PREFIX + f"found a placement for podgroup, preempting {len(victims)} victims"])
+        return GroupPreemption(st, {p.key: node for p, node in proposed}, victims, n_violations,
+                               sum(1 for v in keep if v.group))
+    finally:
+        for p, node, assumed in reversed(removed):
+            nodes.add_pod(p, node, assumed=assumed)
+
+
+def _flatten(victims: list[Victim]) -> list[PodInfo]:
+    return [p for v in victims for p in v.pods]
+
+
+def _fits(nodes: NodeTable, proposed: list[tuple[PodInfo, str]], node_filter) -> bool:
+    """Every proposed member passes the filters on its node, each counted there for the next."""
+    added: list[str] = []
+    try:
+        for pod, node in proposed:
+            row = nodes.index.get(node)
+            if row is None or not node_filter(pod, nodes, row).is_success:
+                return False
+            assumed = copy.copy(pod)
+            assumed.node_name = node
+            nodes.add_pod(assumed, node, assumed=True)
+            added.append(pod.key)
+        return True
+    finally:
+        for key in reversed(added):
+            nodes.remove_pod(key)
