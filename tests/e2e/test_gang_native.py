@@ -69,7 +69,8 @@ def messages(core, namespace: str, names) -> list[str]:
 def test_two_native_groups_that_cannot_both_fit(core, namespace, nodes, example_policies, groups, operator):
     """Six nodes of 4 cpu hold twelve 1.5-cpu pods: either gang of eight fits alone, not both.
     The pods are created interleaved. One group is bound whole; the other holds nothing (four
-    plain pods then fit in the room left) and says why; its PodGroup's PodGroupInitiallyScheduled
+    plain pods then fit in the room left) and says why (its members' own FitErrors, the group's
+    status for the others: upstream's words); its PodGroup's PodGroupInitiallyScheduled
     condition is False (Unschedulable) and the winner's True; when the first group's pods are
     deleted, the second is bound whole."""
     t0 = time.monotonic()
@@ -89,9 +90,10 @@ def test_two_native_groups_that_cannot_both_fit(core, namespace, nodes, example_
     winner, loser = wait_for(one_whole, 30, what="one group bound whole")
     t_whole = time.monotonic() - t0
     why = wait_for(lambda: [m for m in messages(core, namespace, [f"{loser}-{i}" for i in range(8)])
-                            if f"PodGroup {namespace}/{loser}" in m], 20,
-                   what=f"a FailedScheduling event naming PodGroup {loser}")
-    assert any("Insufficient cpu" in m for m in why), why
+                            if "pod group is unschedulable" in m], 20,
+                   what=f"a FailedScheduling event of group {loser} in upstream's words")
+    assert any("minCount (8) cannot be satisfied" in m for m in why), why
+    assert any("Insufficient cpu" in m for m in messages(core, namespace, [f"{loser}-{i}" for i in range(8)]))
     assert bound(core, namespace, f"{loser}-") == {}
     for name in [f"plain-{i}" for i in range(4)]:
         core.create_namespaced_pod(namespace, member(name, namespace, None, pool))
@@ -114,9 +116,9 @@ def test_two_native_groups_that_cannot_both_fit(core, namespace, nodes, example_
 def test_racks(cluster, core, namespace, nodes, example_policies, groups, operator):
     """Racks of 4 nodes labelled `rack`: r0 of 8-cpu nodes (32 cpu), r1 of 16-cpu nodes (64).
     A group of eight 4-cpu pods with topology [{key: rack}] fits both and lands whole in r0, the
-    tightest; `explain` names the group and its rack. A group of seventeen (68 cpu) fits no rack:
-    nothing of it is bound, and its pods' events say that no single rack can hold it and give the
-    largest rack's free room."""
+    fuller placement (upstream's score); `explain` names the group and its rack. A group of
+    seventeen (68 cpu) fits no rack: nothing of it is bound, and its pods' events and the
+    PodGroup's condition say so in upstream's words (no placement is available)."""
     pool = f"rack-{namespace[-6:]}"
     for r, cpu in (("r0", "8"), ("r1", "16")):
         for i in range(4):
@@ -136,11 +138,12 @@ def test_racks(cluster, core, namespace, nodes, example_policies, groups, operat
     groups("w", 17, topology="rack")
     for i in range(17):
         core.create_namespaced_pod(namespace, member(f"w-{i}", namespace, "w", pool, cpu="4"))
+    unplaceable = "placements are available, first placement status: minCount (17) cannot be satisfied"
     why = wait_for(lambda: [m for m in messages(core, namespace, [f"w-{i}" for i in range(17)])
-                            if "no single rack domain" in m], 30, what="group w says no rack holds it")
-    assert any(f"the largest is rack={pool}-r1 with cpu: 64, memory: 32Gi free" in m for m in why), why
+                            if unplaceable in m], 30, what="group w says no rack holds it")
+    assert all(m.startswith("pod group is unschedulable, ") for m in why), why
     time.sleep(2)
     assert bound(core, namespace, "w-") == {}
     cond = wait_for(lambda: groups.condition("w") or None, 10, what=f"w {CONDITION}")
-    assert cond["status"] == "False" and "no single rack domain" in cond["message"], cond
+    assert cond["status"] == "False" and cond["reason"] == "Unschedulable" and unplaceable in cond["message"], cond
     assert "Traceback" not in operator.log()
