@@ -56,6 +56,8 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from ..explain import decision_annotation, failure_message
+from ..cluster.group_cycle import GroupCycles, group_plugin
+from ..framework.instrumentation import NOOP
 from ..framework.events import ASSIGNED_POD_DELETE
 from ..framework.interface import Handle
 from ..framework.model.native_podgroups import CONDITION
@@ -388,6 +390,10 @@ class _Sim:
         self.bodies: dict[str, Mapping[str, Any]] = {}
         self.cycles = 0
         self.reported: set[str] = set()
+        self.group_actions = _GroupActions(self)
+        a = self.group_actions
+        self.group_cycles = GroupCycles(world.state, self.queue, self.nominator, a, a, a, a,
+                                        lambda pod: (st, ""), self.rng)
 
     # ------------------------------------------------------------------ the loop
     def run(self, pods: list[PodInfo]) -> None:
@@ -462,6 +468,10 @@ class _Sim:
     # ------------------------------------------------------------------ one cycle
     def _cycle(self, qpi: QueuedPodInfo) -> None:
         pod = qpi.pod
+        group = group_plugin(self.chain)
+        if group is not None and group.group_key(pod) is not None:
+            self._group_cycle(qpi, group)
+            return
         state = CycleState()
         d = schedule_one(self.chain, pod, self.table, self.rng, state, self.nominator)
         follow = None if self.follow is None else self.follow.get(pod.key)
@@ -485,7 +495,13 @@ class _Sim:
         node = follow or d.node
         assert node is not None
         self.nominator.remove(pod.key)
-        # the binding tasks' assume, Reserve and Permit: the operator's own (ClusterState.reserve)
+        self._reserve(qpi, state, d, node)
+
+    def _reserve(self, qpi: QueuedPodInfo, state: CycleState, d: Decision, node: str) -> None:
+        """The binding tasks' assume, Reserve and Permit: the operator's own (ClusterState.reserve);
+        then bound, parked at Permit, or failed."""
+        pod = qpi.pod
+        top = [(s.node, s.total) for s in d.top[:3]]
         cluster = self.world.state
         _, status = cluster.reserve(self.chain, state, pod, node)
         if status.code == Code.WAIT:
@@ -500,6 +516,34 @@ class _Sim:
             self._failed(qpi, state, node, status, d, broadcast=False)
             return
         self._bound(qpi, node, state, d)
+
+    # ------------------------------------------------------------------ pod-group cycle
+    def _group_cycle(self, qpi: QueuedPodInfo, group) -> None:
+        """The operator's own pod-group cycle (cluster/group_cycle.py GroupCycles, as the engine
+        calls it): the popped pod's queued group members come out of the queue with it, are
+        validated, go through the cycle (framework/cycle/podgroup.py) as one entity, group
+        preemption (PodGroupPostFilter) when the group is unschedulable, then the winners go
+        through assume, Reserve and Permit (and are bound once allowed), the others are requeued
+        with their statuses, and the PodGroup gets its PodGroupInitiallyScheduled condition. Its
+        recorder, telemetry, preemptor and binding tasks are the simulation's (_GroupActions); a
+        group preemption is carried out once the cycle is over, as the operator's deletions come
+        after it: the victims gone, the members activated."""
+        actions = self.group_actions
+        self.group_cycles.schedule(qpi, self.st, self.chain, group)
+        while actions.preemptions:
+            info, members, victims = actions.preemptions.pop(0)
+            keys = [v.key for v in victims]
+            nodes = sorted({self.table.node_of(v.key) or v.node_name or "" for v in victims} - {""})
+            self.preemptions.append({"preemptor": f"PodGroup {info.key}", "node": ", ".join(nodes) or "-",
+                                     "victims": keys})
+            if members:
+                self.victims_of.setdefault(members[0].key, []).extend(keys)
+            for m in members:
+                r = self.results.get(m.key)
+                if r is not None and r.node is None and not r.note:
+                    r.note = f"its PodGroup {info.key} preempted {len(keys)} pod(s): {', '.join(keys)}"
+            self._delete_victims(f"PodGroup {info.key}", victims)
+            self.queue.activate([m.key for m in members if m.key in self.queue])
 
     # ------------------------------------------------------------------ binding cycle
     def _settle(self) -> None:
@@ -592,24 +636,31 @@ class _Sim:
         pod.nominated_node_name = node
         if not result.victims:
             return ""
-        waiting = self.world.state.waiting
         keys = result.victim_keys
         self.preemptions.append({"preemptor": pod.key, "node": node, "victims": keys})
         self.victims_of.setdefault(pod.key, []).extend(keys)
-        for v in result.victims:
+        self._delete_victims(pod.key, result.victims)
+        return f"preempted {len(keys)} pod(s) on node {node}: {', '.join(keys)}"
+
+    def _delete_victims(self, by: str, victims) -> None:
+        """The victims gone as the operator's preemptor makes them go: one parked at Permit is
+        rejected there (never bound); the others are deleted (their DELETED events: the state frees
+        their room, the queue hears it); one already terminating is left alone."""
+        waiting = self.world.state.waiting
+        for v in victims:
             if v.uid and waiting.get(v.uid) is not None:
-                waiting.reject(v.uid, PREEMPTION, "preempted")  # parked at Permit: never bound
+                waiting.reject(v.uid, PREEMPTION, "preempted")
                 continue
             if v.terminating:
                 continue  # upstream: no second DELETE
+            node = self.table.node_of(v.key) or v.node_name or ""
             meta = {"name": v.name, "namespace": v.namespace, **({"uid": v.uid} if v.uid else {})}
             change = self.world.state.apply_pod("DELETED", {"metadata": meta, "spec": {"nodeName": node}})
             if v.key in self.placed:  # a pod of this run: deleted, as the operator's victims are
                 del self.placed[v.key]
-                self.results[v.key] = PodResult(v.key, None, f"preempted by {pod.key} on node {node}",
+                self.results[v.key] = PodResult(v.key, None, f"preempted by {by} on node {node}",
                                                 note=f"was placed on {node}, then preempted")
             self._moves(change.changes)
-        return f"preempted {len(keys)} pod(s) on node {node}: {', '.join(keys)}"
 
     # ------------------------------------------------------------------ groups
     def group_results(self, pods: list[PodInfo]) -> list[dict[str, Any]]:
@@ -655,6 +706,48 @@ class _Sim:
             entry["message"] = why
             out.append(entry)
         return out
+
+
+class _GroupActions:
+    """The engine's recorder, telemetry, preemptor and binding tasks as GroupCycles uses them,
+    answered by a simulation: a failure is the member's result, a nomination goes to the
+    simulation's nominator, a group preemption is kept for _Sim._group_cycle to carry out, a
+    binding starts with the simulation's assume, Reserve and Permit."""
+
+    def __init__(self, sim: "_Sim") -> None:
+        self.sim = sim
+        self.preemptions: list[tuple[Any, list[PodInfo], list[PodInfo]]] = []
+
+    # recorder
+    def failure(self, pod: PodInfo, reason: str, message: str, code: Any = None, once: bool = False) -> None:
+        q = self.sim.queue.get(pod.key)
+        self.sim.results[pod.key] = PodResult(pod.key, None, message, attempts=q.attempts if q is not None else 1)
+
+    # recorder and preemptor
+    def nominate(self, pod: PodInfo, node: str | None) -> None:
+        if node:
+            self.sim.nominator.add(pod, node)
+        else:
+            self.sim.nominator.remove(pod.key)
+        pod.nominated_node_name = node
+
+    # telemetry
+    def attempt(self, *a: Any, **kw: Any) -> None:
+        pass
+
+    def cycle_recorder(self, policy: str):
+        return NOOP
+
+    # preemptor
+    def preempt_group(self, info: Any, members: list[PodInfo], victims: list[PodInfo]) -> None:
+        if victims:
+            self.preemptions.append((info, list(members), list(victims)))
+
+    # binding tasks
+    def start(self, qpi: QueuedPodInfo, st: Any, chain: Chain, state: CycleState, decision: Decision) -> bool:
+        assert decision.node is not None
+        self.sim._reserve(qpi, state, decision, decision.node)
+        return qpi.key in self.sim.placed or qpi.pod.uid in self.sim.parked
 
 
 def _timeouts(wp) -> dict[str, float]:

@@ -117,11 +117,14 @@ def test_two_gangs_that_cannot_both_fit_one_is_placed_whole_the_other_not_at_all
     wholes = [k for k, g in by.items() if g["whole"]]
     assert len(wholes) == 1, run.groups
     loser = by[({"default/a", "default/b"} - set(wholes)).pop()]
-    assert loser["placed"] == 0 and not loser["scheduled"] and loser["message"], loser
-    if "condition" in loser:  # the PodGroupInitiallyScheduled condition the operator would write
-        assert (loser["condition"]["status"], loser["condition"]["reason"]) == ("False", "Unschedulable")
-        assert loser["message"] == loser["condition"]["message"]
-    assert by[wholes[0]]["scheduled"]
+    assert loser["placed"] == 0 and not loser["scheduled"], loser
+    # the PodGroupInitiallyScheduled condition the operator would write, from the pod-group cycle
+    assert (loser["condition"]["status"], loser["condition"]["reason"]) == ("False", "Unschedulable")
+    assert loser["message"] == loser["condition"]["message"]
+    assert loser["message"].startswith("pod group is unschedulable, 0/1 placements are available"), loser
+    assert by[wholes[0]]["scheduled"] and by[wholes[0]]["condition"]["status"] == "True"
+    # one pod-group cycle per group (each group's members are taken out of the queue together)
+    assert run.cycles == 2
     # no member of the loser holds room: 16 cpu used of 24
     assert sum(r.node is not None for r in run.results) == 8
     assert run.summary()["podGroups"] == {"total": 2, "whole": 1}
@@ -141,8 +144,12 @@ def test_a_rack_group_lands_whole_in_the_tightest_rack_and_one_no_rack_holds_say
     s = snap(nodes, groups=[group("t", 8, "rack"), group("w", 17, "rack")])
     run = simulate(World(s), ["gang"], members("t", 8, cpu="4") + members("w", 17, cpu="4")).runs[0]
     by = {g["podGroup"]: g for g in run.groups}
-    assert by["default/t"]["whole"] and len(by["default/t"]["domains"]) == 1
-    assert by["default/w"]["placed"] == 0 and by["default/w"]["message"]
+    # the placement score (PodGroupPodsCount + NodeResourcesFit's MostAllocated): r0 ends fuller
+    assert by["default/t"]["whole"] and by["default/t"]["domains"] == ["r0"]
+    assert all(r.node.startswith("r0-") for r in run.results[:8])
+    assert by["default/w"]["placed"] == 0
+    assert by["default/w"]["message"].startswith("pod group is unschedulable, 0/2 placements are available"), \
+        by["default/w"]
 
 
 def test_same_seed_same_output_with_groups():
@@ -245,3 +252,20 @@ def test_take_without_pod_groups_served_or_listable():
     s = _take(GroupsClient(["v1beta1", "v1alpha3"], {}, missing={"/apis/scheduling.k8s.io/v1beta1/podgroups",
                                                                  "/apis/scheduling.k8s.io/v1alpha3/compositepodgroups"}))
     assert s.pod_groups == [] and s.composite_pod_groups == []
+
+
+def test_a_group_preemption_is_carried_out_and_the_group_placed_whole():
+    """Two 4-cpu nodes full of low-priority pods; a gang of two 3-cpu pods of priority 1000: the
+    group's PodGroupPostFilter preempts, the victims go, the members are activated and the group is
+    placed whole on its second cycle."""
+    low = [pod(f"low-{i}", cpu="3", priority=0, node_name=f"n{i}") for i in range(2)]
+    g = group("hi", 2)
+    g["spec"]["priority"] = 1000
+    s = snap([node("n0"), node("n1")], pods=low, groups=[g])
+    run = simulate(World(s), ["gang"], members("hi", 2, cpu="3", priority=1000)).runs[0]
+    assert [r.node for r in run.results] == ["n0", "n1"] or sorted(r.node for r in run.results) == ["n0", "n1"]
+    assert run.preemptions and run.preemptions[0]["preemptor"] == "PodGroup default/hi"
+    assert sorted(run.preemptions[0]["victims"]) == ["default/low-0", "default/low-1"]
+    assert run.groups[0]["whole"] and run.groups[0]["condition"]["status"] == "True"
+    assert sorted(v for r in run.results for v in r.preempted) == ["default/low-0", "default/low-1"]
+    assert run.cycles == 2
