@@ -39,11 +39,13 @@ import time
 from typing import Any, Callable, Mapping
 
 from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
+from ..cache.group_cycle import GroupCycles
 from ..cache.handle import StateHandle
 from ..cache.policies import DEFAULT_POLICY, POLICY_SELECTION, PolicyState, PolicyStore
 from ..cache.revisions import DEFAULT_HISTORY_LIMIT
 from ..cache.state import ASSIGNED, DRA_KINDS, GONE, PENDING, VOLUME_KINDS, WORKLOAD_KINDS, Change, ClusterState
 from ..framework.cycle.chain import build_chain
+from ..framework.cycle.podgroup import group_plugin
 from ..framework.events import (NAMESPACE_LABELS, ActionType, ClusterEvent, ClusterEventWithHint, NamespaceChange,
                                 Resource)
 from ..framework.interface import CycleState, Handle
@@ -60,7 +62,6 @@ from ..plugins.priority_sort import PrioritySort
 from .apicalls import ApiCalls, OperatorActions
 from .binding_tasks import DECISION_ANNOTATION, BindingTasks
 from .crdcheck import check_crd
-from .group_cycle import GroupCycles, group_plugin
 from .kubeclient import KubeClient
 from .leader import Leadership
 from .podgroup_status import PodGroupStatusWriter
@@ -155,7 +156,7 @@ class Engine:
                                                 admitted_namespaces=self.policy_store.admitted_namespaces)
         self.binding_tasks = BindingTasks(state, self.queue, self.recorder, tel, self.spawn, self.wake, self.bound,
                                           bind_concurrency)
-        # kube-scheduler 1.37's pod-group cycle (group_cycle.py)
+        # kube-scheduler 1.37's pod-group cycle (cache/group_cycle.py)
         self.groups = GroupCycles(state, self.queue, self.nominator, self.recorder, tel, self.preemptor,
                                   self.binding_tasks, self.resolve_policy, self.rng)
         # every valid generation recorded as a ControllerRevision; the last valid one read back at

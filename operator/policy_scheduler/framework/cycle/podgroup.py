@@ -248,6 +248,15 @@ def validate(info: PodGroupInfo, pods: list[PodInfo], placed: list[PodInfo],
     return None
 
 
+def group_plugin(chain: "Chain"):
+    """The chain's plugin whose groups are scheduled in a pod-group cycle (GangScheduling: its
+    ``GROUP_CYCLE``), or None."""
+    for p in chain.plugins:
+        if getattr(p, "GROUP_CYCLE", False):
+            return p
+    return None
+
+
 def member_order_key(priority: int, attempts: int, timestamp: float, name: str) -> tuple:
     """upstream PodGroupMemberPodsOrderingFunc: priority desc, attempts desc, timestamp asc, name asc."""
     return (-priority, -attempts, timestamp, name)

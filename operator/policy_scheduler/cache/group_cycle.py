@@ -1,11 +1,11 @@
-"""The pod-group cycle in the operator (upstream scheduleOnePodGroup and
-submitPodGroupAlgorithmResult): the engine hands over a popped pod whose policy schedules its
+"""The pod-group cycle as the operator (cluster/engine.py) and what-if (whatif/simulate.py) run it
+(upstream scheduleOnePodGroup and submitPodGroupAlgorithmResult): the engine hands over a popped pod whose policy schedules its
 group as one (GangScheduling); every queued member of the group comes out of the queue with it,
 the members are validated, the group cycle runs on the live table
 (framework/cycle/podgroup.py), PodGroupPostFilter (group preemption,
 framework/group_preemption.py) when it is unschedulable, then:
 
-- the chosen placement's members go through the binding cycle as any pod (binding_tasks.py:
+- the chosen placement's members go through the binding cycle as any pod (cluster/binding_tasks.py:
   assume, Reserve, Permit, then the binding task); GangScheduling's Permit lets them all through
   once minCount are assumed;
 - the other members are requeued with the status upstream gives each (its own FitError, the
@@ -16,6 +16,9 @@ framework/group_preemption.py) when it is unschedulable, then:
 A member rejected as part of the group waits for what may help any member: the union of the
 plugins that rejected the members, plus GangScheduling (a member added, the group added, minCount
 lowered); when one is woken and popped, the whole group comes along.
+
+No I/O here: the collaborators are handed in (the operator's binding tasks, preemptor and event
+recorder, or what-if's in-memory stand-ins).
 """
 
 from __future__ import annotations
@@ -23,39 +26,31 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..framework.cycle.podgroup import (POD_GROUP_CYCLE, GroupResult, PodGroupCycle, condition, member_order_key,
-                                        member_status, validate)
+from ..framework.cycle.podgroup import (POD_GROUP_CYCLE, GroupResult, PodGroupCycle, condition, group_plugin,
+                                        member_order_key, member_status, validate)
 from ..framework.queue.scheduling_queue import QueuedPodInfo
 from ..framework.status import Code
 from ..logs import MAX_MESSAGE_LEN, fields, truncate
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..cache.policies import PolicyState
-    from ..cache.state import ClusterState
     from ..framework.queue.nominator import Nominator
     from ..framework.queue.scheduling_queue import SchedulingQueue
-    from .binding_tasks import BindingTasks
-    from .preemptor import Preemptor
-    from .recorder import EventRecorder
-    from .telemetry import Telemetry
+    from .policies import PolicyState
+    from .state import ClusterState
 
 log = logging.getLogger("policy_scheduler")
 
 
-def group_plugin(chain) -> Any:
-    """The chain's plugin whose groups are scheduled in a pod-group cycle (GangScheduling), or None."""
-    for p in chain.plugins:
-        if getattr(p, "GROUP_CYCLE", False):
-            return p
-    return None
-
-
 class GroupCycles:
-    """``resolve_policy(pod) -> (PolicyState | None, why)``: the engine's policy selection."""
+    """``resolve_policy(pod) -> (PolicyState | None, why)``: the policy selection. ``recorder``:
+    ``failure(pod, reason, msg, code)`` and ``nominate(pod, node)``; ``telemetry``:
+    ``attempt(result, policy, seconds)`` and ``cycle_recorder(policy)``; ``preemptor``:
+    ``preempt_group(info, members, victims)`` and ``nominate(pod, node)``; ``binding_tasks``:
+    ``start(qpi, policy state, chain, state, decision) -> bool``."""
 
     def __init__(self, state: "ClusterState", queue: "SchedulingQueue", nominator: "Nominator",
-                 recorder: "EventRecorder", telemetry: "Telemetry", preemptor: "Preemptor",
-                 binding_tasks: "BindingTasks", resolve_policy: Callable, rng) -> None:
+                 recorder: Any, telemetry: Any, preemptor: Any, binding_tasks: Any, resolve_policy: Callable,
+                 rng) -> None:
         self.state, self.queue, self.nominator, self.recorder = state, queue, nominator, recorder
         self.telemetry, self.preemptor, self.binding_tasks = telemetry, preemptor, binding_tasks
         self.resolve_policy, self.rng = resolve_policy, rng
