@@ -56,7 +56,8 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from ..explain import decision_annotation, failure_message
-from ..cluster.group_cycle import GroupCycles, group_plugin
+from ..cache.group_cycle import GroupCycles
+from ..framework.cycle.podgroup import group_plugin
 from ..framework.instrumentation import NOOP
 from ..framework.events import ASSIGNED_POD_DELETE
 from ..framework.interface import Handle
@@ -519,7 +520,7 @@ class _Sim:
 
     # ------------------------------------------------------------------ pod-group cycle
     def _group_cycle(self, qpi: QueuedPodInfo, group) -> None:
-        """The operator's own pod-group cycle (cluster/group_cycle.py GroupCycles, as the engine
+        """The operator's own pod-group cycle (cache/group_cycle.py GroupCycles, as the engine
         calls it): the popped pod's queued group members come out of the queue with it, are
         validated, go through the cycle (framework/cycle/podgroup.py) as one entity, group
         preemption (PodGroupPostFilter) when the group is unschedulable, then the winners go
