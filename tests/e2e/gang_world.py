@@ -16,6 +16,7 @@ normalised with it)."""
 from __future__ import annotations
 
 import copy
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -348,8 +349,11 @@ class Batch:
                 by_ns[e.metadata.namespace][2].append(e)
         return {w.ns: w.observe(*by_ns[w.ns]) for w in self.worlds}
 
-    def settle(self, phase: int, quiet: float = 5.0, least: float = 4.0, timeout: float = 150.0) -> dict[str, dict]:
+    def settle(self, phase: int, quiet: float = 5.0, least: float = 4.0, timeout: float | None = None) -> dict[str, dict]:
         """Until every world has an outcome and nothing changed for ``quiet`` seconds."""
+        # upstream settles a batch in about 30 s; a scheduler that leaves worlds without any
+        # outcome costs this much per phase
+        timeout = timeout or float(os.environ.get("GANG_PARITY_SETTLE_TIMEOUT", "90"))
         t0 = time.monotonic()
         last, since = None, time.monotonic()
         while True:
