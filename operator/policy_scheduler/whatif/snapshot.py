@@ -20,8 +20,8 @@ v2 adds the five storage lists and keeps the pods' ``spec.volumes`` the volume p
 snapshot (neither) still loads, as a cluster without storage objects. The DRA lists and the
 PodGroup lists are optional within v2: a snapshot without them loads as a cluster without them.
 
-PodGroups (``scheduling.k8s.io``, in the version the API serves, found by discovery as the
-operator finds it: framework/model/native_podgroups.py VERSIONS) and CompositePodGroups
+PodGroups (snapshot_groups.py: ``scheduling.k8s.io``, in the version the API serves, found by
+discovery as the operator finds it: framework/model/native_podgroups.py VERSIONS) and CompositePodGroups
 (``scheduling.k8s.io/v1alpha3``) are captured when the API serves them. A PodGroup the scheduler
 cannot read (the GangScheduling cache refuses it) is not a reason to refuse the snapshot: it is
 reported on itself (``Snapshot.warnings``) and skipped, as the operator ignores it.
@@ -44,13 +44,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cache.state import KINDS
-from ..framework.model.native_podgroups import GROUP as POD_GROUP_API, VERSIONS as POD_GROUP_VERSIONS
-from ..framework.model.native_podgroups import NativePodGroup, api_path as pod_groups_path
 from ..framework.model.dra import DEVICE_CLASSES, PATHS as DRA_PATHS, RESOURCE_CLAIMS, RESOURCE_SLICES, DraCache
 from ..framework.model.podinfo import _VOLUME_SOURCES
 from ..framework.model.volumes import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
                                        STORAGE_CLASSES, VolumeCache)
 from ..timefmt import parse_rfc3339, rfc3339
+from .snapshot_groups import check_groups, take_pod_groups, trim_pod_group  # noqa: F401 (trim_pod_group: API)
 
 API_VERSION = "policy-scheduler.io/snapshot/v2"
 API_VERSION_V1 = "policy-scheduler.io/snapshot/v1"  # no storage lists, no pod volumes: still read
@@ -84,9 +83,6 @@ DRA_LISTS: dict[str, str] = {
     "resourceSlices": RESOURCE_SLICES,
     "deviceClasses": DEVICE_CLASSES,
 }
-# CompositePodGroups (scheduling.k8s.io, alpha in 1.37: only v1alpha3)
-COMPOSITE_VERSION = "v1alpha3"
-COMPOSITE_PATH = f"/apis/{POD_GROUP_API}/{COMPOSITE_VERSION}/compositepodgroups"
 # annotations no plugin reads that can be large
 _ANNOTATIONS_DROP = frozenset(("kubectl.kubernetes.io/last-applied-configuration",))
 # spec fields of a pod that no scheduling plugin reads: left out of snapshots
@@ -271,18 +267,6 @@ def trim_dra(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def trim_pod_group(obj: Mapping[str, Any], kind: str = "PodGroup") -> dict[str, Any]:
-    """A PodGroup or CompositePodGroup: its spec and status as they are (GangScheduling reads the
-    spec, and the status's PodGroupInitiallyScheduled condition, once True, is terminal)."""
-    meta = _meta(obj, "name", "namespace", "uid", "generation", "creationTimestamp", "labels", "ownerReferences",
-                 "deletionTimestamp")
-    out: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind") or kind, "metadata": meta,
-                           "spec": obj.get("spec") or {}}
-    if obj.get("status"):
-        out["status"] = obj["status"]
-    return out
-
-
 def split_pods(items: list[Mapping[str, Any]], scheduler_name: str) -> tuple[list[dict], list[dict]]:
     """(bound pods that count on their nodes, pending pods of ``scheduler_name``), as the engine
     sorts them: finished pods count nowhere, terminating pending pods are not scheduled."""
@@ -378,50 +362,6 @@ def _check_dra(errors: list[str], doc: Mapping[str, Any], key: str, kind: str) -
     return _check_storage(errors, doc, key, kind, DraCache()) if key in doc else []
 
 
-def _where(key: str, i: int, o: Any) -> str:
-    meta = o.get("metadata") if isinstance(o, dict) else None
-    if isinstance(meta, dict) and isinstance(meta.get("name"), str) and meta["name"]:
-        ns = meta.get("namespace")
-        return f"{key}[{i}] ({ns if isinstance(ns, str) and ns else 'default'}/{meta['name']})"
-    return f"{key}[{i}]"
-
-
-def _check_groups(warnings: list[str], doc: Mapping[str, Any], key: str, what: str,
-                  parse=None) -> list[dict]:
-    """An optional list of PodGroups (CompositePodGroups): each object the scheduler cannot read is
-    reported on itself and skipped, never the whole snapshot (the operator ignores it the same way)."""
-    v = doc.get(key)
-    if v is None:
-        return []
-    if not isinstance(v, list):
-        warnings.append(f"{key}: must be a list, not {type(v).__name__}; no {what} loaded")
-        return []
-    out = []
-    for i, o in enumerate(v):
-        where = _where(key, i, o)
-        if not isinstance(o, dict):
-            warnings.append(f"{where}: must be an object, not {type(o).__name__}; skipped")
-            continue
-        meta = o.get("metadata")
-        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-            warnings.append(f"{where}: metadata.name: required; skipped")
-            continue
-        if "namespace" in meta and not isinstance(meta["namespace"], str):
-            warnings.append(f"{where}: metadata.namespace: must be a string; skipped")
-            continue
-        if not isinstance(o.get("spec", {}), dict):
-            warnings.append(f"{where}: spec: must be an object; skipped")
-            continue
-        if parse is not None:
-            try:
-                parse(o)
-            except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError) as e:
-                warnings.append(f"{where}: cannot be read as a {what}: {type(e).__name__}: {e}; skipped")
-                continue
-        out.append(o)
-    return out
-
-
 def from_dict(doc: Any, source: str = "snapshot") -> Snapshot:
     """Validate a decoded snapshot document; SnapshotError names every problem's field."""
     if not isinstance(doc, dict):
@@ -468,8 +408,8 @@ def from_dict(doc: Any, source: str = "snapshot") -> Snapshot:
         volumes={kind: _check_storage(errors, doc, key, kind) for key, kind in VOLUME_LISTS.items()},
         dra={kind: _check_dra(errors, doc, key, kind) for key, kind in DRA_LISTS.items()},
     )
-    snap.pod_groups = _check_groups(snap.warnings, doc, "podGroups", "PodGroup", NativePodGroup.from_dict)
-    snap.composite_pod_groups = _check_groups(snap.warnings, doc, "compositePodGroups", "CompositePodGroup")
+    snap.pod_groups = check_groups(snap.warnings, doc, "podGroups")
+    snap.composite_pod_groups = check_groups(snap.warnings, doc, "compositePodGroups")
     version = doc.get("podGroupsVersion")
     snap.pod_groups_version = version if isinstance(version, str) else ""
     for i, p in enumerate(snap.pods):
@@ -555,40 +495,6 @@ async def take(client, *, scheduler_name: str, default_policy: str, prometheus_u
     )
     snap.metrics = await read_metrics(policies, prometheus_url, query_fn=query_fn, warn=warn)
     return snap
-
-
-async def served_pod_group_versions(client) -> set[str]:
-    """The scheduling.k8s.io versions the API server serves (discovery; empty when the group is
-    not served or cannot be read)."""
-    try:
-        group = await client.get(f"/apis/{POD_GROUP_API}")
-    except Exception:  # not served, no right to read it, unreachable: no PodGroups
-        return set()
-    versions = (group or {}).get("versions") if isinstance(group, dict) else None
-    return {str(v.get("version")) for v in versions or [] if isinstance(v, dict)}
-
-
-async def take_pod_groups(client) -> tuple[list[dict], list[dict], str]:
-    """(PodGroups, CompositePodGroups, the PodGroup version read): PodGroups in the first version
-    of native_podgroups.VERSIONS the API serves (as the operator's informer chooses it), and
-    CompositePodGroups when v1alpha3 is served; none of either when not served (or not listable:
-    403/404)."""
-    served = await served_pod_group_versions(client)
-    version = next((v for v in POD_GROUP_VERSIONS if v in served), "")
-
-    async def items(path: str) -> list:
-        try:
-            return list((await client.get(path) or {}).get("items") or [])
-        except Exception as e:
-            if getattr(e, "status", None) in (403, 404):
-                return []
-            raise
-
-    groups = [trim_pod_group(o) for o in await items(pod_groups_path(version))] if version else []
-    composites = ([trim_pod_group(o, "CompositePodGroup") for o in await items(COMPOSITE_PATH)]
-                  if COMPOSITE_VERSION in served else [])
-    key = lambda o: ((o["metadata"].get("namespace") or ""), o["metadata"].get("name") or "")  # noqa: E731
-    return sorted(groups, key=key), sorted(composites, key=key), version
 
 
 async def read_metrics(policies: list[dict], prometheus_url: str | None, *, query_fn=None,
