@@ -43,6 +43,12 @@ over 3 zones):
                       nothing; the control plane and kube-scheduler run with the GenericWorkload
                       and TopologyAwareWorkloadScheduling gates; also reported: when the last
                       group was whole (its last member scheduled); no latency phase
+  GangPreemption      GangScheduling's PodGroups on full nodes: every default  500 nodes x  500 pods
+                      node already holds 4 pods of 900m of PriorityClass bench-low (value 10,
+                      created bound, not measured); the measured pods (3 cpu, one per node) are
+                      in groups of 10 (minCount 10) of PriorityClass bench-gang-high (value
+                      1000, on the PodGroup and on its members alike, as upstream requires): each
+                      group preempts 3 victims on each of 10 nodes to fit; no latency phase
   SchedulingBasic5k   SchedulingBasic at upstream's headline size     default 5000 nodes x 10000 pods
   Scale               5,000 nodes holding 50,000 pods created bound   default 5000 nodes x  1000 pods
                       up front (10 per node, in every scheduler's cache), then SchedulingBasic
@@ -54,6 +60,13 @@ over 3 zones):
                       half the devices go to pods scheduled first (not measured, --dra-init), the
                       other half to the measured pods (--pods); kube-controller-manager's
                       resourceclaim controller runs for every scheduler alike; measured as below
+
+For the gang workloads, per scheduler: when the last group was whole, and the group latency: for
+each group, from when it could first be tried (its last member created, or the scheduler started
+if later: here every pod exists before the start, so it is from the start) to when it was whole
+(its last member bound with its Scheduled event), averaged over the groups; also the same from the
+first pod scheduled (start-up left out). Ratios policy-scheduler / kube-scheduler (same plugins)
+of both (below 1: ours was quicker).
 
 Without --workload the first four run (with --quick, SchedulingBasic only). Every run gets a
 fresh control plane (etcd + kube-apiserver in its own state dir under .local/bench-<time>/),
@@ -120,7 +133,8 @@ count; ``changed`` and the plugins that moved the changed decisions are reported
         [--shadow-full] [--operator-arg=--flag=value] [--dra-devices 10] [--dra-init N]
 
 --quick runs SchedulingBasic at 200 nodes x 2000 pods with 300 latency pods (other workloads:
-PodAntiAffinity 100 x 500, GangScheduling 100 x 500, PreemptionBasic 100 x 100,
+PodAntiAffinity 100 x 500, GangScheduling 100 x 500, PreemptionBasic 100 x 100, GangPreemption
+100 x 100 (10 groups of 10),
 SchedulingBasic5k 1000 x 2000, Scale 1000 nodes with 2,000 bound pods, DRA 100 nodes with
 500 + 500 pods): under two minutes.
 --repeat N runs every scheduler N times, interleaved, and reports the run with the median
@@ -235,20 +249,30 @@ class Workload:
     def group(self, phase: str, i: int) -> str:
         return f"{phase}-gang-{i // self.group_size:03d}"
 
+    @property
+    def high_priority(self) -> str:
+        """PriorityClass of the measured pods that preempt (and of their PodGroups)."""
+        return GANG_HIGH_PRIORITY if self.gangs else HIGH_PRIORITY
+
     def pod_groups(self, phase: str, pods: int) -> list[dict]:
-        """Kubernetes' own PodGroups (scheduling.k8s.io), all-or-nothing: minCount = group_size."""
+        """Kubernetes' own PodGroups (scheduling.k8s.io), all-or-nothing: minCount = group_size;
+        with preemption the group's priorityClassName is its members' (upstream validates that a
+        member's priority equals its group's)."""
+        spec = {"priorityClassName": self.high_priority} if self.preempts else {}
         return [{"apiVersion": f"scheduling.k8s.io/{localcluster.GANG_API_VERSION}", "kind": "PodGroup",
                  "metadata": {"name": self.group(phase, i), "namespace": NAMESPACE},
-                 "spec": {"schedulingPolicy": {"gang": {"minCount": min(self.group_size, pods - i)}}}}
+                 "spec": {"schedulingPolicy": {"gang": {"minCount": min(self.group_size, pods - i)}}, **spec}}
                 for i in range(0, pods, self.group_size)]
 
     def init_pods(self, nodes: int, per_node: int) -> list[dict]:
         """Pods bound up front: for preemption scheduler_perf's pod-low-priority.yaml (900m /
-        500Mi, grace period 0), else its pod-default.yaml (100m / 500Mi)."""
+        500Mi, grace period 0; with gangs of PriorityClass bench-low), else its pod-default.yaml
+        (100m / 500Mi)."""
         cpu = "900m" if self.preempts else POD_CPU
+        low = {"priorityClassName": LOW_PRIORITY} if self.preempts and self.gangs else {}
         return [{"apiVersion": "v1", "kind": "Pod",
                  "metadata": {"name": f"low-{i:05d}-{j}", "namespace": NAMESPACE, "labels": {"app": "low"}},
-                 "spec": {"nodeName": f"node-{i:05d}", "terminationGracePeriodSeconds": 0,
+                 "spec": {"nodeName": f"node-{i:05d}", "terminationGracePeriodSeconds": 0, **low,
                           "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
                                           "ports": [{"containerPort": 80}],
                                           "resources": {"requests": {"cpu": cpu, "memory": POD_MEM},
@@ -286,7 +310,7 @@ class Workload:
                                           "limits": {"cpu": POD_CPU, "memory": POD_MEM}}}],
         }
         if self.preempts:  # scheduler_perf's pod-high-priority.yaml: priority 10, 3 cpu
-            spec["priorityClassName"] = HIGH_PRIORITY
+            spec["priorityClassName"] = self.high_priority
             for k in ("requests", "limits"):
                 spec["containers"][0]["resources"][k]["cpu"] = "3000m"
         if self.gangs:
@@ -358,6 +382,8 @@ WORKLOADS = {w.name: w for w in (
     Workload("PodAntiAffinity", 500, 1000, 100, 500),
     Workload("PreemptionBasic", 500, 500, 100, 100, init_per_node=4, preempts=True),
     Workload("GangScheduling", 500, 1000, 100, 500, group_size=50),
+    # groups of 10 members of 3 cpu on nodes full of low-priority pods: every group preempts
+    Workload("GangPreemption", 500, 500, 100, 100, init_per_node=4, preempts=True, group_size=10),
     Workload("SchedulingBasic5k", 5000, 10000, 1000, 2000),
     # the scale mode: 50,000 pods bound up front in the cache of every scheduler, then 1,000 more
     Workload("Scale", 5000, 1000, 1000, 500, init_per_node=10, quick_init_per_node=2),
@@ -366,6 +392,9 @@ WORKLOADS = {w.name: w for w in (
 )}
 MAIN_WORKLOADS = ("SchedulingBasic", "NodeAffinity", "TopologySpreading", "PodAntiAffinity")
 HIGH_PRIORITY = "bench-high"  # PriorityClass of PreemptionBasic's measured pods (value 10)
+LOW_PRIORITY = "bench-low"  # GangPreemption's victims (value 10)
+GANG_HIGH_PRIORITY = "bench-gang-high"  # GangPreemption's PodGroups and their members (value 1000)
+PRIORITY_VALUES = {HIGH_PRIORITY: 10, LOW_PRIORITY: 10, GANG_HIGH_PRIORITY: 1000}
 
 
 # ------------------------------------------------------------------------------------ processes
@@ -828,6 +857,27 @@ def latency_figures(added: list[float], bound: list[float], rate: float) -> dict
             "achieved_rate": round(achieved, 1), "saturated": achieved < 0.9 * rate, "max_ms_per_second": worst}
 
 
+def group_figures(wl: Workload, names: list[str], watch: PodWatch, t_start: float,
+                  t_first: float) -> dict[str, Any]:
+    """Per group: whole = its last member scheduled (bound, with its Scheduled event), seconds
+    after the scheduler's start; its latency = whole less when it could first be tried (its last
+    member created, as the watch saw it, or the scheduler's start if later), averaged over the
+    groups; and the same from the first pod scheduled (``t_first``: start-up left out)."""
+    whole: dict[str, float] = defaultdict(float)
+    ready: dict[str, float] = defaultdict(float)
+    for i, n in enumerate(names):
+        g = wl.group("t", i)
+        whole[g] = max(whole[g], watch.scheduled(n))
+        ready[g] = max(ready[g], watch.added[n])
+    lat = [whole[g] - max(ready[g], t_start) for g in whole]
+    lat_first = [whole[g] - max(ready[g], t_first) for g in whole]
+    out = {"groups_whole_s": sorted(round(v - t_start, 2) for v in whole.values())}
+    out["last_group_whole_s"] = out["groups_whole_s"][-1]
+    out["group_latency_s"] = round(sum(lat) / len(lat), 3)
+    out["group_latency_after_startup_s"] = round(sum(lat_first) / len(lat_first), 3)
+    return out
+
+
 @dataclass
 class RunPlan:
     workload: Workload
@@ -920,9 +970,10 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         if which in OURS_ALL:
             await install_policy(client, which)
         if wl.preempts:
-            await client.post("/apis/scheduling.k8s.io/v1/priorityclasses", {
-                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": HIGH_PRIORITY},
-                "value": 10})
+            for pc in ((LOW_PRIORITY, wl.high_priority) if wl.gangs else (wl.high_priority,)):
+                await client.post("/apis/scheduling.k8s.io/v1/priorityclasses", {
+                    "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": pc},
+                    "value": PRIORITY_VALUES[pc]})
         if plan.init_per_node:
             t0 = time.monotonic()
             await create_all(client, f"/api/v1/namespaces/{NAMESPACE}/pods",
@@ -969,14 +1020,10 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
                                     sorted(watch.event[n] for n in names), t_start, sampler),
                "loadavg_at_start": round(load, 2)}
         if wl.gangs:  # when each group became whole: its last member scheduled, from the scheduler's start
-            whole: dict[str, float] = defaultdict(float)
-            for i, n in enumerate(names):
-                g = wl.group("t", i)
-                whole[g] = max(whole[g], watch.scheduled(n) - t_start)
-            res["groups_whole_s"] = sorted(round(v, 2) for v in whole.values())
-            res["last_group_whole_s"] = res["groups_whole_s"][-1]
-            progress(f"  {len(whole)} groups whole; the first after {res['groups_whole_s'][0]}s, "
-                     f"the last after {res['last_group_whole_s']}s")
+            res.update(group_figures(wl, names, watch, t_start, t_start + res["startup_s"]))
+            progress(f"  {len(res['groups_whole_s'])} groups whole; the first after {res['groups_whole_s'][0]}s, "
+                     f"the last after {res['last_group_whole_s']}s; group latency {res['group_latency_s']}s "
+                     f"avg ({res['group_latency_after_startup_s']}s from the first pod scheduled)")
         progress(f"  throughput {res['pods_per_s']} pods/s (10-90%), start-up {res['startup_s']}s, "
                  f"last event {res['last_event_s']}s, CPU {res['cpu_ms_per_pod_run']} ms/pod over the run")
         metrics_before = await scrape(proc.metrics_url, metrics_ssl(cluster)) if proc.metrics_url else ""
@@ -1497,10 +1544,21 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
               "these figures are noisier than on a quiet machine")
     whole = {w: r["last_group_whole_s"] for w, r in runs.items() if "last_group_whole_s" in r}
     if whole:
+        rat_g = wl_result["ratios"]
         print("last group whole (its last member scheduled), seconds after the scheduler's start: "
               + "; ".join(f"{LABEL[w]} {v}" for w, v in whole.items())
-              + (f"; kube-scheduler / policy-scheduler (time) = {wl_result['ratios']['ours_vs_kube_last_group']}"
-                 if wl_result["ratios"].get("ours_vs_kube_last_group") else ""))
+              + (f"; kube-scheduler / policy-scheduler (time) = {rat_g['ours_vs_kube_last_group']}"
+                 if rat_g.get("ours_vs_kube_last_group") else ""))
+        print("group latency, avg over the groups, s (from the group's last member created, or the scheduler's "
+              "start if later, to the group whole; every pod here exists before the start) / the same from the "
+              "first pod scheduled: " + "; ".join(
+                  f"{LABEL[w]} {r['group_latency_s']} / {r['group_latency_after_startup_s']}"
+                  for w, r in runs.items() if "group_latency_s" in r)
+              + f"; policy-scheduler / kube-scheduler (same plugins) = "
+              f"{rat_g.get('ours_vs_kube_group_latency') or '-'} / "
+              f"{rat_g.get('ours_vs_kube_group_latency_after_startup') or '-'} (goal <= 0.5); "
+              f"last group whole, policy-scheduler / kube-scheduler (same plugins) = "
+              f"{rat_g.get('ours_vs_kube_same_last_group_time') or '-'}")
     if wl_result["repeat"] > 1:
         print("pods/s of every run: " + "; ".join(f"{LABEL[w]} {r['pods_per_s_repeats']}" for w, r in runs.items()))
         if whole:
@@ -1705,6 +1763,13 @@ def main(argv: list[str] | None = None) -> int:
             if wl.gangs:  # kube-scheduler's time over ours: above 1, ours made the last group whole sooner
                 lg = {k: v.get("last_group_whole_s") for k, v in runs.items()}
                 wr["ratios"]["ours_vs_kube_last_group"] = ratio(lg.get(KUBE_SAME) or lg.get(KUBE), lg.get(OURS))
+                # ours over kube-scheduler (same plugins, else its default profile): below 1, ours was quicker
+                kube_g = runs.get(KUBE_SAME) or runs.get(KUBE) or {}
+                ours_g = runs.get(OURS) or {}
+                wr["ratios"]["ours_vs_kube_same_last_group_time"] = ratio(lg.get(OURS),
+                                                                          kube_g.get("last_group_whole_s"))
+                for key in ("group_latency", "group_latency_after_startup"):
+                    wr["ratios"][f"ours_vs_kube_{key}"] = ratio(ours_g.get(f"{key}_s"), kube_g.get(f"{key}_s"))
             result["workloads"][name] = wr
             (print_dra_table if wl.dra else print_table)(name, wr, cores)
         result["ok"] = True
