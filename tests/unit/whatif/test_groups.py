@@ -269,3 +269,50 @@ def test_a_group_preemption_is_carried_out_and_the_group_placed_whole():
     assert run.groups[0]["whole"] and run.groups[0]["condition"]["status"] == "True"
     assert sorted(v for r in run.results for v in r.preempted) == ["default/low-0", "default/low-1"]
     assert run.cycles == 2
+
+
+# ---------------------------------------------------------------------------------------- hostile input, report
+def test_hostile_groups_and_members_never_stop_a_simulation():
+    deep: dict = {"a": None}
+    cur = deep
+    for _ in range(3000):
+        cur["a"] = {"a": None}
+        cur = cur["a"]
+    groups = [group("g", 1), {"metadata": {"name": "s"}, "spec": {}, "status": []},
+              {"metadata": {"name": "d"}, "spec": {"schedulingPolicy": deep}},
+              {"metadata": {"name": "n", "namespace": 5}, "spec": {}},
+              {"metadata": {"name": "big"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 10 ** 30}}}},
+              {"metadata": {"name": "t"}, "spec": {"schedulingConstraints": {"topology": [{"key": ["x"]}]}}}]
+    pods = [pod(f"h{i}") for i in range(3)] + members("big", 2) + members("t", 1)
+    pods[0]["spec"]["schedulingGroup"] = "g"
+    pods[1]["spec"]["schedulingGroup"] = {"podGroupName": 5}
+    pods[2]["spec"]["schedulingGroup"] = {"podGroupName": ["x"]}
+    s = snap([node("n0")], groups=groups, compositePodGroups=[1, {"metadata": {"name": "c"}, "spec": "x"}])
+    assert len(s.warnings) == 3, s.warnings
+    for policy in ("gang", "default"):
+        run = simulate(World(s), [policy], pods).runs[0]
+        assert len(run.results) == len(pods)
+        by = {r.pod: r for r in run.results}
+        assert by["default/big-0"].node is None and "minCount" in by["default/big-0"].message
+
+
+def test_the_report_shows_each_group_placed_whole_or_not_and_why():
+    import io
+
+    s = snap([node(f"n{i}") for i in range(6)], groups=[group("a", 8), group("b", 8), "bad"])
+    sim = simulate(World(s), ["gang"], interleaved(members("a", 8), members("b", 8)))
+    out = io.StringIO()
+    report.write_text(sim, out)
+    text = out.getvalue()
+    assert "warning: snapshot: podGroups[2]: must be an object, not str; skipped" in text
+    assert "gang: PodGroups: 1 of 2 placed whole" in text
+    assert "placed whole (8/8 placed, minCount 8)" in text and "not placed (0/8 placed, minCount 8)" in text
+    why = next(g for g in sim.runs[0].groups if not g["whole"])["message"]
+    assert f"    {why}\n" in text
+    html = report.html_report(sim)
+    assert "PodGroups, 1 of 2 placed whole" in html and "placed whole (8/8 placed, minCount 8)" in html
+    assert "Objects of the snapshot skipped" in html
+    doc = json.loads(json.dumps(sim.to_dict()))["policies"]["gang"]
+    assert doc["podGroups"] == sim.runs[0].groups
+    assert sorted(g["whole"] for g in doc["podGroups"]) == [False, True]
+    assert doc["cycles"] == 2 and doc["warnings"] == sim.runs[0].warnings
