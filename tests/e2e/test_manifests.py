@@ -51,7 +51,7 @@ OPERATOR_CALLS = {
                               ("", "persistentvolumes"), ("", "persistentvolumeclaims"),
                               ("storage.k8s.io", "storageclasses"), ("storage.k8s.io", "csinodes"),
                               ("storage.k8s.io", "csidrivers"), ("scheduling.x-k8s.io", "podgroups"),
-                              ("scheduling.k8s.io", "podgroups"))
+                              ("scheduling.k8s.io", "podgroups"), ("scheduling.k8s.io", "compositepodgroups"))
       for v in ("list", "watch")),
     ("", "persistentvolumes", "update"),  # VolumeBinding's PreBind: a static match's claimRef
     ("", "persistentvolumeclaims", "update"),  # ... and a claim to provision: selected-node

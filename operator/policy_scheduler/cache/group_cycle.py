@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..framework.cycle.podgroup import (POD_GROUP_CYCLE, GroupResult, PodGroupCycle, condition, group_plugin,
+from ..framework.cycle.podgroup import (POD_GROUP_CYCLE, GroupNode, GroupResult, PodGroupCycle, condition,
                                         member_order_key, member_status, validate)
 from ..framework.queue.scheduling_queue import QueuedPodInfo
 from ..framework.status import Code
@@ -56,18 +56,22 @@ class GroupCycles:
         self.resolve_policy, self.rng = resolve_policy, rng
 
     def schedule(self, qpi: QueuedPodInfo, st: "PolicyState", chain, group) -> GroupResult | None:
+        """The popped pod's group (the root of its hierarchy: a PodGroup, or the top
+        CompositePodGroup) in one cycle. Returns the root's result (None when nothing ran)."""
         e = self
         key = group.group_key(qpi.pod)
-        info = group.group_info(key)
-        if info is None:  # deleted since PreEnqueue let the pod in: it waits there again
+        root_ref = group.hierarchy(key)
+        root = self._tree(group, *root_ref) if root_ref is not None else None
+        if root is None:  # deleted since PreEnqueue let the pod in: it waits there again
             e.queue.add_unschedulable(qpi, {group.NAME})
             return None
         taken = [qpi]
-        for pk in list(group.cache.members(key)):
-            if pk != qpi.key:
-                other = e.queue.take(pk)
-                if other is not None:
-                    taken.append(other)
+        for leaf in root.leaves():
+            for pk in list(group.cache.members(leaf.info.key)):
+                if pk != qpi.key:
+                    other = e.queue.take(pk)
+                    if other is not None:
+                        taken.append(other)
         members: list[QueuedPodInfo] = []
         for m in taken:
             if m.pod.terminating:  # upstream skipPodSchedule: not requeued, its flight ends
@@ -77,18 +81,21 @@ class GroupCycles:
         if not members:
             return None
         members.sort(key=lambda m: member_order_key(m.pod.priority, m.attempts, m.timestamp, m.pod.name))
-        placed = [p for pk in info.scheduled if (p := e.state.table.pod(pk)) is not None]
+        for leaf in root.leaves():
+            leaf.pods = [m.pod for m in members if group.group_key(m.pod) == leaf.info.key]
+        placed = [p for pk in root.info.scheduled if (p := e.state.table.pod(pk)) is not None]
 
         def policy_of(pod):
             other, _ = e.resolve_policy(pod)
             return other.name if other is not None else None
 
-        err = validate(info, [m.pod for m in members], placed, policy_of, st.name)
+        err = validate(root.info, [m.pod for m in members], placed, policy_of, st.name)
         if err is not None:  # upstream handlePodGroupFailureBeforeScheduling
             for m in members:
                 e.queue.add_unschedulable(m, error=True)
                 e.recorder.failure(m.pod, "FailedScheduling", err, code=Code.ERROR)
-            group.cache.set_condition(key, "False", "SchedulerError", err)
+            for leaf in root.leaves():
+                group.cache.set_condition(leaf.info.key, "False", "SchedulerError", err)
             e.telemetry.attempt("error", st.name)
             return None
         fit = chain.plugin("NodeResourcesFit")
@@ -96,31 +103,48 @@ class GroupCycles:
         cycle = PodGroupCycle(chain, e.state.table, e.rng, e.nominator, recorder=e.telemetry.cycle_recorder(st.name),
                               fit_score=getattr(fit, "score_placement", None), fit_weight=fit_weight,
                               scoring=getattr(group, "placement_scoring", "Upstream"))
-        res = cycle.run(info, [m.pod for m in members])
+        results = cycle.run_tree(root)
+        res = results[root.id]
         if res.status.code == Code.UNSCHEDULABLE:
-            self._post_filter(chain, cycle, res)
-        self._submit(res, members, st, chain, group)
+            self._post_filter(chain, _TreeRun(cycle, root), res, results)
+        for leaf in root.leaves():
+            self._submit(results[leaf.id], [m for m in members if group.group_key(m.pod) == leaf.info.key],
+                         st, chain, group)
         return res
 
-    def _post_filter(self, chain, cycle: PodGroupCycle, res: GroupResult) -> None:
+    def _tree(self, group, composite: bool, key: str, depth: int = 0) -> GroupNode | None:
+        """The hierarchy under (composite, key) as the cycle reads it (children by name)."""
+        info = group.group_info(key, composite)
+        if info is None or depth > 16:
+            return None
+        node = GroupNode(info, composite)
+        if composite:
+            for c, k in group.cache.children(key):
+                child = self._tree(group, c, k, depth + 1)
+                if child is not None:
+                    node.children.append(child)
+        return node
+
+    def _post_filter(self, chain, cycle, res: GroupResult, results: dict[str, GroupResult]) -> None:
         """PodGroupPostFilter (upstream RunPodGroupPostFilterPlugins with DefaultPreemption's
-        workload-aware preemption): its message is added to the group's status; a preemption
-        nominates each member and deletes the victims."""
+        workload-aware preemption; applyPodGroupPostFilterResult): its message is added to every
+        result's status of the hierarchy (a status shared by several results gets it once per
+        result, as upstream's); a preemption nominates each member and deletes the victims."""
         runner = getattr(chain.plugin("DefaultPreemption"), "pod_group_post_filter", None)
-        if runner is None:
-            res.status.reasons.append("")  # upstream: no plugin answered, an empty reason is added
-            return
-        out = runner(cycle, res)
-        status = out.status
-        if status.is_success:
-            res.waiting_on_preemption = True
-            for m in res.members:
+        out = runner(cycle, res) if runner is not None else None
+        status = out.status if out is not None else None
+        members = [m for r in results.values() for m in r.members]
+        if status is not None and status.is_success:
+            for r in results.values():
+                r.waiting_on_preemption = True
+            for m in members:
                 m.nominated = out.nominations.get(m.pod.key)
-            self.preemptor.preempt_group(res.info, [m.pod for m in res.members], out.victims)
-        if status.is_error:
-            res.status = status
-        else:
-            res.status.reasons.append(status.message())
+            self.preemptor.preempt_group(res.info, [m.pod for m in members], out.victims)
+        for r in results.values():
+            if status is not None and status.is_error:
+                r.status = status
+            else:  # no plugin answered: upstream adds an empty reason
+                r.status.reasons.append(status.message() if status is not None else "")
 
     def _submit(self, res: GroupResult, members: list[QueuedPodInfo], st: "PolicyState", chain, group) -> None:
         """upstream submitPodGroupAlgorithmResult."""
@@ -161,3 +185,18 @@ class GroupCycles:
         log.info("PodGroup %s under policy %s: %s (%d members, %d to binding, placement %r)", res.info.key,
                  st.name, outcome, len(res.members), bound, res.placement,
                  extra=fields(pod_group=res.info.key, policy=st.name))
+
+
+class _TreeRun:
+    """What group preemption (framework/group_preemption.py) reads of the cycle for a hierarchy:
+    ``run(info, pods)`` runs the whole tree again (upstream's podGroupSchedulingFunc) and answers
+    with the root's status and every leaf's members."""
+
+    def __init__(self, cycle: PodGroupCycle, root: GroupNode) -> None:
+        self.cycle, self.root = cycle, root
+        self.nodes, self.chain, self.nominator = cycle.nodes, cycle.chain, cycle.nominator
+
+    def run(self, info, pods) -> GroupResult:
+        results = self.cycle.run_tree(self.root)
+        res = results[self.root.id]
+        return GroupResult(res.info, res.status, [m for leaf in self.root.leaves() for m in results[leaf.id].members])

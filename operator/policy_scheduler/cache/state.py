@@ -225,6 +225,15 @@ class ClusterState:
         """A scheduling.k8s.io PodGroup (GangScheduling)."""
         return _apply_group(self.native_pod_groups, f" ({NATIVE_GROUP})", event, body)
 
+    def apply_composite_pod_group(self, event: str, body: Mapping[str, Any]) -> list[Change]:
+        """A scheduling.k8s.io/v1alpha3 CompositePodGroup (GangScheduling's hierarchies)."""
+        try:
+            return self.native_pod_groups.apply_composite(event, body)
+        except ValueError as e:
+            meta = body.get("metadata") or {}
+            log.warning("CompositePodGroup %s/%s ignored: %s", meta.get("namespace"), meta.get("name"), e)
+            return []
+
     def apply_volume(self, kind: str, event: str, body: Mapping[str, Any]) -> list[Change]:
         """A storage object of VolumeCache ``kind`` (VolumeBinding and co. registered its events)."""
         try:

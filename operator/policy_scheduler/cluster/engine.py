@@ -70,7 +70,7 @@ from .preemptor import Preemptor
 from .recorder import EventRecorder, now_rfc3339
 from .revisions import Revisions
 from .rollout_controller import RolloutController
-from .sync import NATIVE_PODGROUPS, POLICIES, Sync
+from .sync import COMPOSITE_PODGROUPS, NATIVE_PODGROUPS, POLICIES, Sync
 from .tasks import Tasks
 from .telemetry import Telemetry
 
@@ -377,7 +377,8 @@ class Engine:
         if kind in DRA_KINDS:
             return self._router(st.apply_dra, kind)
         return self._router({"poddisruptionbudgets": st.apply_pdb, "podgroups": st.apply_pod_group,
-                             NATIVE_PODGROUPS: st.apply_native_pod_group}[kind])
+                             NATIVE_PODGROUPS: st.apply_native_pod_group,
+                             COMPOSITE_PODGROUPS: st.apply_composite_pod_group}[kind])
 
     async def sync(self) -> None:
         """Start the informers and wait until every kind is listed, SchedulingPolicies included

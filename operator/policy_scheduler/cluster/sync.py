@@ -20,6 +20,7 @@ from ..cache.policies import PLURAL_PATH
 from ..cache.state import DRA_KINDS, KINDS
 from ..framework.model.native_podgroups import DEFAULT_VERSION as NATIVE_DEFAULT_VERSION, GROUP as NATIVE_GROUP
 from ..framework.model.native_podgroups import VERSIONS as NATIVE_VERSIONS
+from ..framework.model.native_podgroups import COMPOSITE_PATH
 from ..framework.model.native_podgroups import api_path as native_pod_groups_path
 from ..framework.model.podgroups import API_PATH as POD_GROUPS_PATH
 from ..logs import fields
@@ -29,6 +30,7 @@ from .kubeclient import REQUEST_ERRORS, KubeClient
 log = logging.getLogger("policy_scheduler")
 
 NATIVE_PODGROUPS = f"podgroups.{NATIVE_GROUP}"  # the informer of scheduling.k8s.io PodGroups
+COMPOSITE_PODGROUPS = f"compositepodgroups.{NATIVE_GROUP}"  # and of its v1alpha3 CompositePodGroups
 POLICIES = "schedulingpolicies"  # the informer of SchedulingPolicies (the policy store's)
 Handler = Callable[[str, Mapping[str, Any]], None]
 
@@ -79,6 +81,7 @@ class Sync:
             Informer(c, POD_GROUPS_PATH, self.route("podgroups"), "podgroups", optional=True),
             Informer(c, native_pod_groups_path(self.native_version), self.route(NATIVE_PODGROUPS),
                      NATIVE_PODGROUPS, optional=True),
+            Informer(c, COMPOSITE_PATH, self.route(COMPOSITE_PODGROUPS), COMPOSITE_PODGROUPS, optional=True),
         ]
 
     async def run(self) -> float:

@@ -39,7 +39,8 @@ from ..framework.cycle.podgroup import POD_GROUP_CYCLE, UPSTREAM, PodGroupInfo
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
 from ..framework.interface import (CycleState, EnqueueExtensions, PermitPlugin, PluginArgs, PreEnqueuePlugin,
                                    ReservePlugin)
-from ..framework.model.native_podgroups import NativePodGroup, NativePodGroupCache, native_group_key
+from ..framework.model.native_podgroups import (CompositePodGroup, NativePodGroup, NativePodGroupCache,
+                                                native_group_key)
 from ..framework.model.podgroups import PodGroupChange
 from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code, Status
@@ -68,21 +69,28 @@ class GangScheduling(PreEnqueuePlugin, ReservePlugin, PermitPlugin, EnqueueExten
     def group_key(self, pod: Any) -> str | None:
         return native_group_key(pod)
 
-    def group_info(self, key: str) -> PodGroupInfo | None:
-        """The PodGroup as the cycle reads it, with its placed members; None when it does not exist."""
-        pg = self.cache.groups.get(key)
+    def group_info(self, key: str, composite: bool = False) -> PodGroupInfo | None:
+        """The PodGroup (or CompositePodGroup) as the cycle reads it, with its placed members
+        (a composite: every placed member of its leaves); None when it does not exist."""
+        pg = self.cache.composites.get(key) if composite else self.cache.groups.get(key)
         if pg is None:
             return None
         scheduled = {}
-        for pk, m in self.cache.members(key).items():
-            if m.terminal:
-                continue
-            node = m.node or (self.cache.assumed_node(pk) if m.assumed else "")
-            if node:
-                scheduled[pk] = node
+        for leaf in self.cache.leaves(composite, key):
+            for pk, m in self.cache.members(leaf).items():
+                if m.terminal:
+                    continue
+                node = m.node or (self.cache.assumed_node(pk) if m.assumed else "")
+                if node:
+                    scheduled[pk] = node
         return PodGroupInfo(key=key, gang=pg.gang, min_count=pg.min_member, topology_key=pg.topology_key,
                             priority=pg.priority, preemption_policy=pg.preemption_policy,
                             disruption_all=pg.disruption_all, scheduled=scheduled, uid=pg.uid)
+
+    def hierarchy(self, key: str) -> tuple[bool, str] | None:
+        """The root of the PodGroup ``key``'s hierarchy: (is a composite, key); None when a
+        parent CompositePodGroup does not exist."""
+        return self.cache.root_of(key)
 
     # ------------------------------------------------------------------ PreEnqueue
     def _wait(self, pod: PodInfo, kind: str, msg: str) -> Status:
@@ -99,6 +107,16 @@ class GangScheduling(PreEnqueuePlugin, ReservePlugin, PermitPlugin, EnqueueExten
             return self._wait(pod, "missing", f"waiting for pods's pod group {go_quote(pod.pod_group_name)} to "
                                               f"appear in scheduling queue")
         self.cache.manage(key)
+        if pg.parent:  # upstream checkCPGHierarchyReadiness: the whole tree must reach its quorum
+            root = self.cache.root_of(key)
+            if root is None:
+                return self._wait(pod, "hierarchy", f"failed to build hierarchy snapshot: composite pod group object "
+                                                    f"not found in state for {pod.namespace}/{pg.parent}")
+            if not self.cache.tree_ready(root[1], lambda k: self.cache.counts(k).pods):
+                return self._wait(pod, "tree", f"waiting for composite pod group {go_quote(pg_name(root[1]))} tree "
+                                               f"to meet quorum")
+            self.cache.forget_report(pod.key)
+            return Status.success()
         if not pg.gang:
             self.cache.forget_report(pod.key)
             return Status.success()
@@ -131,6 +149,8 @@ class GangScheduling(PreEnqueuePlugin, ReservePlugin, PermitPlugin, EnqueueExten
         pg = self.cache.groups.get(key)
         if pg is None:
             return Status.error(f"failed to get podGroup {key}: podgroup {pg_name(key)!r} not found"), 0.0
+        if pg.parent:
+            return self._permit_hierarchy(pod, key)
         if not pg.gang:
             return Status.success(), 0.0
         c = self.cache.counts(key)
@@ -146,23 +166,59 @@ class GangScheduling(PreEnqueuePlugin, ReservePlugin, PermitPlugin, EnqueueExten
                 wp.allow(NAME)
         return Status.success(), 0.0
 
+    def _permit_hierarchy(self, pod: PodInfo, key: str) -> tuple[Status, float]:
+        """upstream permitPodForHierarchy: wait until the whole tree reaches its quorum with the
+        members assumed or bound, then let every waiting member of the tree through."""
+        root = self.cache.root_of(key)
+        if root is None:
+            return Status.error(f"failed to build hierarchy snapshot: composite pod group object not found in state "
+                                f"for {key}"), 0.0
+        leaves = set(self.cache.leaves(*root))
+        if not self.cache.tree_ready(root[1], lambda k: self.cache.counts(k).assigned):
+            self.handle.activate_pods([k for leaf in leaves for k, m in self.cache.members(leaf).items()
+                                       if k != pod.key and not m.node and not m.assumed and not m.terminal])
+            return (Status(Code.WAIT, (f"waiting for composite pod group {go_quote(pg_name(root[1]))} tree to meet "
+                                       f"quorum",)), PERMIT_TIMEOUT_SECONDS)
+        for leaf in leaves:
+            self.cache.permit(leaf)
+        for wp in self.handle.waiting_pods():
+            if native_group_key(wp.pod) in leaves:
+                wp.allow(NAME)
+        return Status.success(), 0.0
+
     # ------------------------------------------------------------------ events
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return [
-            # a PodGroup added; updated with a smaller minCount; a member added, bound or ungated
-            # (NativePodGroupMembersChange, our UnscheduledPod/AssignedPod Add)
+            # a PodGroup or CompositePodGroup added; a PodGroup updated with a smaller minCount; a
+            # member added, bound or ungated (NativePodGroupMembersChange, our UnscheduledPod/AssignedPod Add)
             ClusterEventWithHint(ClusterEvent(Resource.NATIVE_POD_GROUP, ActionType.ADD | ActionType.UPDATE),
-                                 _group_hint),
+                                 self._group_hint),
         ]
+
+    def _same_hierarchy(self, key: str, change: PodGroupChange) -> bool:
+        """upstream areSameHierarchy: the changed group (or composite) is in the pod's group's tree."""
+        composite = isinstance(change.group, CompositePodGroup)
+        if not composite and change.key == key:
+            return True
+        mine = self.cache.root_of(key)
+        theirs = self.cache.root_of(change.key, composite)
+        return mine is not None and mine == theirs
+
+    def _group_hint(self, pod: PodInfo, old: Any, new: Any) -> QueueingHint:
+        key = native_group_key(pod)
+        change: PodGroupChange | None = new or old
+        if key is None or change is None or not self._same_hierarchy(key, change):
+            return QueueingHint.SKIP
+        return _group_hint(pod, old, new)
 
 
 def _group_hint(pod: PodInfo, old: Any, new: Any) -> QueueingHint:
     """upstream isSchedulableAfterPodGroupAdded / isSchedulableAfterPodGroupUpdated /
-    isSchedulableAfterPodAdded: the pod's own group; an update only when both old and new are
-    gangs and minCount decreased (a members' change has no old object)."""
+    isSchedulableAfterPodAdded, for a change in the pod's own hierarchy: an update only when both
+    old and new are gangs and minCount decreased (a members' change has no old object)."""
     key = native_group_key(pod)
     change: PodGroupChange | None = new or old
-    if key is None or change is None or change.key != key:
+    if key is None or change is None:
         return QueueingHint.SKIP
     if old is not None and new is not None:
         a, b = old.group, new.group

@@ -487,3 +487,100 @@ def test_the_condition_is_written_for_groups_the_policy_schedules():
         await e.stop()
 
     asyncio.run(go())
+
+
+# ------------------------------------------------------------------ CompositePodGroups
+def cpg(name, min_groups=None, topology=None, priority=None):
+    spec = {"schedulingPolicy": {"gang": {"minGroupCount": min_groups}} if min_groups else {"basic": {}},
+            "workloadRef": {"workloadName": "w", "templateName": "t"}}
+    if topology:
+        spec["schedulingConstraints"] = {"topology": [{"key": topology}]}
+    if priority is not None:
+        spec["priority"] = priority
+    return {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "CompositePodGroup",
+            "metadata": {"name": name, "namespace": NS, "uid": f"uid-cpg-{name}"}, "spec": spec}
+
+
+def child(name, min_count, parent, topology=None):
+    body = npg(name, min_count, topology=topology)
+    body["spec"]["parentCompositePodGroupName"] = parent
+    body["spec"]["workloadRef"] = {"workloadName": "w", "templateName": name}
+    return body
+
+
+def zoned(zones: dict[str, dict[str, tuple[int, str]]]):
+    """{zone: {rack: (nodes, cpu)}} -> nodes labelled zone and rack."""
+    return [node(f"{z}-{r}-n{i}", cpu=cpu, rack=f"{z}-{r}", zone=z)
+            for z, racks in zones.items() for r, (n, cpu) in racks.items() for i in range(n)]
+
+
+def test_composite_two_levels_one_zone_each_child_in_a_rack():
+    """A gang composite (minGroupCount 2) by zone with two child gangs by rack: the whole tree
+    lands in one zone (z1: z0 cannot hold both children), each child in one rack of it; nothing is
+    bound before the tree's quorum; a tree that cannot meet minGroupCount binds nothing and each
+    child's condition says so in upstream's words."""
+    from policy_scheduler.cluster.sync import COMPOSITE_PODGROUPS
+
+    async def go():
+        e = engine(zoned({"z0": {"r0": (2, "4")}, "z1": {"r0": (2, "4"), "r1": (2, "4")}}))
+        e.route(COMPOSITE_PODGROUPS)("ADDED", cpg("c", 2, topology="zone"))
+        e.route(NATIVE_PODGROUPS)("ADDED", child("a", 2, "c", topology="rack"))
+        e.route(NATIVE_PODGROUPS)("ADDED", child("b", 2, "c", topology="rack"))
+        for g in ("a", "b"):
+            for i in range(2):
+                e.on_pod("ADDED", pod_body(f"{g}-{i}", g, cpu="3"))
+        await drain(e)
+        placed = binds(e)
+        assert len(placed) == 4, placed
+        assert {n.split("-")[0] for n in placed.values()} == {"z1"}, placed
+        for g in ("a", "b"):
+            assert len({placed[f"{g}-{i}"].rsplit("-", 1)[0] for i in range(2)}) == 1  # one rack per child
+        assert placed["a-0"].rsplit("-", 1)[0] != placed["b-0"].rsplit("-", 1)[0]  # 2 x 3 cpu per rack
+        cond = e.state.native_pod_groups.status("ns/a")["conditions"][0]
+        assert (cond["status"], cond["reason"]) == ("True", "Scheduled")
+        await e.stop()
+
+        # three children of 2 x 3 cpu, minGroupCount 3, in a zone of two racks: the tree cannot be placed
+        e = engine(zoned({"z0": {"r0": (2, "4"), "r1": (2, "4")}}))
+        e.route(COMPOSITE_PODGROUPS)("ADDED", cpg("c", 3, topology="zone"))
+        for g in ("a", "b", "d"):
+            e.route(NATIVE_PODGROUPS)("ADDED", child(g, 2, "c", topology="rack"))
+            for i in range(2):
+                e.on_pod("ADDED", pod_body(f"{g}-{i}", g, cpu="3"))
+        await drain(e)
+        assert binds(e) == {}
+        conds = {g: e.state.native_pod_groups.status(f"ns/{g}")["conditions"][0] for g in ("a", "b", "d")}
+        assert all(c["status"] == "False" and c["reason"] == "Unschedulable" for c in conds.values()), conds
+        # upstream's words: a and b fitted inside the failed composite and share its status, which
+        # PodGroupPostFilter's message is then added to once per result holding it (three: the
+        # composite's, a's, b's); d failed on its own (both racks of z0 taken), its status once
+        shared = ("pod group is unschedulable, 0/1 placements are available, first placement status: minCount (3) "
+                  "cannot be satisfied: 2 scheduled, 0 remaining" + NO_VICTIMS * 3)
+        assert conds["a"]["message"] == conds["b"]["message"] == shared, conds
+        assert conds["d"]["message"] == ("pod group is unschedulable, 0/2 placements are available, first placement "
+                                         "status: minCount (2) cannot be satisfied: 0 scheduled, 1 remaining"
+                                         + NO_VICTIMS), conds
+        await e.stop()
+
+    asyncio.run(go())
+
+
+def test_composite_pre_enqueue_waits_for_the_tree_and_its_parent():
+    h = EventHandle()
+    p = plugin(h)
+    p.cache.apply("ADDED", child("a", 2, "c"))
+    p.cache.on_pod("ADDED", pod_body("a-0", "a"))
+    a0 = parse_pod(pod_body("a-0", "a"))
+    assert p.pre_enqueue(a0).message() == ("failed to build hierarchy snapshot: composite pod group object not found "
+                                           "in state for ns/c")
+    p.cache.apply_composite("ADDED", cpg("c", 2))
+    p.cache.apply("ADDED", child("b", 1, "c"))
+    p.cache.on_pod("ADDED", pod_body("b-0", "b"))
+    assert p.pre_enqueue(a0).message() == 'waiting for composite pod group "c" tree to meet quorum'  # a has 1 of 2
+    p.cache.on_pod("ADDED", pod_body("a-1", "a"))
+    assert p.pre_enqueue(a0).is_success
+    (reg,) = p.events_to_register()
+    from policy_scheduler.framework.model.native_podgroups import CompositePodGroup
+    assert call_hint(reg, a0, None, PodGroupChange("ns/c", CompositePodGroup.from_dict(cpg("c", 2)))) == QUEUE
+    assert call_hint(reg, a0, None, PodGroupChange("ns/b")) == QUEUE  # a sibling's member added
+    assert call_hint(reg, a0, None, PodGroupChange("ns/other")) == SKIP

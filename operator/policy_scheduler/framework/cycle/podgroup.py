@@ -38,8 +38,8 @@ is one. Pure: no I/O, no kopf, no client.
 from __future__ import annotations
 
 import copy
+import functools
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -49,7 +49,9 @@ from ..model.nodetable import BASE_RESOURCES, CPU, MEMORY, NodeTable
 from ..model.podinfo import PodInfo
 from ..status import Code
 from .binding_cycle import run_reserve, run_unreserve
-from .decision import Decision
+from .podgroup_result import (POD_GROUP_UNSCHEDULABLE, GroupNode, GroupResult, GroupStatus,  # noqa: F401 (re-exported)
+                              MemberResult, PlacementResult, PodGroupInfo, condition, group_plugin,
+                              member_order_key, member_status, validate)
 from .schedule import schedule_one
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,7 +59,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..queue.nominator import Nominator
     from .chain import Chain
 
-POD_GROUP_UNSCHEDULABLE = "pod group is unschedulable"
 GANG = "GangScheduling"
 PLACEMENT_GENERATOR = "TopologyPlacementGenerator"
 PODS_COUNT = "PodGroupPodsCount"
@@ -65,122 +66,6 @@ PODS_COUNT = "PodGroupPodsCount"
 # IsPodGroupSchedulingCycle): plugins may read it
 POD_GROUP_CYCLE = "framework/pod-group-cycle"
 UPSTREAM, TIGHTEST = "Upstream", "Tightest"
-
-
-@dataclass
-class GroupStatus:
-    """upstream's fwk.Status as the pod-group cycle uses it: a code, reasons, and an error that
-    ``message`` puts first."""
-
-    code: Code = Code.SUCCESS
-    reasons: list[str] = field(default_factory=list)
-    err: str | None = None
-    plugin: str = ""
-
-    @classmethod
-    def unschedulable(cls, *reasons: str, err: str | None = POD_GROUP_UNSCHEDULABLE) -> "GroupStatus":
-        return cls(Code.UNSCHEDULABLE, list(reasons), err)
-
-    @classmethod
-    def error(cls, err: str) -> "GroupStatus":
-        return cls(Code.ERROR, [], err)
-
-    def message(self) -> str:
-        return ", ".join(([self.err] if self.err is not None else []) + self.reasons)
-
-    def as_error(self) -> str:
-        return self.err if self.err is not None else self.message()
-
-    @property
-    def is_success(self) -> bool:
-        return self.code == Code.SUCCESS
-
-    @property
-    def is_wait(self) -> bool:
-        return self.code == Code.WAIT
-
-    @property
-    def is_rejected(self) -> bool:
-        return self.code in (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
-
-    @property
-    def is_error(self) -> bool:
-        return not (self.is_success or self.is_wait or self.is_rejected or self.code == Code.SKIP)
-
-    def clone(self) -> "GroupStatus":
-        return GroupStatus(self.code, list(self.reasons), self.err, self.plugin)
-
-
-@dataclass
-class PodGroupInfo:
-    """What the cycle needs of a PodGroup (GangScheduling builds it from its cache)."""
-
-    key: str  # namespace/name
-    gang: bool
-    min_count: int  # gang.minCount; 1 for a basic group
-    topology_key: str = ""
-    priority: int = 0
-    preemption_policy: str = "PreemptLowerPriority"
-    disruption_all: bool = False
-    scheduled: dict[str, str] = field(default_factory=dict)  # member pod key -> node (assumed or bound)
-    uid: str = ""
-
-    @property
-    def name(self) -> str:
-        return self.key.split("/", 1)[1]
-
-
-@dataclass
-class MemberResult:
-    """One member's outcome in a placement: its decision, and (not scheduled) its status."""
-
-    pod: PodInfo
-    state: CycleState
-    decision: Decision | None = None
-    status: GroupStatus | None = None  # None: it fits (decision.node)
-    unschedulable_plugins: set[str] = field(default_factory=set)
-    pending_plugins: set[str] = field(default_factory=set)
-    nominated: str | None = None  # a PodGroupPostFilter's nomination
-    evaluated: bool = True
-
-    @property
-    def node(self) -> str | None:
-        if self.status is None and self.decision is not None:
-            return self.decision.node
-        return None
-
-
-@dataclass
-class PlacementResult:
-    name: str
-    rows: np.ndarray | None  # None: every node
-    status: GroupStatus
-    members: list[MemberResult]
-    any_scheduled: bool = False
-    score: int = 0
-
-
-@dataclass
-class GroupResult:
-    info: PodGroupInfo
-    status: GroupStatus
-    members: list[MemberResult]  # every queued member, in member order
-    placement: str | None = None  # the chosen placement's name ("" for every node)
-    placements: int = 0
-    feasible: int = 0  # feasible placements
-    scores: dict[str, int] = field(default_factory=dict)  # placement -> total score (several feasible)
-    waiting_on_preemption: bool = False
-    duration: float = 0.0
-
-    @property
-    def scheduled(self) -> bool:
-        return self.status.is_success
-
-    def domain(self) -> str | None:
-        """``key=value`` of the chosen placement, when the group has a topology key."""
-        if self.placement and self.info.topology_key:
-            return f"{self.info.topology_key}={self.placement}"
-        return None
 
 
 def placement_feasible(info: PodGroupInfo, remaining: int, scheduled: int) -> GroupStatus:
@@ -196,12 +81,13 @@ def placement_feasible(info: PodGroupInfo, remaining: int, scheduled: int) -> Gr
     return GroupStatus()
 
 
-def generate_placements(info: PodGroupInfo, nodes: NodeTable) -> list[tuple[str, np.ndarray | None]] | GroupStatus:
-    """TopologyPlacementGenerator: (name, rows) per placement, rows None for every node; in the
-    order of the label's values (upstream's order is a Go map's)."""
+def generate_placements(info: PodGroupInfo, nodes: NodeTable,
+                        parent: np.ndarray | None = None) -> list[tuple[str, np.ndarray | None]] | GroupStatus:
+    """TopologyPlacementGenerator within the ``parent`` placement (None: every node): (name, rows)
+    per placement; in the order of the label's values (upstream's order is a Go map's)."""
     key = info.topology_key
     if not key:
-        return [("", None)]
+        return [("", parent)]
     required: str | None = None
     for pk, node in sorted(info.scheduled.items()):
         row = nodes.index.get(node)
@@ -218,48 +104,18 @@ def generate_placements(info: PodGroupInfo, nodes: NodeTable) -> list[tuple[str,
         required = value
     out = []
     values = nodes.label_values(key)
+    allowed = set(parent.tolist()) if parent is not None else set()
     for value in sorted(values):
         if required is not None and value != required:
             continue
         rows = sorted(nodes.index[nm] for nm in values[value] if nm in nodes.index and nodes.index[nm] < nodes.n)
+        if parent is not None:
+            rows = [r for r in rows if r in allowed]
         if rows:
             out.append((value, np.array(rows, dtype=np.int64)))
     if not out:
         return GroupStatus(Code.UNSCHEDULABLE, ["no feasible placements found"], plugin=PLACEMENT_GENERATOR)
     return out
-
-
-def validate(info: PodGroupInfo, pods: list[PodInfo], placed: list[PodInfo],
-             policy_of: Callable[[PodInfo], str | None], policy: str) -> str | None:
-    """upstream validatePodGroup, the group's queued ``pods`` and its ``placed`` members: one
-    policy (upstream: one scheduler name), the group's priority, its preemption policy
-    (PodGroupPreemptionPolicy on). The error's text, or None."""
-    for p in pods:
-        other = policy_of(p)
-        if other is not None and other != policy:
-            return f"all pods in a single pod group should have the same policy, got: {other!r} and {policy!r}"
-    for p in list(pods) + list(placed):
-        if p.priority != info.priority:
-            return (f"all pods in a single pod group should have the same priority as the pod group's priority, "
-                    f"got {p.priority} and {info.priority}")
-        if p.preemption_policy != info.preemption_policy:
-            return (f"all pods in a single pod group should have the same preemption policy as the pod group's "
-                    f"preemption policy, got {p.preemption_policy} and {info.preemption_policy}")
-    return None
-
-
-def group_plugin(chain: "Chain"):
-    """The chain's plugin whose groups are scheduled in a pod-group cycle (GangScheduling: its
-    ``GROUP_CYCLE``), or None."""
-    for p in chain.plugins:
-        if getattr(p, "GROUP_CYCLE", False):
-            return p
-    return None
-
-
-def member_order_key(priority: int, attempts: int, timestamp: float, name: str) -> tuple:
-    """upstream PodGroupMemberPodsOrderingFunc: priority desc, attempts desc, timestamp asc, name asc."""
-    return (-priority, -attempts, timestamp, name)
 
 
 class PodGroupCycle:
@@ -368,18 +224,146 @@ class PodGroupCycle:
 
     # ------------------------------------------------------------------ the group
     def run(self, info: PodGroupInfo, pods: list[PodInfo]) -> GroupResult:
-        """The algorithm for the group's queued ``pods`` (in member order); every assumption undone."""
+        """The algorithm for one PodGroup's queued ``pods`` (in member order); every assumption
+        undone."""
+        node = GroupNode(info, pods=pods)
+        return self.run_tree(node)[node.id]
+
+    def run_tree(self, root: GroupNode) -> dict[str, GroupResult]:
+        """runRootSchedulingAlgorithm and the completion of its results: a result per node of the
+        hierarchy (by ``GroupNode.id``), every leaf's with every queued member; every assumption
+        undone. A child that succeeded inside a failed parent gets the parent's status (the same
+        object, as upstream's)."""
         start = time.perf_counter()
-        placements = generate_placements(info, self.nodes)
-        if isinstance(placements, GroupStatus):
-            res = GroupResult(info, placements, [])
-        else:
-            res = self._best(info, pods, placements)
-        if res.status.is_success and not any(m.node for m in res.members):
+        results: dict[str, GroupResult] = {}
+        res, reverts = self._algorithm(root, None, results, keep=root.composite)
+        _revert(reverts)
+        results[root.id] = res
+        if res.status.is_success and not res.any_scheduled:
             res.status = GroupStatus.unschedulable()  # the framework needs one pod scheduled
-        _complete(res, pods)
+        _propagate(root, results, None)
+        for leaf in root.leaves():
+            _complete(results[leaf.id], leaf.pods)
         res.duration = time.perf_counter() - start
-        return res
+        return results
+
+    def _algorithm(self, node: GroupNode, rows: np.ndarray | None, results: dict[str, GroupResult],
+                   keep: bool = True) -> tuple[GroupResult, list[Callable[[], None]]]:
+        """podGroupSchedulingRecursiveAlgorithm: a PodGroup's placement algorithm, or a
+        CompositePodGroup's; the chosen result stays assumed (its reverts returned) so that the
+        siblings evaluated next see it (``keep``; a lone PodGroup's would be undone at once)."""
+        if node.composite:
+            return self._composite(node, rows, results)
+        placements = generate_placements(node.info, self.nodes, rows)
+        if isinstance(placements, GroupStatus):
+            res = GroupResult(node.info, placements, [])
+            results[node.id] = res
+            return res, []
+        res = self._best(node.info, node.pods, placements)
+        results[node.id] = res
+        reverts = self._assume(res.members, res.info, res.placement) if keep and res.status.is_success else []
+        return res, reverts
+
+    def _assume(self, members: list[MemberResult], info: PodGroupInfo, placement) -> list[Callable[[], None]]:
+        """assumeSubtreeWithRevert for members: each that fits assumed on its node and Reserved again."""
+        reverts: list[Callable[[], None]] = []
+        for m in members:
+            node = m.node
+            if node is None:
+                continue
+            assumed = copy.copy(m.pod)
+            assumed.node_name = node
+            self.nodes.add_pod(assumed, node, assumed=True)
+            st = run_reserve(self.chain, m.state, m.pod, node)
+            reverts.append(functools.partial(_undo, self.chain, self.nodes, m.state, m.pod, node))
+            if not st.is_success:
+                break
+        return reverts
+
+    def _composite(self, node: GroupNode, rows: np.ndarray | None,
+                   results: dict[str, GroupResult]) -> tuple[GroupResult, list[Callable[[], None]]]:
+        """compositePodGroupSchedulingPlacementAlgorithm: the composite's placements (its own
+        topology key within ``rows``), its children evaluated in each, the best one kept."""
+        placements = generate_placements(node.info, self.nodes, rows)
+        if isinstance(placements, GroupStatus):
+            res = GroupResult(node.info, placements, [])
+            results[node.id] = res
+            return res, []
+        first: dict[str, GroupResult] | None = None
+        ok: list[tuple[str, np.ndarray | None, dict[str, GroupResult]]] = []
+        for name, prows in placements:
+            sub: dict[str, GroupResult] = {}
+            r, reverts = self._composite_default(node, prows, sub)
+            _revert(reverts)
+            if r.status.is_error:
+                results[node.id] = r
+                return r, []
+            if first is None:
+                first = sub
+            if r.status.is_success:
+                ok.append((name, prows, sub))
+        assert first is not None
+        if not ok:
+            root = first[node.id]
+            root.status = GroupStatus.unschedulable(f"0/{len(placements)} placements are available, first placement "
+                                                    f"status: {root.status.as_error()}")
+            results.update(first)
+            return root, []
+        best = ok[0]
+        if len(ok) > 1:
+            views = [PlacementResult(name, prows, sub[node.id].status,
+                                     [m for leaf in _successful_leaves(node, sub) for m in leaf.members])
+                     for name, prows, sub in ok]
+            try:
+                totals = self._scores(node.info, views)
+            except _ScoreError as e:
+                res = GroupResult(node.info, GroupStatus.error(str(e)), [])
+                results[node.id] = res
+                return res, []
+            top = max(totals)
+            tied = [x for x, t in zip(ok, totals) if t == top]
+            best = tied[self.rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
+        name, prows, sub = best
+        reverts = []
+        for leaf in _successful_leaves(node, sub):
+            reverts += self._assume(leaf.members, leaf.info, leaf.placement)
+        results.update(sub)
+        root = sub[node.id]
+        root.placement, root.rows, root.placements, root.feasible = name, prows, len(placements), len(ok)
+        return root, reverts
+
+    def _composite_default(self, node: GroupNode, rows: np.ndarray | None,
+                           results: dict[str, GroupResult]) -> tuple[GroupResult, list[Callable[[], None]]]:
+        """compositePodGroupSchedulingDefaultAlgorithm: PlacementFeasible on the children
+        (minGroupCount), each child's algorithm in turn (its result kept assumed for the next)."""
+        reverts: list[Callable[[], None]] = []
+        remaining, scheduled = len(node.children), 0
+        status = placement_feasible(node.info, remaining, scheduled)
+        any_scheduled = False
+        if status.code not in (Code.UNSCHEDULABLE, Code.ERROR):
+            for child in node.children:
+                cres, creverts = self._algorithm(child, rows, results)
+                if cres.status.is_error:
+                    status = GroupStatus.error(f"composite pod group evaluation failed due to child error: "
+                                               f"{cres.status.as_error()}")
+                    reverts += creverts
+                    break
+                any_scheduled = any_scheduled or cres.any_scheduled
+                reverts += creverts
+                remaining -= 1
+                if cres.status.is_success:
+                    scheduled += 1
+                status = placement_feasible(node.info, remaining, scheduled)
+                if status.code == Code.UNSCHEDULABLE:
+                    break
+            if status.is_wait:
+                status = GroupStatus.unschedulable(*status.reasons)
+        res = GroupResult(node.info, status, [], rows=rows, any_scheduled=any_scheduled)
+        results[node.id] = res
+        if not status.is_success:
+            _revert(reverts)
+            res.any_scheduled = False
+        return res, reverts
 
     def _best(self, info: PodGroupInfo, pods: list[PodInfo],
               placements: list[tuple[str, np.ndarray | None]]) -> GroupResult:
@@ -411,7 +395,35 @@ class PodGroupCycle:
             top = max(totals)
             tied = [r for r, t in zip(ok, totals) if t == top]
             best = tied[self.rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
-        return GroupResult(info, best.status, best.members, best.name, len(placements), len(ok), scores)
+        return GroupResult(info, best.status, best.members, best.name, len(placements), len(ok), scores,
+                           any_scheduled=best.any_scheduled, rows=best.rows)
+
+
+def _undo(chain, nodes: NodeTable, state: CycleState, pod: PodInfo, node: str) -> None:
+    run_unreserve(chain, state, pod, node)
+    if nodes.pod_node.get(pod.key) == node:
+        nodes.remove_pod(pod.key)
+
+
+def _successful_leaves(node: GroupNode, results: dict[str, GroupResult]) -> list[GroupResult]:
+    """successfulLeafResults: the leaves whose result and every ancestor's succeeded."""
+    res = results.get(node.id)
+    if res is None or not res.status.is_success:
+        return []
+    if not node.composite:
+        return [res] if res.members else []
+    return [leaf for c in node.children for leaf in _successful_leaves(c, results)]
+
+
+def _propagate(node: GroupNode, results: dict[str, GroupResult], parent: GroupStatus | None) -> None:
+    """completeCompositePodGroupAlgorithmResultMap: a child missing, or succeeded inside a failed
+    parent, gets the parent's status (the same object)."""
+    res = results.get(node.id)
+    if res is None or (parent is not None and not parent.is_success and res.status.is_success):
+        res = GroupResult(node.info, parent if parent is not None else GroupStatus(), [])
+        results[node.id] = res
+    for c in node.children:
+        _propagate(c, results, res.status)
 
 
 class _ScoreError(Exception):
@@ -443,34 +455,3 @@ def _free_after(nodes: NodeTable, r: PlacementResult) -> int:
     used_mem = sum(m.pod.requests.get(BASE_RESOURCES[MEMORY], 0) for m in r.members if m.node)
     # cpu dominates (millicores), memory breaks ties (scaled to stay below one millicore)
     return (free_cpu - used_cpu) * 2**40 + min(max(free_mem - used_mem, 0), 2**40 - 1)
-
-
-# ---------------------------------------------------------------------------------- submitting
-
-def member_status(res: GroupResult, m: MemberResult) -> tuple[GroupStatus | None, bool]:
-    """upstream submitPodGroupAlgorithmResult for one member: (the status its failure handler
-    reports, whether its nominated node is cleared); (None, False) when it goes to binding."""
-    gs = res.status
-    if gs.is_error:
-        if m.status is not None and m.status.is_error:
-            return m.status, True
-        return gs, True
-    if m.status is None:  # it fitted
-        if gs.is_success:
-            return None, False
-        if gs.is_rejected:
-            if res.waiting_on_preemption:
-                return gs, False
-            return GroupStatus.unschedulable(gs.message()), True
-        return GroupStatus.error(f"received unexpected pod group scheduling algorithm status code: {gs.code.name}"), True
-    return m.status, False
-
-
-def condition(res: GroupResult) -> tuple[str, str, str]:
-    """The PodGroupInitiallyScheduled condition (status, reason, message) the cycle leads to."""
-    gs = res.status
-    if gs.is_success:
-        return "True", "Scheduled", gs.message()
-    if gs.is_rejected:
-        return "False", "Unschedulable", gs.message()
-    return "False", "SchedulerError", gs.as_error()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..events import ActionType, ClusterEvent, Resource
-from .podgroups import PodGroup, PodGroupCache
+from .podgroups import PodGroup, PodGroupCache, PodGroupChange
 from .podinfo import PodSpecError, compute_requests, scheduling_group_name
 from .quantity import QuantityError
 
@@ -34,6 +34,12 @@ MAX_MESSAGE = 32768  # metav1.Condition.message
 
 def api_path(version: str = DEFAULT_VERSION) -> str:
     return f"/apis/{GROUP}/{version}/{PLURAL}"
+
+
+# CompositePodGroups (multi-level gangs): v1alpha3 only in 1.37, behind the CompositePodGroup gate
+COMPOSITE_VERSION, COMPOSITE_PLURAL = "v1alpha3", "compositepodgroups"
+COMPOSITE_PATH = f"/apis/{GROUP}/{COMPOSITE_VERSION}/{COMPOSITE_PLURAL}"
+MAX_DEPTH = 16  # a hierarchy deeper than this (or a cycle of parents) has no root
 
 
 NATIVE_POD_GROUP_ADD = ClusterEvent(Resource.NATIVE_POD_GROUP, ActionType.ADD)
@@ -63,6 +69,7 @@ class NativePodGroup(PodGroup):
     preemption_policy: str = "PreemptLowerPriority"  # spec.preemptionPolicy
     preemption_policy_set: bool = False  # spec.preemptionPolicy present
     disruption_all: bool = False  # spec.disruptionMode: {all: {}}
+    parent: str = ""  # spec.parentCompositePodGroupName
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any]) -> "NativePodGroup":
@@ -103,12 +110,37 @@ class NativePodGroup(PodGroup):
                    gang=gang is not None, topology_key=key, api_version=str(body.get("apiVersion") or ""),
                    generation=int(meta.get("generation") or 0), priority=int(priority or 0),
                    preemption_policy=str(pp or "PreemptLowerPriority"), preemption_policy_set=pp is not None,
-                   disruption_all=bool(dm) and dm.get("all") is not None)
+                   disruption_all=bool(dm) and dm.get("all") is not None,
+                   parent=str(spec.get("parentCompositePodGroupName") or ""))
 
     def same_spec(self, other: PodGroup) -> bool:  # type: ignore[override]
         return PodGroup.same_spec(self, other) and isinstance(other, NativePodGroup) and \
-            (self.gang, self.topology_key, self.priority, self.preemption_policy, self.disruption_all) == \
-            (other.gang, other.topology_key, other.priority, other.preemption_policy, other.disruption_all)
+            (self.gang, self.topology_key, self.priority, self.preemption_policy, self.disruption_all, self.parent) == \
+            (other.gang, other.topology_key, other.priority, other.preemption_policy, other.disruption_all,
+             other.parent)
+
+
+@dataclass(slots=True)
+class CompositePodGroup(NativePodGroup):
+    """A ``scheduling.k8s.io/v1alpha3`` CompositePodGroup: a group of groups. ``min_member`` is
+    the gang's ``minGroupCount`` (1 for basic): how many child groups must be satisfied."""
+
+    @classmethod
+    def from_dict(cls, body: Mapping[str, Any]) -> "CompositePodGroup":  # type: ignore[override]
+        spec = dict(body.get("spec") or {})
+        policy = spec.get("schedulingPolicy") or {}
+        if not isinstance(policy, Mapping):
+            raise ValueError("spec.schedulingPolicy: not an object")
+        gang = policy.get("gang")
+        if gang is not None:
+            if not isinstance(gang, Mapping):
+                raise ValueError("spec.schedulingPolicy.gang: not an object")
+            mgc = gang.get("minGroupCount", 1)
+            if isinstance(mgc, bool) or not isinstance(mgc, int):
+                raise ValueError(f"spec.schedulingPolicy.gang.minGroupCount: not an integer: {mgc!r}")
+            spec["schedulingPolicy"] = {"gang": {"minCount": mgc}}
+        pg = NativePodGroup.from_dict({**body, "spec": spec})
+        return cls(**{f: getattr(pg, f) for f in NativePodGroup.__dataclass_fields__})
 
 
 class NativePodGroupCache(PodGroupCache):
@@ -120,6 +152,83 @@ class NativePodGroupCache(PodGroupCache):
         self._want: dict[str, tuple[str, str, str]] = {}  # group -> the condition its last cycle left
         self._cond: dict[str, dict[str, Any]] = {}  # group -> the condition last computed
         self.requests: dict[str, dict[str, int]] = {}  # member pod key -> its requests
+        self.composites: dict[str, CompositePodGroup] = {}  # ns/name -> CompositePodGroup
+
+    # ------------------------------------------------------------------ CompositePodGroups
+    def apply_composite(self, event: str, body: Mapping[str, Any]) -> list[tuple[ClusterEvent, Any, Any]]:
+        """A CompositePodGroup watch event: Add, Update (spec changed) or Delete for the queue,
+        with PodGroupChange objects whose group is the CompositePodGroup. ValueError for a spec
+        that cannot be parsed (the composite then counts as absent)."""
+        meta = body.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        old = self.composites.get(key)
+        add, update, delete, _ = self.EVENTS
+        if event == "DELETED":
+            if old is None:
+                return []
+            del self.composites[key]
+            return [(delete, PodGroupChange(key, old), None)]
+        try:
+            new = CompositePodGroup.from_dict(body)
+        except ValueError:
+            if old is not None:
+                del self.composites[key]
+                return [(delete, PodGroupChange(key, old), None)]
+            raise
+        self.composites[key] = new
+        if old is None:
+            return [(add, None, PodGroupChange(key, new))]
+        if old.same_spec(new):
+            return []
+        return [(update, PodGroupChange(key, old), PodGroupChange(key, new))]
+
+    def root_of(self, key: str, composite: bool = False) -> tuple[bool, str] | None:
+        """The root of the hierarchy of the PodGroup ``key`` (of the CompositePodGroup, with
+        ``composite``): (is a composite, its key); None when a parent does not exist (or the chain
+        of parents is a cycle or deeper than MAX_DEPTH)."""
+        ns = key.split("/", 1)[0]
+        g = self.composites.get(key) if composite else self.groups.get(key)
+        for _ in range(MAX_DEPTH):
+            if g is None:
+                return None
+            parent = getattr(g, "parent", "")
+            if not parent:
+                return composite, key
+            key, composite = f"{ns}/{parent}", True
+            g = self.composites.get(key)
+        return None
+
+    def children(self, ckey: str) -> list[tuple[bool, str]]:
+        """The child groups of CompositePodGroup ``ckey``: (is a composite, key), by name."""
+        ns, name = ckey.split("/", 1)
+        out = [(True, k) for k, c in self.composites.items() if c.parent == name and c.namespace == ns]
+        out += [(False, k) for k, g in self.groups.items()
+                if isinstance(g, NativePodGroup) and g.parent == name and g.namespace == ns]
+        return sorted(out, key=lambda x: (x[1], x[0]))
+
+    def leaves(self, composite: bool, key: str, depth: int = 0) -> list[str]:
+        """The PodGroups under a hierarchy node (the PodGroup itself for a leaf)."""
+        if not composite:
+            return [key]
+        if depth >= MAX_DEPTH:
+            return []
+        return [leaf for c, k in self.children(key) for leaf in self.leaves(c, k, depth + 1)]
+
+    def tree_ready(self, ckey: str, count, depth: int = 0) -> bool:
+        """upstream isCPGTreeReady: at least minGroupCount (1 for basic) children ready: a
+        PodGroup whose ``count(key)`` reaches its minCount (1 for basic), a CompositePodGroup
+        whose own tree is ready."""
+        c = self.composites.get(ckey)
+        if c is None or depth >= MAX_DEPTH:
+            return False
+        ready = 0
+        for composite, key in self.children(ckey):
+            if composite:
+                ready += self.tree_ready(key, count, depth + 1)
+            else:
+                g = self.groups.get(key)
+                ready += g is not None and count(key) >= (g.min_member if getattr(g, "gang", False) else 1)
+        return ready >= (c.min_member if c.gang else 1)
 
     def parse(self, body: Mapping[str, Any]) -> NativePodGroup:
         return NativePodGroup.from_dict(body)
@@ -169,6 +278,8 @@ class NativePodGroupCache(PodGroupCache):
         """What the group's last pod-group cycle says (podgroup.condition): written by the status
         writer unless the condition is already True (upstream never turns it back)."""
         if gkey in self.groups:
+            if status != "True" and self._want.get(gkey, ("",))[0] == "True":
+                return  # True, maybe not written yet: a later cycle for extra pods does not undo it
             self._want[gkey] = (status, reason, message[:MAX_MESSAGE])
             self._mark(gkey)
 

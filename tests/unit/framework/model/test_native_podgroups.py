@@ -117,6 +117,7 @@ def test_condition_as_the_last_cycle_left_it_true_is_terminal():
                                   "lastTransitionTime": "t1", "observedGeneration": 0}]}
     assert c.status("ns/g") == st  # stable: written once
     c.set_condition("ns/g", "True", "Scheduled", "")
+    c.set_condition("ns/g", "False", "Unschedulable", "a cycle for the extra pods, before True was written")
     st = c.status("ns/g")
     cond = st["conditions"][0]
     assert (cond["status"], cond["reason"], cond["message"], cond["lastTransitionTime"]) == ("True", "Scheduled", "",
