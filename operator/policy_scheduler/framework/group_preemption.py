@@ -16,7 +16,11 @@ found the group unschedulable.
 - Reprieve: victims from the most important (priority, then group over pod, then more pods, then
   the earlier start), PDB-violating ones first: each is put back, and the proposed members are
   filtered on their nodes in order (each one that passes counts on its node for the next); all
-  pass: the victim is spared; else it is taken off again and kept.
+  pass: the victim is spared; else it is taken off again and kept. When every PreFilter and
+  Filter of the policy judges a node by that node's own pods (``_node_local``), a victim on nodes
+  that hold no proposed member is spared without running them again once the members are known
+  to pass: putting it back changes none of their verdicts (the result is the same, at a fraction
+  of the cost: 400 victims x 10 members were 4,000 PreFilter+Filter runs per group).
 - ``found a placement for podgroup, preempting N victims``, with a nomination per proposed member.
 
 Every message is prefixed ``pod group preemption: ``. The table is as it was on return: the
@@ -39,6 +43,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from .cycle.podgroup import GroupResult, GroupStatus, PodGroupCycle
 
 PREFIX = "pod group preemption: "
+
+# PreFilter/Filter plugins whose verdict on a node reads no pod bound elsewhere (the pod, the node,
+# the node's own pods, cluster objects other than pods): putting a pod back on another node cannot
+# change it. InterPodAffinity, PodTopologySpread, VolumeRestrictions and DynamicResources qualify
+# only for pods that do not use them (``_node_local``); any other plugin: never.
+_NODE_LOCAL = frozenset({"SchedulingGates", "NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity",
+                         "NodePorts", "NodeResourcesFit", "NodeVolumeLimits", "VolumeBinding", "VolumeZone"})
+_NATIVE_REQUESTS = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 
 
 @dataclass
@@ -159,10 +171,16 @@ def pod_group_post_filter(cycle: "PodGroupCycle", res: "GroupResult", pods: Sequ
         others = [v for v in potential if not any(p.key in violating_keys for p in v.pods)]
         keep: list[Victim] = []
         n_violations = 0
+        local = _node_local(cycle.chain, [p for p, _ in proposed], potential)
+        member_nodes = {node for _, node in proposed}
+        fits_now = False  # the proposed members are known to pass on the table as it is now
         for group_of_victims, is_violating in ((violating, True), (others, False)):
             for v in group_of_victims:
                 put_back(v)
+                if fits_now and local and not any(nodes.pod_node.get(p.key) in member_nodes for p in v.pods):
+                    continue  # spared: no member's verdict can have changed
                 if _fits(nodes, proposed, node_filter):
+                    fits_now = True
                     continue  # spared
                 take_off(v)
                 keep.append(v)
@@ -176,6 +194,29 @@ def pod_group_post_filter(cycle: "PodGroupCycle", res: "GroupResult", pods: Sequ
     finally:
         for p, node, assumed in reversed(removed):
             nodes.add_pod(p, node, assumed=assumed)
+
+
+def _node_local(chain: Any, members: list[PodInfo], victims: list[Victim]) -> bool:
+    """Whether every PreFilter and Filter plugin of ``chain`` judges a member on a node by that
+    node's own pods only, for these members and victims (see _NODE_LOCAL)."""
+    names = {p.NAME for p in getattr(chain, "pre_filter", ())} | {p.NAME for p in getattr(chain, "filter", ())}
+    for name in names - _NODE_LOCAL:
+        if name == "InterPodAffinity":  # required terms of the members, required anti-affinity of the others
+            ok = not any(m.required_affinity or m.required_anti_affinity for m in members) and \
+                not any(p.required_anti_affinity for v in victims for p in v.pods)
+        elif name == "PodTopologySpread":  # hard constraints, the pod's own or the plugin's defaults
+            plugin = chain.plugin(name)
+            ok = not getattr(plugin, "_default_hard", True) and not any(
+                c.when_unsatisfiable == "DoNotSchedule" for m in members for c in m.spread_constraints)
+        elif name == "VolumeRestrictions":
+            ok = not any(m.volumes for m in members)
+        elif name == "DynamicResources":  # claims, or extended resources a DeviceClass may back
+            ok = not any(m.resource_claims or set(m.requests) - _NATIVE_REQUESTS for m in members)
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
 
 
 def _flatten(victims: list[Victim]) -> list[PodInfo]:
