@@ -13,7 +13,8 @@ when none fits). Pods in no group are scheduled as usual. The state lives in the
 - PreEnqueue (upstream's, v1.37.1's spelling): the group does not exist: ``waiting for pods's pod
   group "<name>" to appear in scheduling queue``; fewer than minCount members exist: ``waiting for
   minCount pods from a gang to appear in scheduling queue``. While a member is gated the others
-  wait too (upstream gates the group entity as soon as one member is). One event per reason.
+  wait too (upstream gates the group entity as soon as one member is). As upstream's, nothing is
+  written to the pod nor posted as an event.
 - PlacementFeasible (``placement_feasible`` in the cycle): ``minCount (m) cannot be satisfied: s
   scheduled, r remaining`` / ``minCount (m) is not yet satisfied: ...``.
 - Reserve / Unreserve: the member counts as assumed for its group (outside the cycle's own
@@ -37,8 +38,8 @@ from pydantic import Field
 
 from ..framework.cycle.podgroup import POD_GROUP_CYCLE, UPSTREAM, PodGroupInfo
 from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
-from ..framework.interface import (CycleState, EnqueueExtensions, PermitPlugin, PluginArgs, PreEnqueuePlugin,
-                                   ReservePlugin)
+from ..framework.interface import (GROUP_PLACEMENT, CycleState, EnqueueExtensions, PermitPlugin, PluginArgs,
+                                   PreEnqueuePlugin, ReservePlugin)
 from ..framework.model.native_podgroups import (CompositePodGroup, NativePodGroup, NativePodGroupCache,
                                                 native_group_key)
 from ..framework.model.podgroups import PodGroupChange
@@ -94,8 +95,8 @@ class GangScheduling(PreEnqueuePlugin, ReservePlugin, PermitPlugin, EnqueueExten
 
     # ------------------------------------------------------------------ PreEnqueue
     def _wait(self, pod: PodInfo, kind: str, msg: str) -> Status:
-        if self.cache.should_report(pod.key, kind):
-            self.handle.pod_event(pod, "FailedScheduling", msg)
+        """A PreEnqueue refusal: as upstream's (v1.37.1), nothing is written to the pod and no
+        event posted (the queue keeps the message: it shows as the pod's gating message)."""
         return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,))
 
     def pre_enqueue(self, pod: PodInfo) -> Status:
@@ -115,10 +116,8 @@ class GangScheduling(PreEnqueuePlugin, ReservePlugin, PermitPlugin, EnqueueExten
             if not self.cache.tree_ready(root[1], lambda k: self.cache.counts(k).pods):
                 return self._wait(pod, "tree", f"waiting for composite pod group {go_quote(pg_name(root[1]))} tree "
                                                f"to meet quorum")
-            self.cache.forget_report(pod.key)
             return Status.success()
         if not pg.gang:
-            self.cache.forget_report(pod.key)
             return Status.success()
         c = self.cache.counts(key)
         if c.pods < pg.min_member:
@@ -126,7 +125,6 @@ class GangScheduling(PreEnqueuePlugin, ReservePlugin, PermitPlugin, EnqueueExten
         if c.gated and not pod.scheduling_gates and c.assigned < pg.min_member:
             return self._wait(pod, "gated", f"waiting for the gated pods of PodGroup {key}: {c.gated} of "
                                             f"{c.pods} have scheduling gates")
-        self.cache.forget_report(pod.key)
         return Status.success()
 
     # ------------------------------------------------------------------ Reserve, Unreserve
@@ -155,9 +153,10 @@ class GangScheduling(PreEnqueuePlugin, ReservePlugin, PermitPlugin, EnqueueExten
             return Status.success(), 0.0
         c = self.cache.counts(key)
         if c.assigned < pg.min_member:
-            members = self.cache.members(key)
-            self.handle.activate_pods([k for k, m in members.items()
-                                       if k != pod.key and not m.node and not m.assumed and not m.terminal])
+            if state.read(GROUP_PLACEMENT) is None:  # members decided together are all in flight
+                members = self.cache.members(key)
+                self.handle.activate_pods([k for k, m in members.items()
+                                           if k != pod.key and not m.node and not m.assumed and not m.terminal])
             return (Status(Code.WAIT, ("waiting for minCount pods from a gang to be scheduled",)),
                     PERMIT_TIMEOUT_SECONDS)
         self.cache.permit(key)

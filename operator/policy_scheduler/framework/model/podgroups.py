@@ -157,6 +157,7 @@ class PodGroupCache:
         self.groups: dict[str, PodGroup] = {}
         self._members: dict[str, dict[str, Member]] = {}  # group key -> pod key -> Member
         self._pod_group: dict[str, str] = {}  # pod key -> its group key
+        self._counts: dict[str, Counts] = {}  # group key -> its counts, until a member changes
         self.epoch = 0
         self._rejected: dict[str, tuple[int, str]] = {}  # group -> (epoch of the rejection, why)
         self._backoff_until: dict[str, float] = {}  # group -> clock time (podGroupBackoffSeconds)
@@ -234,6 +235,8 @@ class PodGroupCache:
         gkey = None if event == "DELETED" else self.member_group(ns, body)
         old_gkey = self._pod_group.get(pod_key)
         out: list[tuple[ClusterEvent, Any, Any]] = []
+        self._counts.pop(old_gkey or "", None)
+        self._counts.pop(gkey or "", None)
         if old_gkey is not None and old_gkey != gkey:
             m = self._members.get(old_gkey, {}).pop(pod_key, None)
             del self._pod_group[pod_key]
@@ -279,6 +282,12 @@ class PodGroupCache:
         return self._members.get(gkey, {})
 
     def counts(self, gkey: str) -> Counts:
+        c = self._counts.get(gkey)
+        if c is None:
+            c = self._counts[gkey] = self._count(gkey)
+        return c
+
+    def _count(self, gkey: str) -> Counts:
         pods = gated = assumed = bound = running = succeeded = failed = 0
         for m in self._members.get(gkey, {}).values():
             if m.phase == "Succeeded":
@@ -301,6 +310,7 @@ class PodGroupCache:
         """The pod was assumed on a node (Reserve)."""
         m = self._members.setdefault(gkey, {}).setdefault(pod_key, Member())
         self._pod_group.setdefault(pod_key, gkey)
+        self._counts.pop(gkey, None)
         if not m.node:
             m.assumed = True
         if not self._start.get(gkey):
@@ -315,6 +325,7 @@ class PodGroupCache:
         if m is None or not m.assumed:
             return False
         m.assumed = False
+        self._counts.pop(gkey, None)  # type: ignore[arg-type]
         self._after_member_change(gkey)  # type: ignore[arg-type]
         self.capacity_changed(gkey)
         return True
