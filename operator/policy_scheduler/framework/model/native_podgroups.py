@@ -199,12 +199,14 @@ class NativePodGroupCache(PodGroupCache):
         return None
 
     def children(self, ckey: str) -> list[tuple[bool, str]]:
-        """The child groups of CompositePodGroup ``ckey``: (is a composite, key), by name."""
+        """The child groups of CompositePodGroup ``ckey``: (is a composite, key), in upstream's
+        order (GetChildGroups): by creation time, then name."""
         ns, name = ckey.split("/", 1)
-        out = [(True, k) for k, c in self.composites.items() if c.parent == name and c.namespace == ns]
-        out += [(False, k) for k, g in self.groups.items()
+        out = [(c.creation_timestamp, c.name, True, k) for k, c in self.composites.items()
+               if c.parent == name and c.namespace == ns]
+        out += [(g.creation_timestamp, g.name, False, k) for k, g in self.groups.items()
                 if isinstance(g, NativePodGroup) and g.parent == name and g.namespace == ns]
-        return sorted(out, key=lambda x: (x[1], x[0]))
+        return [(c, k) for _, _, c, k in sorted(out)]
 
     def leaves(self, composite: bool, key: str, depth: int = 0) -> list[str]:
         """The PodGroups under a hierarchy node (the PodGroup itself for a leaf)."""
