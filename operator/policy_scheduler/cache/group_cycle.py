@@ -107,6 +107,8 @@ class GroupCycles:
         res = results[root.id]
         if res.status.code == Code.UNSCHEDULABLE:
             self._post_filter(chain, _TreeRun(cycle, root), res, results)
+        for m in members:  # upstream: a requeued group's max backoff grows with √(its queued size)
+            m.entity_size = len(members)
         for leaf in root.leaves():
             self._submit(results[leaf.id], [m for m in members if group.group_key(m.pod) == leaf.info.key],
                          st, chain, group)

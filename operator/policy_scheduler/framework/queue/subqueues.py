@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -49,6 +50,7 @@ class QueuedPodInfo:
     backoff_expiry: float | None = None
     gating_plugin: str | None = None  # the PreEnqueue plugin holding the pod back, if any
     gating_message: str = ""
+    entity_size: int = 1  # the members of its pod group queued with it (upstream's entity Size)
 
     @property
     def key(self) -> str:
@@ -319,17 +321,19 @@ class BackoffQueue:
         self.initial = initial
         self.max = max_backoff
 
-    def duration(self, count: int) -> float:
+    def duration(self, count: int, size: int = 1) -> float:
         """upstream calculateBackoffDuration: initial * 2^(count-1), capped at max (the doubling
-        stops as soon as it would pass max); 0 for a pod that never failed."""
+        stops as soon as it would pass max); 0 for a pod that never failed. A pod group's members
+        (``size`` > 1) have max multiplied by the square root of the group's queued size."""
         if count == 0:
             return 0.0
+        cap = self.max * math.sqrt(size) if size > 1 else self.max
         duration = self.initial
         for _ in range(1, count):
-            if duration > self.max - duration:
-                return self.max
+            if duration > cap - duration:
+                return cap
             duration += duration
-        return duration
+        return min(duration, cap)
 
     def expiry(self, qpi: QueuedPodInfo) -> float | None:
         """upstream getBackoffTime: from the pod's timestamp, by its consecutive errors, else
@@ -339,7 +343,7 @@ class BackoffQueue:
         count = qpi.consecutive_errors_count or qpi.unschedulable_count
         if count == 0:
             return None
-        return qpi.timestamp + self.duration(count)
+        return qpi.timestamp + self.duration(count, qpi.entity_size)
 
     def is_backing_off(self, qpi: QueuedPodInfo) -> bool:
         """upstream isPodBackingoff: the expiry instant itself still counts as backing off."""

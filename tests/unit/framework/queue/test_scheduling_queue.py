@@ -127,6 +127,16 @@ def test_backoff_duration(initial, maximum, expected):
     assert [q.backoff_duration(n) for n in range(len(expected))] == expected
 
 
+def test_a_pod_groups_max_backoff_grows_with_the_square_root_of_its_size():
+    """upstream calculateBackoffDuration(count, entitySize): max x sqrt(size) for a group of more
+    than one queued pod; an initial backoff above max is capped at once."""
+    q, _ = make_queue(initial_backoff=1.0, max_backoff=10.0)
+    b = q._backoff
+    assert [b.duration(n, 4) for n in range(7)] == [0, 1, 2, 4, 8, 16, 20]  # 10 x sqrt(4)
+    assert [b.duration(n, 1) for n in range(7)] == [0, 1, 2, 4, 8, 10, 10]
+    assert make_queue(initial_backoff=12.0, max_backoff=10.0)[0]._backoff.duration(1) == 10.0
+
+
 def test_backoff_sequence_across_failures():
     """Each rejection doubles the wait (1, 2, 4, 8, 10, 10 s), measured from the failure time."""
     q, clock = make_queue()
