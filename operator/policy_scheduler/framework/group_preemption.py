@@ -8,7 +8,9 @@ found the group unschedulable.
   preemption: ``ongoing preemption on nominated nodes``, the nominations kept, nothing new chosen.
 - Victims are built cluster-wide: a pod whose PodGroup has ``disruptionMode: {all: {}}`` is one
   victim with every placed pod of that group, on whichever nodes; any other pod is a victim of its
-  own. A pod in a PodGroup has the group's priority (and ranks as a group). Only victims of lower
+  own. A pod in a PodGroup has the group's priority; a pod with spec.schedulingGroup ranks as a
+  group even when its PodGroup is unknown (upstream NewPodVictim). PDB-violating victims:
+  upstream 1.37's FilterVictimsWithPDBViolation (a pod charges the PDBs up to the first it violates). Only victims of lower
   priority than the preemptor's count; none: ``No preemption victims found for incoming preemptor``
   (UnschedulableAndUnresolvable).
 - Every potential victim is taken off the table and the whole group cycle runs once. If the
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from .model.native_podgroups import NativePodGroupCache, native_group_key
 from .model.nodetable import NodeTable
 from .model.podinfo import PodInfo
-from .preemption import PDB, filter_pods_with_pdb_violation
+from .preemption import PDB
 from .status import Code
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,7 +101,9 @@ def victims_of(nodes: NodeTable, groups: NativePodGroupCache) -> list[Victim]:
             if key in seen:
                 continue
             seen.add(key)
-            out.append(Victim([p], pg.priority if pg is not None else p.priority, 2 if pg is not None else 1, key))
+            # upstream NewPodVictim: a pod with spec.schedulingGroup ranks as a PodGroup whether or
+            # not its PodGroup exists; its priority is the group's when the group is known
+            out.append(Victim([p], pg.priority if pg is not None else p.priority, 2 if gkey else 1, key))
     return out
 
 
@@ -136,22 +140,20 @@ def pod_group_post_filter(cycle: "PodGroupCycle", res: "GroupResult", pods: Sequ
     if not potential:
         return GroupPreemption(GroupStatus(Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
                                            [PREFIX + "No preemption victims found for incoming preemptor"]))
-    removed: list[tuple[PodInfo, str, bool]] = []  # (pod, node, assumed) to put back on return
+    # victim (by identity) -> its pods taken off the table: (pod, node, assumed), put back on return
+    removed: dict[int, list[tuple[PodInfo, str, bool]]] = {}
 
     def take_off(v: Victim) -> None:
+        out = removed.setdefault(id(v), [])
         for p in v.pods:
             node = nodes.pod_node.get(p.key)
             if node is not None:
-                removed.append((p, node, p.key in nodes.assumed))
+                out.append((p, node, p.key in nodes.assumed))
                 nodes.remove_pod(p.key)
 
     def put_back(v: Victim) -> None:
-        keys = {p.key for p in v.pods}
-        for i in range(len(removed) - 1, -1, -1):
-            p, node, assumed = removed[i]
-            if p.key in keys:
-                nodes.add_pod(p, node, assumed=assumed)
-                del removed[i]
+        for p, node, assumed in reversed(removed.pop(id(v), [])):
+            nodes.add_pod(p, node, assumed=assumed)
 
     try:
         for v in potential:
@@ -165,35 +167,67 @@ def pod_group_post_filter(cycle: "PodGroupCycle", res: "GroupResult", pods: Sequ
             return GroupPreemption(GroupStatus(st.code, [PREFIX + msg] if msg else []))
         proposed = [(m.pod, m.node) for m in again.members if m.node]
         potential.sort(key=_importance)
-        violating_first, _ = filter_pods_with_pdb_violation(_flatten(potential), pdbs)
-        violating_keys = {p.key for p in violating_first}
-        violating = [v for v in potential if any(p.key in violating_keys for p in v.pods)]
-        others = [v for v in potential if not any(p.key in violating_keys for p in v.pods)]
+        violating, others = filter_victims_with_pdb_violation(potential, pdbs)
         keep: list[Victim] = []
         n_violations = 0
         local = _node_local(cycle.chain, [p for p, _ in proposed], potential)
         member_nodes = {node for _, node in proposed}
         fits_now = False  # the proposed members are known to pass on the table as it is now
-        for group_of_victims, is_violating in ((violating, True), (others, False)):
-            for v in group_of_victims:
-                put_back(v)
-                if fits_now and local and not any(nodes.pod_node.get(p.key) in member_nodes for p in v.pods):
-                    continue  # spared: no member's verdict can have changed
-                if _fits(nodes, proposed, node_filter):
-                    fits_now = True
-                    continue  # spared
-                take_off(v)
-                keep.append(v)
-                if is_violating:
-                    n_violations += sum(1 for p in v.pods if p.key in violating_keys)
+        for v, violate_count in [*violating, *((v, 0) for v in others)]:
+            put_back(v)
+            if fits_now and local and not any(nodes.pod_node.get(p.key) in member_nodes for p in v.pods):
+                continue  # spared: no member's verdict can have changed
+            if _fits(nodes, proposed, node_filter):
+                fits_now = True
+                continue  # spared
+            take_off(v)
+            keep.append(v)
+            n_violations += violate_count
         keep.sort(key=_importance)
         victims = [p for v in keep for p in v.pods]
         st = GroupStatus(Code.SUCCESS, [PREFIX + f"found a placement for podgroup, preempting {len(victims)} victims"])
         return GroupPreemption(st, {p.key: node for p, node in proposed}, victims, n_violations,
                                sum(1 for v in keep if v.group))
     finally:
-        for p, node, assumed in reversed(removed):
-            nodes.add_pod(p, node, assumed=assumed)
+        for pods_off in removed.values():
+            for p, node, assumed in reversed(pods_off):
+                nodes.add_pod(p, node, assumed=assumed)
+
+
+def filter_victims_with_pdb_violation(victims: Sequence[Victim], pdbs: Sequence[PDB]) \
+        -> tuple[list[tuple[Victim, int]], list[Victim]]:
+    """upstream FilterVictimsWithPDBViolation (1.37), order kept: ([(victim, its violating pods)],
+    the others). A victim violates when any of its pods does; a pod violates when a PDB selecting
+    it (not listing it in disruptedPods) has no disruption left, and the PDBs after that one are
+    not charged for it (1.37 returns there; framework/preemption.py's filter_pods_with_pdb_violation
+    charges every matching PDB, as upstream did before)."""
+    allowed = [b.disruptions_allowed for b in pdbs]
+
+    def violates(p: PodInfo) -> bool:
+        if not p.labels:
+            return False
+        for i, b in enumerate(pdbs):
+            if b.namespace != p.namespace:
+                continue
+            sel = b.selector
+            if sel.nothing or sel.empty or not sel.matches(p.labels):
+                continue  # a nil or empty selector matches nothing
+            if p.name in b.disrupted_pods:
+                continue  # already processed by the API server
+            allowed[i] -= 1
+            if allowed[i] < 0:
+                return True
+        return False
+
+    violating: list[tuple[Victim, int]] = []
+    ok: list[Victim] = []
+    for v in victims:
+        n = sum(1 for p in v.pods if violates(p))
+        if n:
+            violating.append((v, n))
+        else:
+            ok.append(v)
+    return violating, ok
 
 
 def _node_local(chain: Any, members: list[PodInfo], victims: list[Victim]) -> bool:
@@ -217,10 +251,6 @@ def _node_local(chain: Any, members: list[PodInfo], victims: list[Victim]) -> bo
         if not ok:
             return False
     return True
-
-
-def _flatten(victims: list[Victim]) -> list[PodInfo]:
-    return [p for v in victims for p in v.pods]
 
 
 def _fits(nodes: NodeTable, proposed: list[tuple[PodInfo, str]], node_filter) -> bool:
