@@ -54,6 +54,7 @@ class GroupCycles:
         self.state, self.queue, self.nominator, self.recorder = state, queue, nominator, recorder
         self.telemetry, self.preemptor, self.binding_tasks = telemetry, preemptor, binding_tasks
         self.resolve_policy, self.rng = resolve_policy, rng
+        self._handled: set[str] = set()  # the members of the cycle in progress already requeued or bound
 
     def schedule(self, qpi: QueuedPodInfo, st: "PolicyState", chain, group) -> GroupResult | None:
         """The popped pod's group (the root of its hierarchy: a PodGroup, or the top
@@ -81,6 +82,20 @@ class GroupCycles:
         if not members:
             return None
         members.sort(key=lambda m: member_order_key(m.pod.priority, m.attempts, m.timestamp, m.pod.name))
+        self._handled = set()
+        try:
+            return self._run(root, members, st, chain, group)
+        except Exception as exc:  # a framework bug must not stop scheduling nor strand the members
+            log.exception("pod-group cycle of %s failed", root.info.key)
+            msg = f"pod group scheduling cycle failed: {type(exc).__name__}: {exc}"
+            for m in members:
+                if m.key not in self._handled:
+                    e.queue.add_unschedulable(m, error=True)
+                    e.recorder.failure(m.pod, "FailedScheduling", msg, code=Code.ERROR)
+            return None
+
+    def _run(self, root: GroupNode, members: list[QueuedPodInfo], st: "PolicyState", chain, group) -> GroupResult | None:
+        e = self
         for leaf in root.leaves():
             leaf.pods = [m.pod for m in members if group.group_key(m.pod) == leaf.info.key]
         placed = [p for pk in root.info.scheduled if (p := e.state.table.pod(pk)) is not None]
@@ -92,6 +107,7 @@ class GroupCycles:
         err = validate(root.info, [m.pod for m in members], placed, policy_of, st.name)
         if err is not None:  # upstream handlePodGroupFailureBeforeScheduling
             for m in members:
+                self._handled.add(m.key)
                 e.queue.add_unschedulable(m, error=True)
                 e.recorder.failure(m.pod, "FailedScheduling", err, code=Code.ERROR)
             for leaf in root.leaves():
@@ -115,7 +131,7 @@ class GroupCycles:
         return res
 
     def _tree(self, group, composite: bool, key: str, depth: int = 0) -> GroupNode | None:
-        """The hierarchy under (composite, key) as the cycle reads it (children by name)."""
+        """The hierarchy under (composite, key) as the cycle reads it (children in upstream's order)."""
         info = group.group_info(key, composite)
         if info is None or depth > 16:
             return None
@@ -159,6 +175,7 @@ class GroupCycles:
         for r in res.members:
             q = by_key[r.pod.key]
             status, clear = member_status(res, r)
+            self._handled.add(q.key)
             if status is None:
                 r.state.write(POD_GROUP_CYCLE, None)  # the binding cycle is a plain one
                 assert r.decision is not None

@@ -584,3 +584,28 @@ def test_composite_pre_enqueue_waits_for_the_tree_and_its_parent():
     assert call_hint(reg, a0, None, PodGroupChange("ns/c", CompositePodGroup.from_dict(cpg("c", 2)))) == QUEUE
     assert call_hint(reg, a0, None, PodGroupChange("ns/b")) == QUEUE  # a sibling's member added
     assert call_hint(reg, a0, None, PodGroupChange("ns/other")) == SKIP
+
+
+def test_a_failing_group_cycle_stops_nothing_and_strands_no_member(monkeypatch):
+    """A bug in the pod-group cycle (here: the algorithm raises) is reported on the group's
+    members, which are requeued with backoff; other pods go on being scheduled."""
+    from policy_scheduler.framework.cycle import podgroup
+
+    def boom(self, root):
+        raise RuntimeError("kaboom")
+
+    async def go():
+        e = engine([node("n0")])
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("g", 2))
+        for i in range(2):
+            e.on_pod("ADDED", pod_body(f"g-{i}", "g"))
+        e.on_pod("ADDED", pod_body("plain"))
+        monkeypatch.setattr(podgroup.PodGroupCycle, "run_tree", boom)
+        await drain(e, 10)
+        assert set(binds(e)) == {"plain"}
+        msgs = failed(e, "g-")
+        assert msgs == {f"g-{i}": "pod group scheduling cycle failed: RuntimeError: kaboom" for i in range(2)}
+        assert {e.queue.state_of(f"ns/g-{i}") for i in range(2)} <= {"backoff", "active"}
+        await e.stop()
+
+    asyncio.run(go())
