@@ -128,3 +128,30 @@ def test_condition_as_the_last_cycle_left_it_true_is_terminal():
     assert c.status("ns/g") == st
     c.set_condition("ns/unknown", "True", "Scheduled", "")  # a group that does not exist: nothing
     assert c.status("ns/unknown") == {}
+
+
+HOSTILE = [None, [], "x", 3, {"x": 1}, [None], {"gang": None}, {"gang": {"minGroupCount": "x"}}]
+
+
+def test_hostile_composites_and_podgroups_are_refused_on_their_own():
+    """Wrong types and nulls anywhere in a (Composite)PodGroup: the object is refused (ValueError,
+    which the state logs and skips) or read with defaults, never anything else; a chain of parents
+    that loops has no root (its pods wait at PreEnqueue)."""
+    from policy_scheduler.cache.state import ClusterState
+    st = ClusterState()
+    fields = ("schedulingPolicy", "schedulingConstraints", "priority", "disruptionMode", "preemptionPolicy",
+              "parentCompositePodGroupName")
+    for i, (f, v) in enumerate((f, v) for f in fields for v in HOSTILE):
+        body = {"metadata": {"name": f"h{i}", "namespace": "ns"}, "spec": {f: v}}
+        assert isinstance(st.apply_composite_pod_group("ADDED", body), list)
+        assert isinstance(st.apply_native_pod_group("ADDED", body), list)
+    for body in ({"metadata": None, "spec": None}, {"spec": {"schedulingPolicy": {"gang": {"minCount": True}}}}):
+        st.apply_composite_pod_group("ADDED", body)
+        st.apply_native_pod_group("ADDED", body)
+    c = st.native_pod_groups
+    c.apply_composite("ADDED", {"metadata": {"name": "loop", "namespace": "ns"},
+                                "spec": {"parentCompositePodGroupName": "loop"}})
+    c.apply("ADDED", {"metadata": {"name": "leaf", "namespace": "ns"}, "spec": {
+        "schedulingPolicy": {"gang": {"minCount": 1}}, "parentCompositePodGroupName": "loop"}})
+    assert c.root_of("ns/leaf") is None and c.root_of("ns/loop", composite=True) is None
+    assert c.tree_ready("ns/loop", lambda k: 1) in (True, False)
