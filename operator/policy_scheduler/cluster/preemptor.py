@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Callable, Coroutine
 
 from ..cache.state import ClusterState
@@ -24,6 +25,8 @@ from .recorder import EventRecorder
 from .telemetry import Telemetry
 
 log = logging.getLogger("policy_scheduler")
+
+GROUP_VICTIMS_WAIT = 10.0  # seconds a pod group's members wait for its victims to be gone, at most
 
 
 class Preemptor:
@@ -43,6 +46,8 @@ class Preemptor:
         self.wake = wake
         self.scheduler_name = scheduler_name
         self.preempting: dict[str, str | None] = {}
+        # a pod group's members after its victims' deletions: uid -> (victim keys, deadline)
+        self.group_waits: dict[str, tuple[list[str], float]] = {}
 
     def victims_to_delete(self, pod: PodInfo, result: PreemptionResult) -> list[PodInfo]:
         """The victims that need an API call: not those parked at Permit (rejected there, never
@@ -62,6 +67,12 @@ class Preemptor:
         deleted. Once only the last victim is left, the preemption counts as done as soon as the
         state no longer holds that victim (or holds it terminating), so the victim's deletion
         event, which may arrive before the DELETE call returns, can let the preemptor go."""
+        waiting = self.group_waits.get(uid)
+        if waiting is not None:  # a pod group's member: until every victim is gone from the state
+            if time.monotonic() < waiting[1] and any(self.state.table.pod(k) is not None for k in waiting[0]):
+                return True
+            del self.group_waits[uid]
+            return False
         if uid not in self.preempting:
             return False
         last = self.preempting[uid]
@@ -141,13 +152,36 @@ class Preemptor:
         self.spawn(self._delete_group_victims(info, members, to_delete))
 
     async def _delete_group_victims(self, info, members: list[PodInfo], victims: list[PodInfo]) -> None:
+        """The victims' deletions, in parallel. The members stay held at PreEnqueue until every
+        victim is gone from the state (its DELETED event, which moves them), at most
+        GROUP_VICTIMS_WAIT seconds: tried before, they would find the victims still counted and
+        wait again (``ongoing preemption``), once per victim's event. On a failure they go at once."""
+        ok = False
         try:
-            await asyncio.gather(*(self._delete_group_victim(v, info) for v in victims))
+            ok = all(await asyncio.gather(*(self._delete_group_victim(v, info) for v in victims)))
         finally:
+            keys = [v.key for v in victims]
+            deadline = time.monotonic() + GROUP_VICTIMS_WAIT
             for m in members:
                 self.preempting.pop(m.uid, None)
-            if self.queue.activate([m.key for m in members]):
-                self.wake()
+                if ok and m.uid:
+                    self.group_waits[m.uid] = (keys, deadline)
+            if not ok or all(self.state.table.pod(k) is None for k in keys):
+                self._release_group(members)
+            else:
+                self.spawn(self._release_group_later(members, deadline))
+
+    def _release_group(self, members: list[PodInfo]) -> None:
+        for m in members:
+            self.group_waits.pop(m.uid, None)
+        if self.queue.activate([m.key for m in members]):
+            self.wake()
+
+    async def _release_group_later(self, members: list[PodInfo], deadline: float) -> None:
+        """A victim still not gone at the deadline (stuck terminating): the members go anyway."""
+        await asyncio.sleep(max(deadline - time.monotonic(), 0.0))
+        if any(m.uid in self.group_waits and self.group_waits[m.uid][1] == deadline for m in members):
+            self._release_group(members)
 
     async def _delete_group_victim(self, victim: PodInfo, info) -> bool:
         if not self.api.leadership.valid():

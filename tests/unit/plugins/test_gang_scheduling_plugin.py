@@ -381,15 +381,22 @@ def test_group_preemption_single_and_all_and_never():
             e.on_pod("ADDED", pod_body(f"g-{i}", "g", cpu="1", priority=100))
         e.schedule(e.queue.pop())  # the group's cycle
         assert cond_message(e).endswith("pod group preemption: found a placement for podgroup, preempting 2 victims")
+        # the members' own statuses (the first did not fit; the loop stopped there)
+        assert failed(e, "g-")["g-0"] == "0/2 nodes are available: 2 Insufficient cpu."
         await drain(e, 10)
         for _ in range(20):
             await asyncio.sleep(0)
         assert deletes(e) == ["low-n0-3", "low-n1-3"]  # one per node: the others are reprieved
-        # tried again once the deletions are done, before the victims are gone: it waits for them
-        assert cond_message(e).endswith("pod group preemption: ongoing preemption on nominated nodes")
-        # the members' own statuses (the first did not fit; the loop stopped there)
-        assert failed(e, "g-")["g-0"] == "0/2 nodes are available: 2 Insufficient cpu."
-        assert binds(e) == {}
+        # the deletions are done, the victims not gone yet: the members wait for them (held at
+        # PreEnqueue), not tried again once per victim's event
+        assert cond_message(e).endswith("found a placement for podgroup, preempting 2 victims")
+        assert {e.queue.state_of(f"ns/g-{i}") for i in range(2)} <= {"gated", "unschedulable"}
+        e.on_pod("DELETED", pod_body("low-n0-3", cpu="1", node="n0", priority=10))
+        await drain(e, 5)
+        assert binds(e) == {}  # one victim still there
+        e.on_pod("DELETED", pod_body("low-n1-3", cpu="1", node="n1", priority=10))
+        await drain(e, 10)
+        assert sorted(binds(e)) == ["g-0", "g-1"]  # the last victim gone: tried once more, placed
         noms = [c for c in e.client.calls_of("strategic_patch") if (c.body.get("status") or {}).get("nominatedNodeName")]
         assert {c.path.split("/")[-2] for c in noms} == {"g-0", "g-1"}
         await e.stop()
