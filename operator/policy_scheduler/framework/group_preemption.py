@@ -35,7 +35,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from .model.native_podgroups import NativePodGroupCache, native_group_key
+from .model.native_podgroups import MAX_DEPTH, NativePodGroupCache, native_group_key
 from .model.nodetable import NodeTable
 from .model.podinfo import PodInfo
 from .preemption import PDB
@@ -82,21 +82,45 @@ def _importance(v: Victim) -> tuple:
     return (-v.priority, -v.rank, -len(v.pods), v.start())
 
 
+def _highest_all(groups: NativePodGroupCache, gkey: str) -> tuple[bool, str, object] | None:
+    """upstream getHighestAllAncestor: walking up from the PodGroup ``gkey`` through its
+    CompositePodGroups, the highest with ``disruptionMode: {all: {}}`` (is a composite, key, object)."""
+    ns = gkey.split("/", 1)[0]
+    found = None
+    composite, key = False, gkey
+    g = groups.groups.get(gkey)
+    for _ in range(MAX_DEPTH):
+        if g is None:
+            break
+        if g.disruption_all:
+            found = (composite, key, g)
+        if not g.parent:
+            break
+        composite, key = True, f"{ns}/{g.parent}"
+        g = groups.composites.get(key)
+    return found
+
+
 def victims_of(nodes: NodeTable, groups: NativePodGroupCache) -> list[Victim]:
-    """upstream getCrossNodesVictims: every pod on every node, disruptionMode All groups as one."""
+    """upstream getCrossNodesVictims: every pod on every node; a pod whose hierarchy has
+    ``disruptionMode: all`` is one victim with every placed pod of its highest such group (a
+    PodGroup, or a CompositePodGroup's leaves), across nodes."""
     out: list[Victim] = []
     seen: set[str] = set()
     for row in range(nodes.n):
         for key, p in nodes.pods[row].items():
             gkey = native_group_key(p)
             pg = groups.groups.get(gkey) if gkey else None
-            if pg is not None and pg.disruption_all:
-                if gkey in seen:
+            top = _highest_all(groups, gkey) if pg is not None else None
+            if top is not None:
+                composite, tkey, obj = top
+                vkey = ("CompositePodGroup/" if composite else "PodGroup/") + tkey
+                if vkey in seen:
                     continue
-                seen.add(gkey)
-                pods = [q for pk in groups.members(gkey) if (q := nodes.pod(pk)) is not None]
-                pods = pods or [p]
-                out.append(Victim(pods, pg.priority, 2, gkey, group=True))
+                seen.add(vkey)
+                pods = [q for leaf in groups.leaves(composite, tkey) for pk in groups.members(leaf)
+                        if (q := nodes.pod(pk)) is not None]
+                out.append(Victim(pods or [p], obj.priority, 3 if composite else 2, vkey, group=True))
                 continue
             if key in seen:
                 continue

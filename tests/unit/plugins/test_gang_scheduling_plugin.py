@@ -616,3 +616,34 @@ def test_a_failing_group_cycle_stops_nothing_and_strands_no_member(monkeypatch):
         await e.stop()
 
     asyncio.run(go())
+
+
+def test_a_composite_with_disruption_mode_all_is_preempted_whole():
+    """The low pods belong to two child PodGroups of a CompositePodGroup with disruptionMode All:
+    one victim (every placed pod of both children, on every node), although two pods on one node
+    would have made room."""
+    from policy_scheduler.cluster.sync import COMPOSITE_PODGROUPS
+
+    async def go():
+        e = engine([node("n0", cpu="4"), node("n1", cpu="4")])
+        body = cpg("low", 1, priority=10)
+        body["spec"]["disruptionMode"] = {"all": {}}
+        e.route(COMPOSITE_PODGROUPS)("ADDED", body)
+        for g, n in (("la", "n0"), ("lb", "n1")):
+            child_body = child(g, 1, "low")
+            child_body["spec"]["priority"] = 10
+            e.route(NATIVE_PODGROUPS)("ADDED", child_body)
+            for i in range(4):
+                e.on_pod("ADDED", pod_body(f"{g}-{i}", g, cpu="1", node=n, priority=10))
+        e.route(NATIVE_PODGROUPS)("ADDED", npg("g", 2, priority=100))
+        for i in range(2):
+            e.on_pod("ADDED", pod_body(f"g-{i}", "g", cpu="1", priority=100))
+        e.schedule(e.queue.pop())
+        assert cond_message(e).endswith("pod group preemption: found a placement for podgroup, preempting 8 victims")
+        await drain(e, 10)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(deletes(e)) == 8, deletes(e)
+        await e.stop()
+
+    asyncio.run(go())
