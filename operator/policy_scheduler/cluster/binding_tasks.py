@@ -85,13 +85,19 @@ class BindingTasks:
         pod, node = qpi.pod, assumed.node_name
         waiting = self.state.waiting
         try:
-            # PreBindPreFlights and the nomination for expectation (upstream, before WaitOnPermit)
-            status = await nominate_for_expectation(chain, state, pod, node, waiting)
-            if status.is_success or status.is_skip:
-                status = await wait_on_permit(waiting, pod)  # outside the bind slots
-            if status.is_success:
+            wp = waiting.get(pod.uid)
+            if wp is None or wp.decided:
+                # nothing to wait for (e.g. a pod group's members all allowed in one cycle): the
+                # nomination and the binding in one slot, so the pods decided first bind first
                 async with self._sem:
-                    status = await run_binding(chain, state, pod, node, waiting)
+                    status = await self._nominate_and_wait(chain, state, pod, node)
+                    if status.is_success:
+                        status = await run_binding(chain, state, pod, node, waiting)
+            else:
+                status = await self._nominate_and_wait(chain, state, pod, node)  # outside the bind slots
+                if status.is_success:
+                    async with self._sem:
+                        status = await run_binding(chain, state, pod, node, waiting)
         except PodGone as gone:
             log.info("binding %s to %s not needed: %s", pod.key, node, gone)
             self.state.unreserve(chain, state, pod, node)
@@ -107,6 +113,14 @@ class BindingTasks:
             return
         self._count_attempt(state, st.name, "scheduled")  # upstream: once bound, scheduling + binding
         self.on_bound(qpi, st, node)
+
+    async def _nominate_and_wait(self, chain: "Chain", state: CycleState, pod: PodInfo, node: str) -> Status:
+        """PreBindPreFlights and the nomination for expectation (upstream: before WaitOnPermit),
+        then WaitOnPermit."""
+        status = await nominate_for_expectation(chain, state, pod, node, self.state.waiting)
+        if status.is_success or status.is_skip:
+            status = await wait_on_permit(self.state.waiting, pod)
+        return status
 
     def _count_attempt(self, state: CycleState, policy: str | None, result: str) -> None:
         started = state.read(CYCLE_START)

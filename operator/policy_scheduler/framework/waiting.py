@@ -64,6 +64,11 @@ class WaitingPod:
         if not self._future.done():
             self._future.set_result(Status(Code.UNSCHEDULABLE, (message,), plugin))
 
+    @property
+    def decided(self) -> bool:
+        """Allowed or rejected already: ``wait`` returns at once."""
+        return self._future.done()
+
     async def wait(self) -> Status:
         return await self._future
 
