@@ -400,18 +400,3 @@ def _ignore_missing(fn, *a) -> None:
     except ApiException as e:
         if e.status != 404:
             raise
-
-
-def ensure_priority_classes(api) -> list[str]:
-    sched = client.SchedulingV1Api(api)
-    made = []
-    for name, (value, policy) in PRIORITY_CLASSES.items():
-        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
-                "value": value, **({"preemptionPolicy": policy} if policy else {})}
-        try:
-            sched.create_priority_class(body)
-            made.append(name)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-    return made

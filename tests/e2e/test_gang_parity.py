@@ -39,8 +39,8 @@ from collections import defaultdict
 
 from kubernetes import client, config
 
-from gang_world import (OURS, UPSTREAM, Batch, Case, Composite, Filler, Group, Rack, World,
-                        ensure_priority_classes)
+from gang_world import PRIORITY_CLASSES, OURS, UPSTREAM, Batch, Case, Composite, Filler, Group, Rack, World
+from helpers import priority_classes
 
 SEED = int(os.environ.get("GANG_PARITY_SEED", "20261127"))
 CASES = int(os.environ.get("GANG_PARITY_CASES", "66"))
@@ -277,7 +277,8 @@ def test_same_gang_outcomes_as_kube_scheduler(cluster, api, core, operator, exam
             f"the e2e control plane must run with the {gate} gate (hack/localcluster.py GANG_FEATURE_GATES)"
     families = tuple(os.environ.get("GANG_PARITY_FAMILIES", ",".join(FAMILIES)).split(","))
     cases = list(enumerate(make_cases(SEED, CASES, families)))
-    made = ensure_priority_classes(api)
+    classes = priority_classes(api, PRIORITY_CLASSES)  # created now, deleted at the end
+    next(classes)
     started = "kube-scheduler" not in cluster.state.get("procs", {})
     if started:
         cluster.start_scheduler()  # its default profile has the gang plugins with the cluster's gates
@@ -296,8 +297,7 @@ def test_same_gang_outcomes_as_kube_scheduler(cluster, api, core, operator, exam
     finally:
         if started:
             cluster.stop("kube-scheduler")
-        for name in made:
-            client.SchedulingV1Api(api).delete_priority_class(name)
+        next(classes, None)
     elapsed = time.monotonic() - t0
 
     unique = agree = 0

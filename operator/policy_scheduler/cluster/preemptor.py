@@ -184,19 +184,7 @@ class Preemptor:
             self._release_group(members)
 
     async def _delete_group_victim(self, victim: PodInfo, info) -> bool:
-        if not self.api.leadership.valid():
-            return False
-        await self.recorder.disruption_target(
-            victim, f"{self.scheduler_name}: preempting to accommodate a higher priority podgroup")
-        done = await self.api.delete_pod(victim)
-        if done is None:
-            return False
-        self.state.mark_terminating(victim)
-        if done == GONE:
-            return True
-        self.recorder.event(victim, "Normal", "Preempted", "Preempting",
-                            f"Preempted by podgroup {info.uid} on node cluster")
-        return True
+        return await self._delete(victim, "podgroup", f"Preempted by podgroup {info.uid} on node cluster")
 
     async def _delete_victims(self, pod: PodInfo, victims: list[PodInfo], node: str) -> None:
         """All victims but the last in parallel, then the last one (upstream): the preemptor
@@ -224,18 +212,23 @@ class Preemptor:
                     self.wake()
 
     async def _delete_victim(self, victim: PodInfo, preemptor: PodInfo, node: str) -> bool:
+        return await self._delete(victim, "pod", f"Preempted by pod {preemptor.uid} on node {node}")
+
+    async def _delete(self, victim: PodInfo, preemptor_kind: str, event: str) -> bool:
         """DisruptionTarget, DELETE (with the victim's uid as precondition) and the Preempted
         event. False when the victim could not be deleted (it being gone already is success)."""
         if not self.api.leadership.valid():
             return False
         await self.recorder.disruption_target(
-            victim, f"{self.scheduler_name}: preempting to accommodate a higher priority pod")
+            victim, f"{self.scheduler_name}: preempting to accommodate a higher priority {preemptor_kind}")
         done = await self.api.delete_pod(victim)
         if done is None:
             return False
         self.state.mark_terminating(victim)
         if done == GONE:
             return True
+        self.recorder.event(victim, "Normal", "Preempted", "Preempting", event)
+        return True
         self.recorder.event(victim, "Normal", "Preempted", "Preempting",
                             f"Preempted by pod {preemptor.uid} on node {node}")
         return True

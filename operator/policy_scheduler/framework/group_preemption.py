@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from .model.native_podgroups import MAX_DEPTH, NativePodGroupCache, native_group_key
 from .model.nodetable import NodeTable
 from .model.podinfo import PodInfo
-from .preemption import PDB
+from .preemption import PDB, charge_pdbs
 from .status import Code
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -226,27 +226,10 @@ def filter_victims_with_pdb_violation(victims: Sequence[Victim], pdbs: Sequence[
     not charged for it (1.37 returns there; framework/preemption.py's filter_pods_with_pdb_violation
     charges every matching PDB, as upstream did before)."""
     allowed = [b.disruptions_allowed for b in pdbs]
-
-    def violates(p: PodInfo) -> bool:
-        if not p.labels:
-            return False
-        for i, b in enumerate(pdbs):
-            if b.namespace != p.namespace:
-                continue
-            sel = b.selector
-            if sel.nothing or sel.empty or not sel.matches(p.labels):
-                continue  # a nil or empty selector matches nothing
-            if p.name in b.disrupted_pods:
-                continue  # already processed by the API server
-            allowed[i] -= 1
-            if allowed[i] < 0:
-                return True
-        return False
-
     violating: list[tuple[Victim, int]] = []
     ok: list[Victim] = []
     for v in victims:
-        n = sum(1 for p in v.pods if violates(p))
+        n = sum(1 for p in v.pods if charge_pdbs(p, pdbs, allowed, first_only=True))
         if n:
             violating.append((v, n))
         else:

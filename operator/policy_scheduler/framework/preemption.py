@@ -121,26 +121,36 @@ def num_candidates(num_nodes: int, percentage: int, absolute: int) -> int:
     return min(n, num_nodes)
 
 
+def charge_pdbs(p: PodInfo, pdbs: Sequence[PDB], allowed: list[int], first_only: bool = False) -> bool:
+    """Charge the pod's disruption to every PDB selecting it (not listing it in disruptedPods),
+    in ``allowed`` (one count per PDB); True when one has none left. ``first_only``: stop at the
+    first such PDB (upstream 1.37's FilterVictimsWithPDBViolation)."""
+    violated = False
+    if not p.labels:  # a pod without labels matches no PDB
+        return False
+    for i, b in enumerate(pdbs):
+        if b.namespace != p.namespace:
+            continue
+        sel = b.selector
+        if sel.nothing or sel.empty or not sel.matches(p.labels):
+            continue  # a nil or empty selector matches nothing
+        if p.name in b.disrupted_pods:
+            continue  # already processed by the API server
+        allowed[i] -= 1
+        if allowed[i] < 0:
+            violated = True
+            if first_only:
+                break
+    return violated
+
+
 def filter_pods_with_pdb_violation(pods: Sequence[PodInfo], pdbs: Sequence[PDB]) -> tuple[list[PodInfo], list[PodInfo]]:
     """upstream filterPodsWithPDBViolation: (violating, non-violating), order kept."""
     allowed = [b.disruptions_allowed for b in pdbs]
     violating: list[PodInfo] = []
     ok: list[PodInfo] = []
     for p in pods:
-        violated = False
-        if p.labels:  # a pod without labels matches no PDB
-            for i, b in enumerate(pdbs):
-                if b.namespace != p.namespace:
-                    continue
-                sel = b.selector
-                if sel.nothing or sel.empty or not sel.matches(p.labels):
-                    continue  # a nil or empty selector matches nothing
-                if p.name in b.disrupted_pods:
-                    continue  # already processed by the API server
-                allowed[i] -= 1
-                if allowed[i] < 0:
-                    violated = True
-        (violating if violated else ok).append(p)
+        (violating if charge_pdbs(p, pdbs, allowed) else ok).append(p)
     return violating, ok
 
 

@@ -101,6 +101,9 @@ class Chain:
     # plugins implementing the optional DescribesNodes protocol (checked once here: a runtime
     # protocol check costs microseconds, too much for every cycle)
     describers: list[Plugin] = field(default_factory=list)
+    # the plugin whose groups are scheduled in a pod-group cycle (its ``GROUP_CYCLE``:
+    # GangScheduling), found once here rather than at every cycle; None without one
+    group_cycle: Plugin | None = None
 
     def plugin(self, name: str) -> Plugin | None:
         for p in self.plugins:
@@ -258,6 +261,7 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
         resolved=resolved,
         events=events,
         describers=[p for _, _, p in instances if isinstance(p, DescribesNodes)],
+        group_cycle=next((p for _, _, p in instances if getattr(p, "GROUP_CYCLE", False)), None),
     )
 
 

@@ -222,6 +222,16 @@ class PodGroupCycle:
                 totals[i] += self.fit_score(placed, self.nodes, rows) * self.fit_weight
         return totals
 
+    def _choose(self, info: PodGroupInfo, ok: list[PlacementResult]) -> int:
+        """findBestPlacement: the index of the feasible placement to keep (the only one, else the
+        best total, ties at random). _ScoreError when a score plugin fails."""
+        if len(ok) == 1:
+            return 0
+        totals = self._scores(info, ok)
+        top = max(totals)
+        tied = [i for i, t in enumerate(totals) if t == top]
+        return tied[self.rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
+
     # ------------------------------------------------------------------ the group
     def run(self, info: PodGroupInfo, pods: list[PodInfo]) -> GroupResult:
         """The algorithm for one PodGroup's queued ``pods`` (in member order); every assumption
@@ -309,27 +319,21 @@ class PodGroupCycle:
                                                     f"status: {root.status.as_error()}")
             results.update(first)
             return root, []
-        best = ok[0]
-        if len(ok) > 1:
-            views = [PlacementResult(name, prows, sub[node.id].status,
-                                     [m for leaf in _successful_leaves(node, sub) for m in leaf.members])
-                     for name, prows, sub in ok]
-            try:
-                totals = self._scores(node.info, views)
-            except _ScoreError as e:
-                res = GroupResult(node.info, GroupStatus.error(str(e)), [])
-                results[node.id] = res
-                return res, []
-            top = max(totals)
-            tied = [x for x, t in zip(ok, totals) if t == top]
-            best = tied[self.rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
-        name, prows, sub = best
+        views = [PlacementResult(name, prows, sub[node.id].status,
+                                 [m for leaf in _successful_leaves(node, sub) for m in leaf.members])
+                 for name, prows, sub in ok]
+        try:
+            name, prows, sub = ok[self._choose(node.info, views)]
+        except _ScoreError as e:
+            res = GroupResult(node.info, GroupStatus.error(str(e)), [])
+            results[node.id] = res
+            return res, []
         reverts = []
         for leaf in _successful_leaves(node, sub):
             reverts += self._assume(leaf.members, leaf.info, leaf.placement)
         results.update(sub)
         root = sub[node.id]
-        root.placement, root.rows, root.placements, root.feasible = name, prows, len(placements), len(ok)
+        root.placement = name
         return root, reverts
 
     def _composite_default(self, node: GroupNode, rows: np.ndarray | None,
@@ -358,7 +362,7 @@ class PodGroupCycle:
                     break
             if status.is_wait:
                 status = GroupStatus.unschedulable(*status.reasons)
-        res = GroupResult(node.info, status, [], rows=rows, any_scheduled=any_scheduled)
+        res = GroupResult(node.info, status, [], any_scheduled=any_scheduled)
         results[node.id] = res
         if not status.is_success:
             _revert(reverts)
@@ -373,7 +377,7 @@ class PodGroupCycle:
             r, reverts = self._placement(info, pods, name, rows)
             _revert(reverts)
             if r.status.is_error:
-                return GroupResult(info, r.status, r.members, name, len(placements))
+                return GroupResult(info, r.status, r.members, name)
             if first is None:
                 first = r
             if r.status.is_success:
@@ -382,21 +386,12 @@ class PodGroupCycle:
         if not ok:
             st = GroupStatus.unschedulable(f"0/{len(placements)} placements are available, first placement status: "
                                            f"{first.status.as_error()}")
-            return GroupResult(info, st, first.members, None, len(placements))
-        scores: dict[str, int] = {}
-        if len(ok) == 1:
-            best = ok[0]
-        else:
-            try:
-                totals = self._scores(info, ok)
-            except _ScoreError as e:
-                return GroupResult(info, GroupStatus.error(str(e)), [], None, len(placements), len(ok))
-            scores = {r.name: t for r, t in zip(ok, totals)}
-            top = max(totals)
-            tied = [r for r, t in zip(ok, totals) if t == top]
-            best = tied[self.rng.randrange(len(tied))] if len(tied) > 1 else tied[0]
-        return GroupResult(info, best.status, best.members, best.name, len(placements), len(ok), scores,
-                           any_scheduled=best.any_scheduled, rows=best.rows)
+            return GroupResult(info, st, first.members)
+        try:
+            best = ok[self._choose(info, ok)]
+        except _ScoreError as e:
+            return GroupResult(info, GroupStatus.error(str(e)), [])
+        return GroupResult(info, best.status, best.members, best.name, any_scheduled=best.any_scheduled)
 
 
 def _undo(chain, nodes: NodeTable, state: CycleState, pod: PodInfo, node: str) -> None:
@@ -441,7 +436,7 @@ def _complete(res: GroupResult, pods: list[PodInfo]) -> None:
     done = {m.pod.key for m in res.members}
     for pod in pods:
         if pod.key not in done:
-            res.members.append(MemberResult(pod, CycleState(), None, res.status.clone(), evaluated=False))
+            res.members.append(MemberResult(pod, CycleState(), None, res.status.clone()))
     order = {p.key: i for i, p in enumerate(pods)}
     res.members.sort(key=lambda m: order.get(m.pod.key, 0))
 

@@ -97,7 +97,6 @@ class MemberResult:
     unschedulable_plugins: set[str] = field(default_factory=set)
     pending_plugins: set[str] = field(default_factory=set)
     nominated: str | None = None  # a PodGroupPostFilter's nomination
-    evaluated: bool = True
 
     @property
     def node(self) -> str | None:
@@ -113,7 +112,6 @@ class PlacementResult:
     status: GroupStatus
     members: list[MemberResult]
     any_scheduled: bool = False
-    score: int = 0
 
 
 @dataclass
@@ -122,23 +120,9 @@ class GroupResult:
     status: GroupStatus
     members: list[MemberResult]  # every queued member, in member order
     placement: str | None = None  # the chosen placement's name ("" for every node)
-    placements: int = 0
-    feasible: int = 0  # feasible placements
-    scores: dict[str, int] = field(default_factory=dict)  # placement -> total score (several feasible)
+    any_scheduled: bool = False  # a member was scheduled in this cycle
     waiting_on_preemption: bool = False
     duration: float = 0.0
-    any_scheduled: bool = False  # a member was scheduled in this cycle
-    rows: np.ndarray | None = None  # the chosen placement's nodes (None: every node)
-
-    @property
-    def scheduled(self) -> bool:
-        return self.status.is_success
-
-    def domain(self) -> str | None:
-        """``key=value`` of the chosen placement, when the group has a topology key."""
-        if self.placement and self.info.topology_key:
-            return f"{self.info.topology_key}={self.placement}"
-        return None
 
 
 @dataclass
@@ -182,10 +166,7 @@ def validate(info: PodGroupInfo, pods: list[PodInfo], placed: list[PodInfo],
 def group_plugin(chain: "Chain"):
     """The chain's plugin whose groups are scheduled in a pod-group cycle (GangScheduling: its
     ``GROUP_CYCLE``), or None."""
-    for p in chain.plugins:
-        if getattr(p, "GROUP_CYCLE", False):
-            return p
-    return None
+    return chain.group_cycle
 
 
 def member_order_key(priority: int, attempts: int, timestamp: float, name: str) -> tuple:
