@@ -1,11 +1,13 @@
 """docs/grafana-dashboard.json stays in step with the metrics the operator exports: every series
-a panel or variable queries exists in the Telemetry registry (a renamed metric fails here)."""
+a panel or variable queries exists in the Telemetry registry (a renamed metric fails here); the
+JSON is hack/dashboard.py's output."""
 
 import json
 import re
 from pathlib import Path
 
-import render_dashboard  # hack/, on sys.path through tests/conftest.py
+import dashboard  # hack/, on sys.path through tests/conftest.py
+import render_dashboard
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 
@@ -15,6 +17,11 @@ def test_dashboard_parses_with_its_datasource_input_and_profile_variable():
     assert any(i.get("name") == "DS_PROMETHEUS" for i in dash.get("__inputs", []))
     assert "profile" in {v["name"] for v in dash["templating"]["list"]}
     assert len(list(render_dashboard.panels(dash))) >= 10
+
+
+def test_the_committed_json_is_the_generators_output():
+    assert DASHBOARD.read_text() == dashboard.render(), "run .venv/bin/python hack/dashboard.py"
+    assert dashboard.render() == dashboard.render()  # deterministic
 
 
 def test_every_queried_series_is_exported_by_the_operator():
