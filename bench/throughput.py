@@ -159,6 +159,7 @@ import argparse
 import asyncio
 import copy
 import itertools
+import datetime
 import json
 import logging
 import os
@@ -785,6 +786,30 @@ async def start_scheduler(which: str, plan: RunPlan, cluster: localcluster.Local
     return Proc(p.pid, run_dir / "binder.log", lambda: terminate(p))
 
 
+STARTUP_MILESTONES = (("running", " starting: scheduler name "), ("cache_synced", " cache synced in "),
+                      ("scheduling", " scheduling: "))
+
+
+def startup_breakdown(log: Path, t_spawn_wall: float, first_scheduled_s: float) -> dict[str, float]:
+    """policy-scheduler's start-up in steps, seconds from its spawn: ``running`` (its first log
+    line: interpreter and imports done), ``cache_synced`` (every informer listed),
+    ``scheduling`` (the loop took its first pods), ``first_scheduled`` (the first pod bound with
+    its Scheduled event, as the benchmark's watch saw it). Log times have millisecond resolution."""
+    out: dict[str, float] = {}
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    for key, needle in STARTUP_MILESTONES:
+        line = next((x for x in lines if needle in x), None)
+        if line is None:
+            continue
+        try:
+            t = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue
+        out[key] = round(t - t_spawn_wall, 3)
+    out["first_scheduled"] = first_scheduled_s
+    return out
+
+
 def log_findings(which: str, log: Path) -> dict[str, Any]:
     """Warnings, errors and binding conflicts in a scheduler's log."""
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
@@ -1032,6 +1057,7 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         load = os.getloadavg()[0]
         sampler = Sampler(pids)
         t_start = time.monotonic()
+        t_start_wall = time.time()
         sampler.sample()  # the scheduler has used no CPU yet: its column reads 0 here
         proc = await start_scheduler(which, plan, cluster, a)
         sampler.pids["scheduler"] = proc.pid
@@ -1045,6 +1071,9 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
                **throughput_figures(sorted(watch.scheduled(n) for n in names), sorted(watch.bound[n] for n in names),
                                     sorted(watch.event[n] for n in names), t_start, sampler),
                "loadavg_at_start": round(load, 2)}
+        if which in OURS_ALL:  # where the start-up goes: its log's milestones, from the process's spawn
+            res["startup_breakdown"] = startup_breakdown(proc.log, t_start_wall, res["startup_s"])
+            progress("  start-up: " + ", ".join(f"{k} {v}s" for k, v in res["startup_breakdown"].items()))
         if wl.gangs:  # when each group became whole: its last member scheduled, from the scheduler's start
             res.update(group_figures(wl, names, watch, t_start, t_start + res["startup_s"]))
             progress(f"  {len(res['groups_whole_s'])} groups whole; the first after {res['groups_whole_s'][0]}s, "
