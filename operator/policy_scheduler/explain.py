@@ -87,6 +87,91 @@ def format_details(v: dict) -> str:
     return "; ".join(parts)
 
 
+PASSED = "passed"  # a Filter plugin's verdict on a node it let through
+NOT_RUN = "not run"  # a Filter plugin after the one that rejected the node (upstream stops there)
+SKIPPED = "skipped"  # a Filter plugin whose PreFilter said Skip for the pod
+
+
+def plugin_table(nodes: list[dict], weights: dict[str, int] | None = None,
+                 filters: list[str] | None = None) -> dict:
+    """The per-plugin table of some nodes, the one ``explain`` prints and the what-if report's
+    drill-down draws: per node and plugin its Filter verdict, raw score, normalized score, weight
+    and weighted score, each None when unknown.
+
+    ``nodes``: the decision record's ``top`` entries ({"node", "total", "scores": weighted per
+    plugin}), optionally with "normalized" and "raw" per plugin, "filters" (plugin -> verdict:
+    PASSED, NOT_RUN or the rejection's reasons), "verdict" (a word on the node) and "chosen".
+    ``weights``: plugin -> weight, when known; ``filters``: the Filter plugins in chain order.
+    A normalized score is derived from the weighted one and the weight, and the other way round.
+    Returns {"filters": [...], "scores": [...], "rows": [{"node", "total", "verdict", "chosen",
+    "cells": {plugin: {"filter", "raw", "normalized", "weight", "weighted"}}}]}."""
+    weights = dict(weights or {})
+    filter_names = list(filters or [])
+    for t in nodes:
+        filter_names += [p for p in (t.get("filters") or {}) if p not in filter_names]
+    score_names = list(weights)
+    for t in nodes:
+        for key in ("scores", "normalized", "raw"):
+            score_names += [p for p in (t.get(key) or {}) if p not in score_names]
+    rows = []
+    for t in nodes:
+        cells: dict[str, dict] = {}
+        fv = t.get("filters") or {}
+        for p in filter_names:
+            cells.setdefault(p, {})["filter"] = fv.get(p)
+        for p in score_names:
+            w = weights.get(p)
+            weighted = (t.get("scores") or {}).get(p)
+            norm = (t.get("normalized") or {}).get(p)
+            if norm is None and weighted is not None and w:
+                norm = weighted // w if weighted % w == 0 else round(weighted / w, 2)
+            if weighted is None and norm is not None and w is not None:
+                weighted = norm * w
+            cells.setdefault(p, {}).update(raw=(t.get("raw") or {}).get(p), normalized=norm, weight=w,
+                                           weighted=weighted)
+        rows.append({"node": t["node"], "total": t.get("total"), "verdict": t.get("verdict"),
+                     "chosen": bool(t.get("chosen")), "cells": cells})
+    return {"filters": filter_names, "scores": score_names, "rows": rows}
+
+
+def write_plugin_table(table: dict, out: TextIO, indent: str = "    ") -> None:
+    """``plugin_table`` as text: a row per node with its total and weighted score per Score
+    plugin (normalized x weight = weighted, when the weight is known), then each node's Filter
+    verdicts when the table has them."""
+    plugins = table["scores"]
+    rows = table["rows"]
+    if not rows:
+        return
+    with_weights = any(r["cells"].get(p, {}).get("weight") is not None for r in rows for p in plugins)
+
+    def cell(c: dict) -> str:
+        if c.get("weighted") is None:
+            return "-"
+        if with_weights and c.get("normalized") is not None and c.get("weight") is not None:
+            raw = f"raw {c['raw']}: " if c.get("raw") is not None else ""
+            return f"{raw}{c['normalized']}x{c['weight']}={c['weighted']}"
+        return str(c["weighted"])
+
+    grid = [["NODE", "TOTAL", *plugins]] if plugins or any(r["total"] is not None for r in rows) else []
+    for r in rows if grid else ():
+        grid.append([r["node"] + (" *" if r["chosen"] else ""), "-" if r["total"] is None else str(r["total"]),
+                     *(cell(r["cells"].get(p, {})) for p in plugins)])
+    widths = [max(len(g[i]) for g in grid) for i in range(len(grid[0]))] if grid else []
+    for g in grid:
+        out.write(indent + "  ".join([g[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(g[1:], widths[1:])])
+                  .rstrip() + "\n")
+    for r in rows:
+        verdicts = [(p, r["cells"].get(p, {}).get("filter")) for p in table["filters"]]
+        verdicts = [(p, v) for p, v in verdicts if v is not None]
+        if not (r["verdict"] or verdicts):
+            continue
+        counts = {k: sum(1 for _, v in verdicts if v == k) for k in (PASSED, SKIPPED, NOT_RUN)}
+        said = "; ".join(f"{p}: {v}" for p, v in verdicts if v not in counts)
+        filters = ", ".join(f"{n} {k}" for k, n in counts.items() if n) + (f"; {said}" if said else "")
+        out.write(f"{indent}{r['node']}:" + (f" {r['verdict']}" if r["verdict"] else "")
+                  + (f" (Filter plugins: {filters})" if filters else "") + "\n")
+
+
 def print_decision(d: dict, out: TextIO) -> None:
     """A decision record (the annotation, parsed) as explain prints it, to ``out``: the policy and
     node, how many nodes were evaluated and feasible, the top nodes' weighted score per plugin and
@@ -99,13 +184,8 @@ def print_decision(d: dict, out: TextIO) -> None:
     line(f"  nodes:     {d.get('nodes')} in cluster, {d.get('evaluated')} evaluated, {d.get('feasible')} feasible")
     top = d.get("top") or []
     if top:
-        plugins = sorted({p for t in top for p in t.get("scores", {})})
-        w = max([len("NODE")] + [len(t["node"]) for t in top])
         line("  top nodes (weighted score per plugin):")
-        line("    " + "NODE".ljust(w) + "  TOTAL  " + "  ".join(plugins))
-        for t in top:
-            cells = "  ".join(str(t["scores"].get(p, "-")).rjust(len(p)) for p in plugins)
-            line("    " + t["node"].ljust(w) + f"  {t['total']:>5}  " + cells)
+        write_plugin_table(plugin_table(top, d.get("weights")), out)
         details = [(t["node"], p, v) for t in top for p, v in (t.get("details") or {}).items()]
         if details:
             line("  what plugins saw of the top nodes:")

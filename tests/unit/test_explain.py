@@ -113,3 +113,24 @@ def test_the_annotation_lists_the_devices_and_explain_prints_them():
     assert "  devices:   16 of 20 shown" in lines
     assert "    claim c  request gpu  gpu.example.com/n0/gpu-0  (admin access)" in lines
     assert "devices" not in json.loads(decision_annotation("p", decision()))
+
+
+def test_plugin_table_derives_normalized_and_weighted_from_the_weight():
+    t = explain.plugin_table([{"node": "a", "total": 290, "scores": {"Fit": 90, "Taint": 200}, "chosen": True},
+                              {"node": "b", "total": 100, "normalized": {"Fit": 40}, "raw": {"Fit": 7},
+                               "filters": {"NodeName": explain.PASSED, "Ports": "port 80 in use"}}],
+                             {"Fit": 1, "Taint": 2}, ["NodeName", "Ports"])
+    assert t["filters"] == ["NodeName", "Ports"] and t["scores"] == ["Fit", "Taint"]
+    a, b = t["rows"]
+    assert a["chosen"] and not b["chosen"]
+    assert a["cells"]["Taint"] == {"raw": None, "normalized": 100, "weight": 2, "weighted": 200}
+    assert b["cells"]["Fit"] == {"raw": 7, "normalized": 40, "weight": 1, "weighted": 40}
+    assert b["cells"]["Ports"] == {"filter": "port 80 in use"}
+    assert b["cells"]["Taint"]["weighted"] is None  # unknown stays unknown
+    out = io.StringIO()
+    explain.write_plugin_table(t, out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split() == ["NODE", "TOTAL", "Fit", "Taint"]
+    assert lines[1].split() == ["a", "*", "290", "90x1=90", "100x2=200"]
+    assert lines[2].split() == ["b", "100", "raw", "7:", "40x1=40", "-"]
+    assert lines[3] == "    b: (Filter plugins: 1 passed; Ports: port 80 in use)"

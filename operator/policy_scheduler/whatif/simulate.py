@@ -61,6 +61,7 @@ from ..framework.cycle.shadow import ShadowResult
 from ..framework.model.nodetable import CPU, MEMORY, PODS, NodeTable
 from ..framework.model.podinfo import PodInfo, parse_pod
 from . import metrics
+from .drilldown import DrillDown, DrillRun, DrillSpec
 from .queue_run import MAX_ROUNDS, PodResult, QueueRun, unique_best  # noqa: F401 (PodResult, unique_best: API)
 from .world import World
 
@@ -126,6 +127,7 @@ class PolicyRun:
     groups: list[dict[str, Any]] = field(default_factory=list)
     cycles: int = 0  # scheduling cycles run
     warnings: list[str] = field(default_factory=list)  # snapshot objects skipped (each says why)
+    drilldowns: list[DrillDown] = field(default_factory=list)  # drilldown.py: per pod, per node and plugin
 
     @property
     def placed(self) -> list[PodResult]:
@@ -190,7 +192,8 @@ class PolicyRun:
                 "failures": [{"pod": r.pod, "message": r.message} for r in self.failed], "nodes": nodes,
                 **({"preemptions": self.preemptions} if self.preemptions else {}),
                 **({"podGroups": self.groups} if self.groups else {}),
-                **({"warnings": self.warnings} if self.warnings else {})}
+                **({"warnings": self.warnings} if self.warnings else {}),
+                **({"drillDown": [x.to_dict() for x in self.drilldowns]} if self.drilldowns else {})}
 
     def explain(self, r: PodResult) -> dict[str, Any] | None:
         """The decision record explain prints (the annotation the operator would have bound)."""
@@ -244,7 +247,8 @@ def _free_for(table: NodeTable, pod: PodInfo | None) -> tuple[np.ndarray, np.nda
 
 async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, Any] | PodInfo], *, seed: int = 0,
                      keep_decisions: bool = False, follow: Mapping[str, str] | None = None,
-                     progress: Callable[[int], None] | None = None, rounds: int = MAX_ROUNDS) -> PolicyRun:
+                     progress: Callable[[int], None] | None = None, rounds: int = MAX_ROUNDS,
+                     drill: DrillSpec | None = None) -> PolicyRun:
     """Place ``pod_objects`` (pod objects, or pods the engine parsed already) under ``policy`` on
     a fresh copy of the snapshot, through the operator's own queue (see the module's docstring).
 
@@ -252,6 +256,9 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
     decided one (replay: every decision is made on the state a recorded run had).
 
     ``rounds``: the most cycles one pod gets (its first included); then it is given up.
+
+    ``drill``: the pods that get a drill-down (drilldown.py; PolicyRun.drilldowns), taken beside
+    their cycles without changing any decision.
 
     A policy with spec.rollout has its candidate decide beside every pod, as the operator's shadow
     does (PolicyRun.shadow): the same comparison on the same state, before the pod is assumed."""
@@ -268,14 +275,19 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
     shape, shape_pod = _shape(pods)
     free, vec = _free_for(table, shape_pod)
     fits_before = metrics.fits(free, vec)
-    sim = QueueRun(world, policy, st, table, seed, keep_decisions, follow, rounds, progress)
+    drilled = [] if drill is None else drill.chosen([p.key for p in pods])
+    sim = (QueueRun(world, policy, st, table, seed, keep_decisions, follow, rounds, progress) if not drilled else
+           DrillRun(world, policy, st, table, seed, keep_decisions, follow, rounds, progress, spec=drill,
+                    pods=drilled))
     sim.run(pods)
     after = NodeState.of(table)
     free, vec = _free_for(table, shape_pod)
     run = PolicyRun(policy, [sim.results[p.key] for p in pods], before, after, shape, fits_before,
                     metrics.fits(free, vec), time.perf_counter() - t0, table=table, shadow=sim.compared,
                     preemptions=sim.preemptions, groups=sim.group_results(pods), cycles=sim.cycles,
-                    warnings=list(world.warnings))
+                    warnings=list(world.warnings),
+                    drilldowns=[sim.drills.get(k) or DrillDown(k, nodes=table.n, note="never reached a scheduling "
+                                f"cycle: {sim.results[k].message}") for k in drilled if k in sim.results])
     if devices_before is not None:
         now = _device_use(world) or {}
         run.devices = {"total": devices_before["total"], "allocatedBefore": devices_before["allocated"],
@@ -319,12 +331,12 @@ class Simulation:
 
 async def simulate_async(world: World, policies: Iterable[str], pod_objects: list[Mapping[str, Any]], *,
                          seed: int = 0, keep_decisions: bool = False, source: str = "",
-                         progress: Callable[[int], None] | None = None) -> Simulation:
+                         progress: Callable[[int], None] | None = None, drill: DrillSpec | None = None) -> Simulation:
     await world.prepare()
     runs = []
     for name in policies:
         runs.append(await run_policy(world, name, pod_objects, seed=seed, keep_decisions=keep_decisions,
-                                     progress=progress))
+                                     progress=progress, drill=drill))
     return Simulation(runs, len(pod_objects), len(world.node_specs), seed, world.snapshot.taken_at, source)
 
 
