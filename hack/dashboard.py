@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -26,6 +27,25 @@ J = 'job=~"$job"'
 JP = 'job=~"$job", profile=~"$profile"'
 JPOL = 'job=~"$job", policy=~"$profile"'
 RATE = "[$__rate_interval]"
+
+# How each series behaves with two replicas (manifests/04-deployment.yaml: a leader and a standby
+# whose informer cache is warm), and so how a panel aggregates it over the job's instances:
+# - cluster state both replicas export with the same value (their caches hold the same cluster):
+#   max() over the instances, never sum() (two replicas would show twice the truth);
+REPLICATED = {"policy_scheduler_nodes", "policy_scheduler_policies", "scheduler_cache_size"}
+# - per replica, each its own value: shown by instance, or summed where the total is the truth
+#   (leaders = the sum of the 0/1 statuses; API requests of both replicas are all real requests);
+PER_REPLICA = {"leader_election_master_status", "up", "policy_scheduler_build_info",
+               "scheduler_event_handling_duration_seconds", "rest_client_requests_total",
+               "rest_client_request_duration_seconds", "process_cpu_seconds_total", "process_resident_memory_bytes",
+               "process_open_fds", "python_gc_collections_total"}
+# - everything else (attempts, durations, the queue, preemption, bindings, the tuner, rollouts) is
+#   exported by the leader only (absent on a standby): sum() over the instances is the leader's.
+
+# Panels on metric families that are being added to the operator (telemetry.py) while this is
+# written: generated only with INCLUDE_PENDING, once hack/render_dashboard.py --check finds them in
+# the Telemetry registry.
+INCLUDE_PENDING = False
 
 
 # ------------------------------------------------------------------------------------ panel builders
@@ -52,15 +72,22 @@ def _panel(kind: str, title: str, description: str, tgts: list[dict], w: int, h:
 
 
 def stat(title: str, description: str, expr: str, *, unit: str = "short", thresholds: dict | None = None,
-         decimals: int | None = None, w: int = 4, h: int = 4) -> dict:
-    defaults: dict = {"color": {"mode": "thresholds"}, "mappings": [], "unit": unit,
+         decimals: int | None = None, mappings: list | None = None, legend: str = "", text_mode: str = "auto",
+         graph_mode: str = "area", w: int = 4, h: int = 4) -> dict:
+    defaults: dict = {"color": {"mode": "thresholds"}, "mappings": mappings or [], "unit": unit,
                       "thresholds": thresholds or steps()}
     if decimals is not None:
         defaults["decimals"] = decimals
-    options = {"colorMode": "value", "graphMode": "area", "justifyMode": "auto", "orientation": "auto",
+    options = {"colorMode": "value", "graphMode": graph_mode, "justifyMode": "auto", "orientation": "auto",
                "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-               "showPercentChange": False, "textMode": "auto", "wideLayout": True}
-    return _panel("stat", title, description, [target(expr)], w, h, defaults, options)
+               "showPercentChange": False, "textMode": text_mode, "wideLayout": True}
+    return _panel("stat", title, description, [target(expr, legend)], w, h, defaults, options)
+
+
+def value_map(*pairs: tuple[int, str, str]) -> list[dict]:
+    """(value, text, color) -> a Grafana value mapping."""
+    return [{"type": "value", "options": {str(v): {"color": c, "index": i, "text": t}
+                                          for i, (v, t, c) in enumerate(pairs)}}]
 
 
 def timeseries(title: str, description: str, tgts: list[dict], *, unit: str = "short", fill: int = 0,
@@ -86,12 +113,13 @@ def timeseries(title: str, description: str, tgts: list[dict], *, unit: str = "s
 
 
 def state_timeline(title: str, description: str, tgts: list[dict], mappings: list[dict], *, w: int = 12,
-                   h: int = 8) -> dict:
+                   h: int = 8, show_legend: bool = False) -> dict:
     defaults = {"color": {"mode": "thresholds"},
                 "custom": {"fillOpacity": 70, "hideFrom": {"legend": False, "tooltip": False, "viz": False},
                            "insertNulls": False, "lineWidth": 0, "spanNulls": False},
                 "mappings": mappings, "unit": "short", "thresholds": steps(base="text")}
-    options = {"alignValue": "left", "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
+    options = {"alignValue": "left",
+               "legend": {"displayMode": "list", "placement": "bottom", "showLegend": show_legend},
                "mergeValues": True, "rowHeight": 0.9, "showValue": "auto",
                "tooltip": {"mode": "single", "sort": "none"}}
     return _panel("state-timeline", title, description, tgts, w, h, defaults, options)
@@ -111,7 +139,8 @@ def layout(items: list[dict]) -> list[dict]:
             x, y, line_h = 0, y + line_h, 0
         pos = {"h": h, "w": w, "x": x, "y": y}
         if p["type"] == "row":
-            p = {"collapsed": p["collapsed"], "gridPos": pos, "id": i, **{k: p[k] for k in ("panels", "title", "type")}}
+            p = {"collapsed": p["collapsed"], "gridPos": pos, "id": i,
+                 **{k: p[k] for k in ("panels", "title", "type")}}
             y += 1
         else:
             p = {"datasource": p["datasource"], "description": p["description"], "id": i, "title": p["title"],
@@ -143,11 +172,14 @@ def overview() -> list[dict]:
         stat("Unschedulable pods", "Pods waiting in the unschedulable pool for an event that may help them "
              "(scheduler_pending_pods{queue=\"unschedulable\"}).",
              f'sum(scheduler_pending_pods{{{J}, queue="unschedulable"}})', thresholds=steps(("orange", 1))),
-        stat("Nodes", "Nodes in the scheduler's cache (policy_scheduler_nodes).",
-             f"sum(policy_scheduler_nodes{{{J}}})"),
-        stat("Policies not Ready", "SchedulingPolicies with Ready=False (policy_scheduler_policies{ready=\"false\"}): "
+        stat("Nodes", "Nodes in the scheduler's cache (policy_scheduler_nodes), the same as kubectl get nodes "
+             "counts. Every replica exports it (a standby keeps its cache warm): the highest over the replicas, "
+             "not their sum.",
+             f"max(policy_scheduler_nodes{{{J}}})"),
+        stat("Policies not Ready", "SchedulingPolicies of this scheduler name with Ready=False "
+             "(policy_scheduler_policies{ready=\"false\"}, the highest over the replicas: each exports it): "
              "kubectl describe spol says which field is wrong.",
-             f'sum(policy_scheduler_policies{{{J}, ready="false"}}) or vector(0)', thresholds=steps(("red", 1))),
+             f'max(policy_scheduler_policies{{{J}, ready="false"}}) or vector(0)', thresholds=steps(("red", 1))),
         stat("Binding errors (range)", "Failed pods/binding requests over the dashboard's time range "
              "(policy_scheduler_binding_errors_total). A few 404/409 are normal.",
              f"sum(increase(policy_scheduler_binding_errors_total{{{J}}}[$__range])) or vector(0)",
@@ -234,9 +266,10 @@ def binding() -> list[dict]:
                    targets((f"sum by (kind) (rate(policy_scheduler_events_dropped_total{{{J}}}{RATE}))", "{{kind}}")),
                    unit="ops", draw="bars", fill=80, w=8),
         timeseries("Nodes and policies", "Nodes in the scheduler's cache (policy_scheduler_nodes) and "
-                   "SchedulingPolicies by readiness (policy_scheduler_policies).",
-                   targets((f"sum(policy_scheduler_nodes{{{J}}})", "nodes"),
-                           (f"sum by (ready) (policy_scheduler_policies{{{J}}})", "policies ready={{ready}}")),
+                   "SchedulingPolicies by readiness (policy_scheduler_policies): cluster state every replica exports, "
+                   "so the highest over the replicas, not their sum.",
+                   targets((f"max(policy_scheduler_nodes{{{J}}})", "nodes"),
+                           (f"max by (ready) (policy_scheduler_policies{{{J}}})", "policies ready={{ready}}")),
                    w=24, h=6),
     ]
 
@@ -260,7 +293,8 @@ def rollouts() -> list[dict]:
                        "ROLLOUT column.",
                        targets((phase, "{{policy}}")), [{"type": "value", "options": options}]),
         timeseries("Shadow: changed decisions", "Share of a shadowed candidate's decisions that changed, per policy: "
-                   "rate of outcome=\"changed\" over the rate of all (policy_scheduler_rollout_shadow_decisions_total). "
+                   "rate of outcome=\"changed\" over the rate of all "
+                   "(policy_scheduler_rollout_shadow_decisions_total). "
                    "Changed: the node the policy's chain chose is not among the candidate's best-scored nodes (ties "
                    "count as the same), or only one of the two finds a node. Right axis: decisions compared per "
                    "second. Which plugins moved them, and sample pods: status.rollout.shadow, policy-scheduler "
@@ -290,7 +324,8 @@ def rollouts() -> list[dict]:
                             f"/ sum by (policy, arm) (rate({attempts}{{{JPOL}}}{RATE}))", "{{policy}} {{arm}}")),
                    unit="percentunit", maximum=1, w=8),
         timeseries("Rollbacks and promotions", "Candidates rolled back by the canary analysis "
-                   "(policy_scheduler_rollout_rollbacks_total) and promoted (policy_scheduler_rollout_promotions_total, "
+                   "(policy_scheduler_rollout_rollbacks_total) and promoted "
+                   "(policy_scheduler_rollout_promotions_total, "
                    "counted when the spec write succeeded), per policy: the counters themselves, since each replica's "
                    "start (the leader counts), so a step is one rollback or promotion, the first one included. Why: "
                    "the policy's RolloutRolledBack / RolloutPromoting events (kubectl describe spol).",
@@ -299,6 +334,117 @@ def rollouts() -> list[dict]:
                            (f"sum by (policy) (policy_scheduler_rollout_promotions_total{{{JPOL}}})",
                             "{{policy}} promoted")),
                    interpolation="stepAfter", decimals=0, w=8),
+    ]
+
+
+LEADER = f"leader_election_master_status{{{J}}}"
+LEADER_MAP = value_map((0, "standby", "blue"), (1, "leader", "green"))
+
+
+def leadership() -> list[dict]:
+    return [
+        row("Replicas and leader election"),
+        stat("Leaders", "Replicas that hold the Lease now: the sum of leader_election_master_status (1 on the leader, "
+             "0 on a standby) over the job's instances. 1 is right; 0 means nobody schedules (a lease being taken "
+             "over lasts at most the lease duration, 15 s); more than 1 should never last a scrape. No data: the "
+             "operator runs with --leader-elect=false.",
+             f"sum({LEADER})", thresholds=steps(("green", 1), ("red", 2), base="red"), decimals=0),
+        stat("Replicas up", "Replicas Prometheus scrapes successfully (up, a series Prometheus itself records per "
+             "target): the Deployment's replicas when all are running.",
+             f"sum(up{{{J}}})", thresholds=steps(("green", 1), base="red"), decimals=0),
+        stat("Lease transitions (range)", "Times a replica became the leader over the dashboard's time range. There is "
+             "no transitions counter: it is derived from leader_election_master_status, per instance the changes "
+             "of the 0/1 status minus its falls (changes() - resets()), i.e. its rises from standby to leader, "
+             "summed over the instances. A replica that was already leading at its first scrape (it started and "
+             "won the Lease within a scrape interval) is not counted: Leader by replica over time shows it.",
+             f"sum(changes({LEADER}[$__range]) - resets({LEADER}[$__range])) or vector(0)",
+             thresholds=steps(("orange", 1), ("red", 3)), decimals=0),
+        stat("Leader by replica", "Which replica leads: leader_election_master_status per instance (leader 1, "
+             "standby 0). Only the leader schedules, binds and exports the scheduling series; a standby keeps its "
+             "cache warm and takes the Lease over when the leader stops renewing it.",
+             f"max by (instance) ({LEADER})", mappings=LEADER_MAP, legend="{{instance}}",
+             text_mode="value_and_name", graph_mode="none", thresholds=steps(base="text"), w=12),
+        state_timeline("Leader by replica over time", "leader_election_master_status per instance over time: a change "
+                       "of color is a lease transition (a failover, a rolling update). A replica that stopped has no "
+                       "row after its last scrape.",
+                       targets((f"max by (instance) ({LEADER})", "{{instance}}")), LEADER_MAP, w=24, h=5),
+    ]
+
+
+def preemption() -> list[dict]:
+    victims = "scheduler_preemption_victims"
+    return [
+        row("Preemption"),
+        timeseries("Preemption attempts and victims", "DefaultPreemption runs per second for pods that no node fits "
+                   "(scheduler_preemption_attempts_total, a candidate found or not; pod groups included), and victims "
+                   "chosen per second (the sum of scheduler_preemption_victims). The leader's alone.",
+                   targets((f"sum(rate(scheduler_preemption_attempts_total{{{J}}}{RATE}))", "attempts / s"),
+                           (f"sum(rate({victims}_sum{{{J}}}{RATE}))", "victims / s")), unit="ops", fill=10),
+        timeseries("Victims per preemption", "Victims chosen per preemption that chose some "
+                   "(scheduler_preemption_victims): the mean, and p50 and p99 (upstream's buckets: 1 doubling to 64, "
+                   "so quantiles are bucket bounds).",
+                   targets((f"sum(rate({victims}_sum{{{J}}}{RATE})) / sum(rate({victims}_count{{{J}}}{RATE}))", "mean"))
+                   + [dict(t, refId=r) for t, r in zip(hist_quantiles(victims, J, 0.5, 0.99), "BC")]),
+    ]
+
+
+def tuner() -> list[dict]:
+    ev, rp = "policy_scheduler_tuning_evaluations_total", "policy_scheduler_tuning_replays_total"
+    dur = "policy_scheduler_tuning_evaluation_duration_seconds"
+    return [
+        row("Tuner"),
+        timeseries("Tuner evaluations and replays per hour", "Per policy with spec.tuning, over the last hour: "
+                   "evaluations that replayed a window of its pods (policy_scheduler_tuning_evaluations_total, one "
+                   "every spec.tuning.interval, 10m by default) and the replays they ran "
+                   "(policy_scheduler_tuning_replays_total, one per weight vector tried). The leader's alone. What "
+                   "an evaluation found: status.tuning.",
+                   targets((f"sum by (policy) (increase({ev}{{{JPOL}}}[1h]))", "{{policy}} evaluations"),
+                           (f"sum by (policy) (increase({rp}{{{JPOL}}}[1h]))", "{{policy}} replays"))),
+        timeseries("Tuner evaluation duration", "Time of one tuner evaluation, per policy, over the last hour "
+                   "(policy_scheduler_tuning_evaluation_duration_seconds): the mean and the p99. The replays run in a "
+                   "worker process, off the scheduling loop; a long one delays only the next evaluation.",
+                   targets((f"sum by (policy) (increase({dur}_sum{{{JPOL}}}[1h])) "
+                            f"/ sum by (policy) (increase({dur}_count{{{JPOL}}}[1h]))", "{{policy}} mean"),
+                           (f"histogram_quantile(0.99, sum by (le, policy) (increase({dur}_bucket{{{JPOL}}}[1h])))",
+                            "{{policy}} p99")), unit="s"),
+    ]
+
+
+def process() -> list[dict]:
+    """Per replica: the process and its API client (metric families being added: INCLUDE_PENDING)."""
+    return [
+        row("Replicas: process, cache and API client"),
+        timeseries("CPU per replica", "CPU time per second of each replica's process (process_cpu_seconds_total), "
+                   "1 = one core. The leader's grows with the scheduling load; a standby's stays low (its informers "
+                   "only). Compare with the container's cpu limit.",
+                   targets((f"sum by (instance) (rate(process_cpu_seconds_total{{{J}}}{RATE}))", "{{instance}}")),
+                   unit="percentunit", w=8),
+        timeseries("Resident memory per replica", "Resident memory of each replica's process "
+                   "(process_resident_memory_bytes): both hold the cluster's nodes and pods in their caches, so a "
+                   "standby's is near the leader's. Compare with the container's memory limit.",
+                   targets((f"sum by (instance) (process_resident_memory_bytes{{{J}}})", "{{instance}}")),
+                   unit="bytes", w=8),
+        timeseries("Scheduler cache", "Objects in the scheduler's cache by type (scheduler_cache_size): nodes, pods "
+                   "(bound and assumed), assumed_pods (decided, binding not yet confirmed). Every replica exports it: "
+                   "the highest over the replicas (the leader's assumed pods; a standby has none).",
+                   targets((f"max by (type) (scheduler_cache_size{{{J}}})", "{{type}}")), w=8),
+        timeseries("API requests by code", "Requests to the API server per second by HTTP status, both replicas "
+                   "together (rest_client_requests_total): list/watch of the informers and Lease renewals on both, "
+                   "bindings, events and status writes on the leader. 429: the client's --qps/--burst or the API "
+                   "server's priority and fairness; 5xx: the API server.",
+                   targets((f"sum by (code) (rate(rest_client_requests_total{{{J}}}{RATE}))", "{{code}}")),
+                   unit="ops", fill=10, w=8),
+        timeseries("API request latency p99 by verb", "p99 time of a request to the API server by verb, both replicas "
+                   "together (rest_client_request_duration_seconds).",
+                   targets(("histogram_quantile(0.99, sum by (le, verb) "
+                            f"(rate(rest_client_request_duration_seconds_bucket{{{J}}}{RATE})))", "{{verb}}")),
+                   unit="s", w=8),
+        timeseries("Event handling duration p99 per replica", "p99 time to apply one watch event to the cache "
+                   "(scheduler_event_handling_duration_seconds), per replica: a standby handles the same events as "
+                   "the leader. Growing: a replica's loop is starved (cpu) or an event is expensive.",
+                   targets(("histogram_quantile(0.99, sum by (le, instance) "
+                            f"(rate(scheduler_event_handling_duration_seconds_bucket{{{J}}}{RATE})))", "{{instance}}")),
+                   unit="s", w=8),
     ]
 
 
@@ -316,7 +462,8 @@ PANEL_PLUGINS = {"stat": "Stat", "state-timeline": "State timeline", "timeseries
 
 
 def dashboard() -> dict:
-    items = layout(overview() + scheduling() + queue() + framework() + binding() + rollouts())
+    items = layout(overview() + leadership() + scheduling() + queue() + preemption() + framework() + binding()
+                   + (process() if INCLUDE_PENDING else []) + tuner() + rollouts())
     used = sorted({p["type"] for p in items} - {"row"})
     return {
         "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus",
@@ -329,8 +476,9 @@ def dashboard() -> dict:
         "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
                                   "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
                                   "name": "Annotations & Alerts", "type": "dashboard"}]},
-        "description": "policy-scheduler: scheduling attempts and latency, the scheduling queue, framework and plugin "
-                       "timings, bindings, rollouts (docs/observability.md).",
+        "description": "policy-scheduler: the leader and its replicas, scheduling attempts and latency, the scheduling "
+                       "queue, preemption, framework and plugin timings, bindings, the tuner, rollouts "
+                       "(docs/observability.md).",
         "editable": True,
         "fiscalYearStartMonth": 0,
         "graphTooltip": 1,
@@ -343,7 +491,8 @@ def dashboard() -> dict:
         "templating": {"list": [
             variable("job", "Job", "label_values(policy_scheduler_nodes, job)",
                      "The scrape job of policy-scheduler (keeps kube-scheduler's series of the same names out)."),
-            variable("profile", "Profile (policy)", f"label_values(scheduler_schedule_attempts_total{{{J}}}, profile)",
+            variable("profile", "Profile (policy)",
+                     f"label_values(scheduler_schedule_attempts_total{{{J}}}, profile)",
                      "The profile: the SchedulingPolicy that decided the pod.", include_all=True),
         ]},
         "time": {"from": "now-1h", "to": "now"},
@@ -354,6 +503,51 @@ def dashboard() -> dict:
         "version": 1,
         "weekStart": "",
     }
+
+
+AGGREGATIONS = {"sum", "avg", "max", "min", "count", "group", "stddev", "stdvar", "topk", "bottomk", "quantile"}
+
+
+def enclosing_aggregations(expr: str, pos: int) -> list[str]:
+    """The aggregation operators around position ``pos`` of ``expr``, innermost first (functions such
+    as rate() are skipped; ``max by (x) (`` counts as max)."""
+    out, depth = [], 0
+    for i in range(pos - 1, -1, -1):
+        c = expr[i]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            if depth:
+                depth -= 1
+                continue
+            m = re.search(r"(\w+)\s*(?:(?:by|without)\s*\([^()]*\)\s*)?$", expr[:i])
+            if m and m.group(1) in AGGREGATIONS:
+                out.append(m.group(1))
+    return out
+
+
+def replica_problems(dash: dict) -> list[str]:
+    """Expressions that would count a replicated series once per replica: every selector of a
+    REPLICATED series must sit directly in max() (or max by), or be joined with the leader's
+    status (``* on(instance) group_left() (leader_election_master_status == 1)``)."""
+    problems = []
+    for p in _all_panels(dash):
+        for t in p.get("targets", []):
+            expr = t["expr"]
+            leader_join = re.search(r"group_left\s*\(\s*\)\s*\(\s*leader_election_master_status\{[^}]*\}\s*==\s*1",
+                                    expr)
+            for name in sorted(REPLICATED):
+                for m in re.finditer(rf"\b{name}\b(?!_)", expr):
+                    aggs = enclosing_aggregations(expr, m.start())
+                    if leader_join or (aggs and aggs[0] == "max"):
+                        continue
+                    problems.append(f"{p.get('title', '?')}: {name} is exported by every replica; aggregate it "
+                                    f"with max() (here: {aggs[0] if aggs else 'no aggregation'}): {expr}")
+    return problems
+
+
+def _all_panels(dash: dict) -> list[dict]:
+    return [q for p in dash.get("panels", []) for q in [p, *p.get("panels", [])]]
 
 
 def render() -> str:

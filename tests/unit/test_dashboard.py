@@ -85,3 +85,96 @@ def test_phase_panel_maps_every_rollout_phase():
     texts = {int(k): v["text"] for m in panel["fieldConfig"]["defaults"]["mappings"] for k, v in m["options"].items()}
     assert {texts[n] for n in codes.values()} == set(codes) and all(texts[n] == ph for ph, n in codes.items())
     assert any(r.get("id") == panel["type"] for r in dash["__requires"])
+
+
+# ---------------------------------------------------------------------------------------------
+# two replicas: the leader and a standby export the cluster state alike
+
+def _exprs(dash: dict) -> list[tuple[str, str]]:
+    return [(p["title"], t["expr"]) for p in render_dashboard.panels(dash) for t in p.get("targets", [])]
+
+
+def test_every_cluster_state_gauge_is_aggregated_with_max_not_sum():
+    dash = json.loads(DASHBOARD.read_text())
+    assert dashboard.replica_problems(dash) == []
+    reads = [(title, expr) for title, expr in _exprs(dash)
+             if render_dashboard.series_names(expr) & dashboard.REPLICATED]
+    assert {t for t, _ in reads} >= {"Nodes", "Policies not Ready", "Nodes and policies"}
+    for title, expr in reads:
+        assert not re.search(r"\b(sum|avg|count)\b", expr), (title, expr)
+
+
+def test_the_replica_check_catches_a_sum_and_accepts_max_or_the_leaders_series():
+    dash = json.loads(DASHBOARD.read_text())
+    nodes = next(p for p in render_dashboard.panels(dash) if p.get("title") == "Nodes")
+    for expr, bad in [('sum(policy_scheduler_nodes{job=~"$job"})', True),
+                      ('policy_scheduler_nodes{job=~"$job"}', True),
+                      ('max(sum by (instance) (policy_scheduler_nodes{job=~"$job"}))', True),
+                      ('sum(max by (instance) (policy_scheduler_nodes{job=~"$job"}))', False),
+                      ('max by (ready) (policy_scheduler_policies{job=~"$job"})', False),
+                      ('sum(policy_scheduler_nodes{job=~"$job"} * on(instance) group_left() '
+                       '(leader_election_master_status{job=~"$job"} == 1))', False)]:
+        nodes["targets"][0]["expr"] = expr
+        assert bool(dashboard.replica_problems(dash)) is bad, expr
+    assert any("policy_scheduler_nodes" in p for p in render_dashboard.check_dashboard(
+        {**dash, "panels": [dict(nodes, targets=[dict(nodes["targets"][0], expr="sum(policy_scheduler_nodes)")])]}))
+
+
+def _row(dash: dict, title: str) -> list[dict]:
+    top = dash["panels"]
+    start = next(i for i, p in enumerate(top) if p.get("type") == "row" and p.get("title") == title)
+    end = next((i for i in range(start + 1, len(top)) if top[i].get("type") == "row"), len(top))
+    return top[start + 1:end]
+
+
+def _reads(panels: list[dict]) -> set[str]:
+    return set().union(*(render_dashboard.series_names(t["expr"]) for p in panels for t in p["targets"]))
+
+
+def test_leader_preemption_and_tuner_rows():
+    dash = json.loads(DASHBOARD.read_text())
+    leader = {p["title"]: p for p in _row(dash, "Replicas and leader election")}
+    assert set(leader) == {"Leaders", "Replicas up", "Lease transitions (range)", "Leader by replica",
+                           "Leader by replica over time"}
+    assert _reads(list(leader.values())) == {"leader_election_master_status", "up"}
+    assert leader["Leaders"]["targets"][0]["expr"] == 'sum(leader_election_master_status{job=~"$job"})'
+    # transitions are derived from the status: its rises (changes minus falls) over the range
+    lt = leader["Lease transitions (range)"]["targets"][0]["expr"]
+    assert "changes(" in lt and "resets(" in lt and "[$__range]" in lt
+    assert "changes(" in leader["Lease transitions (range)"]["description"]
+    for title in ("Leader by replica", "Leader by replica over time"):
+        assert "by (instance)" in leader[title]["targets"][0]["expr"]
+        texts = {k: v["text"] for m in leader[title]["fieldConfig"]["defaults"]["mappings"]
+                 for k, v in m["options"].items()}
+        assert texts == {"0": "standby", "1": "leader"}
+
+    preemption = _row(dash, "Preemption")
+    assert _reads(preemption) == {"scheduler_preemption_attempts_total", "scheduler_preemption_victims_sum",
+                                  "scheduler_preemption_victims_count", "scheduler_preemption_victims_bucket"}
+    tuner = _row(dash, "Tuner")
+    assert _reads(tuner) == {"policy_scheduler_tuning_evaluations_total", "policy_scheduler_tuning_replays_total",
+                             "policy_scheduler_tuning_evaluation_duration_seconds_sum",
+                             "policy_scheduler_tuning_evaluation_duration_seconds_count",
+                             "policy_scheduler_tuning_evaluation_duration_seconds_bucket"}
+    for p in tuner:
+        for t in p["targets"]:
+            assert all('job=~"$job"' in s and 'policy=~"$profile"' in s
+                       for s in re.findall(r"policy_scheduler_tuning_\w+\{([^}]*)\}", t["expr"])), t["expr"]
+    assert any(r.get("id") == "stat" for r in dash["__requires"])
+
+
+def test_every_selector_is_filtered_by_the_job():
+    dash = json.loads(DASHBOARD.read_text())
+    for title, expr in _exprs(dash):
+        for name in render_dashboard.series_names(expr):
+            for m in re.finditer(rf"\b{name}\b(\{{[^}}]*\}})?", expr):
+                assert m.group(1) and 'job=~"$job"' in m.group(1), (title, expr)
+
+
+def test_pending_panels_read_only_known_series_and_aggregate_right():
+    """The panels on families being added (process, cache, API client) pass the same checks as
+    the others, apart from the registry's (INCLUDE_PENDING adds them once they are exported)."""
+    items = dashboard.layout(dashboard.process())
+    exprs = [t["expr"] for p in items for t in p.get("targets", [])]
+    assert set().union(*(render_dashboard.series_names(e) for e in exprs)) <= render_dashboard.allowed_series()
+    assert dashboard.replica_problems({"panels": items}) == []
