@@ -164,8 +164,9 @@ def overview() -> list[dict]:
     return [
         row("Overview"),
         stat("Scheduled / s", "Scheduling attempts that found a node, per second "
-             "(scheduler_schedule_attempts_total{result=\"scheduled\"}).",
-             f'sum(rate(scheduler_schedule_attempts_total{{{JP}, result="scheduled"}}{RATE}))',
+             "(scheduler_schedule_attempts_total{result=\"scheduled\"}; the leader's: 0 for a new leader that has "
+             "bound nothing yet).",
+             f'sum(rate(scheduler_schedule_attempts_total{{{JP}, result="scheduled"}}{RATE})) or vector(0)',
              unit="ops", decimals=1),
         stat("Pending pods", "Pods in the scheduling queue, all sub-queues (scheduler_pending_pods).",
              f"sum(scheduler_pending_pods{{{J}}})"),

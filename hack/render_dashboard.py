@@ -224,9 +224,11 @@ def http_get(url: str, timeout: float = 10) -> bytes:
 
 
 class Prometheus:
-    """`prometheus` on a free loopback port, scraping one target every second, data in a temp dir."""
+    """`prometheus` on a free loopback port, scraping the operator's targets (``host:port``, one per
+    replica) every second as job ``JOB``, data in a temp dir."""
 
-    def __init__(self, target: str, log: Path) -> None:
+    def __init__(self, targets: str | list[str], log: Path) -> None:
+        targets = [targets] if isinstance(targets, str) else list(targets)
         binary = shutil.which("prometheus")
         if binary is None:
             subprocess.run(["bash", str(HERE / "ensure-prometheus.sh")], check=True)
@@ -239,7 +241,7 @@ class Prometheus:
         (self.dir / "prometheus.yml").write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             f"scrape_configs:\n  - job_name: {JOB}\n"
-            f"    static_configs:\n      - targets: ['{target}']\n")
+            f"    static_configs:\n      - targets: [{', '.join(repr(t) for t in targets)}]\n")
         with open(log, "ab") as f:
             self.proc = subprocess.Popen(
                 [binary, f"--config.file={self.dir / 'prometheus.yml'}", f"--storage.tsdb.path={self.dir / 'data'}",
