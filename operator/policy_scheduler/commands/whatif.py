@@ -94,6 +94,38 @@ def _progress_bar(wanted: bool, **kw):
     return tqdm(delay=2.0, file=sys.stderr, leave=False, **kw)
 
 
+def _drill_spec(a: argparse.Namespace, pods: list, world):
+    """The drill-down the flags ask for (whatif/drilldown.py DrillSpec), None for none (only the
+    report and --json show one: without --report or --json nothing is taken), or why the flags
+    are wrong (a pod or node not in the input)."""
+    from ..framework.model.podinfo import PodInfo
+    from ..whatif.drilldown import DrillSpec
+
+    if a.explain_top < 0:
+        return "--explain-top must be 0 or more"
+    if a.explain_top == 0 or not (a.report or a.json):
+        return None
+    keys = []
+    for p in pods:
+        if isinstance(p, PodInfo):
+            keys.append(p.key)
+        else:
+            meta = p.get("metadata") or {}
+            keys.append(f"{meta.get('namespace') or 'default'}/{meta.get('name')}")
+    wanted = []
+    for ref in a.explain_pod or []:
+        key = ref if "/" in ref else f"default/{ref}"
+        if key not in keys:
+            return f"--explain-pod {ref}: no such pod among the {len(keys)} pods simulated"
+        wanted.append(key)
+    known = {n.name for n in world.node_specs}
+    for n in a.explain_node or []:
+        if n not in known:
+            return f"--explain-node {n}: no such node in the snapshot"
+    return DrillSpec(pods=list(dict.fromkeys(wanted)), nodes=list(dict.fromkeys(a.explain_node or [])),
+                     top=a.explain_top)
+
+
 def cmd_simulate(a: argparse.Namespace) -> int:
     from ..whatif import report, snapshot
     from ..whatif.pods import InputError, load_pods, load_policy_documents
@@ -143,10 +175,14 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     except (snapshot.SnapshotError, PolicyError, InputError) as e:
         print(f"policy-scheduler simulate: {e}", file=sys.stderr)
         return 2
+    drill = _drill_spec(a, pods, world)
+    if isinstance(drill, str):
+        print(f"policy-scheduler simulate: {drill}", file=sys.stderr)
+        return 2
     bar = _progress_bar(not a.json, total=len(pods) * len(names), unit="pod", desc="simulating")
     try:
         sim = simulate(world, names, pods, seed=a.seed, keep_decisions=a.explain, source=source,
-                       progress=bar.update if bar is not None else None)
+                       progress=bar.update if bar is not None else None, drill=drill)
     finally:
         if bar is not None:
             bar.close()
@@ -258,6 +294,10 @@ def cmd_tune(a: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_DRILL_PODS = 5  # whatif/drilldown.py DEFAULT_PODS (imported late: the parser stays light)
+DRILL_TOP = 5  # whatif/drilldown.py TOP
+
+
 def add_parser(sub) -> None:
     s = sub.add_parser("snapshot", help="write the cluster state a scheduling decision reads to a file",
                        description="Writes nodes, bound and pending pods, namespaces with their labels, the Services "
@@ -294,6 +334,15 @@ def add_parser(sub) -> None:
     m.add_argument("--report", metavar="FILE", help="also write a self-contained HTML report with charts")
     m.add_argument("--explain", action="store_true",
                    help="print explain's per-plugin table for every simulated pod")
+    m.add_argument("--explain-pod", action="append", metavar="NS/NAME",
+                   help="give this pod a drill-down in the --report (and --json): every Filter plugin's verdict and "
+                        "every Score plugin's raw, normalized and weighted score on its best nodes (repeatable; "
+                        f"NAME alone: namespace default; default: the first {DEFAULT_DRILL_PODS} pods)")
+    m.add_argument("--explain-node", action="append", metavar="NAME",
+                   help="show this node in every drill-down besides the best nodes, e.g. the node you expected the "
+                        "pod on (repeatable)")
+    m.add_argument("--explain-top", type=int, default=DRILL_TOP, metavar="N",
+                   help=f"how many of the best nodes a drill-down shows (default {DRILL_TOP}; 0: no drill-down)")
     cluster_flags(m)
     m.set_defaults(fn=cmd_simulate)
 

@@ -136,14 +136,17 @@ def probe(chain, pod: PodInfo, table, rng: random.Random, nominator, spec: Drill
             except Exception:  # a raw score is a detail: leave it out
                 raw.append(None)
         order = [int(i) for i in np.argsort(-total, kind="stable")]
+        ties = int(np.count_nonzero(total == total.max())) - 1
+        chosen = "chosen" + (f" (a random pick among {ties + 1} nodes with the best total)" if ties else "")
         pick = next((i for i in order if names[int(feasible[i])] == d.node), order[0])
         idx = [pick] + [i for i in order if i != pick][:max(spec.top - 1, 0)]
         pos = {names[int(r)]: i for i, r in enumerate(feasible.tolist())}
         idx += [pos[n] for n in spec.nodes if n in pos and pos[n] not in idx]
         for i in idx:
+            named = " (--explain-node)" if names[int(feasible[i])] in spec.nodes else ""
             dd.entries.append({
                 "node": names[int(feasible[i])], "total": int(total[i]), "chosen": names[int(feasible[i])] == d.node,
-                "verdict": "chosen" if names[int(feasible[i])] == d.node else "feasible, scored",
+                "verdict": (chosen if names[int(feasible[i])] == d.node else "feasible, scored") + named,
                 "filters": passed_all,
                 "normalized": {n: int(mat[k, i]) for k, (n, _) in enumerate(scored)},
                 "scores": {n: int(mat[k, i]) * int(w) for k, (n, w) in enumerate(scored)},
@@ -165,7 +168,8 @@ def probe(chain, pod: PodInfo, table, rng: random.Random, nominator, spec: Drill
             fv, verdict = _filter_verdicts(chain, state, pod, table, table.index[n], nominator)
             if verdict == "passed every Filter":
                 verdict += "; not scored (past the cycle's percentageOfNodesToScore, or left out at PreFilter)"
-            dd.entries.append({"node": n, "total": None, "chosen": False, "verdict": verdict, "filters": fv})
+            dd.entries.append({"node": n, "total": None, "chosen": False, "filters": fv,
+                               "verdict": verdict + (" (--explain-node)" if n in spec.nodes else "")})
     missing = [n for n in spec.nodes if n not in table.index]
     if missing:
         dd.note = (dd.note + "; " if dd.note else "") + "not in the snapshot: " + ", ".join(missing)

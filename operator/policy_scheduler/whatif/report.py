@@ -1,7 +1,8 @@
-"""A simulation's outputs: the terminal table, and one self-contained HTML file whose charts are
-inline SVG drawn here (no script, no external file, no network): per-node cpu and memory
-allocation before and after, one panel per policy side by side; placed pods per zone; nodes used
-and imbalance per policy."""
+"""A simulation's outputs: the terminal table, and one self-contained HTML file (no script, no
+external file, no network; its charts and drill-down tables are report_html.py's): the summary,
+nodes used and imbalance per policy, per-node cpu and memory allocation before and after (one row
+per policy), placed pods per zone, PodGroups, preemptions, the FailedScheduling messages, and the
+per-pod drill-down (each plugin's verdict and score on the best nodes)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from typing import Any, Mapping, TextIO
 import numpy as np
 
 from ..explain import print_decision
+from .report_html import CSS, PALETTE, allocation_section, drill_section, grouped_bars
+from .report_html import esc as _esc
 from .simulate import PolicyRun, Simulation, format_quantity
 from .snapshot import rfc3339
 
-PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7")
-BEFORE = "#b9bec7"
 MAX_NODE_ROWS = 30  # the terminal lists nodes one by one up to this many
 MAX_FAILURE_GROUPS = 5
 MAX_GROUP_ROWS = 20  # PodGroups listed one by one in the text output
@@ -169,7 +170,7 @@ def shadow_html(policy: str, sh: Mapping[str, Any], title: str = "") -> str:
     plugins = sh.get("plugins") or []
     if plugins:
         out.append("<div class=\"panel\">")
-        out.append(_grouped_bars([p["name"] for p in plugins], [("changed", [float(p["changed"]) for p in plugins],
+        out.append(grouped_bars([p["name"] for p in plugins], [("changed", [float(p["changed"]) for p in plugins],
                                                                  PALETTE[0])],
                                  "changed decisions each plugin moved", fmt=lambda v: f"{v:.0f}"))
         out.append("</div>")
@@ -217,113 +218,55 @@ def write_explain(run: PolicyRun, out: TextIO) -> None:
 
 # ---------------------------------------------------------------------------------------- HTML
 
-def _esc(s: object) -> str:
-    return html.escape(str(s), quote=True)
+SUMMARY_NOTES = ("nodes used: nodes with at least one pod after the simulation (was: before it); nodes receiving "
+                 "pods: the nodes the simulation placed a pod on. Imbalance: the standard deviation of the nodes' "
+                 "allocation. Fits: how many more pods of the most common shape would fit after the run.")
 
 
-def _alloc_panel(run: PolicyRun, color: str, resource: int, label: str, width: int = 440, height: int = 170) -> str:
-    """Bars per node: the share allocated before (grey) and what the simulation added (color)."""
-    b, a = run.before, run.after
-    n = len(a.names)
-    left, bottom, top = 34, 18, 8
-    pw, ph = width - left - 6, height - bottom - top
-    before = np.divide(b.requested[:, resource], a.allocatable[:, resource],
-                       out=np.zeros(n), where=a.allocatable[:, resource] > 0)
-    after = np.divide(a.requested[:, resource], a.allocatable[:, resource],
-                      out=np.zeros(n), where=a.allocatable[:, resource] > 0)
-    before, after = np.clip(before, 0, 1.2), np.clip(after, 0, 1.2)
-    parts = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_esc(run.policy)} {label} per node">']
-    for frac in (0, 0.5, 1.0):
-        y = top + ph * (1 - frac / 1.2)
-        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
-                     f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10">{int(frac * 100)}%</text>')
-    bw = pw / max(n, 1)
-    gap = 0.15 * bw if bw > 3 else 0.0
-    tips = n <= 300
-    for i in range(n):
-        x = left + i * bw
-        hb, ha = ph * before[i] / 1.2, ph * after[i] / 1.2
-        y0 = top + ph
-        tip = (f"<title>{_esc(a.names[i])}: {before[i] * 100:.0f}% -> {after[i] * 100:.0f}%</title>" if tips else "")
-        if ha > hb:
-            parts.append(f'<rect x="{x:.2f}" y="{y0 - ha:.2f}" width="{max(bw - gap, 0.4):.2f}" height="{ha - hb:.2f}" '
-                         f'fill="{color}">{tip}</rect>')
-        if hb > 0:
-            parts.append(f'<rect x="{x:.2f}" y="{y0 - hb:.2f}" width="{max(bw - gap, 0.4):.2f}" height="{hb:.2f}" '
-                         f'fill="{BEFORE}">{tip}</rect>')
-    parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="#888"/>'
-                 f'<text x="{left + pw / 2}" y="{height - 4}" text-anchor="middle" font-size="10">'
-                 f'{n} nodes ({label})</text></svg>')
-    return "".join(parts)
-
-
-def _grouped_bars(categories: list[str], series: list[tuple[str, list[float], str]], title: str,
-                  width: int = 900, height: int = 220, fmt=lambda v: f"{v:g}") -> str:
-    """Grouped vertical bars: one group per category, one bar per series (name, values, color)."""
-    left, bottom, top = 40, 34, 14
-    pw, ph = width - left - 10, height - bottom - top
-    vmax = max([v for _, vals, _ in series for v in vals] + [1e-9])
-    ng, ns = max(len(categories), 1), max(len(series), 1)
-    gw = pw / ng
-    bw = gw * 0.8 / ns
-    parts = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_esc(title)}">']
-    parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="#888"/>')
-    for frac in (0.5, 1.0):
-        y = top + ph * (1 - frac)
-        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
-                     f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10">'
-                     f'{_esc(fmt(vmax * frac))}</text>')
-    for gi, cat in enumerate(categories):
-        gx = left + gi * gw + gw * 0.1
-        for si, (name, vals, color) in enumerate(series):
-            v = vals[gi]
-            h = ph * v / vmax
-            x = gx + si * bw
-            parts.append(f'<rect x="{x:.2f}" y="{top + ph - h:.2f}" width="{max(bw - 1, 0.5):.2f}" height="{h:.2f}" '
-                         f'fill="{color}"><title>{_esc(name)} / {_esc(cat)}: {_esc(fmt(v))}</title></rect>')
-            if ng * ns <= 40:
-                parts.append(f'<text x="{x + bw / 2:.2f}" y="{top + ph - h - 2:.2f}" text-anchor="middle" '
-                             f'font-size="9">{_esc(fmt(v))}</text>')
-        if ng <= 40:
-            parts.append(f'<text x="{left + gi * gw + gw / 2:.1f}" y="{top + ph + 14}" text-anchor="middle" '
-                         f'font-size="10">{_esc(cat[:18])}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
-h1{font-size:20px}h2{font-size:16px;margin-top:28px}
-table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}
-th:first-child,td:first-child{text-align:left;white-space:nowrap}th{background:#f4f5f7}
-.panels{display:flex;flex-wrap:wrap;gap:16px}.panel{border:1px solid #e3e3e3;padding:8px;border-radius:4px}
-.panel h3{font-size:14px;margin:0 0 4px 0}.legend span{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}
-.small{font-size:12px;color:#555}pre{font-size:12px;white-space:pre-wrap}
-"""
+def _failures_html(run: PolicyRun) -> str:
+    groups = _failure_groups(run)
+    if not groups:
+        return ""
+    out = [f"<h2>{_esc(run.policy)}: {len(run.failed)} unschedulable</h2><table class=\"fixed\">"
+           "<colgroup><col style=\"width:62%\"><col style=\"width:8%\"><col style=\"width:30%\"></colgroup>"
+           "<tr><th>FailedScheduling message</th><th class=\"num\">pods</th><th>which</th></tr>"]
+    for msg, pods in groups[:20]:
+        more = f" ... ({len(pods)})" if len(pods) > 5 else ""
+        out.append(f"<tr><td>{_esc(msg)}</td><td class=\"num\">{len(pods)}</td>"
+                   f"<td>{_esc(', '.join(pods[:5]) + more)}</td></tr>")
+    out.append("</table>")
+    if len(groups) > 20:
+        out.append(f"<p class=\"small\">... {len(groups) - 20} more messages (--json lists every pod)</p>")
+    return "".join(out)
 
 
 def html_report(sim: Simulation) -> str:
     colors = {r.policy: PALETTE[i % len(PALETTE)] for i, r in enumerate(sim.runs)}
-    out = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+    drilled = any(r.drilldowns for r in sim.runs)
+    out = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
            f"<title>policy-scheduler what-if: {_esc(', '.join(r.policy for r in sim.runs))}</title>",
            f"<style>{CSS}</style></head><body>",
            "<h1>policy-scheduler what-if</h1>",
            f"<p class=\"small\">{sim.pods} pods simulated on {sim.nodes} nodes of {_esc(sim.source)} "
            f"(taken {rfc3339(sim.taken_at)}), seed {sim.seed}. Nothing was written to the cluster.</p>",
-           "<h2>Summary</h2><table><tr><th>policy</th><th>placed</th><th>unschedulable</th><th>nodes used</th>"
-           "<th>imbalance (std dev of node allocation)</th><th>zone skew</th><th>fragmentation: more pods of the "
-           "common shape that fit</th></tr>"]
+           "<nav class=\"small\"><a href=\"#summary\">Summary</a><a href=\"#allocation\">Allocation per node</a>"
+           "<a href=\"#zones\">Pods per zone</a>" + ("<a href=\"#drill-down\">Per-pod drill-down</a>" if drilled else "")
+           + "</nav>",
+           "<h2 id=\"summary\">Summary</h2><table><tr><th>policy</th><th class=\"num\">placed</th>"
+           "<th class=\"num\">unschedulable</th><th class=\"num\">nodes used</th><th class=\"num\">nodes receiving "
+           "pods</th><th class=\"num\">imbalance</th><th class=\"num\">zone skew</th><th>fits (common shape)</th></tr>"]
     for run in sim.runs:
         s = run.summary()
         shape = ", ".join(f"{k} {v}" for k, v in s["fragmentation"]["shape"].items())
         out.append(f"<tr><td><span style=\"color:{colors[run.policy]}\">&#9632;</span> {_esc(run.policy)}</td>"
-                   f"<td>{s['placed']}</td><td>{s['unschedulable']}</td>"
-                   f"<td>{s['nodesUsed']} (was {s['nodesUsedBefore']})</td>"
-                   f"<td>{s['imbalance']:.3f} (was {s['imbalanceBefore']:.3f})</td><td>{s['zoneSpread']['skew']}</td>"
+                   f"<td class=\"num\">{s['placed']}</td><td class=\"num\">{s['unschedulable']}</td>"
+                   f"<td class=\"num\">{s['nodesUsed']} (was {s['nodesUsedBefore']})</td>"
+                   f"<td class=\"num\">{s['nodesReceivingPods']}</td>"
+                   f"<td class=\"num\">{s['imbalance']:.3f} (was {s['imbalanceBefore']:.3f})</td>"
+                   f"<td class=\"num\">{s['zoneSpread']['skew']}</td>"
                    f"<td>{s['fragmentation']['fits']} (was {s['fragmentation']['fitsBefore']}; {_esc(shape)})</td></tr>")
-    out.append("</table>")
+    out.append(f"</table><p class=\"small\">{SUMMARY_NOTES}</p>")
     if sim.runs and sim.runs[0].warnings:
         out.append("<h2>Objects of the snapshot skipped</h2><ul>"
                    + "".join(f"<li>{_esc(w)}</li>" for w in sim.runs[0].warnings) + "</ul>")
@@ -337,33 +280,26 @@ def html_report(sim: Simulation) -> str:
                        f"<td>{dv['total']}</td><td>{dv['nodes']} (was {dv['nodesBefore']})</td></tr>")
         out.append("</table>")
     if sim.runs:
-        names = [r.policy for r in sim.runs]
-        out.append("<h2>Nodes used and imbalance</h2><div class=\"panels\"><div class=\"panel\">")
-        out.append(_grouped_bars(["nodes used"], [(n, [float(r.after.nodes_used())], colors[n])
-                                                  for n, r in zip(names, sim.runs)],
-                                 "nodes used per policy", width=300, height=200, fmt=lambda v: f"{v:.0f}"))
+        series = [(r.policy, [float(r.after.nodes_used()), float(r.summary()["nodesReceivingPods"])],
+                   colors[r.policy]) for r in sim.runs]
+        out.append("<h2>Nodes used and imbalance</h2><div class=\"pair\"><div class=\"panel\">")
+        out.append(grouped_bars(["nodes used", "nodes receiving pods"], series, "nodes used per policy",
+                                width=560, height=230, fmt=lambda v: f"{v:.0f}"))
         out.append("</div><div class=\"panel\">")
-        out.append(_grouped_bars(["imbalance"], [(n, [r.after.imbalance()], colors[n])
-                                                 for n, r in zip(names, sim.runs)],
-                                 "imbalance per policy", width=300, height=200, fmt=lambda v: f"{v:.3f}"))
+        out.append(grouped_bars(["imbalance after the simulated pods"],
+                                [(r.policy, [r.after.imbalance()], colors[r.policy]) for r in sim.runs],
+                                "imbalance per policy", width=560, height=230, fmt=lambda v: f"{v:.3f}"))
+        out.append(f"<p class=\"small\">before them: {sim.runs[0].before.imbalance():.3f} (the same snapshot for "
+                   "every policy)</p>")
         out.append("</div></div>")
-        out.append("<h2>Allocation per node, per policy</h2><p class=\"legend small\">"
-                   f"<span style=\"background:{BEFORE}\"></span>before the simulated pods"
-                   "<span style=\"background:#666\"></span>added by the policy (its color); nodes in snapshot "
-                   "order, the same in every panel</p>")
-        for res, label in ((0, "cpu"), (1, "memory")):
-            out.append("<div class=\"panels\">")
-            for run in sim.runs:
-                out.append(f"<div class=\"panel\"><h3>{_esc(run.policy)}: {label}</h3>"
-                           f"{_alloc_panel(run, colors[run.policy], res, label)}</div>")
-            out.append("</div>")
+        out.append(allocation_section(sim.runs, colors))
         spreads = [run.zone_spread()["perZone"] for run in sim.runs]
         zones = sorted({z for s in spreads for z in s})
-        out.append("<h2>Placed pods per zone</h2><div class=\"panel\">")
-        out.append(_grouped_bars([z or "(no zone)" for z in zones],
-                                 [(run.policy, [float(s.get(z, 0)) for z in zones], colors[run.policy])
-                                  for run, s in zip(sim.runs, spreads)], "placed pods per zone",
-                                 fmt=lambda v: f"{v:.0f}"))
+        out.append("<h2 id=\"zones\">Placed pods per zone</h2><div class=\"panel\">")
+        out.append(grouped_bars([z or "(no zone)" for z in zones],
+                                [(run.policy, [float(s.get(z, 0)) for z in zones], colors[run.policy])
+                                 for run, s in zip(sim.runs, spreads)], "placed pods per zone",
+                                width=1100, height=230, fmt=lambda v: f"{v:.0f}"))
         out.append("</div>")
         for run in sim.runs:
             if run.shadow is not None:
@@ -372,28 +308,22 @@ def html_report(sim: Simulation) -> str:
             if run.groups:
                 whole = sum(1 for g in run.groups if g["whole"])
                 out.append(f"<h2>{_esc(run.policy)}: PodGroups, {whole} of {len(run.groups)} placed whole</h2>"
-                           "<table><tr><th>PodGroup</th><th>outcome</th><th>why (PodGroupInitiallyScheduled)</th>"
-                           "</tr>")
+                           "<table class=\"fixed\"><colgroup><col style=\"width:25%\"><col style=\"width:30%\">"
+                           "<col style=\"width:45%\"></colgroup><tr><th>PodGroup</th><th>outcome</th>"
+                           "<th>why (PodGroupInitiallyScheduled)</th></tr>")
                 for g in run.groups:
                     name, outcome, why = group_line(g)
                     out.append(f"<tr><td>{_esc(name)}</td><td>{_esc(outcome)}</td><td>{_esc(why)}</td></tr>")
                 out.append("</table>")
             if run.preemptions:
-                out.append(f"<h2>{_esc(run.policy)}: preemptions carried out</h2><table><tr><th>preemptor</th>"
-                           "<th>node</th><th>victims</th></tr>")
+                out.append(f"<h2>{_esc(run.policy)}: preemptions carried out</h2><table class=\"fixed\"><colgroup>"
+                           "<col style=\"width:30%\"><col style=\"width:20%\"><col style=\"width:50%\"></colgroup>"
+                           "<tr><th>preemptor</th><th>node</th><th>victims</th></tr>")
                 for p in run.preemptions:
                     out.append(f"<tr><td>{_esc(p['preemptor'])}</td><td>{_esc(p['node'])}</td>"
                                f"<td>{_esc(', '.join(p['victims']))}</td></tr>")
                 out.append("</table>")
-        for run in sim.runs:
-            groups = _failure_groups(run)
-            if not groups:
-                continue
-            out.append(f"<h2>{_esc(run.policy)}: {len(run.failed)} unschedulable</h2><table>"
-                       "<tr><th>FailedScheduling message</th><th>pods</th></tr>")
-            for msg, pods in groups[:20]:
-                more = f" ... ({len(pods)})" if len(pods) > 5 else ""
-                out.append(f"<tr><td>{_esc(msg)}</td><td>{_esc(', '.join(pods[:5]) + more)}</td></tr>")
-            out.append("</table>")
+        out += [_failures_html(run) for run in sim.runs]
+        out.append(drill_section(sim.runs))
     out.append("</body></html>\n")
     return "".join(out)

@@ -76,10 +76,11 @@ def test_an_unschedulable_pod_shows_which_filter_rejected_each_node():
     assert [r["node"] for r in rows] == ["n0", "n1", "n2", "n7"]
     fit = dd.filters.index("NodeResourcesFit")
     for r in rows:
-        assert r["verdict"] == "rejected by NodeResourcesFit" and r["total"] is None
+        assert r["verdict"].startswith("rejected by NodeResourcesFit") and r["total"] is None
         assert r["cells"]["NodeResourcesFit"]["filter"] == "Insufficient cpu"
         assert all(r["cells"][p]["filter"] == NOT_RUN for p in dd.filters[fit + 1:])
         assert all(r["cells"][p]["filter"] != NOT_RUN for p in dd.filters[:fit])
+    assert rows[-1]["verdict"] == "rejected by NodeResourcesFit (--explain-node)"
     assert "not in the snapshot: ghost" in dd.note
 
 
