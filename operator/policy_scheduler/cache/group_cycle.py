@@ -24,6 +24,7 @@ recorder, or what-if's in-memory stand-ins).
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..framework.cycle.podgroup import (POD_GROUP_CYCLE, GroupNode, GroupResult, PodGroupCycle, condition,
@@ -46,14 +47,17 @@ class GroupCycles:
     ``failure(pod, reason, msg, code)`` and ``nominate(pod, node)``; ``telemetry``:
     ``attempt(result, policy, seconds)`` and ``cycle_recorder(policy)``; ``preemptor``:
     ``preempt_group(info, members, victims)`` and ``nominate(pod, node)``; ``binding_tasks``:
-    ``start(qpi, policy state, chain, state, decision) -> bool``."""
+    ``start(qpi, policy state, chain, state, decision) -> bool``; ``group_metrics`` (optional):
+    ``pod_group_attempt(result, policy, seconds)`` once per cycle (upstream podGroupCycle's
+    result: scheduled, unschedulable, waiting_on_preemption or error, and the seconds since the
+    cycle started) and ``pod_group_algorithm(seconds)`` once the hierarchy's placements are known."""
 
     def __init__(self, state: "ClusterState", queue: "SchedulingQueue", nominator: "Nominator",
                  recorder: Any, telemetry: Any, preemptor: Any, binding_tasks: Any, resolve_policy: Callable,
-                 rng) -> None:
+                 rng, group_metrics: Any = None) -> None:
         self.state, self.queue, self.nominator, self.recorder = state, queue, nominator, recorder
         self.telemetry, self.preemptor, self.binding_tasks = telemetry, preemptor, binding_tasks
-        self.resolve_policy, self.rng = resolve_policy, rng
+        self.resolve_policy, self.rng, self.metrics = resolve_policy, rng, group_metrics
         self._handled: set[str] = set()  # the members of the cycle in progress already requeued or bound
 
     def schedule(self, qpi: QueuedPodInfo, st: "PolicyState", chain, group) -> GroupResult | None:
@@ -83,8 +87,9 @@ class GroupCycles:
             return None
         members.sort(key=lambda m: member_order_key(m.pod.priority, m.attempts, m.timestamp, m.pod.name))
         self._handled = set()
+        start = perf_counter()
         try:
-            return self._run(root, members, st, chain, group)
+            res = self._run(root, members, st, chain, group, start)
         except Exception as exc:  # a framework bug must not stop scheduling nor strand the members
             log.exception("pod-group cycle of %s failed", root.info.key)
             msg = f"pod group scheduling cycle failed: {type(exc).__name__}: {exc}"
@@ -92,9 +97,15 @@ class GroupCycles:
                 if m.key not in self._handled:
                     e.queue.add_unschedulable(m, error=True)
                     e.recorder.failure(m.pod, "FailedScheduling", msg, code=Code.ERROR)
-            return None
+            res = None
+        if self.metrics is not None:  # upstream podGroupCycle's result, by the root's status
+            result = ("error" if res is None or res.status.is_error else "scheduled" if res.status.is_success
+                      else "waiting_on_preemption" if res.waiting_on_preemption else "unschedulable")
+            self.metrics.pod_group_attempt(result, st.name, perf_counter() - start)
+        return res
 
-    def _run(self, root: GroupNode, members: list[QueuedPodInfo], st: "PolicyState", chain, group) -> GroupResult | None:
+    def _run(self, root: GroupNode, members: list[QueuedPodInfo], st: "PolicyState", chain, group,
+             start: float) -> GroupResult | None:
         e = self
         for leaf in root.leaves():
             leaf.pods = [m.pod for m in members if group.group_key(m.pod) == leaf.info.key]
@@ -121,6 +132,8 @@ class GroupCycles:
                               scoring=getattr(group, "placement_scoring", "Upstream"))
         results = cycle.run_tree(root)
         res = results[root.id]
+        if self.metrics is not None:
+            self.metrics.pod_group_algorithm(perf_counter() - start)
         if res.status.code == Code.UNSCHEDULABLE:
             self._post_filter(chain, _TreeRun(cycle, root), res, results)
         for m in members:  # upstream: a requeued group's max backoff grows with √(its queued size)

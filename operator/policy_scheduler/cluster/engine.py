@@ -55,6 +55,7 @@ from ..framework.queue.scheduling_queue import QueuedPodInfo, SchedulingQueue
 from ..framework.registry import Registry
 from ..framework.cycle.schedule import POD_SPEC, Decision, schedule_one
 from ..framework.status import Code
+from ..health import probe_checks
 from ..logs import MAX_MESSAGE_LEN, decision_fields, failure_fields, fields, truncate
 from ..metricsources.manager import MetricSources
 from ..plugins.default_preemption import RESULT_KEY as PREEMPTION_RESULT
@@ -147,6 +148,9 @@ class Engine:
         # metrics: a profile label names an existing policy (else "unknown"); queue moves read at scrape time
         tel.known_policies = self.policy_store.policies
         tel.queue_incoming.source = lambda: self.queue.incoming
+        tel.cache_size.table = lambda: state.table
+        tel.is_leader = lambda: self.leadership.leading  # a standby exports no scheduling series
+        client.metrics = tel.rest_client  # rest_client_* of every request (kubeclient.py)
         if plugin_metrics_sample_percent is not None:
             tel.plugin_sample_percent = plugin_metrics_sample_percent
         # pods without a usable policy still get the implicit plugins (SchedulingGates holds them)
@@ -158,7 +162,7 @@ class Engine:
                                           bind_concurrency)
         # kube-scheduler 1.37's pod-group cycle (cache/group_cycle.py)
         self.groups = GroupCycles(state, self.queue, self.nominator, self.recorder, tel, self.preemptor,
-                                  self.binding_tasks, self.resolve_policy, self.rng)
+                                  self.binding_tasks, self.resolve_policy, self.rng, group_metrics=tel)
         # every valid generation recorded as a ControllerRevision; the last valid one read back at
         # the sync point (revisions.py); off without a namespace
         self.revisions = Revisions(client, self.policy_store, self.api, namespace=revision_namespace,
@@ -365,6 +369,9 @@ class Engine:
         """The handler of one kind's watch events (an informer's callback): nodes, namespaces,
         pods and SchedulingPolicies by the engine's own handlers, every other kind of cache/state.KINDS and the PodGroups
         of both APIs ("podgroups", NATIVE_PODGROUPS) straight into the state, then the queue."""
+        return self.telemetry.timed_handler(kind, self._route(kind))  # scheduler_event_handling_duration_seconds
+
+    def _route(self, kind: str) -> Callable[[str, Mapping[str, Any]], None]:
         own = {"nodes": self.on_node, "namespaces": self.on_namespace, "pods": self.on_pod,
                POLICIES: self.on_policy}
         if kind in own:
@@ -405,17 +412,20 @@ class Engine:
             raise
 
     def health(self) -> tuple[bool, bool, dict[str, Any]]:
-        """(live, ready, details) for the probes: live unless the loop died; ready once the cache
-        is synced (a standby) and, on the leader, once the scheduling loop runs."""
-        lead = self.leadership.describe()
+        """(live, ready, details) for the probes, from the checks of health.probe_checks (in
+        ``details["checks"]``): live unless the loop died; ready once the cache is synced (a
+        standby) and, on the leader, once the scheduling loop runs."""
         waiting = self.informers.status() if not self.synced else {}
-        live = self.crashed is None
-        ready = live and self.synced and (self.scheduling or not self.leadership.leading)
+        checks = probe_checks(crashed=self.crashed, leading=self.leadership.leading, scheduling=self.scheduling,
+                              listed=self.synced or bool(self.informers.informers) and not waiting,
+                              synced=self.synced, waiting=waiting, lost=getattr(self.leadership, "lost", False),
+                              stopping=self._stopping)
+        live, ready = (all(err is None for _, err in checks[k]) for k in ("livez", "readyz"))
         details: dict[str, Any] = {
             "live": live, "ready": ready, "synced": self.synced, "scheduling": self.scheduling,
-            **({"waiting": waiting} if waiting else {}), **lead,
+            **({"waiting": waiting} if waiting else {}), **self.leadership.describe(),
             "nodes": self.state.table.n, "queued": len(self.queue), "bound": self.bound_by_us,
-            "policies": sorted(self.policies)}
+            "policies": sorted(self.policies), "checks": checks}
         if self.crashed is not None:
             details["error"] = f"the scheduling loop died: {type(self.crashed).__name__}: {self.crashed}"
         return live, ready, details
@@ -492,6 +502,7 @@ class Engine:
         self.telemetry.leader.labels(el.config.name).set(0)
         await el.run()
         self.telemetry.leader.labels(el.config.name).set(0)
+        self.telemetry.stepped_down()
         self._stopping = True
         self.wake()
         if self.on_leadership_lost is not None:
@@ -531,6 +542,7 @@ class Engine:
             return None
         state = CycleState(self.telemetry.cycle_recorder(st.name))
         decision = schedule_one(chain, pod, self.state.table, self.rng, state, self.nominator)
+        self.telemetry.algorithm(st.name, chain, state, decision)
         if st.rollout is not None:
             self.rollouts.decided(st, pod, arm, decision, state)
         if not decision.scheduled:  # a scheduled one counts when bound (or failed) in the binding cycle

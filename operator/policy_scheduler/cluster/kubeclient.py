@@ -403,6 +403,9 @@ class KubeClient:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self.user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
+        # client-go's rest_client_* metrics (cluster/telemetry_collectors.RestClientMetrics), set
+        # before the first request: every request of the session, the informers' included
+        self.metrics: Any = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -411,7 +414,8 @@ class KubeClient:
                 connector=aiohttp.TCPConnector(limit=256, ssl=self.creds.ssl_context),
                 timeout=self.timeout, headers={"User-Agent": self.user_agent},
                 cookie_jar=aiohttp.DummyCookieJar(),  # the API server sets none: skip the per-request jar lookup
-                json_serialize=lambda o: orjson.dumps(o).decode())
+                json_serialize=lambda o: orjson.dumps(o).decode(),
+                trace_configs=[self.metrics.trace_config()] if self.metrics is not None else None)
         return self._session
 
     async def close(self) -> None:

@@ -11,18 +11,35 @@ children are looked up once per label set and cached, so the scheduling loop pay
 and an observe per metric.
 
 Not to be confused with metricsources/ (the Prometheus data the usage-aware plugins read) or
-framework/metricview.py (the plugins' read-only view of those values)."""
+framework/metricview.py (the plugins' read-only view of those values).
+
+Leader-only: the scheduling series (attempts, durations, SLI, extension points, plugins, pending
+and unschedulable pods, queue moves, preemption, pod groups, binding, tuning, rollouts, dropped
+writes) live in a registry collected only while this replica leads (``is_leader``), so a standby
+exports none of them and a sum over replicas counts the leader's alone; a leader that steps down
+clears its gauges (``stepped_down``). Both replicas export the cache (``policy_scheduler_nodes``,
+``policy_scheduler_policies``, ``scheduler_cache_size``, ``scheduler_event_handling_duration_seconds``),
+``leader_election_master_status``, ``process_*``, ``python_*``, ``rest_client_*`` and
+``policy_scheduler_build_info``. No ``*_created`` series (``disable_created_metrics``), as kube
+components export none. The list of kube-scheduler 1.37's families and which are not exported,
+with why: docs/operations.md, "Metrics"."""
 
 from __future__ import annotations
 
 import random
+from time import perf_counter
 from typing import Any, Callable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client import (CollectorRegistry, Counter, Gauge, GCCollector, Histogram, PlatformCollector,
+                               ProcessCollector, disable_created_metrics)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..framework.instrumentation import DEFAULT_SAMPLE_PERCENT, CycleRecorder
 from ..framework.status import Code
+from .telemetry_collectors import (EVENT_ACTIONS, CacheSize, LeaderOnly, PluginEvaluations, RestClientMetrics,
+                                   build_info, event_resource)
+
+disable_created_metrics()  # no *_created series: kube components export none (prometheus_client's default adds them)
 
 UNKNOWN = "unknown"  # the profile label of a policy that does not exist
 
@@ -37,6 +54,7 @@ ATTEMPT_BUCKETS = exponential_buckets(0.001, 2, 15)
 SLI_BUCKETS = exponential_buckets(0.01, 2, 20)
 EXTENSION_POINT_BUCKETS = exponential_buckets(0.0001, 2, 12)
 PLUGIN_BUCKETS = exponential_buckets(0.00001, 1.5, 20)
+POD_ATTEMPTS_BUCKETS = exponential_buckets(1, 2, 5)
 MAX_ATTEMPTS_LABEL = 15  # upstream getAttemptsLabel: "15+" from 15 attempts on
 
 
@@ -53,19 +71,25 @@ def event_label(label: str) -> str:
 class _QueueIncoming:
     """``scheduler_queue_incoming_pods_total{queue,event}``, read at scrape time from the
     queue's own counters (``SchedulingQueue.incoming``): the loop pays one dict increment per
-    move, nothing here."""
+    move, nothing here. Also 1.37's ``scheduler_queue_incoming_entities_total{queue,event,type}``
+    with the same counts under ``type="pod"``: the queue's entities are pods (a pod group's
+    members are queued one by one)."""
 
     NAME = "scheduler_queue_incoming_pods"
     HELP = "Number of pods added to scheduling queues by event and queue type."
+    ENTITIES = "scheduler_queue_incoming_entities"
+    ENTITIES_HELP = "Number of entities (pods or pod groups) added to scheduling queues by event, queue and type."
 
     def __init__(self) -> None:
         self.source: Callable[[], Mapping[tuple[str, str], int]] | None = None
 
     def describe(self):
-        return [CounterMetricFamily(self.NAME, self.HELP, labels=["queue", "event"])]
+        return [CounterMetricFamily(self.NAME, self.HELP, labels=["queue", "event"]),
+                CounterMetricFamily(self.ENTITIES, self.ENTITIES_HELP, labels=["queue", "event", "type"])]
 
     def collect(self):
         fam = CounterMetricFamily(self.NAME, self.HELP, labels=["queue", "event"])
+        entities = CounterMetricFamily(self.ENTITIES, self.ENTITIES_HELP, labels=["queue", "event", "type"])
         totals: dict[tuple[str, str], int] = {}
         if self.source is not None:
             for (queue, event), n in dict(self.source()).items():  # a copy: the loop keeps counting
@@ -73,6 +97,29 @@ class _QueueIncoming:
                 totals[key] = totals.get(key, 0) + n
         for (queue, event), n in sorted(totals.items()):
             fam.add_metric([queue, event], n)
+            entities.add_metric([queue, event, "pod"], n)
+        yield fam
+        yield entities
+
+
+class _QueuedEntities:
+    """1.37's ``scheduler_queued_entities{queue,type}``: ``scheduler_pending_pods``' values under
+    ``type="pod"`` (the queue holds pods only), read from that gauge at scrape time."""
+
+    NAME = "scheduler_queued_entities"
+    HELP = "Number of pending entities (pods or pod groups) in the scheduling queues, by the queue and type."
+
+    def __init__(self, pending: Gauge) -> None:
+        self.pending = pending
+
+    def describe(self):
+        return [GaugeMetricFamily(self.NAME, self.HELP, labels=["queue", "type"])]
+
+    def collect(self):
+        fam = GaugeMetricFamily(self.NAME, self.HELP, labels=["queue", "type"])
+        for metric in self.pending.collect():
+            for s in metric.samples:
+                fam.add_metric([s.labels["queue"], "pod"], s.value)
         yield fam
 
 
@@ -109,92 +156,132 @@ class Telemetry:
 
     def __init__(self, registry: CollectorRegistry | None = None, *,
                  plugin_sample_percent: float = DEFAULT_SAMPLE_PERCENT,
-                 known_policies: Mapping[str, Any] | None = None, rng: random.Random | None = None) -> None:
+                 known_policies: Mapping[str, Any] | None = None, rng: random.Random | None = None,
+                 is_leader: Callable[[], bool] | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        r = self.registry
+        r = self.registry  # what every replica exports
+        self.leader_only = LeaderOnly(lambda: self.is_leader())
+        self.is_leader: Callable[[], bool] = is_leader or (lambda: True)
+        r.register(self.leader_only)
+        lr = self.leader_only.registry  # what only the leader exports
         # kube-scheduler's metrics
         self.attempts = Counter("scheduler_schedule_attempts",
                                 "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod "
                                 "could not be scheduled, while 'error' means an internal scheduler problem.",
-                                ["result", "profile"], registry=r)
+                                ["result", "profile"], registry=lr)
         self.attempt_duration = Histogram("scheduler_scheduling_attempt_duration_seconds",
                                           "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
-                                          ["result", "profile"], buckets=ATTEMPT_BUCKETS, registry=r)
+                                          ["result", "profile"], buckets=ATTEMPT_BUCKETS, registry=lr)
+        self.algorithm_duration = Histogram("scheduler_scheduling_algorithm_duration_seconds",
+                                            "Scheduling algorithm latency in seconds", buckets=ATTEMPT_BUCKETS,
+                                            registry=lr)
         self.sli_duration = Histogram("scheduler_pod_scheduling_sli_duration_seconds",
                                       "E2e latency for a pod being scheduled, from the time the pod enters the "
                                       "scheduling queue and might involve multiple scheduling attempts.",
-                                      ["attempts"], buckets=SLI_BUCKETS, registry=r)
+                                      ["attempts"], buckets=SLI_BUCKETS, registry=lr)
+        self.pod_attempts = Histogram("scheduler_pod_scheduling_attempts",
+                                      "Number of attempts to successfully schedule a pod.",
+                                      buckets=POD_ATTEMPTS_BUCKETS, registry=lr)
         self.extension_point_duration = Histogram(
             "scheduler_framework_extension_point_duration_seconds",
             "Latency for running all plugins of a specific extension point.",
-            ["extension_point", "status", "profile"], buckets=EXTENSION_POINT_BUCKETS, registry=r)
+            ["extension_point", "status", "profile"], buckets=EXTENSION_POINT_BUCKETS, registry=lr)
         self.plugin_duration = Histogram(
             "scheduler_plugin_execution_duration_seconds",
             "Duration for running a plugin at a specific extension point (sampled scheduling cycles).",
-            ["plugin", "extension_point", "status"], buckets=PLUGIN_BUCKETS, registry=r)
+            ["plugin", "extension_point", "status"], buckets=PLUGIN_BUCKETS, registry=lr)
+        self.plugin_evaluations = PluginEvaluations()
+        lr.register(self.plugin_evaluations)
         self.pending = Gauge("scheduler_pending_pods",
                              "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; "
                              "'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in "
                              "unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is "
                              "the number of unschedulable pods that the scheduler never attempted to schedule "
-                             "because they are gated.", ["queue"], registry=r)
+                             "because they are gated.", ["queue"], registry=lr)
         self.unschedulable = Gauge("scheduler_unschedulable_pods",
                                    "The number of unschedulable pods broken down by plugin name. A pod will "
                                    "increment the gauge for all plugins that caused it to not schedule and so this "
                                    "metric have meaning only when broken down by plugin.",
-                                   ["plugin", "profile"], registry=r)
+                                   ["plugin", "profile"], registry=lr)
+        lr.register(_QueuedEntities(self.pending))
         self.queue_incoming = _QueueIncoming()
-        r.register(self.queue_incoming)
+        lr.register(self.queue_incoming)
+        self.preemption_attempts = Counter("scheduler_preemption_attempts",
+                                           "Total preemption attempts in the cluster till now", registry=lr)
+        self.preemption_victims = Histogram("scheduler_preemption_victims", "Number of selected preemption victims",
+                                            buckets=exponential_buckets(1, 2, 7), registry=lr)
+        # 1.37's pod-group cycle (upstream: with the GenericWorkload gate; here: native PodGroups)
+        self.pod_group_attempts = Counter(
+            "scheduler_podgroup_schedule_attempts",
+            "Number of attempts to schedule pod group, by the result. 'unschedulable' means a pod group could not "
+            "be scheduled, while 'error' means an internal scheduler problem.", ["result", "profile"], registry=lr)
+        self.pod_group_duration = Histogram("scheduler_podgroup_scheduling_attempt_duration_seconds",
+                                            "Pod group scheduling attempt latency in seconds", ["result", "profile"],
+                                            buckets=ATTEMPT_BUCKETS, registry=lr)
+        self.pod_group_algorithm_duration = Histogram("scheduler_podgroup_scheduling_algorithm_duration_seconds",
+                                                      "Pod group scheduling algorithm latency in seconds",
+                                                      buckets=ATTEMPT_BUCKETS, registry=lr)
+        # cache and event handlers: every replica keeps its cache warm
+        self.cache_size = CacheSize()
+        r.register(self.cache_size)
+        self.event_handling = Histogram("scheduler_event_handling_duration_seconds",
+                                        "Event handling latency in seconds.", ["event"],
+                                        buckets=EXTENSION_POINT_BUCKETS, registry=r)
         # the operator's own
         self.binding_duration = Histogram("policy_scheduler_binding_duration_seconds",
-                                          "Time of the pods/binding request.", buckets=_LATENCY, registry=r)
+                                          "Time of the pods/binding request.", buckets=_LATENCY, registry=lr)
         self.bind_errors = Counter("policy_scheduler_binding_errors", "Failed bindings by HTTP status.",
-                                   ["code"], registry=r)
+                                   ["code"], registry=lr)
         self.nodes = Gauge("policy_scheduler_nodes", "Nodes in the scheduler's cache.", registry=r)
         self.policies = Gauge("policy_scheduler_policies", "SchedulingPolicies by readiness.", ["ready"], registry=r)
-        self.preemption_attempts = Counter("scheduler_preemption_attempts",
-                                           "Total preemption attempts in the cluster till now", registry=r)
-        self.preemption_victims = Histogram("scheduler_preemption_victims", "Number of selected preemption victims",
-                                            buckets=exponential_buckets(1, 2, 7), registry=r)
         # client-go's leader election metric, under its name (k8s.io/client-go/tools/leaderelection)
         self.leader = Gauge("leader_election_master_status",
                             "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
                             "backup, 1 indicates master. 'name' is the string used to identify the lease.",
                             ["name"], registry=r)
         self.events_dropped = Counter("policy_scheduler_events_dropped",
-                                      "Kubernetes Events or status writes that failed.", ["kind"], registry=r)
+                                      "Kubernetes Events or status writes that failed.", ["kind"], registry=lr)
         # the tuner (cluster/tuner.py): evaluations that replayed a window, their replays and time
         self.tuning_evaluations = Counter("policy_scheduler_tuning_evaluations",
                                           "Tuner evaluations that replayed a window of pods, by policy.",
-                                          ["policy"], registry=r)
+                                          ["policy"], registry=lr)
         self.tuning_replays = Counter("policy_scheduler_tuning_replays", "Replays the tuner ran, by policy.",
-                                      ["policy"], registry=r)
+                                      ["policy"], registry=lr)
         self.tuning_duration = Histogram("policy_scheduler_tuning_evaluation_duration_seconds",
                                          "Time of one tuner evaluation (its replays, off the scheduling loop).",
-                                         ["policy"], buckets=exponential_buckets(0.05, 2, 12), registry=r)
+                                         ["policy"], buckets=exponential_buckets(0.05, 2, 12), registry=lr)
         # rollouts (cluster/rollout_controller.py)
         self.rollout_phase = Gauge("policy_scheduler_rollout_phase",
                                    "1 for the phase a policy's rollout is in (Shadowing, Progressing, Promoting, "
-                                   "Promoted, RolledBack, Aborted), 0 for the others.", ["policy", "phase"], registry=r)
+                                   "Promoted, RolledBack, Aborted), 0 for the others.", ["policy", "phase"],
+                                   registry=lr)
         self.rollout_attempts = Counter("policy_scheduler_rollout_attempts",
                                         "Scheduling attempts of a canary rollout's pods, by arm (stable, canary) and "
-                                        "result (scheduled, unschedulable).", ["policy", "arm", "result"], registry=r)
+                                        "result (scheduled, unschedulable).", ["policy", "arm", "result"], registry=lr)
         self.rollout_shadow = Counter("policy_scheduler_rollout_shadow_decisions",
                                       "Decisions a shadowed candidate made beside the stable chain, by outcome "
-                                      "(same, changed).", ["policy", "outcome"], registry=r)
+                                      "(same, changed).", ["policy", "outcome"], registry=lr)
         self.rollout_rollbacks = Counter("policy_scheduler_rollout_rollbacks",
-                                         "Candidates rolled back by the canary analysis.", ["policy"], registry=r)
+                                         "Candidates rolled back by the canary analysis.", ["policy"], registry=lr)
         self.rollout_promotions = Counter("policy_scheduler_rollout_promotions",
-                                          "Candidates promoted (written to spec.plugins).", ["policy"], registry=r)
+                                          "Candidates promoted (written to spec.plugins).", ["policy"], registry=lr)
+        # the process (process_*, python_*), the API client (rest_client_*), the build
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        self.rest_client = RestClientMetrics(r)
+        self.build_info = build_info(r)
 
         self.known_policies: Mapping[str, Any] = known_policies if known_policies is not None else {}
         self.plugin_sample_percent = plugin_sample_percent
         self._rng = rng or random.Random()  # never the engine's: sampling must not shift its tie-breaking
         self._attempt_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._group_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._sli_children: dict[str, Any] = {}
         self._plugin_children: dict[tuple[str, str, Code], Any] = {}
         self._recorders: dict[tuple[str, bool], TelemetryRecorder] = {}
         self._unschedulable_set: set[tuple[str, str]] = set()
+        self._event_children: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ labels
     def profile(self, policy: str | None) -> str:
@@ -221,6 +308,61 @@ class Telemetry:
         if child is None:
             child = self._sli_children[label] = self.sli_duration.labels(label)
         child.observe(seconds)
+        self.pod_attempts.observe(attempts)
+
+    def algorithm(self, policy: str | None, chain: Any, state: Any, decision: Any) -> None:
+        """One single-pod scheduling cycle ended (upstream schedulingAlgorithm): its duration, and
+        its plugins' evaluations (PluginEvaluations.cycle)."""
+        self.algorithm_duration.observe(decision.duration)
+        self.plugin_evaluations.cycle(self.profile(policy), chain, state.skip_filter, state.skip_score,
+                                      decision.evaluated, decision.feasible)
+
+    def pod_group_attempt(self, result: str, policy: str | None, seconds: float) -> None:
+        """A pod-group cycle ended (upstream podGroupCycle): ``result`` scheduled, unschedulable,
+        waiting_on_preemption or error, ``seconds`` since the cycle started."""
+        profile = self.profile(policy)
+        children = self._group_children.get((result, profile))
+        if children is None:
+            children = self._group_children[(result, profile)] = (
+                self.pod_group_attempts.labels(result, profile), self.pod_group_duration.labels(result, profile))
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def pod_group_algorithm(self, seconds: float) -> None:
+        """A pod-group cycle's algorithm (the hierarchy's placements, before PodGroupPostFilter)."""
+        self.pod_group_algorithm_duration.observe(seconds)
+
+    # ------------------------------------------------------------------ the informers
+    def timed_handler(self, kind: str, handler: Callable[[str, Mapping[str, Any]], None]
+                      ) -> Callable[[str, Mapping[str, Any]], None]:
+        """``handler`` (an informer's callback for ``kind``) timed into
+        ``scheduler_event_handling_duration_seconds{event}``, with upstream's event labels
+        (``NodeAdd``, ``UnscheduledPodUpdate``, ``AssignedPodDelete``, ...)."""
+        children = self._event_children
+        hist = self.event_handling
+
+        def handle(event: str, body: Mapping[str, Any]) -> None:
+            t = perf_counter()
+            try:
+                handler(event, body)
+            finally:
+                label = event_resource(kind, body) + EVENT_ACTIONS.get(event, event.title())
+                child = children.get(label)
+                if child is None:
+                    child = children[label] = hist.labels(label)
+                child.observe(perf_counter() - t)
+
+        return handle
+
+    # ------------------------------------------------------------------ leadership
+    def stepped_down(self) -> None:
+        """This replica no longer leads: its scheduling gauges are cleared (the leader-only
+        registry is not collected any more either), so no stale value is summed with the new
+        leader's."""
+        self.pending.clear()
+        self.unschedulable.clear()
+        self._unschedulable_set.clear()
+        self.rollout_phase.clear()
 
     def cycle_recorder(self, policy: str | None) -> TelemetryRecorder:
         """The recorder for one cycle of ``policy``'s pod: plugin calls timed in

@@ -1,0 +1,218 @@
+"""The parts of the operator's /metrics (telemetry.py) that are read at scrape time or come from
+elsewhere than the scheduling loop: the leader-only gate, ``scheduler_cache_size``,
+``scheduler_plugin_evaluation_total``, client-go's ``rest_client_*`` and the build info.
+
+Read at scrape time means the loop pays a plain dict increment (or nothing) and the collector
+turns the counts into samples when Prometheus asks."""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from .. import __version__
+
+# the kube-scheduler release whose metrics (names, labels, buckets) the operator's follow
+KUBE_SCHEDULER_VERSION = "v1.37.1"
+
+# client-go's rest_client_request_duration_seconds buckets (component-base/metrics/prometheus/restclient)
+REST_CLIENT_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+
+class LeaderOnly:
+    """A registry of its own, collected only while ``is_leader()``: the scheduling series of a
+    standby replica are absent (not zero), so a sum over the replicas counts the leader's alone."""
+
+    def __init__(self, is_leader: Callable[[], bool]) -> None:
+        self.registry = CollectorRegistry()
+        self.is_leader = is_leader
+
+    def describe(self) -> list:
+        return []  # no name check against the outer registry: the names are distinct by construction
+
+    def collect(self) -> Iterable:
+        if self.is_leader():
+            yield from self.registry.collect()
+
+
+class CacheSize:
+    """``scheduler_cache_size{type}`` (upstream's cache: nodes, pods, assumed_pods), read from the
+    node table at scrape time. ``table``: a callable returning the table (None before the engine)."""
+
+    NAME = "scheduler_cache_size"
+    HELP = "Number of nodes, pods, and assumed (bound) pods in the scheduler cache."
+
+    def __init__(self) -> None:
+        self.table: Callable[[], Any] | None = None
+
+    def describe(self) -> list:
+        return [GaugeMetricFamily(self.NAME, self.HELP, labels=["type"])]
+
+    def collect(self) -> Iterable:
+        fam = GaugeMetricFamily(self.NAME, self.HELP, labels=["type"])
+        table = self.table() if self.table is not None else None
+        if table is not None:
+            fam.add_metric(["nodes"], table.n)
+            fam.add_metric(["pods"], len(table.pod_node))  # bound and assumed, as upstream's podStates
+            fam.add_metric(["assumed_pods"], len(table.assumed))
+        yield fam
+
+
+class PluginEvaluations:
+    """``scheduler_plugin_evaluation_total{plugin,extension_point,profile}``: how many times each
+    plugin was run at PreFilter, Filter, PreScore and Score (upstream counts each call of its
+    instrumented plugins: PreFilter and PreScore once per cycle, Filter and Score once per node).
+    ``cycle`` adds one cycle's counts to a dict; the samples are made at scrape time."""
+
+    NAME = "scheduler_plugin_evaluation"
+    HELP = ("Number of attempts to schedule pods by each plugin and the extension point (available only in "
+            "PreFilter, Filter, PreScore, and Score).")
+    LABELS = ["plugin", "extension_point", "profile"]
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, str], int] = {}
+        self._plans: dict[tuple[str, int], tuple] = {}
+
+    def _plan(self, profile: str, chain: Any) -> tuple:
+        """The keys of a chain's plugins at each point, made once per (profile, chain)."""
+        plan = self._plans.get((profile, id(chain)))
+        if plan is None or plan[0] is not chain:
+            def keys(plugins, point):
+                return tuple((p.NAME, (p.NAME, point, profile)) for p in plugins)
+
+            plan = (chain, keys(chain.pre_filter, "PreFilter"), keys(chain.filter, "Filter"),
+                    keys(chain.pre_score, "PreScore"), keys([p for p, _ in chain.score], "Score"))
+            if len(self._plans) > 4096:  # chains replaced over a long life: start over
+                self._plans.clear()
+            self._plans[(profile, id(chain))] = plan
+        return plan
+
+    def cycle(self, profile: str, chain: Any, skip_filter: set, skip_score: set, evaluated: int,
+              feasible: int) -> None:
+        """One single-pod cycle: every PreFilter plugin ran once; every Filter plugin not skipped
+        over the ``evaluated`` nodes (the nodes the scan evaluated: for a plugin after one that
+        rejected some of them, an upper bound, since the operator filters batches of nodes);
+        with two or more feasible nodes, every PreScore plugin once and every Score plugin not
+        skipped once per feasible node (upstream scores nothing for a single feasible node)."""
+        _, pre_filter, filters, pre_score, scores = self._plan(profile, chain)
+        c = self.counts
+        for _, key in pre_filter:
+            c[key] = c.get(key, 0) + 1
+        if evaluated:
+            for name, key in filters:
+                if name not in skip_filter:
+                    c[key] = c.get(key, 0) + evaluated
+        if feasible > 1:
+            for _, key in pre_score:
+                c[key] = c.get(key, 0) + 1
+            for name, key in scores:
+                if name not in skip_score:
+                    c[key] = c.get(key, 0) + feasible
+
+    def describe(self) -> list:
+        return [CounterMetricFamily(self.NAME, self.HELP, labels=self.LABELS)]
+
+    def collect(self) -> Iterable:
+        fam = CounterMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
+        for key, n in sorted(dict(self.counts).items()):  # a copy: the loop keeps counting
+            fam.add_metric(list(key), n)
+        yield fam
+
+
+class RestClientMetrics:
+    """client-go's request metrics of the operator's API client (cluster/kubeclient.py), under
+    client-go's names, labels and buckets: ``rest_client_requests_total{code,host,method}`` (code
+    ``<error>`` when no answer came) and ``rest_client_request_duration_seconds{verb,host}`` (until
+    the response's headers, as client-go's: a watch counts its start, not its stream). Children
+    cached per label set."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter("rest_client_requests", "Number of HTTP requests, partitioned by status code, "
+                                "method, and host.", ["code", "method", "host"], registry=registry)
+        self.duration = Histogram("rest_client_request_duration_seconds",
+                                  "Request latency in seconds. Broken down by verb, and host.", ["verb", "host"],
+                                  buckets=REST_CLIENT_BUCKETS, registry=registry)
+        self._requests: dict[tuple[str, str, str], Any] = {}
+        self._durations: dict[tuple[str, str], Any] = {}
+
+    def observe(self, method: str, host: str, code: int | str, seconds: float) -> None:
+        """One request to ``host`` (host:port) answered with HTTP ``code`` (or ``<error>``)."""
+        code = str(code)
+        key = (code, method, host)
+        child = self._requests.get(key)
+        if child is None:
+            child = self._requests[key] = self.requests.labels(code, method, host)
+        child.inc()
+        dkey = (method, host)
+        hist = self._durations.get(dkey)
+        if hist is None:
+            hist = self._durations[dkey] = self.duration.labels(method, host)
+        hist.observe(seconds)
+
+    def trace_config(self):
+        """An aiohttp TraceConfig feeding ``observe``: every request of the client's session, the
+        informers' LISTs and WATCHes included."""
+        import aiohttp
+
+        tc = aiohttp.TraceConfig()
+
+        async def start(_session, ctx, _params) -> None:
+            ctx.t0 = time.perf_counter()
+
+        async def end(_session, ctx, params) -> None:
+            url = params.url
+            self.observe(params.method, _host(url), params.response.status, time.perf_counter() - ctx.t0)
+
+        async def failed(_session, ctx, params) -> None:
+            t0 = getattr(ctx, "t0", None)
+            self.observe(params.method, _host(params.url), "<error>", time.perf_counter() - t0 if t0 else 0.0)
+
+        tc.on_request_start.append(start)
+        tc.on_request_end.append(end)
+        tc.on_request_exception.append(failed)
+        return tc
+
+
+def _host(url: Any) -> str:
+    """client-go's host label: the base URL's host[:port] as written."""
+    host = url.raw_host or "none"
+    return f"{host}:{url.port}" if url.explicit_port else host
+
+
+def build_info(registry: CollectorRegistry) -> Gauge:
+    """``policy_scheduler_build_info{...} 1`` (as kube components' kubernetes_build_info): the
+    operator's version, the kube-scheduler release its metrics follow, the Python that runs it."""
+    g = Gauge("policy_scheduler_build_info",
+              "A metric with a constant '1' value labeled by the operator's version, the kube-scheduler release "
+              "whose behaviour and metrics it follows, and the Python implementation and version it runs on.",
+              ["version", "kube_scheduler_version", "python_implementation", "python_version"], registry=registry)
+    g.labels(__version__, KUBE_SCHEDULER_VERSION, platform.python_implementation(),
+             ".".join(map(str, sys.version_info[:3]))).set(1)
+    return g
+
+
+def event_resource(kind: str, body: Mapping[str, Any]) -> str:
+    """The resource half of upstream's event label (``NodeAdd``, ``AssignedPodUpdate``,
+    ``storage.k8s.io/CSINodeDelete``) for one of our informers' kinds."""
+    if kind == "pods":
+        return "AssignedPod" if (body.get("spec") or {}).get("nodeName") else "UnscheduledPod"
+    return EVENT_RESOURCES.get(kind, kind)
+
+
+EVENT_RESOURCES = {
+    "nodes": "Node", "namespaces": "Namespace", "persistentvolumes": "PersistentVolume",
+    "persistentvolumeclaims": "PersistentVolumeClaim", "storageclasses": "storage.k8s.io/StorageClass",
+    "csinodes": "storage.k8s.io/CSINode", "csidrivers": "storage.k8s.io/CSIDriver",
+    "resourceclaims": "resource.k8s.io/ResourceClaim", "resourceslices": "resource.k8s.io/ResourceSlice",
+    "deviceclasses": "resource.k8s.io/DeviceClass", "poddisruptionbudgets": "PodDisruptionBudget",
+    "services": "Service", "replicationcontrollers": "ReplicationController", "replicasets": "apps/ReplicaSet",
+    "statefulsets": "apps/StatefulSet", "schedulingpolicies": "SchedulingPolicy",
+    "podgroups": "scheduling.x-k8s.io/PodGroup", "podgroups.scheduling.k8s.io": "scheduling.k8s.io/PodGroup",
+    "compositepodgroups.scheduling.k8s.io": "scheduling.k8s.io/CompositePodGroup",
+}
+EVENT_ACTIONS = {"ADDED": "Add", "MODIFIED": "Update", "DELETED": "Delete"}
