@@ -1,13 +1,32 @@
-"""The probe endpoints, as kube-scheduler serves them: ``/healthz`` (and ``/livez``) for
-liveness, ``/readyz`` for readiness, each answered from the operator's event loop.
+"""The probe endpoints, as kube-scheduler serves them: ``/healthz`` and ``/livez`` for liveness,
+``/readyz`` for readiness, each answered from the operator's event loop (an event loop that does
+not answer fails the probe by its timeout).
 
-- ``/healthz``: 200 while the event loop answers and the scheduling loop has not died; else 500
-  (the kubelet restarts the container). A standby, or a cache still syncing, is alive.
-- ``/readyz``: 200 once every informer has listed and every SchedulingPolicy is loaded, and, on
-  the leader, once the scheduling loop runs; else 503. The body names what is still awaited
-  (e.g. ``services: list failed: ... HTTP 403 ...``).
+Each endpoint is a list of named checks (``probe_checks``):
 
-Both answer JSON with the details; ``?verbose`` is accepted and ignored, as a probe sends none.
+- ``/livez``: ``ping``, ``scheduling-loop`` (fails once the scheduling loop died; the kubelet then
+  restarts the container). A standby, or a cache still syncing, is alive.
+- ``/healthz``: ``/livez``'s and ``leaderElection`` (fails once this replica lost its Lease: it
+  is exiting, as kube-scheduler's watchdog).
+- ``/readyz``: ``ping``, ``leaderElection``, ``shutdown`` (fails once stopping),
+  ``informer-sync`` (every informer listed), ``policies-loaded`` (SchedulingPolicies loaded and
+  the last valid revision of each invalid one restored), ``scheduling-loop`` (on the leader: the
+  loop runs; a standby passes) and, with admission webhooks, ``webhooks`` (serving).
+
+Bodies, as k8s.io/apiserver/pkg/server/healthz where a kube operator reads them:
+
+- ``?verbose`` (``kubectl get --raw '/readyz?verbose'``): text/plain, one line per check,
+  ``[+]informer-sync ok`` or ``[-]informer-sync failed: reason withheld``, then ``readyz check
+  passed`` or ``readyz check failed``; ``?exclude=<check>`` (repeatable) skips a check
+  (``[+]<check> excluded: ok``);
+- ``/readyz/<check>`` (and ``/livez/<check>``, ``/healthz/<check>``): ``ok``, or ``internal
+  server error: <reason>`` with status 500;
+- otherwise, the JSON details (``live``, ``ready``, what the cache waits for, e.g. ``services:
+  list failed: ... HTTP 403 ...``, the leadership, counts), as before: the probes read the status.
+
+Status: 200 when every check passes; else 500 for ``/healthz`` and ``/livez`` (upstream's), 503 for
+``/readyz`` (the operator's readiness status since its first release; the kubelet treats both as a
+failure).
 """
 
 from __future__ import annotations
@@ -20,10 +39,48 @@ from aiohttp import web
 log = logging.getLogger("policy_scheduler")
 
 HealthFn = Callable[[], tuple[bool, bool, dict[str, Any]]]
+Checks = list[tuple[str, "str | None"]]  # (name, why it fails, None when it passes)
+FAILED_STATUS = {"healthz": 500, "livez": 500, "readyz": 503}
+
+
+def probe_checks(*, crashed: BaseException | None, leading: bool, scheduling: bool, listed: bool, synced: bool,
+                 waiting: dict[str, str], lost: bool, stopping: bool) -> dict[str, Checks]:
+    """The checks of each endpoint, from the engine's state: ``listed`` (every informer listed),
+    ``synced`` (and the policies loaded), ``waiting`` (informer -> why it has not listed)."""
+    died = f"the scheduling loop died: {type(crashed).__name__}: {crashed}" if crashed is not None else None
+    loop = died or ("this replica leads and its scheduling loop has not started" if leading and not scheduling
+                    else None)
+    lease = "leader election lost: the lease was not renewed (exiting)" if lost else None
+    informers = None if listed else ("waiting for " + "; ".join(f"{k}: {v}" for k, v in sorted(waiting.items()))
+                                     if waiting else "the informers have not started")
+    policies = None if synced else "SchedulingPolicies and their revisions not loaded yet"
+    live: Checks = [("ping", None), ("scheduling-loop", died)]
+    return {"livez": live, "healthz": [("ping", None), ("leaderElection", lease), ("scheduling-loop", died)],
+            "readyz": [("ping", None), ("leaderElection", lease), ("shutdown", "stopping" if stopping else None),
+                       ("informer-sync", informers), ("policies-loaded", policies), ("scheduling-loop", loop)]}
+
+
+def verbose_body(endpoint: str, checks: Checks, exclude: list[str]) -> tuple[bool, str]:
+    """(every check passed, upstream's verbose text) for ``checks`` minus ``exclude``."""
+    lines, failed, unknown = [], False, [e for e in dict.fromkeys(exclude) if e not in {n for n, _ in checks}]
+    for name, err in checks:
+        if name in exclude:
+            lines.append(f"[+]{name} excluded: ok")
+        elif err is not None:
+            failed = True
+            lines.append(f"[-]{name} failed: reason withheld")
+        else:
+            lines.append(f"[+]{name} ok")
+    if unknown:
+        lines.append("warn: some health checks cannot be excluded: no matches for "
+                     + ",".join(f'"{u}"' for u in unknown))
+    lines.append(f"{endpoint} check {'failed' if failed else 'passed'}")
+    return not failed, "\n".join(lines) + "\n"
 
 
 class HealthServer:
-    """Serve ``health()`` (live, ready, details) on ``address:port``."""
+    """Serve ``health()`` (live, ready, details; the checks in ``details["checks"]``) on
+    ``address:port``."""
 
     def __init__(self, health: HealthFn, address: str, port: int) -> None:
         self.health = health
@@ -31,23 +88,47 @@ class HealthServer:
         self.port = port
         self._runner: web.AppRunner | None = None
 
-    async def _live(self, _request: web.Request) -> web.Response:
-        live, _ready, details = self.health()
-        return web.json_response(details, status=200 if live else 500)
+    def _checks(self, endpoint: str) -> tuple[bool, dict[str, Any], Checks]:
+        live, ready, details = self.health()
+        details = dict(details)
+        checks = list((details.pop("checks", None) or {}).get(endpoint) or [])
+        if not checks:  # a health function without checks: its verdict as one
+            checks = [("ping", None), (endpoint, None if (ready if endpoint == "readyz" else live) else "failed")]
+        if endpoint == "readyz" and isinstance(details.get("webhooks"), dict):
+            checks.append(("webhooks", None if details["webhooks"].get("serving") else
+                           details["webhooks"].get("error") or "not serving"))
+        return all(err is None for _, err in checks), details, checks
 
-    async def _ready(self, _request: web.Request) -> web.Response:
-        _live, ready, details = self.health()
-        return web.json_response(details, status=200 if ready else 503)
+    async def _endpoint(self, request: web.Request) -> web.Response:
+        endpoint = request.match_info["endpoint"]
+        ok, details, checks = self._checks(endpoint)
+        status = 200 if ok else FAILED_STATUS[endpoint]
+        if "verbose" in request.query:
+            passed, text = verbose_body(endpoint, checks, request.query.getall("exclude", []))
+            return web.Response(text=text, status=200 if passed else FAILED_STATUS[endpoint],
+                                headers={"X-Content-Type-Options": "nosniff"})
+        details["live" if endpoint != "readyz" else "ready"] = ok
+        return web.json_response(details, status=status)
+
+    async def _one(self, request: web.Request) -> web.Response:
+        endpoint, name = request.match_info["endpoint"], request.match_info["check"]
+        _, _, checks = self._checks(endpoint)
+        for n, err in checks:
+            if n == name:
+                if err is None:
+                    return web.Response(text="ok")
+                return web.Response(text=f"internal server error: {err}\n", status=500)
+        return web.Response(text="404 page not found\n", status=404)
 
     async def start(self) -> None:
         app = web.Application()
-        app.add_routes([web.get("/healthz", self._live), web.get("/livez", self._live),
-                        web.get("/readyz", self._ready)])
+        app.add_routes([web.get("/{endpoint:healthz|livez|readyz}", self._endpoint),
+                        web.get("/{endpoint:healthz|livez|readyz}/{check}", self._one)])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.address, self.port)
         await site.start()
-        log.info("probes on http://%s:%d (/healthz, /readyz)", self.address, self.port)
+        log.info("probes on http://%s:%d (/healthz, /livez, /readyz)", self.address, self.port)
 
     async def stop(self) -> None:
         if self._runner is not None:
