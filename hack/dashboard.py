@@ -415,6 +415,11 @@ def process() -> list[dict]:
     """Per replica: the process and its API client (metric families being added: INCLUDE_PENDING)."""
     return [
         row("Replicas: process, cache and API client"),
+        stat("Version by replica", "The operator's version on each replica (policy_scheduler_build_info, 1 with the "
+             "version in its labels; also kube_scheduler_version, the release whose behaviour and metrics it "
+             "follows, and python_version). Two versions side by side: a rolling update under way, or stuck.",
+             f"max by (instance, version) (policy_scheduler_build_info{{{J}}})", legend="{{instance}} {{version}}",
+             text_mode="name", graph_mode="none", thresholds=steps(base="text"), w=24, h=3),
         timeseries("CPU per replica", "CPU time per second of each replica's process (process_cpu_seconds_total), "
                    "1 = one core. The leader's grows with the scheduling load; a standby's stays low (its informers "
                    "only). Compare with the container's cpu limit.",
@@ -435,14 +440,16 @@ def process() -> list[dict]:
                    "server's priority and fairness; 5xx: the API server.",
                    targets((f"sum by (code) (rate(rest_client_requests_total{{{J}}}{RATE}))", "{{code}}")),
                    unit="ops", fill=10, w=8),
-        timeseries("API request latency p99 by verb", "p99 time of a request to the API server by verb, both replicas "
-                   "together (rest_client_request_duration_seconds).",
+        timeseries("API request latency p99 by verb", "p99 time of a request to the API server by verb (the HTTP "
+                   "method), both replicas together (rest_client_request_duration_seconds; until the response's "
+                   "headers, so a watch counts its start, not its stream).",
                    targets(("histogram_quantile(0.99, sum by (le, verb) "
                             f"(rate(rest_client_request_duration_seconds_bucket{{{J}}}{RATE})))", "{{verb}}")),
                    unit="s", w=8),
         timeseries("Event handling duration p99 per replica", "p99 time to apply one watch event to the cache "
-                   "(scheduler_event_handling_duration_seconds), per replica: a standby handles the same events as "
-                   "the leader. Growing: a replica's loop is starved (cpu) or an event is expensive.",
+                   "(scheduler_event_handling_duration_seconds, whose event label says which: NodeAdd, "
+                   "AssignedPodUpdate, ...), per replica: a standby handles the same events as the leader. Growing: "
+                   "a replica's loop is starved (cpu) or an event is expensive.",
                    targets(("histogram_quantile(0.99, sum by (le, instance) "
                             f"(rate(scheduler_event_handling_duration_seconds_bucket{{{J}}}{RATE})))", "{{instance}}")),
                    unit="s", w=8),

@@ -12,6 +12,7 @@ import time
 
 import localcluster
 import render_dashboard as rd
+from policy_scheduler import __version__
 from conftest import OperatorProcess
 from helpers import GROUP, PLURAL, VERSION, apply_policy, pod, ready_condition, wait_bound, wait_for
 
@@ -101,7 +102,7 @@ def test_every_stat_panel_equals_the_truth_with_two_replicas(cluster, api, core,
             mine = core.list_namespaced_pod(namespace).items
             unbound = [p for p in mine if not p.spec.node_name]
             assert len(unbound) == 6
-            return {
+            want = {
                 "Scheduled / s": 0.0,  # every pod that can be bound is, and the rate window has passed
                 "Pending pods": 6.0,  # 4 unschedulable + 2 gated: every unbound pod
                 "Unschedulable pods": 4.0,
@@ -112,6 +113,9 @@ def test_every_stat_panel_equals_the_truth_with_two_replicas(cluster, api, core,
                 "Replicas up": float(len(ports)),
                 "Leader by replica": {f"127.0.0.1:{p}": float(p == leader_port) for p in ports},
             }
+            if "Version by replica" in board.stats:  # policy_scheduler_build_info
+                want["Version by replica"] = {f"127.0.0.1:{p} {__version__}": 1.0 for p in ports}
+            return want
 
         def settle(want: dict, timeout: float, extra: dict | None = None) -> dict:
             """Wait until every stat shows its truth at once; fail with the last values."""
@@ -138,10 +142,19 @@ def test_every_stat_panel_equals_the_truth_with_two_replicas(cluster, api, core,
         shown = settle(truth(lead_port, mports), 30, {"Lease transitions (range)": 0.0})
         print(f"\ntwo replicas: {shown}")
 
-        # every expression of the dashboard runs in Prometheus (timeseries and state timelines too)
+        # every expression of the dashboard runs in Prometheus (timeseries and state timelines too);
+        # a panel per instance shows both replicas
         for p in rd.panels(dash):
             for t in p.get("targets", []):
-                board.query(t["expr"])  # raises on a PromQL error
+                got = board.query(t["expr"])  # raises on a PromQL error
+                if "{{instance}}" in t.get("legendFormat", ""):
+                    assert {s["metric"].get("instance") for s in got} == {f"127.0.0.1:{m}" for m in mports}, \
+                        (p["title"], got)
+        cache = next((p for p in rd.panels(dash) if p.get("title") == "Scheduler cache"), None)
+        if cache is not None:  # scheduler_cache_size: both replicas export it, the panel shows it once
+            shown = {s["metric"]["type"]: float(s["value"][1]) for s in board.query(cache["targets"][0]["expr"])}
+            bound = sum(1 for p in core.list_pod_for_all_namespaces().items if p.spec.node_name)
+            assert shown == {"nodes": len(core.list_node().items), "pods": bound, "assumed_pods": 0}, shown
 
         # the leader stops (a rolling update): it gives the Lease up, the standby takes over and
         # tries the waiting pods again; the stopped replica's series go stale
