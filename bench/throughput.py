@@ -246,6 +246,14 @@ class Workload:
     preempts: bool = False  # the init pods are low-priority victims, the measured pods preempt them
     quick_init_per_node: int | None = None  # init pods per node with --quick (default: init_per_node)
     dra: bool = False  # pods with a claim from a template, nodes with a ResourceSlice (bench/dra_workload.py)
+    # during the measured window, for every scheduler alike (upstream's churn op): "create", one
+    # unschedulable pod every 200 ms (Unschedulable); "recreate", every second a node that holds no
+    # pod, an unschedulable pod and a Service created, the next second deleted (SchedulingWithMixedChurn)
+    churn: str = ""
+    gated: int = 0  # pods whose scheduling gate stays, created before the scheduler starts (not measured)
+    quick_gated: int = 0
+    node_pods: str = NODE_PODS  # pods per node (scheduler_perf's node-with-name.yaml: 90000)
+    latency: bool = True  # the latency phases (none for the catalogue's workloads: as upstream, throughput only)
 
     @property
     def gangs(self) -> bool:
@@ -273,6 +281,16 @@ class Workload:
         """Pods bound up front: for preemption scheduler_perf's pod-low-priority.yaml (900m /
         500Mi, grace period 0; with gangs of PriorityClass bench-low), else its pod-default.yaml
         (100m / 500Mi)."""
+        if self.name in INIT_LIKE_MEASURED:  # upstream's init pods are the measured template (sched-0)
+            bound = []
+            for i in range(nodes):
+                for j in range(per_node):
+                    body = self.pod("i", i * per_node + j, "", nodes)
+                    del body["spec"]["schedulerName"]  # bound already: whoever scheduled it
+                    body["metadata"]["name"] = f"low-{i:05d}-{j}"
+                    body["spec"]["nodeName"] = f"node-{i:05d}"
+                    bound.append(body)
+            return bound
         cpu = "900m" if self.preempts else POD_CPU
         low = {"priorityClassName": LOW_PRIORITY} if self.preempts and self.gangs else {}
         return [{"apiVersion": "v1", "kind": "Pod",
@@ -286,7 +304,9 @@ class Workload:
 
     def node(self, i: int, kwok: bool) -> dict:
         name = f"node-{i:05d}"
-        alloc = {"cpu": NODE_CPU, "memory": NODE_MEM, "pods": NODE_PODS}
+        alloc = {"cpu": NODE_CPU, "memory": NODE_MEM, "pods": self.node_pods}
+        if self.name == "ExtendedResource":  # misc/templates/node-with-extended-resource.yaml
+            alloc[extended_resource(i)] = "1"
         status: dict[str, Any] = {"capacity": alloc, "allocatable": alloc}
         if not kwok:  # kwok's node-initialize stage fills in the conditions of the nodes it manages
             status["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -314,6 +334,31 @@ class Workload:
                             "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEM},
                                           "limits": {"cpu": POD_CPU, "memory": POD_MEM}}}],
         }
+        labels = {"app": app}
+        if self.name in ("SchedulingGatedPods", "SchedulingDaemonset", "ExtendedResource"):
+            # light-pod.yaml / daemonset-pod.yaml / pod-with-extended-resource.yaml: no cpu, memory, port
+            spec["containers"] = [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]
+            if self.name == "SchedulingGatedPods":
+                spec["terminationGracePeriodSeconds"] = 0
+        if self.name == "ExtendedResource":  # pod i asks for node i's own resource: it fits that node alone
+            one = {extended_resource(i % nodes): "1"}
+            spec["containers"][0]["resources"] = {"requests": one, "limits": dict(one)}
+        elif self.name == "SchedulingDaemonset":  # the DaemonSet controller's pin: matchFields metadata.name
+            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [f"node-{i % nodes:05d}"]}]}]}}}
+        elif self.name == "PreferredTopologySpreading":  # pod-with-preferred-topology-spreading.yaml
+            labels["color"] = "blue"
+            spec["topologySpreadConstraints"] = [{"maxSkew": 5, "topologyKey": ZONE,
+                                                  "whenUnsatisfiable": "ScheduleAnyway",
+                                                  "labelSelector": {"matchLabels": {"color": "blue"}}}]
+        elif self.name in ("PreferredPodAffinity", "PreferredPodAntiAffinity"):  # pod-with-preferred-pod-*.yaml
+            color = "red" if self.name == "PreferredPodAffinity" else "yellow"
+            kind = "podAffinity" if self.name == "PreferredPodAffinity" else "podAntiAffinity"
+            labels["color"] = color
+            spec["affinity"] = {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": {"labelSelector": {"matchLabels": {"color": color}},
+                                                  "topologyKey": HOSTNAME}}]}}
         if self.preempts:  # scheduler_perf's pod-high-priority.yaml: priority 10, 3 cpu
             spec["priorityClassName"] = self.high_priority
             for k in ("requests", "limits"):
@@ -332,8 +377,42 @@ class Workload:
             spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": HOSTNAME}]}}
         return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": f"{phase}-{i:06d}", "namespace": NAMESPACE, "labels": {"app": app}},
+                "metadata": {"name": f"{phase}-{i:06d}", "namespace": NAMESPACE, "labels": labels},
                 "spec": spec}
+
+    def gated_pod(self, i: int, scheduler_name: str) -> dict:
+        """scheduler_perf's gated-pod.yaml: a gate nobody lifts, no requests."""
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"g-{i:06d}", "namespace": NAMESPACE, "labels": {"app": "gated", ROLE: GATED}},
+                "spec": {"schedulerName": scheduler_name, "schedulingGates": [{"name": "test.k8s.io/hold"}],
+                         "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}}
+
+    def churn_objects(self, k: int, scheduler_name: str) -> list[tuple[str, dict]]:
+        """What one churn tick creates (API path, body): for "create" scheduler_perf's
+        pod-high-priority-large-cpu.yaml (priority 10, 9 cpu: fits no node of 4, and preempting
+        cannot make room); for "recreate" also templates/churn/node-default.yaml (a node for 0
+        pods) and churn/service-default.yaml."""
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": f"u-{k:06d}", "namespace": NAMESPACE,
+                            "labels": {"app": "unschedulable", ROLE: UNSCHEDULABLE}},
+               "spec": {"schedulerName": scheduler_name, "priorityClassName": HIGH_PRIORITY,
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
+                                        "ports": [{"containerPort": 80}],
+                                        "resources": {"requests": {"cpu": "9", "memory": POD_MEM}}}]}}
+        out = [(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)]
+        if self.churn == "recreate":
+            zero = {"pods": "0"}
+            out.insert(0, ("/api/v1/nodes", {
+                "apiVersion": "v1", "kind": "Node", "metadata": {"name": f"churn-node-{k:06d}"},
+                "status": {"capacity": zero, "allocatable": zero,
+                           "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}))
+            out.append((f"/api/v1/namespaces/{NAMESPACE}/services", {
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": f"churn-svc-{k:06d}", "namespace": NAMESPACE},
+                "spec": {"selector": {"app": "foo"},
+                         "ports": [{"protocol": "TCP", "port": 8080, "targetPort": 8080}]}}))
+        return out
 
     def affinity_zones(self) -> list[str]:
         return [f"zone-{z}" for z in range(max(1, self.zones - 1))]
@@ -342,22 +421,29 @@ class Workload:
         """Capacity on every node, and the workload's own constraint."""
         out: list[str] = []
         used: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        other: dict[str, Counter] = defaultdict(Counter)  # extended resources requested per node
         for p in pods:
             node = p["spec"].get("nodeName")
             if not node:
                 continue
             if p["metadata"].get("deletionTimestamp"):
                 continue  # a preemption victim on its way out
-            req = p["spec"]["containers"][0]["resources"]["requests"]
+            if node not in nodes:
+                out.append(f"pod {p['metadata']['name']} on {node}, not one of the workload's nodes")
+                continue
+            req = (p["spec"]["containers"][0].get("resources") or {}).get("requests") or {}
             u = used[node]
-            u[0] += to_int(req["cpu"], milli=True)
-            u[1] += to_int(req["memory"])
+            u[0] += to_int(req.get("cpu", "0"), milli=True)
+            u[1] += to_int(req.get("memory", "0"))
             u[2] += 1
+            other[node].update({k: to_int(v) for k, v in req.items() if k not in ("cpu", "memory")})
         for node, (cpu, mem, count) in used.items():
             alloc = nodes[node]["status"]["allocatable"]
             cap = (to_int(alloc["cpu"], milli=True), to_int(alloc["memory"]), to_int(alloc["pods"]))
             if cpu > cap[0] or mem > cap[1] or count > cap[2]:
                 out.append(f"node {node} over allocatable: {cpu}m cpu, {mem} memory, {count} pods > {cap}")
+            out += [f"node {node} over allocatable: {v} {k} > {alloc.get(k, 0)}" for k, v in other[node].items()
+                    if v > to_int(alloc.get(k, "0"))]
         zone = {n: b["metadata"]["labels"][ZONE] for n, b in nodes.items()}
         by_app: dict[str, list[str]] = defaultdict(list)
         for p in pods:
@@ -377,6 +463,14 @@ class Workload:
         elif self.name == "PodAntiAffinity":
             for app, placed in by_app.items():
                 out += [f"app {app}: {c} pods on node {n}" for n, c in Counter(placed).items() if c > 1]
+        elif self.name == "SchedulingDaemonset":  # on the one node its affinity names
+            for p in pods:
+                node, term = p["spec"].get("nodeName"), (p["spec"].get("affinity") or {}).get("nodeAffinity")
+                if node and term:
+                    want = term["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+                        "matchFields"][0]["values"][0]
+                    if node != want:
+                        out.append(f"pod {p['metadata']['name']} on {node}, pinned to {want}")
         return out
 
 
@@ -385,6 +479,17 @@ WORKLOADS = {w.name: w for w in (
     Workload("NodeAffinity", 1000, 5000, 200, 2000),
     Workload("TopologySpreading", 1000, 5000, 200, 2000),
     Workload("PodAntiAffinity", 500, 1000, 100, 500),
+    # the catalogue's other `performance` workloads (upstream's templates; sizes scaled like the above)
+    # preferred constraints over 1 bound pod per node (upstream: initPods = initNodes, placed first)
+    Workload("PreferredTopologySpreading", 1000, 2000, 200, 500, init_per_node=1, latency=False),
+    Workload("PreferredPodAffinity", 1000, 2000, 200, 500, init_per_node=1, latency=False),
+    Workload("PreferredPodAntiAffinity", 1000, 2000, 200, 500, init_per_node=1, latency=False),
+    Workload("Unschedulable", 1000, 5000, 200, 2000, churn="create", latency=False),
+    Workload("SchedulingWithMixedChurn", 1000, 5000, 200, 2000, churn="recreate", latency=False),
+    # upstream's SchedulingWhileGated: one node for 90000 pods, 10000 gated pods, light pods measured
+    Workload("SchedulingGatedPods", 1, 5000, 1, 2000, gated=10000, quick_gated=1000, node_pods="90000",
+             latency=False),
+    Workload("ExtendedResource", 1000, 1000, 500, 500, latency=False),
     Workload("PreemptionBasic", 500, 500, 100, 100, init_per_node=4, preempts=True),
     Workload("GangScheduling", 500, 1000, 100, 500, group_size=50),
     # groups of 10 members of 3 cpu on nodes full of low-priority pods: every group preempts
@@ -392,14 +497,64 @@ WORKLOADS = {w.name: w for w in (
     Workload("SchedulingBasic5k", 5000, 10000, 1000, 2000),
     # the scale mode: 50,000 pods bound up front in the cache of every scheduler, then 1,000 more
     Workload("Scale", 5000, 1000, 1000, 500, init_per_node=10, quick_init_per_node=2),
+    # a DaemonSet's pods: pod i pinned to node i by required node affinity on metadata.name
+    Workload("SchedulingDaemonset", 15000, 15000, 2000, 2000, latency=False),
     # measured pods: by default half the devices (dra.sizes), the other half scheduled first
     Workload("DRA", 500, 2500, 100, 500, dra=True),
 )}
 MAIN_WORKLOADS = ("SchedulingBasic", "NodeAffinity", "TopologySpreading", "PodAntiAffinity")
+# one line per workload, kept in the JSON result (bench/table.py prints them under the table); the
+# catalogue's workloads say what upstream's scheduler_perf workload they port and what differs
+WORKLOAD_NOTES = {
+    "SchedulingBasic": "pod-default pods (100m / 500Mi) on node-default nodes",
+    "NodeAffinity": "pods require zone In [zone-0, zone-1]",
+    "TopologySpreading": "zone spread, maxSkew 1, DoNotSchedule, per app",
+    "PodAntiAffinity": "required hostname anti-affinity within apps of nodes/2 pods",
+    "PreferredTopologySpreading": "upstream's PreferredTopologySpreading: pods color=blue with a zone spread "
+                                  "constraint maxSkew 5, ScheduleAnyway; 1 pod-default pod per node bound up front "
+                                  "(upstream: initPods scheduled first)",
+    "PreferredPodAffinity": "upstream's SchedulingPreferredPodAffinity: pods color=red preferring (weight 1) "
+                            "hostname affinity to color=red; 1 pod of the same template per node bound up front; "
+                            "one namespace (upstream: init pods in sched-0, measured in sched-1, the term naming both)",
+    "PreferredPodAntiAffinity": "upstream's SchedulingPreferredPodAntiAffinity: as PreferredPodAffinity with "
+                                "color=yellow and preferred hostname anti-affinity",
+    "Unschedulable": "upstream's Unschedulable: pod-default pods measured while a pod that fits nowhere (priority "
+                     "10, 9 cpu on nodes of 4: preemption cannot help) is created every 200 ms from the scheduler's "
+                     "start to the last measured pod; no init pods (upstream: 100 at 5k nodes); the bare binder "
+                     "skips those pods",
+    "SchedulingWithMixedChurn": "upstream's SchedulingWithMixedChurn: pod-default pods measured while every "
+                                "second a node for 0 pods, a pod that fits nowhere (priority 10, 9 cpu) and a "
+                                "Service are created, the next second deleted (churn op, recreate, number 1), "
+                                "from the scheduler's start to the last measured pod",
+    "SchedulingGatedPods": "upstream's SchedulingWhileGated without its deleted pods: one node for 90000 pods, "
+                           "gated pods (a gate nobody lifts) created first, light pods (no requests) measured",
+    "ExtendedResource": "upstream's SchedulingWithExtendedResource: node i advertises foo.com/bar-i: 1, pod i "
+                        "requests it (and nothing else): each pod fits one node (NodeResourcesFit); the "
+                        "DRAExtendedResource gate as the control plane has it by default",
+    "PreemptionBasic": "upstream's PreemptionBasic: 4 low-priority pods of 900m bound per node, measured pods "
+                       "(priority 10, 3 cpu) each preempt 3",
+    "GangScheduling": "native PodGroups of 50 (minCount 50), all or nothing",
+    "GangPreemption": "PodGroups of 10 (priority 1000, 3 cpu) on nodes full of low-priority pods: every group preempts",
+    "SchedulingBasic5k": "SchedulingBasic at upstream's 5000 nodes",
+    "Scale": "10 pods per node bound up front (50,000 at 5000 nodes), then SchedulingBasic pods",
+    "SchedulingDaemonset": "a DaemonSet's shape: pod i pinned to node i by required node affinity matchFields "
+                           "metadata.name (the DaemonSet controller's pin), daemonset-pod (no requests); upstream's "
+                           "SchedulingDaemonset pins all 30000 pods to one node of 15001",
+    "DRA": "upstream's SchedulingWithResourceClaimTemplate: one device claim per pod, posted with the scheduler "
+           "running; pods/s from the first create to the last bound",
+}
 HIGH_PRIORITY = "bench-high"  # PriorityClass of PreemptionBasic's measured pods (value 10)
 LOW_PRIORITY = "bench-low"  # GangPreemption's victims (value 10)
 GANG_HIGH_PRIORITY = "bench-gang-high"  # GangPreemption's PodGroups and their members (value 1000)
 PRIORITY_VALUES = {HIGH_PRIORITY: 10, LOW_PRIORITY: 10, GANG_HIGH_PRIORITY: 1000}
+INIT_LIKE_MEASURED = ("PreferredPodAffinity", "PreferredPodAntiAffinity")
+ROLE, GATED, UNSCHEDULABLE = "bench/role", "gated", "unschedulable"  # pods that must stay unbound
+CHURN_INTERVAL = {"create": 0.2, "recreate": 1.0}  # seconds between churn ticks (upstream's intervalMilliseconds)
+
+
+def extended_resource(i: int) -> str:
+    """Node i's own extended resource (misc/templates/node-with-extended-resource.yaml)."""
+    return f"foo.com/bar-{i}"
 
 
 # ------------------------------------------------------------------------------------ processes
@@ -917,6 +1072,7 @@ class RunPlan:
     run_dir: Path
     dra_devices: int = 0  # DRA: devices per node (one ResourceSlice each)
     dra_init: int = 0  # DRA: pods scheduled before the measured ones, not measured
+    gated: int = 0  # pods gated for good, created before the measured ones
 
 
 async def run_latency(client: KubeClient, watch: PodWatch, plan: RunPlan, which: str, proc: Proc, prefix: str,
@@ -1007,6 +1163,53 @@ async def api_requests(client: KubeClient) -> Counter:
     return out
 
 
+class Churn:
+    """Upstream's churn op during the measured window: every CHURN_INTERVAL[mode] seconds one tick.
+    "create": the tick creates an unschedulable pod (they stay); "recreate" (number 1): a tick
+    creates a node, a pod and a Service, the next deletes them, and so on."""
+
+    def __init__(self, client: KubeClient, wl: Workload, scheduler_name: str) -> None:
+        self.client, self.wl, self.scheduler_name = client, wl, scheduler_name
+        self.counts: Counter = Counter()
+        self.live: list[tuple[str, dict]] = []
+        self.task: asyncio.Task | None = None
+
+    async def run(self) -> None:
+        interval, start = CHURN_INTERVAL[self.wl.churn], time.monotonic()
+        for k in itertools.count():
+            await asyncio.sleep(max(0.0, start + (k + 1) * interval - time.monotonic()))
+            try:
+                if self.wl.churn == "recreate" and self.live:
+                    for path, body in self.live:
+                        name = body["metadata"]["name"]
+                        await self.client.request("DELETE", f"{path}/{name}",
+                                                  {"apiVersion": "v1", "kind": "DeleteOptions",
+                                                   "gracePeriodSeconds": 0})
+                        self.counts[f"{body['kind'].lower()}s_deleted"] += 1
+                    self.live = []
+                    continue
+                for path, body in self.wl.churn_objects(k, self.scheduler_name):
+                    await self.client.post(path, body)
+                    self.counts[f"{body['kind'].lower()}s_created"] += 1
+                    self.live.append((path, body))
+            except ApiError as e:
+                self.counts["errors"] += 1
+                progress(f"  churn: {e}")
+
+    def start(self) -> asyncio.Task:
+        self.task = asyncio.create_task(self.run())
+        return self.task
+
+    async def stop(self) -> None:
+        """Stop ticking; what was created stays (upstream leaves it too)."""
+        if self.task:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+    def summary(self) -> dict[str, int]:
+        return dict(sorted(self.counts.items()))
+
+
 async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster, a: argparse.Namespace) -> dict:
     wl = plan.workload
     creds = load_credentials(cluster.admin_kubeconfig)
@@ -1020,7 +1223,7 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         await create_all(client, "/api/v1/nodes", list(nodes.values()), 32)
         if which in OURS_ALL:
             await install_policy(client, which)
-        if wl.preempts:
+        if wl.preempts or wl.churn:  # the churn's unschedulable pods are of bench-high (priority 10)
             for pc in ((LOW_PRIORITY, wl.high_priority) if wl.gangs else (wl.high_priority,)):
                 await client.post("/apis/scheduling.k8s.io/v1/priorityclasses", {
                     "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": pc},
@@ -1039,6 +1242,11 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         sched_name = SCHEDULER_NAME[which]
         pod_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
         names = [f"t-{i:06d}" for i in range(plan.pods)]
+        if plan.gated:  # before the measured pods, as upstream's (there: enqueued and attempted first)
+            t0 = time.monotonic()
+            await create_all(client, pod_path, [wl.gated_pod(i, sched_name) for i in range(plan.gated)],
+                             a.create_concurrency)
+            progress(f"  {plan.gated} gated pods created in {time.monotonic() - t0:.0f}s")
         if wl.gangs:  # the groups first, as a job controller would make them
             await create_all(client, f"/apis/scheduling.k8s.io/{localcluster.GANG_API_VERSION}/namespaces/"
                              f"{NAMESPACE}/podgroups", wl.pod_groups("t", plan.pods), 8)
@@ -1059,6 +1267,9 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
         t_start = time.monotonic()
         t_start_wall = time.time()
         sampler.sample()  # the scheduler has used no CPU yet: its column reads 0 here
+        churn = Churn(client, wl, sched_name) if wl.churn else None
+        if churn:  # from the scheduler's start to the last measured pod scheduled, the same for every scheduler
+            tasks.append(churn.start())
         proc = await start_scheduler(which, plan, cluster, a)
         sampler.pids["scheduler"] = proc.pid
         tasks.append(asyncio.create_task(sampler.run()))
@@ -1067,10 +1278,15 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
                          f"{LABEL[which]}: scheduled (bound, with a Scheduled event)",
                          a.stall_timeout, lambda: len(watch.bound) + len(watch.event), proc.exited)
         sampler.sample()  # at least one sample after the last pod, however short the run
+        if churn:
+            await churn.stop()
+            progress(f"  churn: {churn.summary()}")
         res = {"scheduler": which,
                **throughput_figures(sorted(watch.scheduled(n) for n in names), sorted(watch.bound[n] for n in names),
                                     sorted(watch.event[n] for n in names), t_start, sampler),
                "loadavg_at_start": round(load, 2)}
+        if churn:
+            res["churn"] = churn.summary()
         if which in OURS_ALL:  # where the start-up goes: its log's milestones, from the process's spawn
             res["startup_breakdown"] = startup_breakdown(proc.log, t_start_wall, res["startup_s"])
             progress("  start-up: " + ", ".join(f"{k} {v}s" for k, v in res["startup_breakdown"].items()))
@@ -1340,9 +1556,19 @@ def check_run(which: str, plan: RunPlan, watch: PodWatch, names: list[str], pods
     unbound = [n for n in names if not (by_name.get(n) or {}).get("spec", {}).get("nodeName")]
     if unbound:
         errors.append(f"{len(unbound)} pods not bound, e.g. {unbound[:5]}")
+    # pods that must stay unbound: gated for good, or fitting no node (the churn's)
+    held = {r: [p for p in pods if (p["metadata"].get("labels") or {}).get(ROLE) == r] for r in (GATED, UNSCHEDULABLE)}
+    placed = [p["metadata"]["name"] for ps in held.values() for p in ps if p["spec"].get("nodeName")]
+    if placed:
+        errors.append(f"{len(placed)} pods bound that fit nowhere or are gated, e.g. {placed[:5]}")
+    ungated = [p["metadata"]["name"] for p in held[GATED] if not p["spec"].get("schedulingGates")]
+    if ungated or len(held[GATED]) != plan.gated:
+        errors.append(f"{len(held[GATED])} gated pods of {plan.gated}, {len(ungated)} of them without their gate")
     init = plan.nodes * plan.init_per_node  # preemption victims go, the rest stay
-    if not len(names) <= len(by_name) <= len(names) + init:
-        errors.append(f"{len(by_name)} pods in the namespace, {len(names)} created (and {init} bound up front)")
+    extra = sum(len(v) for v in held.values())
+    if not len(names) <= len(by_name) - extra <= len(names) + init:
+        errors.append(f"{len(by_name)} pods in the namespace, {len(names)} created (and {init} bound up front, "
+                      f"{extra} held unbound)")
     moved = [n for n in names if n in by_name and watch.node.get(n) != by_name[n]["spec"].get("nodeName")]
     if watch.rebound or moved:
         errors.append(f"pods whose node changed: {(watch.rebound + moved)[:5]}")
@@ -1363,7 +1589,15 @@ def check_run(which: str, plan: RunPlan, watch: PodWatch, names: list[str], pods
         raise BenchError(f"{LABEL[which]} on {plan.workload.name}: " + "; ".join(errors))
     attempts = {r: metric_sum(metrics, proc.metric, result=r) if proc.metric else None
                 for r in ("scheduled", "unschedulable")}
-    return {"bound": len(names) - len(unbound), "created": len(names), "scheduled_events": sum(scheduled.values()),
+    # the condition a scheduler writes on a pod it found no node for (PodScheduled False, Unschedulable)
+    marked = sum(1 for p in held[UNSCHEDULABLE] if any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+        for c in (p.get("status") or {}).get("conditions") or []))
+    extra_checks = {"gated_unbound": len(held[GATED])} if plan.gated else {}
+    if plan.workload.churn:
+        extra_checks.update(unschedulable_unbound=len(held[UNSCHEDULABLE]), unschedulable_marked=marked)
+    return {**extra_checks,
+            "bound": len(names) - len(unbound), "created": len(names), "scheduled_events": sum(scheduled.values()),
             "scheduled_attempts": attempts["scheduled"], "unschedulable_attempts": attempts["unschedulable"],
             "log_warnings_or_errors": found["warnings_or_errors"], "log_first": found["first"],
             "bind_conflicts": found["bind_conflicts"]}
@@ -1423,7 +1657,8 @@ async def binder_main(a: argparse.Namespace) -> None:
         meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
         if kind == "DELETED" or spec.get("schedulerName") != SCHEDULER_NAME[CEILING] or spec.get("nodeName") \
-                or key in seen:
+                or key in seen or spec.get("schedulingGates") \
+                or (meta.get("labels") or {}).get(ROLE) == UNSCHEDULABLE:  # it knows they fit nowhere
             return
         claim_names = dra.pod_claim_names(obj) if a.dra else []
         if claim_names is None:
@@ -1629,9 +1864,14 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
                 f"{LABEL[w]} {r['last_group_whole_s_repeats']}" for w, r in runs.items()))
     for which, r in runs.items():
         c = r["checks"]
+        held = "".join(f"; {c[k]} {what}" for k, what in (
+            ("gated_unbound", "gated pods left unbound"),
+            ("unschedulable_unbound", "unschedulable pods left unbound"),
+            ("unschedulable_marked", "of them marked PodScheduled=False/Unschedulable")) if k in c)
         print(f"  {LABEL[which]}: {c['bound']}/{c['created']} pods bound, none twice; Scheduled events "
-              f"{c['scheduled_events']}; 'scheduled' attempts {c['scheduled_attempts']}; "
-              f"log warnings/errors {c['log_warnings_or_errors']}")
+              f"{c['scheduled_events']}; 'scheduled' attempts {c['scheduled_attempts']}, 'unschedulable' "
+              f"{c.get('unschedulable_attempts')}{held}; log warnings/errors {c['log_warnings_or_errors']}"
+              + (f"; churn {r['churn']}" if r.get("churn") else ""))
         for line in c["log_first"][:3] if which not in (KUBE, KUBE_SAME) else ():  # kube's: start-up noise here
             print(f"      {line[:200]}")
 
@@ -1708,9 +1948,10 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", action="append", default=[], choices=[*WORKLOADS, "all"],
-                    help="repeatable; default: " + ", ".join(MAIN_WORKLOADS) + " (with --quick: SchedulingBasic); "
-                         "all: every workload")
+    ap.add_argument("--workload", action="append", default=[], metavar="NAME[,NAME...]",
+                    help="repeatable, or comma-separated: " + ", ".join([*WORKLOADS, "all"]) + "; default: "
+                         + ", ".join(MAIN_WORKLOADS) + " (with --quick: SchedulingBasic); all: every workload, "
+                         "in this order")
     ap.add_argument("--quick", action="store_true", help="small sizes: under a minute per workload")
     ap.add_argument("--nodes", type=int, help="nodes (default: the workload's size)")
     ap.add_argument("--pods", type=int, help="pods measured for throughput (default: the workload's size)")
@@ -1752,15 +1993,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="run directory (default .local/bench-<time>)")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    try:
+        asked = workload_names(a.workload)
+    except ValueError as e:
+        ap.error(str(e))
 
     default = ["SchedulingBasic"] if a.quick else list(MAIN_WORKLOADS)
-    names = list(WORKLOADS) if "all" in a.workload else (list(dict.fromkeys(a.workload)) or default)
+    names = asked or default
     order = [s for s in SCHEDULERS if s in a.schedulers or (s in OPTIONAL and getattr(a, OPTIONAL[s]))]
     out = a.out or ROOT / ".local" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     cores = os.cpu_count() or 1
     latency_pods = a.latency_pods if a.latency_pods is not None else (300 if a.quick else 1000)
     result: dict[str, Any] = {
-        "ok": False, "machine": {"cores": cores, "loadavg_at_start": round(os.getloadavg()[0], 2)},
+        "ok": False, "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "machine": {"cores": cores, "loadavg_at_start": round(os.getloadavg()[0], 2),
+                    "loadavg_1_5_15_at_start": [round(x, 2) for x in os.getloadavg()]},
         "config": {"qps": a.qps, "burst": a.burst, "bind_concurrency": a.bind_concurrency, "kwok": a.kwok,
                    "quick": a.quick, "schedulers": order, "run_dir": str(out),
                    **({"shadow_rollout": {OPTIONAL[s]: shadow_rollout(s) for s in SHADOWS if s in order}}
@@ -1773,71 +2021,91 @@ def main(argv: list[str] | None = None) -> int:
     }
     progress(f"run directory {out}; {cores} cores, load average {result['machine']['loadavg_at_start']}")
     code = 0
+    failed: list[str] = []
     try:
         for name in names:
-            wl = WORKLOADS[name]
-            n = a.nodes or (wl.quick_nodes if a.quick else wl.nodes)
-            m = a.pods or (wl.quick_pods if a.quick else wl.pods)
-            init = wl.quick_init_per_node if a.quick and wl.quick_init_per_node is not None else wl.init_per_node
-            no_latency = wl.preempts or wl.gangs or wl.init_per_node or wl.dra
-            plan = RunPlan(wl, n, m, 0 if no_latency else min(latency_pods, m), init, out)
-            wl_order, skipped = order, {}
-            if wl.dra:
-                try:
-                    plan.pods, plan.dra_init = dra.sizes(n, a.dra_devices, a.pods, a.dra_init)
-                except ValueError as e:
-                    raise BenchError(f"{name}: {e}") from None
-                plan.dra_devices, m = a.dra_devices, plan.pods
-                if not policy_has("DynamicResources"):  # neither would allocate a device
-                    why = "the default policy has no DynamicResources (policies/default.yaml)"
-                    skipped = {w: why for w in order if w in (*OURS_ALL, KUBE_SAME)}
-                    wl_order = [w for w in order if w not in skipped]
-                    for w in skipped:
-                        progress(f"{name}: {LABEL[w]} left out: {why}")
-            reps: dict[str, list[dict]] = defaultdict(list)
-            for rep in range(a.repeat):  # interleaved, so slow drifts of the machine hit all alike
-                for which in wl_order:
-                    plan.run_dir = out / (f"{name}-{which}" + (f"-{rep + 1}" if a.repeat > 1 else ""))
-                    reps[which].append(run_one(which, plan, a))
-            runs = {which: median_run(rs) for which, rs in reps.items()}
-            wr = {"nodes": n, "pods": m, "init_pods": n * init, "latency_load": a.latency_load,
-                  "latency_rate": a.latency_rate, "repeat": a.repeat, "runs": runs}
-            if wl.dra:
-                wr.update(init_pods=plan.dra_init, devices_per_node=plan.dra_devices, skipped=skipped,
-                          method="pods posted with the scheduler running, after the first init_pods were "
-                                 "scheduled; pods/s: measured pods over the time from the first create to the "
-                                 "last bound")
-            pps = {k: v["pods_per_s"] for k, v in runs.items()}
-            avg = {k: v["pods_per_s_overall"] for k, v in runs.items()}
-            cpu = {k: v["cpu_ms_per_pod"] for k, v in runs.items()}
-            wr["ratios"] = {"ours_vs_kube": ratio(pps.get(OURS), pps.get(KUBE_SAME)),  # like for like
-                            "ours_vs_kube_full": ratio(pps.get(OURS), pps.get(KUBE)),
-                            "ours_vs_ceiling": ratio(pps.get(OURS), pps.get(CEILING)),
-                            "kube_vs_ceiling": ratio(pps.get(KUBE), pps.get(CEILING)),
-                            "kube_same_vs_ceiling": ratio(pps.get(KUBE_SAME), pps.get(CEILING)),
-                            "tuning_vs_ours": ratio(pps.get(OURS_TUNING), pps.get(OURS)),
-                            # --shadow, --shadow-full: pods/s, and the scheduler's CPU per pod in the window
-                            "shadow_vs_ours": ratio(pps.get(OURS_SHADOW), pps.get(OURS)),
-                            "shadow_cpu_per_pod_vs_ours": ratio(cpu.get(OURS_SHADOW), cpu.get(OURS)),
-                            "shadow_full_vs_ours": ratio(pps.get(OURS_SHADOW_FULL), pps.get(OURS)),
-                            "shadow_full_cpu_per_pod_vs_ours": ratio(cpu.get(OURS_SHADOW_FULL), cpu.get(OURS)),
-                            # scheduler_perf's own figure: pods over the whole run
-                            "ours_vs_kube_avg": ratio(avg.get(OURS), avg.get(KUBE_SAME))}
-            if wl.gangs:  # kube-scheduler's time over ours: above 1, ours made the last group whole sooner
-                lg = {k: v.get("last_group_whole_s") for k, v in runs.items()}
-                wr["ratios"]["ours_vs_kube_last_group"] = ratio(lg.get(KUBE_SAME) or lg.get(KUBE), lg.get(OURS))
-                # ours over kube-scheduler (same plugins, else its default profile): below 1, ours was quicker
-                kube_g = runs.get(KUBE_SAME) or runs.get(KUBE) or {}
-                ours_g = runs.get(OURS) or {}
-                wr["ratios"]["ours_vs_kube_same_last_group_time"] = ratio(lg.get(OURS),
-                                                                          kube_g.get("last_group_whole_s"))
-                for key in ("group_latency", "group_latency_after_startup"):
-                    wr["ratios"][f"ours_vs_kube_{key}"] = ratio(ours_g.get(f"{key}_s"), kube_g.get(f"{key}_s"))
-                # the pod-group scheduling attempt, as both measure it (upstream's metric): below 1, ours is quicker
-                wr["ratios"]["ours_vs_kube_group_attempt"] = ratio(
-                    (ours_g.get("group_attempt") or {}).get("mean_ms"), (kube_g.get("group_attempt") or {}).get("mean_ms"))
-            result["workloads"][name] = wr
-            (print_dra_table if wl.dra else print_table)(name, wr, cores)
+            try:
+                wl = WORKLOADS[name]
+                n = a.nodes or (wl.quick_nodes if a.quick else wl.nodes)
+                m = a.pods or (wl.quick_pods if a.quick else wl.pods)
+                init = wl.quick_init_per_node if a.quick and wl.quick_init_per_node is not None else wl.init_per_node
+                if wl.name == "ExtendedResource" and m > n:  # pod i asks for node i's resource, of which it has 1
+                    if a.pods:
+                        raise BenchError(f"{name}: at most one pod per node (--pods {m} > {n} nodes)")
+                    m = n
+                no_latency = wl.preempts or wl.gangs or wl.init_per_node or wl.dra or not wl.latency
+                plan = RunPlan(wl, n, m, 0 if no_latency else min(latency_pods, m), init, out,
+                               gated=wl.quick_gated if a.quick else wl.gated)
+                wl_order, skipped = order, {}
+                if wl.dra:
+                    try:
+                        plan.pods, plan.dra_init = dra.sizes(n, a.dra_devices, a.pods, a.dra_init)
+                    except ValueError as e:
+                        raise BenchError(f"{name}: {e}") from None
+                    plan.dra_devices, m = a.dra_devices, plan.pods
+                    if not policy_has("DynamicResources"):  # neither would allocate a device
+                        why = "the default policy has no DynamicResources (policies/default.yaml)"
+                        skipped = {w: why for w in order if w in (*OURS_ALL, KUBE_SAME)}
+                        wl_order = [w for w in order if w not in skipped]
+                        for w in skipped:
+                            progress(f"{name}: {LABEL[w]} left out: {why}")
+                reps: dict[str, list[dict]] = defaultdict(list)
+                for rep in range(a.repeat):  # interleaved, so slow drifts of the machine hit all alike
+                    for which in wl_order:
+                        plan.run_dir = out / (f"{name}-{which}" + (f"-{rep + 1}" if a.repeat > 1 else ""))
+                        reps[which].append(run_one(which, plan, a))
+                runs = {which: median_run(rs) for which, rs in reps.items()}
+                wr = {"nodes": n, "pods": m, "init_pods": n * init, "latency_load": a.latency_load,
+                      "latency_rate": a.latency_rate, "repeat": a.repeat, "runs": runs,
+                      "description": WORKLOAD_NOTES.get(name, "")}
+                if plan.gated:
+                    wr["gated_pods"] = plan.gated
+                if wl.churn:
+                    wr["churn"] = {"mode": wl.churn, "interval_s": CHURN_INTERVAL[wl.churn]}
+                if wl.dra:
+                    wr.update(init_pods=plan.dra_init, devices_per_node=plan.dra_devices, skipped=skipped,
+                              method="pods posted with the scheduler running, after the first init_pods were "
+                                     "scheduled; pods/s: measured pods over the time from the first create to the "
+                                     "last bound")
+                pps = {k: v["pods_per_s"] for k, v in runs.items()}
+                avg = {k: v["pods_per_s_overall"] for k, v in runs.items()}
+                cpu = {k: v["cpu_ms_per_pod"] for k, v in runs.items()}
+                wr["ratios"] = {"ours_vs_kube": ratio(pps.get(OURS), pps.get(KUBE_SAME)),  # like for like
+                                "ours_vs_kube_full": ratio(pps.get(OURS), pps.get(KUBE)),
+                                "ours_vs_ceiling": ratio(pps.get(OURS), pps.get(CEILING)),
+                                "kube_vs_ceiling": ratio(pps.get(KUBE), pps.get(CEILING)),
+                                "kube_same_vs_ceiling": ratio(pps.get(KUBE_SAME), pps.get(CEILING)),
+                                "tuning_vs_ours": ratio(pps.get(OURS_TUNING), pps.get(OURS)),
+                                # --shadow, --shadow-full: pods/s, and the scheduler's CPU per pod in the window
+                                "shadow_vs_ours": ratio(pps.get(OURS_SHADOW), pps.get(OURS)),
+                                "shadow_cpu_per_pod_vs_ours": ratio(cpu.get(OURS_SHADOW), cpu.get(OURS)),
+                                "shadow_full_vs_ours": ratio(pps.get(OURS_SHADOW_FULL), pps.get(OURS)),
+                                "shadow_full_cpu_per_pod_vs_ours": ratio(cpu.get(OURS_SHADOW_FULL), cpu.get(OURS)),
+                                # scheduler_perf's own figure: pods over the whole run
+                                "ours_vs_kube_avg": ratio(avg.get(OURS), avg.get(KUBE_SAME))}
+                if wl.gangs:  # kube-scheduler's time over ours: above 1, ours made the last group whole sooner
+                    lg = {k: v.get("last_group_whole_s") for k, v in runs.items()}
+                    wr["ratios"]["ours_vs_kube_last_group"] = ratio(lg.get(KUBE_SAME) or lg.get(KUBE), lg.get(OURS))
+                    # ours over kube-scheduler (same plugins, else its default profile): below 1, ours was quicker
+                    kube_g = runs.get(KUBE_SAME) or runs.get(KUBE) or {}
+                    ours_g = runs.get(OURS) or {}
+                    wr["ratios"]["ours_vs_kube_same_last_group_time"] = ratio(lg.get(OURS),
+                                                                              kube_g.get("last_group_whole_s"))
+                    for key in ("group_latency", "group_latency_after_startup"):
+                        wr["ratios"][f"ours_vs_kube_{key}"] = ratio(ours_g.get(f"{key}_s"), kube_g.get(f"{key}_s"))
+                    # the pod-group scheduling attempt, as both measure it (upstream's metric): below 1, ours is quicker
+                    wr["ratios"]["ours_vs_kube_group_attempt"] = ratio(
+                        (ours_g.get("group_attempt") or {}).get("mean_ms"), (kube_g.get("group_attempt") or {}).get("mean_ms"))
+                result["workloads"][name] = wr
+                (print_dra_table if wl.dra else print_table)(name, wr, cores)
+            except (BenchError, localcluster.ClusterError, ApiError) as e:
+                # one workload failed: said in its place, and the others still run (ok stays false)
+                print(f"\nFAILED: {name}: {e}", file=sys.stderr, flush=True)
+                result["workloads"][name] = {"error": str(e), "description": WORKLOAD_NOTES.get(name, "")}
+                failed.append(name)
+            save(result, out)  # after every workload: a long run keeps what it measured
+        if failed:
+            raise BenchError("failed: " + ", ".join(failed))
         result["ok"] = True
     except (BenchError, localcluster.ClusterError, ApiError) as e:
         print(f"\nFAILED: {e}", file=sys.stderr, flush=True)
@@ -1846,11 +2114,36 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         result["error"] = "interrupted"
         code = 130
+    line = save(result, out)
+    print(line, flush=True)
+    return code
+
+
+def save(result: dict, out: Path) -> str:
+    """result.json in the run directory (rewritten as the run goes); its one line returned."""
+    result["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    result["machine"]["loadavg_1_5_15_at_end"] = [round(x, 2) for x in os.getloadavg()]
     line = json.dumps(result, separators=(",", ":"))
     if out.is_dir():
         (out / "result.json").write_text(line + "\n")
-    print(line, flush=True)
-    return code
+    return line
+
+
+def workload_names(asked: list[str]) -> list[str]:
+    """--workload values (repeated, comma-separated, or ``all``) as workload names in order, once each."""
+    names = [x.strip() for v in asked for x in v.split(",") if x.strip()]
+    unknown = [x for x in names if x != "all" and x not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workload {', '.join(unknown)} (choose from {', '.join([*WORKLOADS, 'all'])})")
+    return list(WORKLOADS) if "all" in names else list(dict.fromkeys(names))
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 if __name__ == "__main__":
