@@ -143,7 +143,7 @@ def probe(chain, pod: PodInfo, table, rng: random.Random, nominator, spec: Drill
         pos = {names[int(r)]: i for i, r in enumerate(feasible.tolist())}
         idx += [pos[n] for n in spec.nodes if n in pos and pos[n] not in idx]
         for i in idx:
-            named = " (--explain-node)" if names[int(feasible[i])] in spec.nodes else ""
+            named = "; asked for with --explain-node" if names[int(feasible[i])] in spec.nodes else ""
             dd.entries.append({
                 "node": names[int(feasible[i])], "total": int(total[i]), "chosen": names[int(feasible[i])] == d.node,
                 "verdict": (chosen if names[int(feasible[i])] == d.node else "feasible, scored") + named,
@@ -169,7 +169,7 @@ def probe(chain, pod: PodInfo, table, rng: random.Random, nominator, spec: Drill
             if verdict == "passed every Filter":
                 verdict += "; not scored (past the cycle's percentageOfNodesToScore, or left out at PreFilter)"
             dd.entries.append({"node": n, "total": None, "chosen": False, "filters": fv,
-                               "verdict": verdict + (" (--explain-node)" if n in spec.nodes else "")})
+                               "verdict": verdict + ("; asked for with --explain-node" if n in spec.nodes else "")})
     missing = [n for n in spec.nodes if n not in table.index]
     if missing:
         dd.note = (dd.note + "; " if dd.note else "") + "not in the snapshot: " + ", ".join(missing)

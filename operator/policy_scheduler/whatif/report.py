@@ -286,7 +286,7 @@ def html_report(sim: Simulation) -> str:
         out.append(grouped_bars(["nodes used", "nodes receiving pods"], series, "nodes used per policy",
                                 width=560, height=230, fmt=lambda v: f"{v:.0f}"))
         out.append("</div><div class=\"panel\">")
-        out.append(grouped_bars(["imbalance after the simulated pods"],
+        out.append(grouped_bars(["imbalance after"],
                                 [(r.policy, [r.after.imbalance()], colors[r.policy]) for r in sim.runs],
                                 "imbalance per policy", width=560, height=230, fmt=lambda v: f"{v:.3f}"))
         out.append(f"<p class=\"small\">before them: {sim.runs[0].before.imbalance():.3f} (the same snapshot for "

@@ -44,7 +44,7 @@ details{margin:10px 0;border:1px solid #e3e3e3;border-radius:4px;padding:6px 10p
 summary{cursor:pointer;font-weight:600}
 td.pass{color:#2f7d32}td.fail{color:#b3261e;background:#fdf1f0}td.idle{color:#999}
 td.chosen,th.chosen{background:#eef4fb}
-.score{font-size:15px;font-weight:600}
+.score{font-size:15px;font-weight:600}code{white-space:nowrap}
 """
 
 
@@ -181,8 +181,8 @@ def node_distribution(run, color: str, resource: int, label: str, width: int = 5
 
     most, least = order[::-1][:NAMED], order[:NAMED]
     parts.append(f'<p class="small">after: {_stats(after)}; before: {_stats(before)}</p>'
-                 '<table class="fixed small nodes"><colgroup><col style="width:38%"><col style="width:12%">'
-                 '<col style="width:38%"><col style="width:12%"></colgroup><tr><th>most allocated</th>'
+                 '<table class="fixed small nodes"><colgroup><col style="width:40%"><col style="width:10%">'
+                 '<col style="width:40%"><col style="width:10%"></colgroup><tr><th>most allocated</th>'
                  '<th class="num">after</th><th>least allocated</th><th class="num">after</th></tr>')
     for i, j in zip(most, least):
         parts.append(f'<tr><td>{esc(names[i])}</td><td class="num">{after[i] * 100:.0f}%</td>'
@@ -282,6 +282,13 @@ def _score_cell(c: dict[str, Any] | None, chosen: bool) -> str:
     return f"<td class=\"num{ch}\">" + "".join(parts) + "</td>"
 
 
+def _codes(text: str) -> str:
+    """Flag and field names in a verdict kept whole (a line may not break inside them)."""
+    for word in ("--explain-node",):
+        text = text.replace(word, f"<code>{word}</code>")
+    return text
+
+
 def drill_html(dd) -> str:
     """One pod's drill-down (drilldown.DrillDown) as a table: a column per node shown, a row per
     Filter plugin (its verdict) and per Score plugin (weighted score, normalized x weight, raw),
@@ -304,8 +311,9 @@ def drill_html(dd) -> str:
     out.append("<tr><th>plugin</th>" + "".join(
         f"<th class=\"{'chosen' if r['chosen'] else ''}\" data-node=\"{esc(r['node'])}\">{esc(r['node'])}"
         + ("<br><span class=\"small\">chosen</span>" if r["chosen"] else "") + "</th>" for r in rows) + "</tr>")
-    out.append("<tr><td>verdict</td>" + "".join(f"<td class=\"small\">{esc(r['verdict'] or '')}</td>"
-                                                for r in rows) + "</tr>")
+    out.append("<tr><td>verdict</td>" + "".join(
+        "<td class=\"small\">" + _codes(esc(r["verdict"] or ""))
+        + "</td>" for r in rows) + "</tr>")
     if table["scores"]:
         out.append(f"<tr><th colspan=\"{k + 1}\">Score: weighted score (normalized &times; weight, raw)</th></tr>")
         for p in table["scores"]:

@@ -80,7 +80,7 @@ def test_an_unschedulable_pod_shows_which_filter_rejected_each_node():
         assert r["cells"]["NodeResourcesFit"]["filter"] == "Insufficient cpu"
         assert all(r["cells"][p]["filter"] == NOT_RUN for p in dd.filters[fit + 1:])
         assert all(r["cells"][p]["filter"] != NOT_RUN for p in dd.filters[:fit])
-    assert rows[-1]["verdict"] == "rejected by NodeResourcesFit (--explain-node)"
+    assert rows[-1]["verdict"] == "rejected by NodeResourcesFit; asked for with --explain-node"
     assert "not in the snapshot: ghost" in dd.note
 
 
