@@ -113,3 +113,23 @@ def test_malformed_quantities_raise_quantity_error(bad):
 def test_quantity_error_is_a_value_error_with_the_input():
     with pytest.raises(ValueError, match="'1Kb'"):
         parse_quantity("1Kb")
+
+
+def test_resource_value_parses_a_string_once_and_stays_bounded(monkeypatch):
+    from policy_scheduler.framework.model import quantity
+    calls = []
+    real = quantity.to_int
+    monkeypatch.setattr(quantity, "to_int", lambda v, milli=False: calls.append(v) or real(v, milli=milli))
+    monkeypatch.setattr(quantity, "_MEMO", {})
+    assert quantity.resource_value("cpu", "250m") == 250
+    assert quantity.resource_value("cpu", "250m") == 250
+    assert quantity.resource_value("memory", "250m") == 1  # not cpu: whole units, rounded up; its own entry
+    assert calls == ["250m", "250m"]
+    with pytest.raises(quantity.QuantityError):  # an invalid string is not kept: it raises every time
+        quantity.resource_value("cpu", "12x")
+    with pytest.raises(quantity.QuantityError):
+        quantity.resource_value("cpu", "12x")
+    monkeypatch.setattr(quantity, "_MEMO_MAX", 8)
+    for i in range(100):  # hostile variety cannot grow the memo past its bound
+        assert quantity.resource_value("memory", f"{i}Ki") == i * 1024
+    assert len(quantity._MEMO) <= 8
