@@ -50,7 +50,8 @@ class GroupCycles:
     ``start(qpi, policy state, chain, state, decision) -> bool``; ``group_metrics`` (optional):
     ``pod_group_attempt(result, policy, seconds)`` once per cycle (upstream podGroupCycle's
     result: scheduled, unschedulable, waiting_on_preemption or error, and the seconds since the
-    cycle started) and ``pod_group_algorithm(seconds)`` once the hierarchy's placements are known."""
+    cycle started), ``pod_group_algorithm(seconds)`` once the hierarchy's placements are known and
+    ``pod_group_preemption(code, seconds, victims)`` after DefaultPreemption's PodGroupPostFilter."""
 
     def __init__(self, state: "ClusterState", queue: "SchedulingQueue", nominator: "Nominator",
                  recorder: Any, telemetry: Any, preemptor: Any, binding_tasks: Any, resolve_policy: Callable,
@@ -162,8 +163,12 @@ class GroupCycles:
         result's status of the hierarchy (a status shared by several results gets it once per
         result, as upstream's); a preemption nominates each member and deletes the victims."""
         runner = getattr(chain.plugin("DefaultPreemption"), "pod_group_post_filter", None)
+        t = perf_counter()
         out = runner(cycle, res) if runner is not None else None
         status = out.status if out is not None else None
+        if status is not None and self.metrics is not None:
+            self.metrics.pod_group_preemption(status.code, perf_counter() - t,
+                                              len(out.victims) if status.is_success else None)
         members = [m for r in results.values() for m in r.members]
         if status is not None and status.is_success:
             for r in results.values():

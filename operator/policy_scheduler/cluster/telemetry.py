@@ -34,7 +34,7 @@ from prometheus_client import (CollectorRegistry, Counter, Gauge, GCCollector, H
                                ProcessCollector, disable_created_metrics)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ..framework.instrumentation import DEFAULT_SAMPLE_PERCENT, CycleRecorder
+from ..framework.instrumentation import DEFAULT_SAMPLE_PERCENT, POST_FILTER, CycleRecorder
 from ..framework.status import Code
 from .telemetry_collectors import (EVENT_ACTIONS, CacheSize, LeaderOnly, PluginEvaluations, RestClientMetrics,
                                    build_info, event_resource)
@@ -123,16 +123,30 @@ class _QueuedEntities:
         yield fam
 
 
+class _Both:
+    """Two histogram children observed together."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+    def observe(self, seconds: float) -> None:
+        self.a.observe(seconds)
+        self.b.observe(seconds)
+
+
 class TelemetryRecorder(CycleRecorder):
     """A cycle's timings into the Telemetry's histograms, for one profile; ``sampled`` fixed
     (the Telemetry keeps one of each per profile and picks one per cycle)."""
 
-    __slots__ = ("_points", "_plugins", "_point_metric", "_plugin_metric", "_profile")
+    __slots__ = ("_points", "_plugins", "_point_metric", "_plugin_metric", "_profile", "_evaluation")
 
     def __init__(self, telemetry: "Telemetry", profile: str, sampled: bool) -> None:
         super().__init__(sampled)
         self._profile = profile
         self._point_metric = telemetry.extension_point_duration
+        self._evaluation = telemetry.preemption_evaluation
         self._plugin_metric = telemetry.plugin_duration
         self._points: dict[tuple[str, Code], Any] = {}
         self._plugins = telemetry._plugin_children  # shared: the plugin histogram has no profile
@@ -141,6 +155,9 @@ class TelemetryRecorder(CycleRecorder):
         child = self._points.get((point, code))
         if child is None:
             child = self._points[(point, code)] = self._point_metric.labels(point, str(code), self._profile)
+            if point == POST_FILTER:  # and DefaultPreemption's evaluation (upstream Evaluator.evaluate)
+                child = _Both(child, self._evaluation.labels("pod", str(code)))
+                self._points[(point, code)] = child
         child.observe(seconds)
 
     def plugin(self, plugin: str, point: str, code: Code, seconds: float) -> None:
@@ -210,6 +227,17 @@ class Telemetry:
                                            "Total preemption attempts in the cluster till now", registry=lr)
         self.preemption_victims = Histogram("scheduler_preemption_victims", "Number of selected preemption victims",
                                             buckets=exponential_buckets(1, 2, 7), registry=lr)
+        self.preemption_evaluation = Histogram("scheduler_preemption_evaluation_duration_seconds",
+                                               "Duration in seconds for identifying the target preemption victims.",
+                                               ["preemptor", "result"], buckets=exponential_buckets(0.001, 2, 16),
+                                               registry=lr)
+        self.workload_preemption_attempts = Counter(
+            "scheduler_workload_preemption_attempts",
+            "Total preemption attempts initiated by workload (including pod groups) in the cluster till now.",
+            ["result"], registry=lr)
+        self.workload_preemption_victims = Histogram(
+            "scheduler_workload_preemption_victims", "Number of pod preemption victims caused by workload preemption.",
+            buckets=exponential_buckets(1, 2, 11), registry=lr)
         # 1.37's pod-group cycle (upstream: with the GenericWorkload gate; here: native PodGroups)
         self.pod_group_attempts = Counter(
             "scheduler_podgroup_schedule_attempts",
@@ -331,6 +359,14 @@ class Telemetry:
     def pod_group_algorithm(self, seconds: float) -> None:
         """A pod-group cycle's algorithm (the hierarchy's placements, before PodGroupPostFilter)."""
         self.pod_group_algorithm_duration.observe(seconds)
+
+    def pod_group_preemption(self, code: Code, seconds: float, victims: int | None) -> None:
+        """DefaultPreemption's PodGroupPostFilter ran for ``seconds`` and ended with ``code``;
+        ``victims``: the victims it chose (None: it found none)."""
+        self.workload_preemption_attempts.labels(str(code)).inc()
+        self.preemption_evaluation.labels("podgroup", str(code)).observe(seconds)
+        if victims is not None:
+            self.workload_preemption_victims.observe(victims)
 
     # ------------------------------------------------------------------ the informers
     def timed_handler(self, kind: str, handler: Callable[[str, Mapping[str, Any]], None]

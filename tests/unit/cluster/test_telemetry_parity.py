@@ -18,6 +18,7 @@ from policy_scheduler.cluster.kubeclient import ApiError, Credentials, KubeClien
 from policy_scheduler.cluster.leader import Leadership
 from policy_scheduler.cluster.telemetry import ATTEMPT_BUCKETS, POD_ATTEMPTS_BUCKETS, Telemetry
 from policy_scheduler.cluster.telemetry_collectors import KUBE_SCHEDULER_VERSION, REST_CLIENT_BUCKETS
+from policy_scheduler.framework.status import Code
 
 from test_telemetry import node, pod
 
@@ -32,6 +33,8 @@ LEADER_ONLY = {"scheduler_schedule_attempts", "scheduler_scheduling_attempt_dura
                "scheduler_pending_pods", "scheduler_unschedulable_pods", "scheduler_queue_incoming_pods",
                "scheduler_queued_entities", "scheduler_queue_incoming_entities",
                "scheduler_preemption_attempts", "scheduler_preemption_victims",
+               "scheduler_preemption_evaluation_duration_seconds", "scheduler_workload_preemption_attempts",
+               "scheduler_workload_preemption_victims",
                "scheduler_podgroup_schedule_attempts", "scheduler_podgroup_scheduling_attempt_duration_seconds",
                "scheduler_podgroup_scheduling_algorithm_duration_seconds",
                "policy_scheduler_binding_duration_seconds", "policy_scheduler_binding_errors",
@@ -83,8 +86,8 @@ def test_upstream_buckets_of_the_new_families():
     t.scheduled(40, 0.5)
     get = t.registry.get_sample_value
     assert POD_ATTEMPTS_BUCKETS == (1, 2, 4, 8, 16)  # upstream ExponentialBuckets(1, 2, 5)
-    assert [get("scheduler_pod_scheduling_attempts_bucket", {"le": le}) for le in ("1.0", "2.0", "4.0", "16.0", "+Inf")] \
-        == [1, 1, 2, 2, 3]
+    les = ("1.0", "2.0", "4.0", "16.0", "+Inf")
+    assert [get("scheduler_pod_scheduling_attempts_bucket", {"le": le}) for le in les] == [1, 1, 2, 2, 3]
     assert get("scheduler_pod_scheduling_attempts_sum") == 44
     t.pod_group_algorithm(0.003)
     les = [s.labels["le"] for s in families(t)["scheduler_podgroup_scheduling_algorithm_duration_seconds"]
@@ -304,6 +307,28 @@ def test_pod_group_cycles_are_counted_by_upstreams_results():
                {"result": "unschedulable", "profile": "default"}) == 1
     assert get("scheduler_podgroup_scheduling_algorithm_duration_seconds_count") == 2
     assert get("scheduler_podgroup_scheduling_algorithm_duration_seconds_sum") > 0
+    # both groups ran DefaultPreemption's PodGroupPostFilter: the big one found no victims
+    assert get("scheduler_workload_preemption_attempts_total", {"result": "Success"}) == 1
+    assert get("scheduler_workload_preemption_attempts_total", {"result": "UnschedulableAndUnresolvable"}) == 1
+    assert get("scheduler_workload_preemption_victims_count") == 1
+    assert get("scheduler_workload_preemption_victims_sum") == 2  # a 2-cpu low pod per member: 2 of the 4
+    assert get("scheduler_preemption_evaluation_duration_seconds_count",
+               {"preemptor": "podgroup", "result": "Success"}) == 1
+
+
+def test_a_pods_post_filter_is_its_preemption_evaluation():
+    t = Telemetry(known_policies={"p": 1})
+    rec = t.cycle_recorder("p")
+    rec.point("PostFilter", Code.UNSCHEDULABLE, 0.004)
+    rec.point("PostFilter", Code.UNSCHEDULABLE, 0.002)
+    rec.point("Filter", Code.SUCCESS, 0.001)
+    get = t.registry.get_sample_value
+    assert get("scheduler_preemption_evaluation_duration_seconds_count",
+               {"preemptor": "pod", "result": "Unschedulable"}) == 2
+    assert get("scheduler_preemption_evaluation_duration_seconds_sum",
+               {"preemptor": "pod", "result": "Unschedulable"}) == 0.006
+    assert get("scheduler_framework_extension_point_duration_seconds_count",
+               {"extension_point": "PostFilter", "status": "Unschedulable", "profile": "p"}) == 2
 
 
 def test_queued_and_incoming_entities_mirror_the_pod_series():
