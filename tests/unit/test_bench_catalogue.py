@@ -1,0 +1,149 @@
+"""bench/throughput.py's workload catalogue and bench/table.py's table: the pure parts (no control plane)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))  # bench/ is no package: import its scripts as modules, like hack/'s
+
+import table  # noqa: E402
+import throughput as tp  # noqa: E402
+
+
+def nodes_of(wl, n):
+    return {b["metadata"]["name"]: b for b in (wl.node(i, False) for i in range(n))}
+
+
+def bind(pod, node):
+    pod["spec"]["nodeName"] = node
+    return pod
+
+
+def test_workload_names_commas_repeats_and_all():
+    assert tp.workload_names(["SchedulingBasic,Unschedulable", "SchedulingBasic"]) == ["SchedulingBasic",
+                                                                                       "Unschedulable"]
+    everything = tp.workload_names(["DRA,all"])
+    assert everything == list(tp.WORKLOADS) and everything[0] == "SchedulingBasic"
+    assert tp.workload_names([]) == []
+    with pytest.raises(ValueError, match="Nope"):
+        tp.workload_names(["SchedulingBasic,Nope"])
+
+
+def test_every_workload_is_described_and_has_a_quick_size():
+    assert set(tp.WORKLOAD_NOTES) == set(tp.WORKLOADS)
+    for wl in tp.WORKLOADS.values():
+        assert 0 < wl.quick_nodes <= wl.nodes and 0 < wl.quick_pods <= wl.pods
+    assert tp.WORKLOADS["SchedulingDaemonset"].nodes == 15000
+
+
+def test_both_schedulers_have_the_plugins_the_catalogue_needs():
+    needed = {"NodeAffinity", "PodTopologySpread", "InterPodAffinity", "NodeResourcesFit", "DefaultPreemption"}
+    assert all(tp.policy_has(p) for p in needed)
+    profile = yaml.safe_load(tp.same_plugins_config(gangs=False))["profiles"][0]
+    enabled = {p["name"] for p in profile["plugins"]["multiPoint"]["enabled"]}
+    assert needed | {"SchedulingGates"} <= enabled
+
+
+def test_daemonset_pods_are_pinned_and_checked():
+    wl = tp.WORKLOADS["SchedulingDaemonset"]
+    nodes = nodes_of(wl, 4)
+    pods = [wl.pod("t", i, "x", 4) for i in range(6)]
+    assert "resources" not in pods[0]["spec"]["containers"][0]
+    term = pods[5]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchFields"][0] == {"key": "metadata.name", "operator": "In",
+                                                              "values": ["node-00001"]}
+    assert wl.violations([bind(p, f"node-{i % 4:05d}") for i, p in enumerate(pods)], nodes) == []
+    bind(pods[2], "node-00003")
+    assert any("pinned to node-00002" in v for v in wl.violations(pods, nodes))
+
+
+def test_extended_resource_fits_one_node_and_is_not_overcommitted():
+    wl = tp.WORKLOADS["ExtendedResource"]
+    nodes = nodes_of(wl, 3)
+    assert nodes["node-00002"]["status"]["allocatable"]["foo.com/bar-2"] == "1"
+    pods = [bind(wl.pod("t", i, "x", 3), f"node-{i:05d}") for i in range(3)]
+    assert pods[1]["spec"]["containers"][0]["resources"]["requests"] == {"foo.com/bar-1": "1"}
+    assert wl.violations(pods, nodes) == []
+    pods.append(bind(wl.pod("t", 1, "x", 3), "node-00000"))  # bar-1 on a node without it
+    assert any("foo.com/bar-1" in v for v in wl.violations(pods, nodes))
+
+
+def test_preferred_workloads_follow_upstreams_templates():
+    spread = tp.WORKLOADS["PreferredTopologySpreading"].pod("t", 0, "x", 10)["spec"]["topologySpreadConstraints"][0]
+    assert (spread["maxSkew"], spread["whenUnsatisfiable"]) == (5, "ScheduleAnyway")
+    aff = tp.WORKLOADS["PreferredPodAffinity"]
+    init = aff.init_pods(2, 1)
+    assert [p["spec"]["nodeName"] for p in init] == ["node-00000", "node-00001"]
+    assert init[0]["metadata"]["labels"]["color"] == "red" and "podAffinity" in init[0]["spec"]["affinity"]
+    anti = tp.WORKLOADS["PreferredPodAntiAffinity"].pod("t", 0, "x", 10)
+    assert anti["metadata"]["labels"]["color"] == "yellow"
+    assert anti["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+
+
+def test_churn_and_gated_pods_are_marked_to_stay_unbound():
+    create = tp.WORKLOADS["Unschedulable"].churn_objects(0, "x")
+    assert [b["kind"] for _, b in create] == ["Pod"]
+    pod = create[0][1]
+    assert pod["metadata"]["labels"][tp.ROLE] == tp.UNSCHEDULABLE
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "9"  # nodes have 4
+    recreate = tp.WORKLOADS["SchedulingWithMixedChurn"].churn_objects(3, "x")
+    assert [b["kind"] for _, b in recreate] == ["Node", "Pod", "Service"]
+    assert recreate[0][1]["status"]["allocatable"]["pods"] == "0"
+    gated = tp.WORKLOADS["SchedulingGatedPods"]
+    assert gated.gated_pod(0, "x")["spec"]["schedulingGates"] and gated.node(0, False)["status"]["allocatable"][
+        "pods"] == "90000"
+    # a pod on a node that is not the workload's (a churn node) is a violation
+    wl = tp.WORKLOADS["SchedulingWithMixedChurn"]
+    assert wl.violations([bind(wl.pod("t", 0, "x", 2), "churn-node-000000")], nodes_of(wl, 2))
+
+
+def result(**over):
+    run = {"pods_per_s": 100.0, "startup_s": 1.5, "cpu_ms_per_pod": 2.0, "other_cores_in_window": 0.1}
+    res = {"ok": True, "started": "2026-11-27T10:00:00+00:00", "finished": "2026-11-27T10:30:00+00:00",
+           "commit": "abc1234", "machine": {"cores": 2, "loadavg_1_5_15_at_start": [0.5, 0.4, 0.3],
+                                            "loadavg_1_5_15_at_end": [1.0, 0.9, 0.8]},
+           "config": {"quick": True, "schedulers": ["policy-scheduler", "kube-scheduler", "kube-same", "ceiling"]},
+           "workloads": {
+               "SchedulingBasic": {"nodes": 200, "pods": 2000, "init_pods": 0, "repeat": 1, "description": "plain",
+                                   "runs": {"policy-scheduler": {**run, "pods_per_s": 150.0},
+                                            "kube-same": run, "kube-scheduler": run,
+                                            "ceiling": {**run, "pods_per_s": 300.0}},
+                                   "ratios": {"ours_vs_kube": 1.5, "ours_vs_ceiling": 0.5}},
+               "DRA": {"nodes": 100, "pods": 500, "init_pods": 500, "devices_per_node": 10, "repeat": 1,
+                       "runs": {"ceiling": {"pods_per_s": 80.0, "cpu_ms_per_pod": 1.0,
+                                            "other_cores_in_window": 0.3}},
+                       "skipped": {"policy-scheduler": "no DynamicResources"},
+                       "ratios": {"ours_vs_kube": None, "ours_vs_ceiling": None}},
+               "Unschedulable": {"error": "policy-scheduler on Unschedulable: 3 pods not bound\n(logs in x)"}}}
+    res.update(over)
+    return res
+
+
+def test_table_has_one_row_per_workload_with_the_jsons_figures():
+    out = table.render(result(ok=False))
+    lines = out.splitlines()
+    assert "2026-11-27T10:00:00+00:00" in lines[0] and "2 cores" in lines[0] and "0.50 / 0.40 / 0.30" in lines[0]
+    assert "did NOT pass" in lines[0]
+    rows = [x for x in lines if x.startswith("| ") and not x.startswith("| Workload")]
+    assert [r.split(" | ")[0][2:] for r in rows] == ["SchedulingBasic", "DRA †", "Unschedulable"]
+    basic = rows[0].split(" | ")
+    assert basic[1:7] == ["200 × 2,000", "150.0", "100.0", "100.0", "300.0", "1.50"] and basic[7] == "0.50"
+    assert "1.50 / 1.50 / 1.50 / 1.50" in rows[0]
+    assert rows[1].split(" | ")[8:10] == ["– / – / – / –", "– / – / – / 1.00"]  # DRA: no start-up
+    assert "left out" in rows[1] and "failed" in rows[2]
+    assert "- Unschedulable failed: policy-scheduler on Unschedulable: 3 pods not bound" in out
+    assert "- **SchedulingBasic**: plain" in out
+    head = lines[2]
+    assert head.count("|") - 1 == len(basic)  # every row as wide as the head
+
+
+def test_table_columns_follow_the_schedulers_that_ran(tmp_path):
+    res = result(config={"quick": False, "schedulers": ["policy-scheduler", "kube-same"]})
+    res["workloads"].pop("DRA")
+    out = table.render(res, notes=False)
+    assert "bare binder" not in out and "ours / binder" not in out and "ours / kube-same" in out
+    (tmp_path / "out.txt").write_text("table\n" + __import__("json").dumps(res) + "\n")
+    assert table.load(tmp_path / "out.txt")["commit"] == "abc1234"
