@@ -35,6 +35,39 @@ over 3 zones):
   TopologySpreading   zone spread, maxSkew 1, DoNotSchedule            default 1000 nodes x 5000 pods
   PodAntiAffinity     required hostname anti-affinity within an app    default  500 nodes x 1000 pods
                       (apps of nodes/2 pods: at most one per node)
+
+the rest of upstream's ``performance`` catalogue (its templates; sizes scaled like the above; no
+latency phase, as upstream measures throughput only; WORKLOAD_NOTES says what differs):
+
+  PreferredTopology-  pod-with-preferred-topology-spreading: color=blue, default 1000 nodes x 2000 pods
+    Spreading         zone spread maxSkew 5, ScheduleAnyway; 1 pod-default pod per node bound up front
+  PreferredPod-       pod-with-preferred-pod-affinity: color=red,     default 1000 nodes x 2000 pods
+    Affinity          preferred (weight 1) hostname affinity to color=red; 1 pod of the same template
+                      per node bound up front (upstream: in another namespace the term names; here one)
+  PreferredPod-       the same with color=yellow and preferred         default 1000 nodes x 2000 pods
+    AntiAffinity      hostname anti-affinity
+  Unschedulable       pod-default pods, while a pod that fits nowhere  default 1000 nodes x 5000 pods
+                      (bench-high, priority 10, 9 cpu on nodes of 4) is created every 200 ms (upstream's
+                      churn op, mode create) from the scheduler's start to the last measured pod
+  SchedulingWith-     pod-default pods, while every second a node for  default 1000 nodes x 5000 pods
+    MixedChurn        0 pods, such an unschedulable pod and a Service are created, and the next second
+                      deleted (churn op, mode recreate, number 1), over the same span
+  SchedulingGated-    upstream's SchedulingWhileGated without its      default    1 node  x 5000 pods
+    Pods              deleted pods: one node for 90000 pods, 10000 (quick 1000) pods gated for good
+                      (test.k8s.io/hold) created first, light pods (no requests) measured
+  ExtendedResource    SchedulingWithExtendedResource: node i has       default 1000 nodes x 1000 pods
+                      foo.com/bar-i: 1 and pod i requests it, nothing else: one node fits each pod
+  SchedulingDaemonset a DaemonSet's pods: pod i pinned to node i by  default 15000 nodes x 15000 pods
+                      required node affinity matchFields metadata.name In [node-i] (the DaemonSet
+                      controller's pin), no requests (upstream pins its 30000 pods to one node)
+
+The churn runs for every scheduler alike; the bare binder leaves pods that fit nowhere or are
+gated alone (a decision it gets for free). Both schedulers run every workload with the same
+plugins: the ``default`` policy's (it has NodeAffinity, PodTopologySpread, InterPodAffinity and
+NodeResourcesFit, which the catalogue needs; SchedulingGates is implicit in ours and explicit in
+the kube-same profile).
+
+the rest of this benchmark's own workloads:
   PreemptionBasic     scheduler_perf's PreemptionBasic: every node     default  500 nodes x  500 pods
                       already holds 4 low-priority pods of 900m (created bound, not measured); the
                       measured pods (priority 10, 3 cpu) each preempt 3 of them; no latency phase
@@ -72,7 +105,11 @@ pod-group scheduling attempt: from the group's pop to its placement assumed and 
 handed to binding, every result) over the throughput phase, with
 scheduler_podgroup_scheduling_algorithm_duration_seconds beside it.
 
-Without --workload the first four run (with --quick, SchedulingBasic only). Every run gets a
+Without --workload the first four run (with --quick, SchedulingBasic only); --workload takes
+names, repeated or comma-separated (``--workload SchedulingBasic,Unschedulable``), or ``all``:
+every workload, in the order listed in WORKLOADS (SchedulingBasic first, the largest last but
+DRA). A workload that fails is reported as failed in the JSON (``workloads.<name>.error``) and
+the others still run; the run's ``ok`` is then false and it exits 1. Every run gets a
 fresh control plane (etcd + kube-apiserver in its own state dir under .local/bench-<time>/),
 plain Node objects (no kwok, so nothing else loads the API server; --kwok adds it), and:
 
@@ -120,7 +157,9 @@ flight.
 Checks (any failure ends the benchmark with an error and ``"ok": false``): every created pod
 ends bound; no pod's node ever changes (the API forbids rebinding); for the schedulers no node
 holds more than its allocatable cpu, memory and pods, and the workload's constraint holds (zone
-affinity, skew <= 1 per app, at most one pod of an app per node); no pod has more than one
+affinity, skew <= 1 per app, at most one pod of an app per node, each DaemonSet pod on its own
+node, no node's extended resource overcommitted; pods bound only to the workload's nodes); pods
+that fit nowhere or are gated stay unbound (gated ones keep their gate); no pod has more than one
 Scheduled event. Also reported: Scheduled events and 'scheduled' attempts from each scheduler's
 own metrics (each should equal the pods), binding conflicts (409), and warnings or errors in
 the scheduler's log (logs are kept in the run directory). For a shadow variant, after the
@@ -130,7 +169,7 @@ operator writes the status every 2 s): its phase must be Shadowing and ``compare
 the pods it scheduled (throughput and latency phases) plus the failed attempts its metrics
 count; ``changed`` and the plugins that moved the changed decisions are reported.
 
-    .venv/bin/python bench/throughput.py [--quick] [--workload NAME ... | --workload all]
+    .venv/bin/python bench/throughput.py [--quick] [--workload NAME[,NAME...] ... | --workload all]
         [--nodes N] [--pods M] [--schedulers policy-scheduler kube-scheduler kube-same ceiling]
         [--qps 5000] [--burst 10000] [--bind-concurrency 64] [--latency-pods L]
         [--latency-load F] [--latency-rate R] [--repeat N] [--kwok] [--tuning] [--shadow]
@@ -140,14 +179,18 @@ count; ``changed`` and the plugins that moved the changed decisions are reported
 PodAntiAffinity 100 x 500, GangScheduling 100 x 500, PreemptionBasic 100 x 100, GangPreemption
 100 x 100 (10 groups of 10),
 SchedulingBasic5k 1000 x 2000, Scale 1000 nodes with 2,000 bound pods, DRA 100 nodes with
-500 + 500 pods): under two minutes.
+500 + 500 pods, the Preferred* three 200 x 500 with 200 bound, Unschedulable and
+SchedulingWithMixedChurn 200 x 2000, SchedulingGatedPods 1 x 2000 with 1000 gated, ExtendedResource
+500 x 500, SchedulingDaemonset 2000 x 2000): under two minutes each.
 --repeat N runs every scheduler N times, interleaved, and reports the run with the median
 pods/s. Tables go to stdout, progress to stderr; the last line of stdout is one JSON object with
 every figure and the ratios of pods/s (``ratios.ours_vs_kube``: policy-scheduler / kube-scheduler
 with the same plugins; ``ours_vs_kube_full``: against its default profile; ``ours_vs_ceiling``;
 ``tuning_vs_ours``, ``shadow_vs_ours``, ``shadow_full_vs_ours``: a variant / plain policy-scheduler,
 and ``shadow_cpu_per_pod_vs_ours``, ``shadow_full_cpu_per_pod_vs_ours``: the same for its CPU per
-pod in the window), also saved as result.json in the run directory next to each run's logs. With
+pod in the window), also saved as result.json in the run directory next to each run's logs (written
+after every workload, with the run's start and end time, commit, cores and load averages);
+``bench/table.py <result.json>`` prints one markdown table of every workload from it. With
 --shadow the report prints ``shadow cost: ours(shadow) pods/s / ours pods/s = X (-Y%)`` and the
 shadow's tally; --tuning, --shadow and --shadow-full add to --schedulers (e.g. ``--schedulers
 policy-scheduler --shadow`` runs the plain one and the shadow one).
@@ -529,8 +572,8 @@ WORKLOAD_NOTES = {
     "SchedulingGatedPods": "upstream's SchedulingWhileGated without its deleted pods: one node for 90000 pods, "
                            "gated pods (a gate nobody lifts) created first, light pods (no requests) measured",
     "ExtendedResource": "upstream's SchedulingWithExtendedResource: node i advertises foo.com/bar-i: 1, pod i "
-                        "requests it (and nothing else): each pod fits one node (NodeResourcesFit); the "
-                        "DRAExtendedResource gate as the control plane has it by default",
+                        "requests it (and nothing else): each pod fits one node (NodeResourcesFit); "
+                        "DRAExtendedResource is GA (on) in 1.37, as upstream runs it; no DeviceClass maps the resource",
     "PreemptionBasic": "upstream's PreemptionBasic: 4 low-priority pods of 900m bound per node, measured pods "
                        "(priority 10, 3 cpu) each preempt 3",
     "GangScheduling": "native PodGroups of 50 (minCount 50), all or nothing",
