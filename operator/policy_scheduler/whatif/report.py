@@ -253,7 +253,7 @@ def html_report(sim: Simulation) -> str:
            "<nav class=\"small\"><a href=\"#summary\">Summary</a><a href=\"#allocation\">Allocation per node</a>"
            "<a href=\"#zones\">Pods per zone</a>" + ("<a href=\"#drill-down\">Per-pod drill-down</a>" if drilled else "")
            + "</nav>",
-           "<h2 id=\"summary\">Summary</h2><table><tr><th>policy</th><th class=\"num\">placed</th>"
+           "<h2 id=\"summary\">Summary</h2><table class=\"summary\"><tr><th>policy</th><th class=\"num\">placed</th>"
            "<th class=\"num\">unschedulable</th><th class=\"num\">nodes used</th><th class=\"num\">nodes receiving "
            "pods</th><th class=\"num\">imbalance</th><th class=\"num\">zone skew</th><th>fits (common shape)</th></tr>"]
     for run in sim.runs:

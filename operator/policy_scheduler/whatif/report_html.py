@@ -18,6 +18,7 @@ from ..explain import NOT_RUN, PASSED, SKIPPED
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7")
 BEFORE = "#b9bec7"
 MAX_NODE_BARS = 60  # more nodes than this: the distribution instead of one bar per node
+SIDE_BY_SIDE = 24  # up to this many bars, a policy's cpu and memory charts side by side; past it, stacked
 MAX_LABEL = 30  # characters of a node name on an axis (the whole name in its tooltip)
 CURVE_POINTS = 300  # points of a distribution curve at most
 NAMED = 5  # most and least allocated nodes named under a distribution
@@ -32,7 +33,7 @@ table{border-collapse:collapse;font-size:13px;margin:8px 0;max-width:100%}
 td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top;overflow-wrap:anywhere;
 word-break:break-word}
 th{background:#f4f5f7;font-weight:600}td.num,th.num{text-align:right;white-space:nowrap}
-table.fixed{table-layout:fixed;width:100%}
+table.fixed{table-layout:fixed;width:100%}table.summary td:first-child{min-width:9em}
 .rows{display:flex;flex-direction:column;gap:16px}
 .pair{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:16px}
 .panel{border:1px solid #e3e3e3;padding:10px;border-radius:4px;min-width:0}
@@ -206,12 +207,13 @@ def allocation_section(runs, colors: dict[str, str]) -> str:
               "the right a few full ones." if many else
               "Nodes in snapshot order, the same in every chart; hover a bar for its numbers.") + "</p>",
            "<div class=\"rows\">"]
-    draw = node_distribution if many else node_bars
+    wide = MAX_NODE_BARS >= n > SIDE_BY_SIDE  # a bar and a name per node need the whole width
     for run in runs:
-        out.append(f"<div class=\"panel\"><h3>{esc(run.policy)}</h3><div class=\"pair\">")
+        out.append(f"<div class=\"panel\"><h3>{esc(run.policy)}</h3><div class=\"{'rows' if wide else 'pair'}\">")
         for res, label in ((0, "cpu"), (1, "memory")):
-            out.append(f"<div><div class=\"small\">{label} requested of allocatable</div>"
-                       f"{draw(run, colors[run.policy], res, label)}</div>")
+            chart = (node_distribution(run, colors[run.policy], res, label) if many else
+                     node_bars(run, colors[run.policy], res, label, width=1160 if wide else 560))
+            out.append(f"<div><div class=\"small\">{label} requested of allocatable</div>{chart}</div>")
         out.append("</div></div>")
     out.append("</div>")
     return "".join(out)
@@ -306,8 +308,8 @@ def drill_html(dd) -> str:
         out.append("</details>")
         return "".join(out)
     k = len(rows)
-    out.append("<table class=\"fixed drill\"><colgroup><col style=\"width:20%\">"
-               + f"<col style=\"width:{80 / k:.2f}%\">" * k + "</colgroup>")
+    out.append("<table class=\"fixed drill\"><colgroup><col style=\"width:24%\">"
+               + f"<col style=\"width:{76 / k:.2f}%\">" * k + "</colgroup>")
     out.append("<tr><th>plugin</th>" + "".join(
         f"<th class=\"{'chosen' if r['chosen'] else ''}\" data-node=\"{esc(r['node'])}\">{esc(r['node'])}"
         + ("<br><span class=\"small\">chosen</span>" if r["chosen"] else "") + "</th>" for r in rows) + "</tr>")
