@@ -180,7 +180,7 @@ def node_distribution(run, color: str, resource: int, label: str, width: int = 5
     order = np.argsort(after, kind="stable")
     names = run.after.names
 
-    most, least = order[::-1][:NAMED], order[:NAMED]
+    most, least = np.argsort(-after, kind="stable")[:NAMED], order[:NAMED]
     parts.append(f'<p class="small">after: {_stats(after)}; before: {_stats(before)}</p>'
                  '<table class="fixed small nodes"><colgroup><col style="width:40%"><col style="width:10%">'
                  '<col style="width:40%"><col style="width:10%"></colgroup><tr><th>most allocated</th>'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import yaml
@@ -46,3 +47,74 @@ def test_write_explain_writes_the_decisions_to_out_and_nothing_to_stdout(capsys)
     i = lines.index("pod default/huge under policy default: node (none)")
     assert lines[i + 1].startswith("  not scheduled: 0/2 nodes are available: 2 Insufficient cpu.")
     assert lines[i + 2:i + 4] == ["  filtered out:", "        2  Insufficient cpu"]
+
+
+# ------------------------------------------------------------------------------------ the HTML report
+
+def _sim(n_nodes, policies=("default",), pods=None, **kw):
+    docs = []
+    for name in policies:
+        d = yaml.safe_load(yaml.safe_dump(DEFAULT))
+        d["metadata"]["name"] = name
+        docs.append(d)
+    snap = from_dict({"apiVersion": API_VERSION, "kind": "ClusterSnapshot", "takenAt": "2025-01-01T12:00:00Z",
+                      "nodes": [node(f"node-{i:04d}") for i in range(n_nodes)], "policies": docs,
+                      "namespaces": {"default": {}},
+                      "pods": [{**pod("old", "1"), "spec": {**pod("old", "1")["spec"], "nodeName": "node-0000"}}]})
+    return simulate(World(snap), list(policies), pods or [pod(f"p{i}", "500m") for i in range(6)] + [pod("huge", "64")],
+                    **kw)
+
+
+def test_the_page_is_self_contained_and_names_every_node_under_its_bars():
+    from policy_scheduler.whatif.report import html_report
+
+    page = html_report(_sim(12, ("a", "b", "c")))
+    assert "<script" not in page and "<link" not in page and "src=" not in page
+    names = re.findall(r'<text class="node"[^>]*>([^<]*)<title>', page)
+    assert sorted(set(names)) == [f"node-{i:04d}" for i in range(12)]
+    assert len(names) == 12 * 2 * 3  # cpu and memory, per policy
+    # one row per policy whatever their number: each policy's charts are one panel of the rows
+    rows = page[page.index('id="allocation"'):page.index('id="zones"')]
+    assert rows.count('<div class="panel"><h3>') == 3 and 'class="rows"' in rows
+
+
+def test_nodes_receiving_pods_are_beside_nodes_used():
+    from policy_scheduler.whatif.report import html_report
+
+    sim = _sim(12)
+    s = sim.runs[0].summary()
+    received = {r.node for r in sim.runs[0].placed}
+    assert s["nodesReceivingPods"] == len(received) < s["nodesUsed"] == len(received | {"node-0000"})
+    page = html_report(sim)
+    head = page[page.index('id="summary"'):page.index("</table>", page.index('id="summary"'))]
+    assert "<th class=\"num\">nodes receiving pods</th>" in head
+    assert f"<td class=\"num\">{s['nodesUsed']} (was 1)</td><td class=\"num\">{s['nodesReceivingPods']}</td>" in head
+
+
+def test_past_60_nodes_the_allocation_is_a_sorted_distribution():
+    from policy_scheduler.whatif.report import html_report
+    from policy_scheduler.whatif.report_html import MAX_NODE_BARS
+
+    sim = _sim(MAX_NODE_BARS + 1, ("a", "b"), pods=[pod(f"p{i}", "2") for i in range(30)])
+    page = html_report(sim)
+    assert 'class="node"' not in page  # no bar (and name) per node
+    assert page.count("least to most allocated</text>") == 4  # cpu and memory, per policy
+    assert page.count("<polygon") == 4 and "median" in page
+    a = sim.runs[0].after
+    cpu = a.requested[:, 0] / a.allocatable[:, 0]
+    most = a.names[int(cpu.argmax())]
+    assert f"<td>{most}</td><td class=\"num\">{cpu.max() * 100:.0f}%</td>" in page  # named in the table
+
+
+def test_long_messages_wrap_in_a_fixed_table_and_the_drill_down_is_there():
+    from policy_scheduler.whatif.drilldown import DrillSpec
+    from policy_scheduler.whatif.report import html_report
+    from policy_scheduler.whatif.report_html import CSS
+
+    page = html_report(_sim(12, drill=DrillSpec(pods=["default/p0", "default/huge"])))
+    assert "overflow-wrap:anywhere" in CSS and "table-layout:fixed" in CSS
+    i = page.index("FailedScheduling message")
+    assert page.rfind('<table class="fixed">', 0, i) > page.rfind("</table>", 0, i)
+    assert 'id="drill-down"' in page and 'href="#drill-down"' in page
+    assert page.count('<details open class="drill">') == 2
+    assert "default/huge: no node" in page and "&#10007; Insufficient cpu" in page

@@ -89,3 +89,11 @@ def test_help_names_the_flags(capsys):
         cli.main(["simulate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--explain-pod NS/NAME" in text and "--explain-node NAME" in text and "--explain-top N" in text
+
+
+def test_the_parser_says_the_drill_down_defaults():
+    """commands/whatif.py names them without importing whatif/ (the parser stays light)."""
+    from policy_scheduler.commands import whatif
+    from policy_scheduler.whatif import drilldown
+
+    assert (whatif.DEFAULT_DRILL_PODS, whatif.DRILL_TOP) == (drilldown.DEFAULT_PODS, drilldown.TOP)
