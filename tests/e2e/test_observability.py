@@ -123,3 +123,56 @@ def test_metrics_after_a_burst(core, namespace, nodes, policies, obs):
         assert profiles(m3) == profiles(m2)
     finally:
         policies.delete_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", POLICY)
+
+
+# what a standby exports (the dashboard sums the scheduling series over replicas and takes max()
+# of the cache gauges): its cache, client, process and build; none of the scheduling series
+BOTH = {"policy_scheduler_nodes", "policy_scheduler_policies", "scheduler_cache_size",
+        "scheduler_event_handling_duration_seconds_count", "leader_election_master_status",
+        "rest_client_requests_total", "rest_client_request_duration_seconds_count", "policy_scheduler_build_info",
+        "process_resident_memory_bytes", "python_info"}
+LEADER_ONLY = {"scheduler_schedule_attempts_total", "scheduler_scheduling_attempt_duration_seconds_count",
+               "scheduler_scheduling_algorithm_duration_seconds_count", "scheduler_pod_scheduling_attempts_count",
+               "scheduler_pod_scheduling_sli_duration_seconds_count", "scheduler_pending_pods",
+               "scheduler_framework_extension_point_duration_seconds_count", "scheduler_plugin_evaluation_total",
+               "scheduler_queue_incoming_pods_total", "scheduler_preemption_attempts_total",
+               "scheduler_podgroup_scheduling_algorithm_duration_seconds_count",
+               "policy_scheduler_binding_duration_seconds_count"}
+
+
+def test_a_standby_exports_its_cache_not_the_scheduling_series(cluster, core, namespace, nodes, policies, crd):
+    sched = "obs-ha-scheduler"
+    apply_policy(policies, sched, [{"name": "NodeResourcesFit"}], schedulerName=sched)
+    nodes("obs-ha-0", cpu="16", labels={"e2e": "obs-ha"})
+    mports = [localcluster.free_port(), localcluster.free_port()]
+    reps = [OperatorProcess(cluster, sched, log_name=f"{sched}-{i}", extra=[
+        "--default-policy", sched, "--metrics-port", str(mports[i]), "--metrics-address", "127.0.0.1"])
+        for i in range(2)]
+    for r in reps:
+        r.start(wait=False)
+    try:
+        for r in reps:
+            r.wait_synced()
+        wait_for(lambda: sum("successfully acquired lease" in r.log() for r in reps) == 1, 30, what="one leader")
+        lead, standby = mports if "successfully acquired lease" in reps[0].log() else mports[::-1]
+        names = [f"ha{i}" for i in range(5)]
+        for n in names:
+            core.create_namespaced_pod(namespace, pod(n, namespace, scheduler=sched, nodeSelector={"e2e": "obs-ha"}))
+        wait_bound(core, namespace, names, 30)
+        leader_m = wait_for(lambda: (lambda m: m if value(m, "scheduler_schedule_attempts_total") == 5
+                                     and "scheduler_pending_pods" in m else None)(
+            scrape(f"http://127.0.0.1:{lead}/metrics")), 15, 0.5, what="the leader's attempts")
+        standby_m = scrape(f"http://127.0.0.1:{standby}/metrics")
+        assert BOTH <= set(leader_m) and LEADER_ONLY <= set(leader_m), (BOTH | LEADER_ONLY) - set(leader_m)
+        assert BOTH <= set(standby_m), BOTH - set(standby_m)
+        assert not LEADER_ONLY & set(standby_m), LEADER_ONLY & set(standby_m)
+        assert not [n for n in standby_m if n.startswith(("scheduler_", "policy_scheduler_"))
+                    and n.split("_bucket")[0].split("_count")[0].split("_sum")[0] not in
+                    {"scheduler_cache_size", "scheduler_event_handling_duration_seconds", "policy_scheduler_nodes",
+                     "policy_scheduler_policies", "policy_scheduler_build_info"}]
+        assert value(standby_m, "scheduler_cache_size", type="pods") >= 5  # its cache saw the bindings
+        assert value(standby_m, "leader_election_master_status") == 0
+    finally:
+        for r in reps:
+            r.stop()
+        policies.delete_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", sched)

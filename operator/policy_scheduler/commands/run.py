@@ -226,9 +226,10 @@ def add_parser(sub) -> None:
                    help="share of scheduling cycles whose plugin calls are timed one by one "
                         "(scheduler_plugin_execution_duration_seconds; default 10, as kube-scheduler)")
     r.add_argument("--health-port", type=int, default=8080,
-                   help="probe port (0 = off): /healthz and /livez for liveness (fail only when the scheduling "
-                        "loop died), /readyz for readiness (passes once the cache is synced and, on the leader, "
-                        "the loop runs)")
+                   help="probe port (0 = off): /livez and /healthz for liveness (fail when the scheduling loop "
+                        "died; /healthz also once the Lease is lost), /readyz for readiness (passes once the cache "
+                        "is synced and, on the leader, the loop runs); ?verbose lists the checks as kube "
+                        "components do, /readyz/<check> answers one")
     r.add_argument("--health-address", default="0.0.0.0")
     r.add_argument("--prometheus-url", default=None, type=url,
                    help="Prometheus of the metric plugins (LoadAware, MetricThreshold, MetricScore) for policies "
