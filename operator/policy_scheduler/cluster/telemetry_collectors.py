@@ -63,34 +63,48 @@ class CacheSize:
         yield fam
 
 
+class _Plan:
+    """One (profile, chain)'s label keys per point and its running sums: ``acc`` = [cycles,
+    nodes evaluated, cycles that scored, feasible nodes scored]; ``sub``: per key, what the
+    plugin skipped (Skip at PreFilter or PreScore) leaves out of those sums."""
+
+    __slots__ = ("chain", "pre_filter", "filter", "pre_score", "score", "acc", "sub")
+
+    def __init__(self, profile: str, chain: Any) -> None:
+        self.chain = chain
+        self.pre_filter = [(p.NAME, "PreFilter", profile) for p in chain.pre_filter]
+        self.filter = {p.NAME: (p.NAME, "Filter", profile) for p in chain.filter}
+        self.pre_score = [(p.NAME, "PreScore", profile) for p in chain.pre_score]
+        self.score = {p.NAME: (p.NAME, "Score", profile) for p, _ in chain.score}
+        self.acc = [0, 0, 0, 0]
+        self.sub: dict[tuple[str, str, str], int] = {}
+
+    def totals(self) -> dict[tuple[str, str, str], int]:
+        cycles, evaluated, scored, feasible = self.acc
+        sub = self.sub
+        out = {k: cycles for k in self.pre_filter}
+        out.update((k, evaluated - sub.get(k, 0)) for k in self.filter.values())
+        out.update((k, scored) for k in self.pre_score)
+        out.update((k, feasible - sub.get(k, 0)) for k in self.score.values())
+        return out
+
+
 class PluginEvaluations:
     """``scheduler_plugin_evaluation_total{plugin,extension_point,profile}``: how many times each
     plugin was run at PreFilter, Filter, PreScore and Score (upstream counts each call of its
     instrumented plugins: PreFilter and PreScore once per cycle, Filter and Score once per node).
-    ``cycle`` adds one cycle's counts to a dict; the samples are made at scrape time."""
+    A cycle adds four sums to its chain's plan (and what skipped plugins leave out); the samples
+    are made at scrape time."""
 
     NAME = "scheduler_plugin_evaluation"
     HELP = ("Number of attempts to schedule pods by each plugin and the extension point (available only in "
             "PreFilter, Filter, PreScore, and Score).")
     LABELS = ["plugin", "extension_point", "profile"]
+    MAX_PLANS = 1024
 
     def __init__(self) -> None:
-        self.counts: dict[tuple[str, str, str], int] = {}
-        self._plans: dict[tuple[str, int], tuple] = {}
-
-    def _plan(self, profile: str, chain: Any) -> tuple:
-        """The keys of a chain's plugins at each point, made once per (profile, chain)."""
-        plan = self._plans.get((profile, id(chain)))
-        if plan is None or plan[0] is not chain:
-            def keys(plugins, point):
-                return tuple((p.NAME, (p.NAME, point, profile)) for p in plugins)
-
-            plan = (chain, keys(chain.pre_filter, "PreFilter"), keys(chain.filter, "Filter"),
-                    keys(chain.pre_score, "PreScore"), keys([p for p, _ in chain.score], "Score"))
-            if len(self._plans) > 4096:  # chains replaced over a long life: start over
-                self._plans.clear()
-            self._plans[(profile, id(chain))] = plan
-        return plan
+        self.retired: dict[tuple[str, str, str], int] = {}  # the counts of plans no longer kept
+        self._plans: dict[tuple[str, int], _Plan] = {}
 
     def cycle(self, profile: str, chain: Any, skip_filter: set, skip_score: set, evaluated: int,
               feasible: int) -> None:
@@ -99,27 +113,55 @@ class PluginEvaluations:
         rejected some of them, an upper bound, since the operator filters batches of nodes);
         with two or more feasible nodes, every PreScore plugin once and every Score plugin not
         skipped once per feasible node (upstream scores nothing for a single feasible node)."""
-        _, pre_filter, filters, pre_score, scores = self._plan(profile, chain)
-        c = self.counts
-        for _, key in pre_filter:
-            c[key] = c.get(key, 0) + 1
+        plan = self._plans.get((profile, id(chain)))
+        if plan is None or plan.chain is not chain:
+            plan = self._new_plan(profile, chain)
+        acc = plan.acc
+        acc[0] += 1
         if evaluated:
-            for name, key in filters:
-                if name not in skip_filter:
-                    c[key] = c.get(key, 0) + evaluated
+            acc[1] += evaluated
+            if skip_filter:
+                self._skip(plan, plan.filter, skip_filter, evaluated)
         if feasible > 1:
-            for _, key in pre_score:
-                c[key] = c.get(key, 0) + 1
-            for name, key in scores:
-                if name not in skip_score:
-                    c[key] = c.get(key, 0) + feasible
+            acc[2] += 1
+            acc[3] += feasible
+            if skip_score:
+                self._skip(plan, plan.score, skip_score, feasible)
+
+    @staticmethod
+    def _skip(plan: _Plan, keys: dict, skipped: set, n: int) -> None:
+        sub = plan.sub
+        for name in skipped:
+            key = keys.get(name)
+            if key is not None:
+                sub[key] = sub.get(key, 0) + n
+
+    def _new_plan(self, profile: str, chain: Any) -> _Plan:
+        old = self._plans.pop((profile, id(chain)), None)
+        if old is not None:  # a chain replaced at a reused address
+            self._retire(old)
+        if len(self._plans) >= self.MAX_PLANS:  # chains replaced over a long life: fold the oldest
+            self._retire(self._plans.pop(next(iter(self._plans))))
+        plan = self._plans[(profile, id(chain))] = _Plan(profile, chain)
+        return plan
+
+    def _retire(self, plan: _Plan) -> None:
+        for key, n in plan.totals().items():
+            self.retired[key] = self.retired.get(key, 0) + n
+
+    def counts(self) -> dict[tuple[str, str, str], int]:
+        out = dict(self.retired)
+        for plan in list(self._plans.values()):  # a copy: the loop keeps counting
+            for key, n in plan.totals().items():
+                out[key] = out.get(key, 0) + n
+        return out
 
     def describe(self) -> list:
         return [CounterMetricFamily(self.NAME, self.HELP, labels=self.LABELS)]
 
     def collect(self) -> Iterable:
         fam = CounterMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
-        for key, n in sorted(dict(self.counts).items()):  # a copy: the loop keeps counting
+        for key, n in sorted(self.counts().items()):
             fam.add_metric(list(key), n)
         yield fam
 

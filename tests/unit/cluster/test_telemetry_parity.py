@@ -343,3 +343,28 @@ def test_queued_and_incoming_entities_mirror_the_pod_series():
                {"queue": "active", "event": "UnscheduledPodAdd", "type": "pod"}) == 4
     assert get("scheduler_queue_incoming_entities_total",
                {"queue": "active", "event": "PolicyChange", "type": "pod"}) == 2
+
+
+def test_plugin_evaluations_leave_out_skipped_plugins_and_survive_a_new_chain():
+    from types import SimpleNamespace as NS
+
+    from policy_scheduler.cluster.telemetry_collectors import PluginEvaluations
+
+    def chain(*names):
+        ps = [NS(NAME=n) for n in names]
+        return NS(pre_filter=ps, filter=ps, pre_score=ps, score=[(p, 1) for p in ps])
+
+    ev = PluginEvaluations()
+    c1 = chain("A", "B")
+    ev.cycle("p", c1, set(), set(), 10, 4)
+    ev.cycle("p", c1, {"B"}, {"A"}, 10, 1)  # B skipped Filter; one feasible node: nothing scored
+    ev.cycle("p", c1, set(), {"A", "Z"}, 6, 3)  # A skipped Score (Z is no Score plugin of the chain)
+    got = ev.counts()
+    assert got[("A", "PreFilter", "p")] == 3 and got[("B", "PreFilter", "p")] == 3
+    assert got[("A", "Filter", "p")] == 26 and got[("B", "Filter", "p")] == 16
+    assert got[("A", "PreScore", "p")] == 2
+    assert got[("A", "Score", "p")] == 4 and got[("B", "Score", "p")] == 7
+    ev.MAX_PLANS = 1
+    ev.cycle("p", chain("A"), set(), set(), 5, 0)  # a new chain (the old plan folded, not lost)
+    got = ev.counts()
+    assert got[("A", "Filter", "p")] == 31 and got[("B", "Filter", "p")] == 16 and got[("A", "PreFilter", "p")] == 4
