@@ -145,12 +145,9 @@ class Engine:
         self.resolve_policy = self.policy_store.resolve_policy
         # the Handle of the implicit plugins (pods without a usable policy) and of the status writers
         self.handle = handle = StateHandle(state, self.policy_store, self.sources, None, actions)
-        # metrics: a profile label names an existing policy (else "unknown"); queue moves read at scrape time
-        tel.known_policies = self.policy_store.policies
-        tel.queue_incoming.source = lambda: self.queue.incoming
-        tel.cache_size.table = lambda: state.table
-        tel.is_leader = lambda: self.leadership.leading  # a standby exports no scheduling series
-        client.metrics = tel.rest_client  # rest_client_* of every request (kubeclient.py)
+        # metrics: profile labels of existing policies; queue and cache read at scrape time; leader-only series
+        tel.attach(self.policy_store.policies, lambda: self.queue.incoming, lambda: state.table,
+                   lambda: self.leadership.leading, client)
         if plugin_metrics_sample_percent is not None:
             tel.plugin_sample_percent = plugin_metrics_sample_percent
         # pods without a usable policy still get the implicit plugins (SchedulingGates holds them)
@@ -177,7 +174,7 @@ class Engine:
                                                             patch=self.api.patch_native_pod_group_status)
         self._stopping = False
         self.bound_by_us = 0
-        self.informers = Sync(client, self.route, self.spawn, sync_timeout)
+        self.informers = Sync(client, lambda kind: tel.timed_handler(kind, self.route(kind)), self.spawn, sync_timeout)
         self.synced = False  # every informer listed (SchedulingPolicies included)
         self.scheduling = False  # the scheduling loop runs (this process leads)
         self.crashed: BaseException | None = None  # why the loop died, if it did
@@ -369,9 +366,6 @@ class Engine:
         """The handler of one kind's watch events (an informer's callback): nodes, namespaces,
         pods and SchedulingPolicies by the engine's own handlers, every other kind of cache/state.KINDS and the PodGroups
         of both APIs ("podgroups", NATIVE_PODGROUPS) straight into the state, then the queue."""
-        return self.telemetry.timed_handler(kind, self._route(kind))  # scheduler_event_handling_duration_seconds
-
-    def _route(self, kind: str) -> Callable[[str, Mapping[str, Any]], None]:
         own = {"nodes": self.on_node, "namespaces": self.on_namespace, "pods": self.on_pod,
                POLICIES: self.on_policy}
         if kind in own:
@@ -412,9 +406,8 @@ class Engine:
             raise
 
     def health(self) -> tuple[bool, bool, dict[str, Any]]:
-        """(live, ready, details) for the probes, from the checks of health.probe_checks (in
-        ``details["checks"]``): live unless the loop died; ready once the cache is synced (a
-        standby) and, on the leader, once the scheduling loop runs."""
+        """(live, ready, details) for the probes, from health.probe_checks (``details["checks"]``): live
+        unless the loop died; ready once synced (a standby) and, on the leader, once the loop runs."""
         waiting = self.informers.status() if not self.synced else {}
         checks = probe_checks(crashed=self.crashed, leading=self.leadership.leading, scheduling=self.scheduling,
                               listed=self.synced or bool(self.informers.informers) and not waiting,
@@ -508,8 +501,7 @@ class Engine:
         el = self.leadership
         self.telemetry.leader.labels(el.config.name).set(0)
         await el.run()
-        self.telemetry.leader.labels(el.config.name).set(0)
-        self.telemetry.stepped_down()
+        self.telemetry.stepped_down(el.config.name)
         self._stopping = True
         self.wake()
         if self.on_leadership_lost is not None:

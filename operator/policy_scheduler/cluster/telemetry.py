@@ -390,11 +390,24 @@ class Telemetry:
 
         return handle
 
+    def attach(self, policies: Mapping[str, Any], queue_incoming: Callable[[], Mapping[tuple[str, str], int]],
+               table: Callable[[], Any], is_leader: Callable[[], bool], client: Any) -> None:
+        """The engine's parts: the policies (the ``profile`` label's names), the queue's move
+        counters and the node table (read at scrape time), whether this replica leads (the
+        leader-only series), and the API client (its requests into ``rest_client_*``)."""
+        self.known_policies = policies
+        self.queue_incoming.source = queue_incoming
+        self.cache_size.table = table
+        self.is_leader = is_leader
+        client.metrics = self.rest_client
+
     # ------------------------------------------------------------------ leadership
-    def stepped_down(self) -> None:
-        """This replica no longer leads: its scheduling gauges are cleared (the leader-only
-        registry is not collected any more either), so no stale value is summed with the new
-        leader's."""
+    def stepped_down(self, lease: str | None = None) -> None:
+        """This replica no longer leads: ``leader_election_master_status`` 0 for ``lease``, and its
+        scheduling gauges cleared (the leader-only registry is not collected any more either), so
+        no stale value is summed with the new leader's."""
+        if lease is not None:
+            self.leader.labels(lease).set(0)
         self.pending.clear()
         self.unschedulable.clear()
         self._unschedulable_set.clear()

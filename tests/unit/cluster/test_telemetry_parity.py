@@ -66,9 +66,9 @@ def scheduled_engine(leadership=None) -> Engine:
         e.on_policy("ADDED", {"metadata": {"name": "p", "generation": 1},
                               "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "TaintToleration"}]}})
         for n in ("n1", "n2", "n3"):
-            e.route("nodes")("ADDED", node(n))
+            e.informers.route("nodes")("ADDED", node(n))
         for name, cpu in (("a", "1"), ("b", "1"), ("big", "64")):
-            e.route("pods")("ADDED", pod(name, "p", cpu))
+            e.informers.route("pods")("ADDED", pod(name, "p", cpu))
         while (qpi := e.queue.pop()) is not None:
             e.schedule(qpi)
         for _ in range(20):
@@ -122,10 +122,10 @@ def test_cache_size_and_event_handling():
     assert get("scheduler_event_handling_duration_seconds_count", {"event": "UnscheduledPodAdd"}) == 3
     assert get("scheduler_event_handling_duration_seconds_sum", {"event": "NodeAdd"}) > 0
     bound = dict(pod("a"), spec={**pod("a")["spec"], "nodeName": "n1"})
-    e.route("pods")("MODIFIED", bound)
+    e.informers.route("pods")("MODIFIED", bound)
     assert get("scheduler_event_handling_duration_seconds_count", {"event": "AssignedPodUpdate"}) == 1
-    e.route("persistentvolumeclaims")("ADDED", {"metadata": {"name": "c", "namespace": "ns", "uid": "u"},
-                                                "spec": {}})
+    claim = {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}, "spec": {}}
+    e.informers.route("persistentvolumeclaims")("ADDED", claim)  # the informers' handlers are timed
     assert get("scheduler_event_handling_duration_seconds_count", {"event": "PersistentVolumeClaimAdd"}) == 1
 
 
