@@ -105,31 +105,36 @@ def plugin_table(nodes: list[dict], weights: dict[str, int] | None = None,
     A normalized score is derived from the weighted one and the weight, and the other way round.
     Returns {"filters": [...], "scores": [...], "rows": [{"node", "total", "verdict", "chosen",
     "cells": {plugin: {"filter", "raw", "normalized", "weight", "weighted"}}}]}."""
-    weights = dict(weights or {})
+    def of(t: dict, key: str) -> dict:  # a record read from a pod's annotation may hold anything
+        v = t.get(key)
+        return v if isinstance(v, dict) else {}
+
+    nodes = [t for t in nodes if isinstance(t, dict) and "node" in t]
+    weights = {p: w for p, w in (weights.items() if isinstance(weights, dict) else ()) if isinstance(w, int)}
     filter_names = list(filters or [])
     for t in nodes:
-        filter_names += [p for p in (t.get("filters") or {}) if p not in filter_names]
+        filter_names += [p for p in of(t, "filters") if p not in filter_names]
     score_names = list(weights)
     for t in nodes:
         for key in ("scores", "normalized", "raw"):
-            score_names += [p for p in (t.get(key) or {}) if p not in score_names]
+            score_names += [p for p in of(t, key) if p not in score_names]
     rows = []
     for t in nodes:
         cells: dict[str, dict] = {}
-        fv = t.get("filters") or {}
+        fv = of(t, "filters")
         for p in filter_names:
             cells.setdefault(p, {})["filter"] = fv.get(p)
         for p in score_names:
             w = weights.get(p)
-            weighted = (t.get("scores") or {}).get(p)
-            norm = (t.get("normalized") or {}).get(p)
-            if norm is None and weighted is not None and w:
+            weighted = of(t, "scores").get(p)
+            norm = of(t, "normalized").get(p)
+            if norm is None and isinstance(weighted, int) and w:
                 norm = weighted // w if weighted % w == 0 else round(weighted / w, 2)
-            if weighted is None and norm is not None and w is not None:
+            if weighted is None and isinstance(norm, int) and w is not None:
                 weighted = norm * w
-            cells.setdefault(p, {}).update(raw=(t.get("raw") or {}).get(p), normalized=norm, weight=w,
+            cells.setdefault(p, {}).update(raw=of(t, "raw").get(p), normalized=norm, weight=w,
                                            weighted=weighted)
-        rows.append({"node": t["node"], "total": t.get("total"), "verdict": t.get("verdict"),
+        rows.append({"node": str(t["node"]), "total": t.get("total"), "verdict": t.get("verdict"),
                      "chosen": bool(t.get("chosen")), "cells": cells})
     return {"filters": filter_names, "scores": score_names, "rows": rows}
 

@@ -76,6 +76,11 @@ def test_a_scheduled_pod_explained_by_its_decision():
     assert doc["pod"] == "demo/x" and doc["node"] == "n0" and doc["scheduler"] == "policy-scheduler"
     assert (doc["policy"], doc["policySource"]) == ("spread", "decision")
     assert doc["decision"] == DECISION
+    # the per-plugin table explain prints (explain.plugin_table), one row per top node
+    assert [r["node"] for r in doc["plugins"]["rows"]] == [t["node"] for t in DECISION["top"]]
+    first = DECISION["top"][0]
+    assert {p: c["weighted"] for p, c in doc["plugins"]["rows"][0]["cells"].items()} == first["scores"]
+    assert doc["plugins"]["rows"][0]["total"] == first["total"]
     assert doc["preemptions"] == ["Preempting 1 pod(s) on node n0: demo/low"]
     assert doc["podScheduled"]["status"] == "True" and doc["lastFailedScheduling"] is None
     assert cmd.explanation(pod(node="n0", decision=DECISION), None, [], default_policy="d",

@@ -134,3 +134,13 @@ def test_plugin_table_derives_normalized_and_weighted_from_the_weight():
     assert lines[1].split() == ["a", "*", "290", "90x1=90", "100x2=200"]
     assert lines[2].split() == ["b", "100", "raw", "7:", "40x1=40", "-"]
     assert lines[3] == "    b: (Filter plugins: 1 passed; Ports: port 80 in use)"
+
+
+def test_plugin_table_of_a_hostile_record_keeps_what_it_can_read():
+    t = explain.plugin_table([{"node": "a", "total": 1, "scores": ["x"], "normalized": "y", "filters": 3},
+                              "not a node", {"total": 2}, {"node": 7, "scores": {"Fit": 4}}], {"Fit": "2"})
+    assert [r["node"] for r in t["rows"]] == ["a", "7"] and t["scores"] == ["Fit"]
+    assert t["rows"][1]["cells"]["Fit"] == {"raw": None, "normalized": None, "weight": None, "weighted": 4}
+    out = io.StringIO()
+    explain.write_plugin_table(t, out)
+    assert out.getvalue().splitlines()[2].split() == ["7", "-", "4"]

@@ -61,10 +61,12 @@ def explanation(pod: dict[str, Any], namespace_labels: dict[str, str] | None, ev
     """The document explain prints: the pod, its scheduler and node; the policy (the decision's,
     or for a pod not bound yet the one it would be scheduled with, and where that name came from);
     the decision record (its top nodes cut to ``top``); the PodScheduled condition; the last
-    FailedScheduling event; the Preempting events' messages; the last EVENTS events. ``pod`` and
+    FailedScheduling event; the Preempting events' messages; the last EVENTS events; and
+    ``plugins``: the decision's top nodes as explain.plugin_table makes them (per node and plugin
+    its weighted score; the table explain prints and simulate's drill-down draws). ``pod`` and
     ``events`` as the API server writes them (JSON); ``namespace_labels`` None when unknown.
     ValueError for an unreadable decision annotation."""
-    from ..explain import DECISION_ANNOTATION
+    from ..explain import DECISION_ANNOTATION, plugin_table
 
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     uid = meta.get("uid")
@@ -95,6 +97,8 @@ def explanation(pod: dict[str, Any], namespace_labels: dict[str, str] | None, ev
         "pod": f"{meta.get('namespace')}/{meta.get('name')}", "uid": uid, "scheduler": spec.get("schedulerName"),
         "node": node, "phase": status.get("phase"), "policy": policy, "policySource": source,
         "decision": decision,
+        "plugins": (plugin_table(top_nodes if isinstance(top_nodes := decision.get("top"), list) else [],
+                                 decision.get("weights")) if decision is not None else None),
         "podScheduled": ({k: cond.get(k) for k in ("status", "reason", "message", "lastTransitionTime")}
                          if cond is not None else None),
         "lastFailedScheduling": _event(failed[-1]) if failed else None,
