@@ -46,10 +46,17 @@ PROBE = """<script>(() => {
       out.overflowing.push(el.tagName + '.' + (el.getAttribute('class') || '') + ' content ' + el.scrollWidth +
                            ' > ' + el.clientWidth + ' ' + (el.textContent || '').slice(0, 60));
   }
-  for (const t of document.querySelectorAll('svg text.node')) {
-    const r = t.getBoundingClientRect();
-    if (r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= vw)
-      out.names[t.firstChild.textContent] = (out.names[t.firstChild.textContent] || 0) + 1;
+  out.overlaps = [];
+  for (const svg of document.querySelectorAll('svg')) {
+    let last = null;
+    for (const t of svg.querySelectorAll('text.node')) {
+      const r = t.getBoundingClientRect();
+      if (r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= vw)
+        out.names[t.firstChild.textContent] = (out.names[t.firstChild.textContent] || 0) + 1;
+      if (last && r.left < last.right - 0.5 && r.top < last.bottom - 0.5 && last.top < r.bottom - 0.5)
+        out.overlaps.push(t.firstChild.textContent);  // a name drawn over its neighbour's
+      last = r;
+    }
   }
   for (const d of document.querySelectorAll('details.drill')) {
     const table = d.querySelector('table.drill'), head = d.querySelector('summary').textContent;
@@ -144,6 +151,7 @@ def check_layout_and_drill_down(got: dict, sim) -> None:
     assert got["vw"] == WIDTH
     assert got["scrollWidth"] <= WIDTH, got["scrollWidth"]
     assert got["overflowing"] == [], got["overflowing"][:10]
+    assert got["overlaps"] == [], got["overlaps"][:10]
     drills = [d for run in sim.runs for d in run.drilldowns]
     assert len(got["drills"]) == len(drills) == 3 * len(sim.runs)
     for shown, dd in zip(got["drills"], drills):
@@ -166,6 +174,13 @@ def test_three_policies_on_12_nodes(tmp_path):
     got, sim, names, _ = render(tmp_path, 12, ["default", "binpack", "spread"], 30)
     check_layout_and_drill_down(got, sim)
     # every node's name under its bars, in the cpu and the memory chart of each policy
+    assert {nm: got["names"].get(nm, 0) for nm in names} == {nm: 2 * len(sim.runs) for nm in names}
+
+
+def test_60_nodes_still_get_a_named_bar_each(tmp_path):
+    """The most nodes drawn one bar each: every name under its bar, none over its neighbour."""
+    got, sim, names, _ = render(tmp_path, MAX_NODE_BARS, ["default", "binpack"], 60)
+    check_layout_and_drill_down(got, sim)
     assert {nm: got["names"].get(nm, 0) for nm in names} == {nm: 2 * len(sim.runs) for nm in names}
 
 
