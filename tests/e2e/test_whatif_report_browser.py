@@ -1,6 +1,7 @@
 """The simulate report as a browser lays it out (headless Chromium, 1,400 px wide): nothing wider
 than the page, every node named at 12 nodes, the drill-down's per-plugin scores on screen for
-each of the best nodes, at 3 policies x 12 nodes and 2 policies x 1,000 nodes.
+each of the best nodes, at 3 policies x 12 nodes, 2 x 60 (the most nodes drawn one bar each) and
+2 x 1,000.
 
 No cluster: the snapshots are built here (nodes, bound pods), and the report is what
 ``simulate --report`` writes (report.html_report on simulate's result). A probe script, added to a

@@ -6,7 +6,6 @@ per-pod drill-down (each plugin's verdict and score on the best nodes)."""
 
 from __future__ import annotations
 
-import html
 from typing import Any, Mapping, TextIO
 
 import numpy as np
@@ -251,8 +250,8 @@ def html_report(sim: Simulation) -> str:
            f"<p class=\"small\">{sim.pods} pods simulated on {sim.nodes} nodes of {_esc(sim.source)} "
            f"(taken {rfc3339(sim.taken_at)}), seed {sim.seed}. Nothing was written to the cluster.</p>",
            "<nav class=\"small\"><a href=\"#summary\">Summary</a><a href=\"#allocation\">Allocation per node</a>"
-           "<a href=\"#zones\">Pods per zone</a>" + ("<a href=\"#drill-down\">Per-pod drill-down</a>" if drilled else "")
-           + "</nav>",
+           "<a href=\"#zones\">Pods per zone</a>"
+           + ("<a href=\"#drill-down\">Per-pod drill-down</a>" if drilled else "") + "</nav>",
            "<h2 id=\"summary\">Summary</h2><table class=\"summary\"><tr><th>policy</th><th class=\"num\">placed</th>"
            "<th class=\"num\">unschedulable</th><th class=\"num\">nodes used</th><th class=\"num\">nodes receiving "
            "pods</th><th class=\"num\">imbalance</th><th class=\"num\">zone skew</th><th>fits (common shape)</th></tr>"]
@@ -265,7 +264,8 @@ def html_report(sim: Simulation) -> str:
                    f"<td class=\"num\">{s['nodesReceivingPods']}</td>"
                    f"<td class=\"num\">{s['imbalance']:.3f} (was {s['imbalanceBefore']:.3f})</td>"
                    f"<td class=\"num\">{s['zoneSpread']['skew']}</td>"
-                   f"<td>{s['fragmentation']['fits']} (was {s['fragmentation']['fitsBefore']}; {_esc(shape)})</td></tr>")
+                   f"<td>{s['fragmentation']['fits']} (was {s['fragmentation']['fitsBefore']}; "
+                   f"{_esc(shape)})</td></tr>")
     out.append(f"</table><p class=\"small\">{SUMMARY_NOTES}</p>")
     if sim.runs and sim.runs[0].warnings:
         out.append("<h2>Objects of the snapshot skipped</h2><ul>"

@@ -168,7 +168,8 @@ def node_distribution(run, color: str, resource: int, label: str, width: int = 5
         anchor = "start" if name == "min" else ("end" if name == "max" else "middle")
         parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#222"/>'
                      f'<text x="{x + (4 if name == "min" else -4 if name == "max" else 0):.1f}" '
-                     f'y="{max(y - 6, top + 10):.1f}" text-anchor="{anchor}" font-size="11">{name} {v * 100:.0f}%</text>')
+                     f'y="{max(y - 6, top + 10):.1f}" text-anchor="{anchor}" font-size="11">'
+                     f'{name} {v * 100:.0f}%</text>')
     for frac in (0, 0.5, 1.0):
         x = left + pw * frac
         anchor = "start" if frac == 0 else ("end" if frac == 1 else "middle")
