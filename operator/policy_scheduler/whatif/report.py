@@ -80,12 +80,12 @@ def write_text(sim: Simulation, out: TextIO) -> None:
         out.write("\n")
     shape = sim.runs[0].shape if sim.runs else {}
     shape_txt = "/".join(format_quantity(k, v) for k, v in shape.items() if k in ("cpu", "memory")) or "-"
-    rows = [["POLICY", "PLACED", "UNSCHEDULABLE", "NODES USED", "IMBALANCE", "ZONE SKEW", f"FITS ({shape_txt})",
-             "TIME"]]
+    rows = [["POLICY", "PLACED", "UNSCHEDULABLE", "NODES USED", "RECEIVING PODS", "IMBALANCE", "ZONE SKEW",
+             f"FITS ({shape_txt})", "TIME"]]
     for run in sim.runs:
         s = run.summary()
         rows.append([run.policy, str(s["placed"]), str(s["unschedulable"]),
-                     f"{s['nodesUsed']} (was {s['nodesUsedBefore']})",
+                     f"{s['nodesUsed']} (was {s['nodesUsedBefore']})", str(s["nodesReceivingPods"]),
                      f"{s['imbalance']:.3f} (was {s['imbalanceBefore']:.3f})", str(s["zoneSpread"]["skew"]),
                      f"{s['fragmentation']['fits']} (was {s['fragmentation']['fitsBefore']})",
                      f"{run.seconds:.1f}s"])

@@ -118,3 +118,19 @@ def test_long_messages_wrap_in_a_fixed_table_and_the_drill_down_is_there():
     assert 'id="drill-down"' in page and 'href="#drill-down"' in page
     assert page.count('<details open class="drill">') == 2
     assert "default/huge: no node" in page and "&#10007; Insufficient cpu" in page
+
+
+def test_the_terminal_table_says_nodes_receiving_pods_beside_nodes_used():
+    from policy_scheduler.whatif.report import write_text
+
+    sim = _sim(12)
+    out = io.StringIO()
+    write_text(sim, out)
+    lines = out.getvalue().splitlines()
+    head = next(x for x in lines if x.startswith("POLICY"))
+    assert "NODES USED  RECEIVING PODS  IMBALANCE" in head
+    s = sim.runs[0].summary()
+    row = next(x for x in lines if x.startswith("default "))
+    used, got = head.index("NODES USED"), head.index("RECEIVING PODS")
+    assert row[used:got].strip() == f"{s['nodesUsed']} (was 1)"
+    assert row[got:head.index("IMBALANCE")].strip() == str(s["nodesReceivingPods"])
