@@ -42,11 +42,6 @@ PER_REPLICA = {"leader_election_master_status", "up", "policy_scheduler_build_in
 # - everything else (attempts, durations, the queue, preemption, bindings, the tuner, rollouts) is
 #   exported by the leader only (absent on a standby): sum() over the instances is the leader's.
 
-# Panels on metric families that are being added to the operator (telemetry.py) while this is
-# written: generated only with INCLUDE_PENDING, once hack/render_dashboard.py --check finds them in
-# the Telemetry registry.
-INCLUDE_PENDING = False
-
 
 # ------------------------------------------------------------------------------------ panel builders
 def target(expr: str, legend: str = "", ref: str = "A") -> dict:
@@ -373,19 +368,52 @@ def leadership() -> list[dict]:
 
 
 def preemption() -> list[dict]:
-    victims = "scheduler_preemption_victims"
+    victims, wvictims = "scheduler_preemption_victims", "scheduler_workload_preemption_victims"
+    evaluation = "scheduler_preemption_evaluation_duration_seconds"
     return [
         row("Preemption"),
-        timeseries("Preemption attempts and victims", "DefaultPreemption runs per second for pods that no node fits "
-                   "(scheduler_preemption_attempts_total, a candidate found or not; pod groups included), and victims "
-                   "chosen per second (the sum of scheduler_preemption_victims). The leader's alone.",
+        timeseries("Preemption attempts and victims", "Per second: DefaultPreemption runs for pods that no node fits "
+                   "(scheduler_preemption_attempts_total, a candidate found or not) and the victims they chose (the "
+                   "sum of scheduler_preemption_victims); preemptions for pod groups by result "
+                   "(scheduler_workload_preemption_attempts_total) and their victims "
+                   "(scheduler_workload_preemption_victims). The leader's alone.",
                    targets((f"sum(rate(scheduler_preemption_attempts_total{{{J}}}{RATE}))", "attempts / s"),
-                           (f"sum(rate({victims}_sum{{{J}}}{RATE}))", "victims / s")), unit="ops", fill=10),
+                           (f"sum(rate({victims}_sum{{{J}}}{RATE}))", "victims / s"),
+                           (f"sum by (result) (rate(scheduler_workload_preemption_attempts_total{{{J}}}{RATE}))",
+                            "pod group attempts {{result}} / s"),
+                           (f"sum(rate({wvictims}_sum{{{J}}}{RATE}))", "pod group victims / s")),
+                   unit="ops", fill=10, w=8),
         timeseries("Victims per preemption", "Victims chosen per preemption that chose some "
                    "(scheduler_preemption_victims): the mean, and p50 and p99 (upstream's buckets: 1 doubling to 64, "
                    "so quantiles are bucket bounds).",
                    targets((f"sum(rate({victims}_sum{{{J}}}{RATE})) / sum(rate({victims}_count{{{J}}}{RATE}))", "mean"))
-                   + [dict(t, refId=r) for t, r in zip(hist_quantiles(victims, J, 0.5, 0.99), "BC")]),
+                   + [dict(t, refId=r) for t, r in zip(hist_quantiles(victims, J, 0.5, 0.99), "BC")], w=8),
+        timeseries("Preemption evaluation duration p99", "p99 time to find the victims, by preemptor: pod (the "
+                   "PostFilter point) or podgroup (PodGroupPostFilter) (scheduler_preemption_evaluation_duration_"
+                   "seconds). It grows with the nodes and the pods of lower priority on them.",
+                   targets(("histogram_quantile(0.99, sum by (le, preemptor) "
+                            f"(rate({evaluation}_bucket{{{J}}}{RATE})))", "{{preemptor}}")), unit="s", w=8),
+    ]
+
+
+def pod_groups() -> list[dict]:
+    attempts = "scheduler_podgroup_schedule_attempts_total"
+    duration = "scheduler_podgroup_scheduling_attempt_duration_seconds"
+    algorithm = "scheduler_podgroup_scheduling_algorithm_duration_seconds"
+    return [
+        row("Pod groups"),
+        timeseries("Pod group attempts by result", "Scheduling cycles of whole pod groups (PodGroups, gangs) per "
+                   "second by result (scheduler_podgroup_schedule_attempts_total): scheduled, unschedulable, "
+                   "waiting_on_preemption, error. The leader's alone; a group's members are also counted one by one "
+                   "in Schedule attempts by result.",
+                   targets((f"sum by (result) (rate({attempts}{{{JP}}}{RATE}))", "{{result}}")), unit="ops", fill=10),
+        timeseries("Pod group attempt duration", "p50 and p99 of one pod-group cycle "
+                   "(scheduler_podgroup_scheduling_attempt_duration_seconds), and the p99 of its algorithm alone, "
+                   "the hierarchy's placements before PodGroupPostFilter "
+                   "(scheduler_podgroup_scheduling_algorithm_duration_seconds).",
+                   hist_quantiles(duration, JP, 0.5, 0.99)
+                   + [target(f"histogram_quantile(0.99, sum by (le) (rate({algorithm}_bucket{{{J}}}{RATE})))",
+                             "algorithm p99", "C")], unit="s"),
     ]
 
 
@@ -412,7 +440,7 @@ def tuner() -> list[dict]:
 
 
 def process() -> list[dict]:
-    """Per replica: the process and its API client (metric families being added: INCLUDE_PENDING)."""
+    """Per replica: the version, the process, the cache, the API client, the event handlers."""
     return [
         row("Replicas: process, cache and API client"),
         stat("Version by replica", "The operator's version on each replica (policy_scheduler_build_info, 1 with the "
@@ -470,8 +498,8 @@ PANEL_PLUGINS = {"stat": "Stat", "state-timeline": "State timeline", "timeseries
 
 
 def dashboard() -> dict:
-    items = layout(overview() + leadership() + scheduling() + queue() + preemption() + framework() + binding()
-                   + (process() if INCLUDE_PENDING else []) + tuner() + rollouts())
+    items = layout(overview() + leadership() + scheduling() + queue() + preemption() + pod_groups() + framework()
+                   + binding() + process() + tuner() + rollouts())
     used = sorted({p["type"] for p in items} - {"row"})
     return {
         "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus",

@@ -90,7 +90,12 @@ METRICS = {
     "policy_scheduler_tuning_evaluations_total": "counter",
     "policy_scheduler_tuning_replays_total": "counter",
     "policy_scheduler_tuning_evaluation_duration_seconds": "histogram",
-    # families being added to the operator (the dashboard's INCLUDE_PENDING panels read them)
+    "scheduler_preemption_evaluation_duration_seconds": "histogram",
+    "scheduler_workload_preemption_attempts_total": "counter",
+    "scheduler_workload_preemption_victims": "histogram",
+    "scheduler_podgroup_schedule_attempts_total": "counter",
+    "scheduler_podgroup_scheduling_attempt_duration_seconds": "histogram",
+    "scheduler_podgroup_scheduling_algorithm_duration_seconds": "histogram",
     "scheduler_cache_size": "gauge",
     "scheduler_event_handling_duration_seconds": "histogram",
     "rest_client_requests_total": "counter",

@@ -150,7 +150,12 @@ def test_leader_preemption_and_tuner_rows():
 
     preemption = _row(dash, "Preemption")
     assert _reads(preemption) == {"scheduler_preemption_attempts_total", "scheduler_preemption_victims_sum",
-                                  "scheduler_preemption_victims_count", "scheduler_preemption_victims_bucket"}
+                                  "scheduler_preemption_victims_count", "scheduler_preemption_victims_bucket",
+                                  "scheduler_workload_preemption_attempts_total",
+                                  "scheduler_workload_preemption_victims_sum",
+                                  "scheduler_preemption_evaluation_duration_seconds_bucket"}
+    assert {p["title"] for p in _row(dash, "Pod groups")} == {"Pod group attempts by result",
+                                                              "Pod group attempt duration"}
     tuner = _row(dash, "Tuner")
     assert _reads(tuner) == {"policy_scheduler_tuning_evaluations_total", "policy_scheduler_tuning_replays_total",
                              "policy_scheduler_tuning_evaluation_duration_seconds_sum",
@@ -171,10 +176,19 @@ def test_every_selector_is_filtered_by_the_job():
                 assert m.group(1) and 'job=~"$job"' in m.group(1), (title, expr)
 
 
-def test_pending_panels_read_only_known_series_and_aggregate_right():
-    """The panels on families being added (process, cache, API client) pass the same checks as
-    the others, apart from the registry's (INCLUDE_PENDING adds them once they are exported)."""
-    items = dashboard.layout(dashboard.process())
-    exprs = [t["expr"] for p in items for t in p.get("targets", [])]
-    assert set().union(*(render_dashboard.series_names(e) for e in exprs)) <= render_dashboard.allowed_series()
-    assert dashboard.replica_problems({"panels": items}) == []
+def test_replica_row_reads_each_replicas_own_series_per_instance_and_the_cache_with_max():
+    dash = json.loads(DASHBOARD.read_text())
+    panels = {p["title"]: p for p in _row(dash, "Replicas: process, cache and API client")}
+    assert set(panels) == {"Version by replica", "CPU per replica", "Resident memory per replica", "Scheduler cache",
+                           "API requests by code", "API request latency p99 by verb",
+                           "Event handling duration p99 per replica"}
+    for title in ("Version by replica", "CPU per replica", "Resident memory per replica",
+                  "Event handling duration p99 per replica"):
+        t = panels[title]["targets"][0]
+        assert re.search(r"by \((le, )?instance\b", t["expr"]) and "{{instance}}" in t["legendFormat"], title
+    assert panels["Scheduler cache"]["targets"][0]["expr"].startswith("max by (type) (scheduler_cache_size{")
+    # API requests: every request of either replica is a real one, so the sum over replicas is the truth
+    assert _reads([panels["API requests by code"]]) == {"rest_client_requests_total"}
+    assert _reads([panels["API request latency p99 by verb"]]) == {"rest_client_request_duration_seconds_bucket"}
+    per_replica = set().union(*(dashboard.PER_REPLICA, dashboard.REPLICATED))
+    assert {n.removesuffix("_bucket") for n in _reads(list(panels.values()))} <= per_replica
