@@ -312,7 +312,8 @@ def drill_html(dd) -> str:
     out.append("<table class=\"fixed drill\"><colgroup><col style=\"width:24%\">"
                + f"<col style=\"width:{76 / k:.2f}%\">" * k + "</colgroup>")
     out.append("<tr><th>plugin</th>" + "".join(
-        f"<th class=\"{'chosen' if r['chosen'] else ''}\" data-node=\"{esc(r['node'])}\">{esc(r['node'])}"
+        f"<th class=\"{'chosen' if r['chosen'] else ''}\" data-node=\"{esc(r['node'])}\">"
+        + esc(r["node"]).replace(".", ".<wbr>")  # a long name breaks after a dot, if it must break
         + ("<br><span class=\"small\">chosen</span>" if r["chosen"] else "") + "</th>" for r in rows) + "</tr>")
     out.append("<tr><td>verdict</td>" + "".join(
         "<td class=\"small\">" + _codes(esc(r["verdict"] or ""))
