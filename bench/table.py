@@ -89,11 +89,18 @@ def render(result: dict, notes: bool = True) -> str:
     errors: list[tuple[str, str]] = []
     footnotes: set[str] = set()
     for name, wr in (result.get("workloads") or {}).items():
-        if "error" in wr:
-            errors.append((name, wr["error"]))
-            lines.append(f"| {name} | {DASH} | " + " | ".join(["failed"] + [DASH] * (len(head) - 3)) + " |")
-            continue
         runs = wr.get("runs") or {}
+        if "error" in wr:  # the schedulers that finished before the failure keep their figures
+            errors.append((name, wr["error"]))
+            # the schedulers run in the config's order: the first without figures failed, the rest never ran
+            failed = next((k for k in ran if k not in runs), None)
+            cells = [name, DASH, *(num(runs[k]["pods_per_s"]) if k in runs else "failed" if k == failed
+                                   else "not run" for k in keys),
+                     *(DASH for _ in ratio_cols),
+                     " / ".join(num(startup(runs.get(k)), 2) for k in keys),
+                     " / ".join(num((runs.get(k) or {}).get("cpu_ms_per_pod"), 2) for k in keys), DASH]
+            lines.append("| " + " | ".join(cells) + " |")
+            continue
         mark = ""
         if wr.get("devices_per_node"):  # DRA: measured otherwise
             mark = " †"

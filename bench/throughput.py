@@ -2067,6 +2067,7 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     try:
         for name in names:
+            reps: dict[str, list[dict]] = defaultdict(list)
             try:
                 wl = WORKLOADS[name]
                 n = a.nodes or (wl.quick_nodes if a.quick else wl.nodes)
@@ -2092,7 +2093,6 @@ def main(argv: list[str] | None = None) -> int:
                         wl_order = [w for w in order if w not in skipped]
                         for w in skipped:
                             progress(f"{name}: {LABEL[w]} left out: {why}")
-                reps: dict[str, list[dict]] = defaultdict(list)
                 for rep in range(a.repeat):  # interleaved, so slow drifts of the machine hit all alike
                     for which in wl_order:
                         plan.run_dir = out / (f"{name}-{which}" + (f"-{rep + 1}" if a.repeat > 1 else ""))
@@ -2144,7 +2144,9 @@ def main(argv: list[str] | None = None) -> int:
             except (BenchError, localcluster.ClusterError, ApiError) as e:
                 # one workload failed: said in its place, and the others still run (ok stays false)
                 print(f"\nFAILED: {name}: {e}", file=sys.stderr, flush=True)
-                result["workloads"][name] = {"error": str(e), "description": WORKLOAD_NOTES.get(name, "")}
+                result["workloads"][name] = {"error": str(e), "description": WORKLOAD_NOTES.get(name, ""),
+                                             # what the schedulers that finished measured
+                                             "runs": {w: median_run(rs) for w, rs in reps.items() if rs}}
                 failed.append(name)
             save(result, out)  # after every workload: a long run keeps what it measured
         if failed:

@@ -117,7 +117,8 @@ def result(**over):
                                             "other_cores_in_window": 0.3}},
                        "skipped": {"policy-scheduler": "no DynamicResources"},
                        "ratios": {"ours_vs_kube": None, "ours_vs_ceiling": None}},
-               "Unschedulable": {"error": "policy-scheduler on Unschedulable: 3 pods not bound\n(logs in x)"}}}
+               "Unschedulable": {"error": "policy-scheduler on Unschedulable: 3 pods not bound\n(logs in x)",
+                                 "runs": {"ceiling": {**run, "pods_per_s": 250.0}}}}}
     res.update(over)
     return res
 
@@ -133,7 +134,9 @@ def test_table_has_one_row_per_workload_with_the_jsons_figures():
     assert basic[1:7] == ["200 × 2,000", "150.0", "100.0", "100.0", "300.0", "1.50"] and basic[7] == "0.50"
     assert "1.50 / 1.50 / 1.50 / 1.50" in rows[0]
     assert rows[1].split(" | ")[8:10] == ["– / – / – / –", "– / – / – / 1.00"]  # DRA: no start-up
-    assert "left out" in rows[1] and "failed" in rows[2]
+    assert "left out" in rows[1]
+    # ran in the config's order: policy-scheduler failed, the two kube-schedulers never ran, the binder had
+    assert rows[2].split(" | ")[2:6] == ["failed", "not run", "not run", "250.0"]
     assert "- Unschedulable failed: policy-scheduler on Unschedulable: 3 pods not bound" in out
     assert "- **SchedulingBasic**: plain" in out
     head = lines[2]
