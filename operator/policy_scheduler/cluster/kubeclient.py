@@ -415,7 +415,7 @@ class KubeClient:
                 timeout=self.timeout, headers={"User-Agent": self.user_agent},
                 cookie_jar=aiohttp.DummyCookieJar(),  # the API server sets none: skip the per-request jar lookup
                 json_serialize=lambda o: orjson.dumps(o).decode(),
-                trace_configs=[self.metrics.trace_config()] if self.metrics is not None else None)
+                middlewares=(self.metrics.middleware(),) if self.metrics is not None else ())
         return self._session
 
     async def close(self) -> None:
