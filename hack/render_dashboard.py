@@ -165,9 +165,9 @@ def registry_series() -> set[str] | None:
     out: set[str] = set()
     for fam in Telemetry().registry.collect():
         if fam.type == "counter":
-            out |= {f"{fam.name}_total", f"{fam.name}_created"}
+            out.add(f"{fam.name}_total")  # no _created series: the operator exports none
         elif fam.type == "histogram":
-            out |= exposed(fam.name, "histogram") | {f"{fam.name}_created"}
+            out |= exposed(fam.name, "histogram")
         else:
             out.add(fam.name)
     return out
