@@ -40,8 +40,6 @@ from functools import lru_cache
 from threading import Lock
 from typing import Any
 
-import cel as _cel
-
 from .model.quantity import QuantityError, parse_quantity
 
 MAX_COST = 1_000_000  # upstream's CELSelectorExpressionMaxCost
@@ -54,6 +52,13 @@ _DOMAIN = re.compile(r"\b(?:attributes|capacity)\s*\[\s*(\"(?:[^\"\\]|\\.)*\"|'(
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
                      r"(?:-((?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9]\d*|\d*[A-Za-z-][0-9A-Za-z-]*))*))?"
                      r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$")
+
+
+def _lib():
+    """The CEL library, imported on first use: only clusters with DRA selectors need it, and its
+    import is a quarter of a second of every operator's start-up."""
+    import cel
+    return cel
 
 
 class CELError(ValueError):
@@ -200,7 +205,7 @@ class Device:
                 for d in missing:
                     var["attributes"].setdefault(d, {})
                     var["capacity"].setdefault(d, {})
-            ctx = self._contexts[missing] = _cel.Context({"device": var}, functions=_FUNCTIONS)
+            ctx = self._contexts[missing] = _lib().Context({"device": var}, functions=_FUNCTIONS)
         return ctx
 
 
@@ -246,7 +251,7 @@ class Selector:
         if cost > MAX_COST:
             raise CELError("compile", f"estimated cost {cost} exceeds the limit of {MAX_COST}")
         try:
-            self.program = _cel.compile(text)
+            self.program = _lib().compile(text)
         except Exception as e:  # the library reports syntax errors as ValueError
             raise CELError("compile", str(e)) from None
         self.domains = frozenset(m.group(1)[1:-1] for m in _DOMAIN.finditer(text))
