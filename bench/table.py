@@ -70,12 +70,16 @@ def render(result: dict, notes: bool = True) -> str:
     load_start = machine.get("loadavg_1_5_15_at_start") or [machine.get("loadavg_at_start")]
     load_end = machine.get("loadavg_1_5_15_at_end")
     lines = [
-        f"Run of {result.get('started', '?')} (finished {result.get('finished', '?')}), commit "
+        f"Run of {result.get('started', '?')} ("
+        + (f"finished {result['finished']}" if result.get("finished") else f"written {result.get('written', '?')}")
+        + f"), commit "
         f"{result.get('commit') or '?'}, {'quick' if config.get('quick') else 'full'} sizes; "
         f"{machine.get('cores', '?')} cores, load average (1/5/15 min) "
         f"{' / '.join(num(x, 2) for x in load_start)} at the start"
         + (f", {' / '.join(num(x, 2) for x in load_end)} at the end" if load_end else "")
-        + ("" if result.get("ok") else "; the run did NOT pass: see the errors below"),
+        + ("" if result.get("ok") else "; the run did NOT pass: see the errors below"
+           if result.get("error") or any("error" in w for w in (result.get("workloads") or {}).values())
+           else "; INCOMPLETE: the run had not finished (or was stopped) when this JSON was written"),
         "",
     ]
     ratio_cols = [("ours_vs_kube", "ours / kube-same"), ("ours_vs_ceiling", "ours / binder")]

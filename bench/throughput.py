@@ -2159,14 +2159,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         result["error"] = "interrupted"
         code = 130
-    line = save(result, out)
+    line = save(result, out, final=True)
     print(line, flush=True)
     return code
 
 
-def save(result: dict, out: Path) -> str:
-    """result.json in the run directory (rewritten as the run goes); its one line returned."""
-    result["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+def save(result: dict, out: Path, final: bool = False) -> str:
+    """result.json in the run directory (rewritten as the run goes: ``written``, and ``finished``
+    at the end); its one line returned."""
+    result["written"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    if final:
+        result["finished"] = result["written"]
     result["machine"]["loadavg_1_5_15_at_end"] = [round(x, 2) for x in os.getloadavg()]
     line = json.dumps(result, separators=(",", ":"))
     if out.is_dir():
