@@ -2138,7 +2138,8 @@ def main(argv: list[str] | None = None) -> int:
                         wr["ratios"][f"ours_vs_kube_{key}"] = ratio(ours_g.get(f"{key}_s"), kube_g.get(f"{key}_s"))
                     # the pod-group scheduling attempt, as both measure it (upstream's metric): below 1, ours is quicker
                     wr["ratios"]["ours_vs_kube_group_attempt"] = ratio(
-                        (ours_g.get("group_attempt") or {}).get("mean_ms"), (kube_g.get("group_attempt") or {}).get("mean_ms"))
+                        (ours_g.get("group_attempt") or {}).get("mean_ms"),
+                        (kube_g.get("group_attempt") or {}).get("mean_ms"))
                 result["workloads"][name] = wr
                 (print_dra_table if wl.dra else print_table)(name, wr, cores)
             except (BenchError, localcluster.ClusterError, ApiError) as e:
