@@ -995,6 +995,8 @@ def startup_breakdown(log: Path, t_spawn_wall: float, first_scheduled_s: float) 
     its Scheduled event, as the benchmark's watch saw it). Log times have millisecond resolution."""
     out: dict[str, float] = {}
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    starts = [i for i, x in enumerate(lines) if STARTUP_MILESTONES[0][1] in x]
+    lines = lines[starts[-1]:] if starts else []  # this run's (a reused --out directory appends)
     for key, needle in STARTUP_MILESTONES:
         line = next((x for x in lines if needle in x), None)
         if line is None:
