@@ -34,6 +34,7 @@ from .kubeclient import TRANSPORT_ERRORS, ApiError, KubeClient
 log = logging.getLogger("policy_scheduler.informer")
 
 Handler = Callable[[str, Mapping[str, Any]], None]
+LIST_YIELD = 100  # a LIST's objects handed over between two yields to the event loop
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -76,31 +77,49 @@ class Informer:
             log.exception("%s informer: handler failed on %s %s", self.name, kind, object_key(obj))
 
     async def list(self) -> None:
+        """LIST in pages. The next page is asked for as this one's objects are handed over, so
+        the API server encodes it while the handler parses these (both cores busy, not in turn);
+        the handler yields to the loop every LIST_YIELD objects, so the request goes out and the
+        probes answer."""
         seen: set[str] = set()
-        cont = None
-        while True:
-            params: dict[str, Any] = {"limit": str(self.page)}
-            if cont:
-                params["continue"] = cont
-            body = await self.client.request("GET", self.path, params=params)
-            if not isinstance(body, dict):
-                raise ValueError(f"the LIST answer is not a JSON object: {str(body)[:200]!r}")
-            for item in body.get("items") or []:
-                if not isinstance(item, dict):
-                    log.warning("%s informer: skipped a listed item that is not an object", self.name)
-                    continue
-                key = object_key(item)
-                seen.add(key)
-                self._deliver("ADDED", item)
-            cont = (body.get("metadata") or {}).get("continue")
-            if not cont:
-                self.resource_version = (body.get("metadata") or {}).get("resourceVersion", "")
-                break
+        ahead: asyncio.Task | None = None
+        try:
+            body = await self._page(None)
+            while True:
+                if not isinstance(body, dict):
+                    raise ValueError(f"the LIST answer is not a JSON object: {str(body)[:200]!r}")
+                cont = (body.get("metadata") or {}).get("continue")
+                if cont:
+                    ahead = asyncio.ensure_future(self._page(cont))
+                    await asyncio.sleep(0)  # let it start
+                for n, item in enumerate(body.get("items") or [], 1):
+                    if not isinstance(item, dict):
+                        log.warning("%s informer: skipped a listed item that is not an object", self.name)
+                        continue
+                    key = object_key(item)
+                    seen.add(key)
+                    self._deliver("ADDED", item)
+                    if n % LIST_YIELD == 0:
+                        await asyncio.sleep(0)
+                if not cont:
+                    self.resource_version = (body.get("metadata") or {}).get("resourceVersion", "")
+                    break
+                assert ahead is not None
+                body, ahead = await ahead, None
+        finally:
+            if ahead is not None:  # cancelled, or a handler's page failed: the request ahead goes too
+                ahead.cancel()
         for key in self.known - seen:  # gone while we were not watching
             ns, _, name = key.rpartition("/")
             meta = {"name": name, **({"namespace": ns} if ns else {})}
             self._deliver("DELETED", {"metadata": meta})
         self.known = seen
+
+    async def _page(self, cont: str | None) -> Any:
+        params: dict[str, Any] = {"limit": str(self.page)}
+        if cont:
+            params["continue"] = cont
+        return await self.client.request("GET", self.path, params=params)
 
     async def watch(self) -> None:
         params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": self.resource_version,
