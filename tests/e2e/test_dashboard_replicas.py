@@ -144,12 +144,24 @@ def test_every_stat_panel_equals_the_truth_with_two_replicas(cluster, api, core,
 
         # every expression of the dashboard runs in Prometheus (timeseries and state timelines too);
         # a panel per instance shows both replicas
+        instances = {f"127.0.0.1:{m}" for m in mports}
         for p in rd.panels(dash):
             for t in p.get("targets", []):
                 got = board.query(t["expr"])  # raises on a PromQL error
                 if "{{instance}}" in t.get("legendFormat", ""):
-                    assert {s["metric"].get("instance") for s in got} == {f"127.0.0.1:{m}" for m in mports}, \
-                        (p["title"], got)
+                    # a rate over the short window needs two scrapes of each replica in it: on a
+                    # loaded machine a scrape can come late, so ask again for a while
+                    def both(expr=t["expr"]) -> bool:
+                        nonlocal got
+                        got = board.query(expr)
+                        return {s["metric"].get("instance") for s in got} == instances
+                    if not both():
+                        try:
+                            wait_for(both, 20, 1.0, what=f"{p['title']}: a series per replica")
+                        except AssertionError:  # say what Prometheus had of the replicas
+                            raise AssertionError((p["title"], t["expr"], got, board.query("up"),
+                                                  board.query("process_cpu_seconds_total[10s]"))) from None
+                    assert {s["metric"].get("instance") for s in got} == instances, (p["title"], got)
         cache = next((p for p in rd.panels(dash) if p.get("title") == "Scheduler cache"), None)
         if cache is not None:  # scheduler_cache_size: both replicas export it, the panel shows it once
             shown = {s["metric"]["type"]: float(s["value"][1]) for s in board.query(cache["targets"][0]["expr"])}
