@@ -1574,12 +1574,7 @@ async def measure_dra(which: str, plan: RunPlan, cluster: localcluster.LocalClus
 
 def metrics_ssl(cluster: localcluster.LocalCluster) -> ssl.SSLContext:
     """The admin client certificate, without verifying kube-scheduler's self-signed serving cert."""
-    pki = cluster.state_dir / "pki"
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-    return ctx
+    return cluster.admin_ssl()
 
 
 async def settle(pids: dict[str, int], limit: float = 10.0) -> None:

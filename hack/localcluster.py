@@ -188,6 +188,16 @@ class LocalCluster:
         procs = self.state.get("procs", {})
         return bool(procs) and all(pid_alive(p["pid"]) for p in procs.values())
 
+    def admin_ssl(self) -> ssl.SSLContext:
+        """The admin client certificate, without verifying the serving certificate: for
+        kube-scheduler's /metrics (its serving certificate is self-signed)."""
+        pki = self.state_dir / "pki"
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        return ctx
+
     def ready(self) -> bool:
         if not self.server:
             return False

@@ -69,16 +69,6 @@ def get(url: str, ctx: ssl.SSLContext | None = None) -> tuple[int, str]:
         return 0, ""
 
 
-def kube_ssl(cluster) -> ssl.SSLContext:
-    """The admin client certificate; kube-scheduler's serving certificate is self-signed."""
-    pki = cluster.state_dir / "pki"
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-    return ctx
-
-
 def kube_metrics_url(cluster) -> str:
     info = cluster.state["procs"]["kube-scheduler"]
     cmdline = Path(f"/proc/{info['pid']}/cmdline").read_bytes().decode().split("\0")
@@ -110,7 +100,7 @@ def test_the_same_families_as_kube_scheduler(cluster, core, namespace, nodes, po
     try:
         wait_for(lambda: (ready_condition(policies, POLICY) or {}).get("status") == "True", 30,
                  what=f"policy {POLICY} Ready")
-        kube_url, ctx = kube_metrics_url(cluster), kube_ssl(cluster)
+        kube_url, ctx = kube_metrics_url(cluster), cluster.admin_ssl()
         wait_for(lambda: get(kube_url, ctx)[0] == 200, 30, what="kube-scheduler's /metrics")
         t0 = time.monotonic()
         names = {"kube": [f"kube{i}" for i in range(PODS)], "ours": [f"ours{i}" for i in range(PODS)]}

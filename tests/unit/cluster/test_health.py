@@ -10,9 +10,9 @@ import urllib.error
 import urllib.request
 
 from fakeclient import FakeClient
+from standby import Standby
 
 from policy_scheduler.cluster.engine import Engine
-from policy_scheduler.cluster.leader import Leadership
 from policy_scheduler.health import HealthServer, probe_checks, verbose_body
 
 BASE = dict(crashed=None, leading=False, scheduling=False, listed=True, synced=True, waiting={}, lost=False,
@@ -57,13 +57,6 @@ def test_verbose_body_is_the_apiservers():
                                 'excluded: no matches for "nope"\nreadyz check passed\n')
 
 
-class Standby(Leadership):
-    def __init__(self) -> None:
-        super().__init__()
-        self.holding = False
-
-    def valid(self) -> bool:
-        return self.holding
 
 
 def get(port: int, path: str, accept: str | None = None) -> tuple[int, str, str]:

@@ -7,23 +7,12 @@ from __future__ import annotations
 import asyncio
 
 from fakeclient import FakeClient
+from standby import Standby
 
 from policy_scheduler.cluster.engine import Engine
-from policy_scheduler.cluster.leader import ElectionConfig, Leadership
+from policy_scheduler.cluster.leader import ElectionConfig
 
 
-class Standby(Leadership):
-    """A replica that does not (or no longer) hold the lease."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.holding = False
-
-    def valid(self) -> bool:
-        return self.holding
-
-    def time_left(self) -> float | None:
-        return 5.0 if self.holding else 0.0
 
 
 def test_timings_are_checked_as_kube_scheduler_checks_them():

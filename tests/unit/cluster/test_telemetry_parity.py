@@ -9,13 +9,13 @@ import asyncio
 
 from aiohttp import web
 from fakeclient import FakeClient
+from standby import Standby
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from policy_scheduler import __version__
 from policy_scheduler.cluster.engine import Engine
 from policy_scheduler.cluster.kubeclient import ApiError, Credentials, KubeClient
-from policy_scheduler.cluster.leader import Leadership
 from policy_scheduler.cluster.telemetry import ATTEMPT_BUCKETS, POD_ATTEMPTS_BUCKETS, Telemetry
 from policy_scheduler.cluster.telemetry_collectors import KUBE_SCHEDULER_VERSION, REST_CLIENT_BUCKETS
 from policy_scheduler.framework.status import Code
@@ -51,13 +51,6 @@ def families(t: Telemetry) -> dict[str, list]:
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
-class Standby(Leadership):
-    def __init__(self) -> None:
-        super().__init__()
-        self.holding = False
-
-    def valid(self) -> bool:
-        return self.holding
 
 
 def scheduled_engine(leadership=None) -> Engine:
