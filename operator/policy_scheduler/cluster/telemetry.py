@@ -320,11 +320,16 @@ class Telemetry:
     def attempt(self, result: str, policy: str | None, seconds: float | None = None) -> None:
         """Count one scheduling attempt (and its duration, when given); the labelled children are
         looked up once per (result, profile), not per pod."""
+        self._count(self._attempt_children, self.attempts, self.attempt_duration, result, policy, seconds)
+
+    def _count(self, cache: dict, counter: Any, histogram: Any, result: str, policy: str | None,
+               seconds: float | None) -> None:
+        """``counter`` +1 and ``histogram`` observes ``seconds`` under (result, profile), their
+        children looked up in ``cache`` once per label set."""
         profile = self.profile(policy)
-        children = self._attempt_children.get((result, profile))
+        children = cache.get((result, profile))
         if children is None:
-            children = self._attempt_children[(result, profile)] = (
-                self.attempts.labels(result, profile), self.attempt_duration.labels(result, profile))
+            children = cache[(result, profile)] = (counter.labels(result, profile), histogram.labels(result, profile))
         children[0].inc()
         if seconds is not None:
             children[1].observe(seconds)
@@ -348,13 +353,7 @@ class Telemetry:
     def pod_group_attempt(self, result: str, policy: str | None, seconds: float) -> None:
         """A pod-group cycle ended (upstream podGroupCycle): ``result`` scheduled, unschedulable,
         waiting_on_preemption or error, ``seconds`` since the cycle started."""
-        profile = self.profile(policy)
-        children = self._group_children.get((result, profile))
-        if children is None:
-            children = self._group_children[(result, profile)] = (
-                self.pod_group_attempts.labels(result, profile), self.pod_group_duration.labels(result, profile))
-        children[0].inc()
-        children[1].observe(seconds)
+        self._count(self._group_children, self.pod_group_attempts, self.pod_group_duration, result, policy, seconds)
 
     def pod_group_algorithm(self, seconds: float) -> None:
         """A pod-group cycle's algorithm (the hierarchy's placements, before PodGroupPostFilter)."""
