@@ -248,7 +248,8 @@ def add_parser(sub) -> None:
                         "plugins: its PLUGIN class or PLUGINS list (repeatable). Policies then name them like "
                         "built-in plugins.")
     r.add_argument("--seed", type=int, default=None, metavar="N",
-                   help="seed of the random tie-break between equally scored nodes (default: unseeded). Makes "
+                   help="seed of the random tie-break between equally scored placements of a pod group (default: "
+                        "unseeded; ties between nodes are never drawn, as kube-scheduler's). Makes group "
                         "tie-breaks reproducible, for tests and for comparing with `policy-scheduler simulate "
                         "--seed N`, which draws them the same way (docs/whatif.md)")
     r.set_defaults(fn=cmd_run)

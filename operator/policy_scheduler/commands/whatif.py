@@ -328,8 +328,9 @@ def add_parser(sub) -> None:
     m.add_argument("--pending", action="store_true",
                    help="place the pending pods of the scheduler instead of --pods")
     m.add_argument("--seed", type=int, default=0, metavar="N",
-                   help="seed of the random tie-break between equally scored nodes (default 0: the same input gives "
-                        "the same output); `policy-scheduler run --seed N` breaks ties the same way")
+                   help="seed of the random tie-break between equally scored placements of a pod group (default 0: "
+                        "the same input gives the same output; node ties are never drawn, as kube-scheduler's); "
+                        "`policy-scheduler run --seed N` breaks group ties the same way")
     m.add_argument("--json", action="store_true", help="print the results as JSON, keyed by policy name")
     m.add_argument("--report", metavar="FILE", help="also write a self-contained HTML report with charts")
     m.add_argument("--explain", action="store_true",

@@ -137,7 +137,8 @@ def probe(chain, pod: PodInfo, table, rng: random.Random, nominator, spec: Drill
                 raw.append(None)
         order = [int(i) for i in np.argsort(-total, kind="stable")]
         ties = int(np.count_nonzero(total == total.max())) - 1
-        chosen = "chosen" + (f" (a random pick among {ties + 1} nodes with the best total)" if ties else "")
+        chosen = "chosen" + (f" (of {ties + 1} nodes with the best total, the first in kube-scheduler's "
+                             "heap order)" if ties else "")
         pick = next((i for i in order if names[int(feasible[i])] == d.node), order[0])
         idx = [pick] + [i for i in order if i != pick][:max(spec.top - 1, 0)]
         pos = {names[int(r)]: i for i, r in enumerate(feasible.tolist())}

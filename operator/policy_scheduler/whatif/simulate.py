@@ -34,13 +34,14 @@ the engine drives it, on a virtual clock:
   everything after it (PreBind's PV and PVC writes included) are not run: nothing is written
   anywhere.
 
-Ties between the best nodes are broken by a ``random.Random(seed)``, fresh for each policy: the
-same input gives the same output (the virtual clock makes every queue order and backoff the same
-at each run). It is drawn from exactly as the operator draws from its engine's ``rng``
-(``policy-scheduler run --seed N`` makes that a ``random.Random(N)``): once per ``schedule_one``
-whose best total is shared by several nodes, and by nothing else (preemption's candidate offset
-uses the ``random`` module, not this generator). So an operator started with the same seed on the
-same state, taking the same pods in the same order, breaks every tie the same way.
+Ties between the best nodes are broken as the operator (and kube-scheduler v1.37.1) breaks
+them, without a draw (``schedule.select_host``); ties between a pod group's placements by a
+``random.Random(seed)``, fresh for each policy: the same input gives the same output (the virtual
+clock makes every queue order and backoff the same at each run). It is drawn from exactly as the
+operator draws from its engine's ``rng`` (``policy-scheduler run --seed N`` makes that a
+``random.Random(N)``), and by nothing else (preemption's candidate offset uses the ``random``
+module, not this generator). So an operator started with the same seed on the same state, taking
+the same pods in the same order, breaks every tie the same way.
 """
 
 from __future__ import annotations

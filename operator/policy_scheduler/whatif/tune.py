@@ -6,8 +6,8 @@ tune`` call the same functions.
 - **Replay.** The window (the state before its pods, and the pods in order) is replayed with
   ``simulate.run_policy``, the operator's own ``schedule_one``, assume and Reserve, under a
   weight vector: the chain the policy store built, with its Score weights set to the vector for
-  the replay (nothing else of the chain changes; the weights are put back after it). Ties are
-  drawn from ``random.Random(seed)``, as ``simulate --seed``. LoadAware's in-flight estimates of
+  the replay (nothing else of the chain changes; the weights are put back after it). Group
+  placement ties are drawn from ``random.Random(seed)``, as ``simulate --seed``. LoadAware's in-flight estimates of
   one replay are taken back before the next.
 - **Objective** (lower is better): ``sum(weight[m] * measure[m])`` over the measures of the
   policy's ``spec.tuning.objective``, each as ``simulate`` reports it: ``imbalance`` (std dev of

@@ -28,6 +28,7 @@ from .decision import Decision, NodeScore, fit_error_message  # Decision: also i
 from ..instrumentation import FILTER, POST_FILTER, PRE_FILTER, PRE_SCORE, SCORE, CycleRecorder
 from ..interface import DRY_RUN_KEY, MAX_NODE_SCORE, MIN_NODE_SCORE, CycleState, FilterResult, NodeToStatus
 from ..model.nodetable import NodeTable
+from ..model.nodetree import heap_root_among
 from ..queue.nominator import Nominator
 from ..model.podinfo import PodInfo
 from .runtime import (Abort, call, cycle_failed, filter_code, first_code, invalid_score, plugin_error, score,
@@ -135,10 +136,9 @@ class _Scan:
 class _Cycle:
     """One pod's scheduling cycle on the snapshot (upstream schedulePod and its helpers)."""
 
-    def __init__(self, chain: Chain, pod: PodInfo, nodes: NodeTable, rng, state: CycleState,
+    def __init__(self, chain: Chain, pod: PodInfo, nodes: NodeTable, state: CycleState,
                  nominator: Nominator | None = None, placement: np.ndarray | None = None) -> None:
-        self.chain, self.pod, self.nodes, self.rng, self.state = chain, pod, nodes, rng, state
-        self.nominator = nominator
+        self.chain, self.pod, self.nodes, self.state, self.nominator = chain, pod, nodes, state, nominator
         self.placement = placement  # a pod-group cycle's (upstream ListNodesInPlacement); None: all
         self.n_all = nodes.n if placement is None else len(placement)
         self.run_post_filter = True  # a pod-group cycle runs none per member
@@ -184,14 +184,15 @@ class _Cycle:
                     raise Abort(Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,), p.NAME), set(narrowing))
         if rejected is not None and not dry_run:
             raise Abort(rejected, set(narrowing) | {rejected.plugin or ""})
+        tree, pos = nodes.tree_rows()  # upstream's node order: where a scan stops, who wins a tie
         if allowed is None:
             if self.placement is not None:
-                return self.placement, narrowing
-            return np.arange(nodes.n, dtype=np.int64), narrowing
-        rows = np.array(sorted(nodes.index[nm] for nm in allowed if nm in nodes.index), dtype=np.int64)
+                return self.placement[np.argsort(pos[self.placement], kind="stable")], narrowing
+            return tree, narrowing
+        rows = np.array([nodes.index[nm] for nm in allowed if nm in nodes.index], dtype=np.int64)
         if self.placement is not None:
             rows = rows[np.isin(rows, self.placement)]
-        return rows, narrowing
+        return rows[np.argsort(pos[rows], kind="stable")], narrowing  # upstream: Go map order
 
     # ------------------------------------------------------------------------ Filter
     def _run_filters(self, rows: np.ndarray, rpos: np.ndarray, failures: _Failures) -> tuple[np.ndarray, np.ndarray]:
@@ -390,9 +391,10 @@ class _Cycle:
     # ------------------------------------------------------------------------ select
     def select_host(self, feasible: np.ndarray, total: np.ndarray, mat: np.ndarray,
                     scored: list[tuple[str, int]]) -> tuple[int, list[NodeScore], np.ndarray]:
-        """Random among the best totals; the top nodes with their per-plugin scores."""
+        """The best total, ties as upstream's heap breaks them (``heap_root_among``); the top
+        nodes with their per-plugin scores."""
         best = np.flatnonzero(total == total.max())
-        pick = int(best[self.rng.randrange(len(best))]) if len(best) > 1 else int(best[0])
+        pick = heap_root_among(best)
         k = min(TOP_NODES, len(total))
         top_idx = np.argsort(-total, kind="stable")[:k]
         if pick not in top_idx:
@@ -449,7 +451,7 @@ class NodeFilter:
         an Error status in the runner's words."""
         state = CycleState()
         state.write(DRY_RUN_KEY, True)
-        cycle = _Cycle(self.chain, pod, nodes, random, state)
+        cycle = _Cycle(self.chain, pod, nodes, state)
         failures = _Failures()
         self._rows[0] = row
         try:
@@ -473,10 +475,10 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
                  recorder: CycleRecorder | None = None, placement: np.ndarray | None = None,
                  post_filter: bool = True) -> Decision:
     """One scheduling cycle; extension points (and sampled plugin calls) reported to ``recorder``
-    (default: the state's). A pod-group cycle (podgroup.py) passes its ``placement`` (sorted rows:
-    the nodes scanned, the N of "0/N nodes") and ``post_filter=False`` (none per member)."""
+    (default: the state's). A pod-group cycle (podgroup.py) passes its ``placement`` (its rows: the
+    nodes scanned, the N of "0/N nodes") and ``post_filter=False`` (none per member). ``rng`` is
+    not drawn from: node ties are upstream's heap order (select_host); the group cycle's are random."""
     start = time.perf_counter()
-    rng = rng or random
     state = state or CycleState()
     if recorder is not None:
         state.recorder = recorder
@@ -494,7 +496,7 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
     if n_all == 0:
         st = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (NO_NODES,))
         return Decision(pod.key, None, st, 0, message=NO_NODES, duration=time.perf_counter() - start)
-    cycle = _Cycle(chain, pod, nodes, rng, state, nominator, placement)
+    cycle = _Cycle(chain, pod, nodes, state, nominator, placement)
     cycle.run_post_filter = post_filter
     added = _add_nominated(nominator, pod, nodes)
     try:

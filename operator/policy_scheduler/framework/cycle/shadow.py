@@ -28,6 +28,7 @@ import numpy as np
 
 from ..interface import CycleState
 from ..model.nodetable import NodeTable
+from ..model.nodetree import heap_root_among
 from ..model.podinfo import PodInfo
 from ..queue.nominator import Nominator
 from .chain import Chain
@@ -100,7 +101,7 @@ class Shadow:
         best = total.max()
         if total[i_s] == best:
             return ShadowResult(pod.key, node, node, False)
-        i_c = int(np.flatnonzero(total == best)[0])
+        i_c = heap_root_among(np.flatnonzero(total == best))  # the node the candidate would take
         ws = np.array([w for _, w in scored], dtype=np.int64)
         delta = (wc - ws) * (mat[:, i_c] - mat[:, i_s])
         return ShadowResult(pod.key, node, nodes.names[int(feasible[i_c])], True,
@@ -127,7 +128,7 @@ class Shadow:
         best = total.max()
         if total[i_s] == best:
             return ShadowResult(pod.key, node, node, False)
-        i_c = int(np.flatnonzero(total == best)[0])
+        i_c = heap_root_among(np.flatnonzero(total == best))  # the node the candidate would take
         cand_row = int(feasible[i_c])
         # per plugin: its weighted difference between the candidate's node and the stable node
         # under the candidate, less the same under the stable chain (its own scores where it scored

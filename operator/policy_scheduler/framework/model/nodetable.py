@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from .nodetree import NodeTree
 from .podinfo import AffinityTerm, PodInfo, WeightedAffinityTerm
 from .quantity import QuantityError, resource_value
 from .taints import Taint
@@ -72,6 +73,8 @@ class NodeTable:
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.specs: list[NodeSpec] = []
+        self.tree = NodeTree()  # upstream's node order (zones round-robin), for scans and ties
+        self._tree_rows: tuple[int, np.ndarray, np.ndarray] | None = None  # (node_version, rows, pos)
         cap = max(capacity, 1)
         self.allocatable = np.zeros((cap, len(self.resources)), dtype=np.int64)
         self.requested = np.zeros((cap, len(self.resources)), dtype=np.int64)
@@ -171,6 +174,7 @@ class NodeTable:
             self.allocatable[row, self.res_index[r]] = q
         self.unschedulable[row] = spec.unschedulable
         if old is None or old.labels != spec.labels:
+            self.tree.update(spec.name, spec.labels)
             if old is not None:
                 self._unindex_labels(old)
                 for pod in self.pods_with_affinity[row].values():
@@ -212,6 +216,7 @@ class NodeTable:
         for pod in self.pods_with_affinity[row].values():
             self._index_terms(pod, spec.labels, -1)
         self._unindex_labels(spec)
+        self.tree.remove(name)
         for img in spec.images:
             self._dec_image(img)
         last = self.n - 1
@@ -228,6 +233,18 @@ class NodeTable:
         self.node_version += 1
         self._mask_cache.clear()
         self.version += 1
+
+    def tree_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows in upstream's NodeTree order, each row's position in it); rebuilt only when a
+        node comes, goes or changes labels."""
+        cached = self._tree_rows
+        if cached is None or cached[0] != self.node_version:
+            index = self.index
+            rows = np.fromiter((index[n] for n in self.tree.order()), dtype=np.int64, count=self.n)
+            pos = np.empty(self.n, dtype=np.int64)
+            pos[rows] = np.arange(self.n, dtype=np.int64)
+            cached = self._tree_rows = (self.node_version, rows, pos)
+        return cached[1], cached[2]
 
     def _row_lists(self) -> tuple[list, ...]:
         return (self.names, self.specs, self.pods, self.used_ports, self.pods_with_affinity, self.pods_with_volumes)
