@@ -241,6 +241,8 @@ class World:
                 p = by_name.get(n)
                 if p is not None and p.spec.node_name:
                     bound[n] = self.nodes.get(p.spec.node_name, p.spec.node_name)
+                    if os.environ.get("GANG_PARITY_NODES"):  # debugging: the node, not only its domain
+                        bound[n] += "@" + p.spec.node_name.rsplit("-", 2)[-2] + "-" + p.spec.node_name.rsplit("-", 1)[-1]
                 elif n in latest:
                     msgs[n] = self.norm(latest[n][1])
         conds = {}
