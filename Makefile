@@ -82,6 +82,10 @@ zsh:  # the completion test runs a real interactive zsh
 chromium:  # the what-if report test opens the HTML report in headless Chromium
 	bash hack/ensure-chromium.sh
 
+.PHONY: kueue
+kueue:  # the Kueue tests (tests/e2e/test_kueue.py) run Kueue's manager, built from its pinned module
+	bash hack/ensure-kueue.sh >/dev/null
+
 .PHONY: helm
 helm:  # the chart test (tests/e2e/test_helm.py) lints and renders charts/policy-scheduler
 	bash hack/ensure-helm.sh >/dev/null
@@ -95,13 +99,13 @@ cluster-down:
 cluster-status:
 	$(PYTHON) hack/localcluster.py status
 
-test: venv build prometheus chromium helm zsh
+test: venv build prometheus chromium helm zsh kueue
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-e2e: venv build prometheus chromium helm
+e2e: venv build prometheus chromium helm kueue
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 playground: venv build prometheus
