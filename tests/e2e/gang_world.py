@@ -292,7 +292,9 @@ class Batch:
         t0 = time.monotonic()
         with _pool() as pool:
             bodies = [b for w in self.worlds for b in w.node_bodies()]
-            _each(pool, core.create_node, bodies)
+            # a world's nodes one after the other (the worlds side by side): both schedulers list
+            # nodes in arrival order and break node ties by it, so every world has the same order
+            _each(pool, lambda w: [core.create_node(b) for b in w.node_bodies()], self.worlds)
             _each(pool, lambda w: w.build_static(core, objs), self.worlds)
         # every scheduler has seen every node and filler once it binds a probe pod that only a
         # node created after them admits (one watch per kind: nodes, pods, each in order)
