@@ -145,7 +145,10 @@ def webhook_configurations(manifests: Path, port: int, ca: bytes) -> list[dict]:
     return out
 
 
-def configuration(webhook_port: int, health_port: int, cert_dir: Path) -> str:
+def configuration(webhook_port: int, health_port: int, cert_dir: Path, dispatcher: str | None = None,
+                  feature_gates: dict | None = None) -> str:
+    """The manager's Configuration; ``dispatcher``: MultiKueue's dispatcherName (an External one
+    when it is not Kueue's own); ``feature_gates`` are added to the defaults."""
     cfg = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": NAMESPACE,
@@ -156,16 +159,20 @@ def configuration(webhook_port: int, health_port: int, cert_dir: Path) -> str:
         "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": ["batch/job"]},
         "clientConnection": {"qps": 100, "burst": 200},
-        "featureGates": {"VisibilityOnDemand": False},
+        "featureGates": {"VisibilityOnDemand": False, **(feature_gates or {})},
     }
+    if dispatcher:
+        cfg["multiKueue"] = {"dispatcherName": dispatcher}
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
 class Kueue:
     """Kueue's manager for one LocalCluster. State lives in <cluster state dir>/kueue/."""
 
-    def __init__(self, cluster: LocalCluster, bins: Path | None = None) -> None:
+    def __init__(self, cluster: LocalCluster, bins: Path | None = None, dispatcher: str | None = None,
+                 feature_gates: dict | None = None) -> None:
         self.cluster = cluster
+        self.dispatcher, self.feature_gates = dispatcher, feature_gates
         self.dir = cluster.state_dir / "kueue"
         self.bins = bins
         self.state_path = self.dir / "state.json"
@@ -302,7 +309,7 @@ class Kueue:
         self.state = {"version": kueue_version(), "webhook_port": free_port(), "health_port": free_port()}
         self._save()
         cfg = self.dir / "kueue.yaml"
-        cfg.write_text(configuration(self.webhook_port, self.health_port, certs))
+        cfg.write_text(configuration(self.webhook_port, self.health_port, certs, self.dispatcher, self.feature_gates))
         proc = self.cluster._spawn(COMPONENT, [
             "nice", "-n", "19", str(self.bins / "kueue"), f"--config={cfg}",
             f"--kubeconfig={self.cluster.admin_kubeconfig}", "--zap-log-level=info",

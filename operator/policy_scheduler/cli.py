@@ -23,7 +23,7 @@ def cmd_crd(a: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from .cluster.rollout import add_parser as add_rollout_parser
-    from .commands import CONTEXT_HELP, KUBECONFIG_HELP, completion, explain, run, whatif
+    from .commands import CONTEXT_HELP, KUBECONFIG_HELP, clusters, completion, explain, run, whatif
 
     p = argparse.ArgumentParser(
         prog="policy-scheduler",
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_crd)
     explain.add_parser(sub)
     whatif.add_parser(sub)
+    clusters.add_parser(sub)
     add_rollout_parser(sub, KUBECONFIG_HELP, CONTEXT_HELP)  # rollout history|undo (cluster/rollout.py)
     completion.add_parser(sub, p)
     return p

@@ -109,6 +109,14 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
              election)
     loop = asyncio.get_running_loop()
     tuner_task = loop.create_task(tuner.run())
+    chooser_task = None
+    if getattr(a, "multikueue_dispatcher", None):  # the MultiKueue cluster chooser (cluster/multikueue.py)
+        from .cluster.multikueue import Chooser
+
+        chooser = Chooser(client, dispatcher=a.multikueue_dispatcher, scheduler_name=a.scheduler_name,
+                          default_policy=a.default_policy, kueue_namespace=a.multikueue_namespace,
+                          refresh=a.multikueue_refresh)
+        chooser_task = loop.create_task(chooser.run(lambda: leadership is None or leadership.valid()))
     ready_flag = asyncio.Event()
     stopping: list[tuple[str, float]] = []  # the signal that stopped the operator, and when
     signals = loop.create_task(stop_on_signals(ready_flag, stop_flag, stopping))
@@ -120,8 +128,10 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
     finally:
         signals.cancel()
         await asyncio.gather(signals, return_exceptions=True)
-        tuner_task.cancel()
-        await asyncio.gather(tuner_task, return_exceptions=True)
+        for task in (tuner_task, chooser_task):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (tuner_task, chooser_task) if t is not None), return_exceptions=True)
         await tuner.stop()
         if webhooks is not None:
             await webhooks.stop()

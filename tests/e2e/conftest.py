@@ -24,6 +24,8 @@ def _reap_stale_clusters() -> None:
         except ValueError:
             continue
         if owner != os.getpid() and not localcluster.pid_alive(owner):
+            for extra in d.glob("*-cluster"):  # control planes of their own some tests start (Kueue's, ...)
+                localcluster.LocalCluster(extra, kubeconfig_path=extra / "kubeconfig").down(quiet=True)
             localcluster.LocalCluster(d, kubeconfig_path=d / "kubeconfig").down(quiet=True)
             import shutil
             shutil.rmtree(d, ignore_errors=True)

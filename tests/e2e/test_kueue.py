@@ -17,7 +17,7 @@ short run, so the Job completes and Kueue releases its quota.
 
 from __future__ import annotations
 
-import os
+import shutil
 import time
 from collections import Counter
 
@@ -26,7 +26,7 @@ import yaml
 from kubernetes import client, config
 
 import localcluster
-from conftest import ROOT, OperatorProcess, install_crd
+from conftest import ROOT, STATE, OperatorProcess, install_crd
 from helpers import apply_policy, node, ready_condition, wait_for
 from kueue import Kueue  # hack/ is on the tests' path, as for localcluster
 
@@ -41,8 +41,8 @@ RUN_FOR = 1.0  # seconds a bound pod "runs" before the test marks it Succeeded
 
 @pytest.fixture(scope="module")
 def kq():
-    state = ROOT / ".local" / f"kueue-cluster-{os.getpid()}"
-    c = localcluster.LocalCluster(state)
+    state = STATE / "kueue-cluster"  # inside the session's state dir: reaped with it
+    c = localcluster.LocalCluster(state, kubeconfig_path=state / "kubeconfig")
     c.up(controller_manager=True, quiet=True)
     k = op = None
     try:
@@ -68,6 +68,7 @@ def kq():
         if k is not None:
             k.down()
         c.down(quiet=True)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def kobj(api, plural: str, name: str, body: dict, namespace: str | None = None) -> dict:

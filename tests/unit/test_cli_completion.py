@@ -47,7 +47,7 @@ def complete(tmp_path_factory):
 
 @pytest.mark.parametrize("words,expected", [
     ("policy-scheduler ro", "rollout"),
-    ("policy-scheduler ''", "run crd explain snapshot simulate tune rollout completion"),
+    ("policy-scheduler ''", "run crd explain snapshot simulate tune clusters rollout completion"),
     ("policy-scheduler rollout ''", "history undo diff promote abort"),
     ("policy-scheduler rollout history --rev", "--revision --revision-namespace"),
     ("policy-scheduler run --log-f", "--log-format"),

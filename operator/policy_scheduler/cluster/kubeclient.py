@@ -211,6 +211,29 @@ def _resolve(kubeconfig: str | os.PathLike | None, context: str | None, cfg: Con
                            "(or run in a pod with a service account)")
 
 
+def kubeconfig_contexts(kubeconfig: str | os.PathLike | None = None) -> list[str]:
+    """The context names of the kubeconfig ``load_credentials`` would read (files merged as
+    kubectl merges them); [] in a pod without a kubeconfig. Raises CredentialsError."""
+    if kubeconfig:
+        path = Path(kubeconfig).expanduser()
+        if not path.is_file():
+            raise CredentialsError(f"kubeconfig {path}: no such file")
+        paths = [str(path)]
+    elif os.environ.get("KUBECONFIG", ""):
+        paths = [p for p in (os.path.expanduser(x) for x in os.environ["KUBECONFIG"].split(ENV_KUBECONFIG_PATH_SEPARATOR)
+                             if x) if os.path.exists(p)]
+    else:
+        default = os.path.expanduser(DEFAULT_KUBECONFIG)
+        paths = [default] if os.path.exists(default) else []
+    if not paths:
+        return []
+    try:
+        merged = KubeConfigMerger(ENV_KUBECONFIG_PATH_SEPARATOR.join(paths))
+    except Exception as e:
+        raise CredentialsError(f"kubeconfig {ENV_KUBECONFIG_PATH_SEPARATOR.join(paths)}: {_one_line(e)}") from None
+    return _names(merged.config.value.get("contexts")) if merged.config is not None else []
+
+
 def client_configuration(kubeconfig: str | os.PathLike | None = None,
                          context: str | None = None) -> Configuration:
     """A ``kubernetes.client.Configuration`` for the generated clients (``ApiClient(cfg)``),

@@ -43,13 +43,19 @@ def url(v: str) -> str:
     return v
 
 
-def cluster_flags(p: argparse.ArgumentParser) -> None:
+def cluster_flags(p: argparse.ArgumentParser, several: bool = False) -> None:
+    """The flags naming the cluster to read; ``several``: --context may be repeated (a list)."""
     from ..cache.policies import DEFAULT_POLICY
 
     g = p.add_argument_group("cluster", "where the state is read from (the live cluster; simulate and tune read it "
                                         "only without --snapshot)")
     g.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)
-    g.add_argument("--context", default=None, help=CONTEXT_HELP)
+    if several:
+        g.add_argument("--context", action="append", default=None, metavar="NAME",
+                       help=CONTEXT_HELP + "; repeat it to simulate the same pods on each context's cluster and "
+                                           "rank the clusters (with --snapshot too: each file is one more cluster)")
+    else:
+        g.add_argument("--context", default=None, help=CONTEXT_HELP)
     g.add_argument("--scheduler-name", default=SCHEDULER_NAME,
                    help=f"the scheduler whose policies and pending pods are read (default {SCHEDULER_NAME})")
     g.add_argument("--default-policy", default=DEFAULT_POLICY, metavar="NAME",

@@ -252,4 +252,14 @@ def add_parser(sub) -> None:
                         "unseeded; ties between nodes are never drawn, as kube-scheduler's). Makes group "
                         "tie-breaks reproducible, for tests and for comparing with `policy-scheduler simulate "
                         "--seed N`, which draws them the same way (docs/whatif.md)")
+    mk = r.add_argument_group("MultiKueue", "run in a MultiKueue manager cluster as the cluster chooser of Kueue's "
+                                            "External dispatcher (docs/multicluster.md)")
+    mk.add_argument("--multikueue-dispatcher", default=None, metavar="NAME",
+                    help="choose the worker cluster of every Workload waiting for a MultiKueue nomination, with the "
+                         "Workload's policy on each worker's live state, and write status.nominatedClusterNames; "
+                         "NAME is the dispatcherName Kueue's manager is configured with (default: off)")
+    mk.add_argument("--multikueue-namespace", default="kueue-system", metavar="NS",
+                    help="Kueue's namespace, where the workers' kubeconfig Secrets are (default kueue-system)")
+    mk.add_argument("--multikueue-refresh", type=duration, default=5.0, metavar="DURATION",
+                    help="how old a worker's state may be when a Workload is evaluated (default 5s)")
     r.set_defaults(fn=cmd_run)

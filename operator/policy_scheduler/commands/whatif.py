@@ -24,15 +24,25 @@ def _world_source(a: argparse.Namespace, who: str):
     return None if snap is None else (snap, "the live cluster")
 
 
-def _live_snapshot(a: argparse.Namespace, who: str):
-    """A snapshot of the cluster the kubeconfig names (None after printing why not)."""
+_CURRENT = object()  # the context of the flags (the kubeconfig's current one when not given)
+
+
+def _live_snapshot(a: argparse.Namespace, who: str, context=_CURRENT, errors: list | None = None):
+    """A snapshot of the cluster the kubeconfig names (None after printing why not; with
+    ``errors``, the reason is appended there instead)."""
     from ..cluster.kubeclient import KubeClient, load_credentials
     from ..whatif import snapshot
 
+    def fail(msg: str) -> None:
+        if errors is not None:
+            errors.append(msg)
+        else:
+            print(f"policy-scheduler {who}: {msg}", file=sys.stderr)
+
     try:
-        creds = load_credentials(a.kubeconfig, a.context)
+        creds = load_credentials(a.kubeconfig, a.context if context is _CURRENT else context)
     except (RuntimeError, KeyError, ValueError) as e:
-        print(f"policy-scheduler {who}: cannot load credentials: {e}", file=sys.stderr)
+        fail(f"cannot load credentials: {e}")
         return None
 
     async def take():
@@ -47,7 +57,7 @@ def _live_snapshot(a: argparse.Namespace, who: str):
     try:
         return asyncio.run(take())
     except Exception as e:  # an unreachable server, a denied list
-        print(f"policy-scheduler {who}: cannot read the cluster: {type(e).__name__}: {e}", file=sys.stderr)
+        fail(f"cannot read the cluster: {type(e).__name__}: {e}")
         return None
 
 
@@ -142,6 +152,10 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     if a.replicas is not None and a.replicas < 1:
         print("policy-scheduler simulate: --replicas must be at least 1", file=sys.stderr)
         return 2
+    snaps, contexts = a.snapshot or [], a.context or []
+    if len(snaps) + len(contexts) > 1:
+        return _simulate_across(a, snaps, contexts)
+    a.snapshot, a.context = (snaps or [None])[0], (contexts or [None])[0]
     try:
         got = _world_source(a, "simulate")
         if got is None:
@@ -206,6 +220,78 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     if a.report and not a.json:
         print(f"\nreport written to {a.report}")
     return 0
+
+
+def _simulate_across(a: argparse.Namespace, snaps: list[str], contexts: list[str]) -> int:
+    """The same --pods on every snapshot and context, each simulated on its own, then ranked per
+    policy (whatif/across.py)."""
+    from ..whatif import across, snapshot
+    from ..whatif.pods import InputError, load_pods, load_policy_documents
+    from ..whatif.simulate import simulate
+    from ..whatif.world import PolicyError, World
+
+    who = "policy-scheduler simulate"
+    if a.pending:
+        print(f"{who}: --pending reads one cluster's pending pods; to compare clusters give the same --pods",
+              file=sys.stderr)
+        return 2
+    if a.explain or a.explain_pod or a.explain_node:
+        print(f"{who}: --explain, --explain-pod and --explain-node take one cluster", file=sys.stderr)
+        return 2
+    names = [*snaps, *contexts]
+    if len(set(names)) != len(names):
+        print(f"{who}: a cluster is named twice: {', '.join(sorted(n for n in set(names) if names.count(n) > 1))}",
+              file=sys.stderr)
+        return 2
+    try:
+        podset = load_pods(a.pods, a.replicas)
+        docs = {arg: load_policy_documents(arg) for arg in a.policy or [] if _is_file_arg(arg)}
+        for arg, ds in docs.items():
+            if not ds:
+                raise PolicyError(f"{arg}: no SchedulingPolicy in the file")
+        loaded = [(f, f"snapshot {f}", snapshot.load(f)) for f in snaps]
+    except (snapshot.SnapshotError, PolicyError, InputError) as e:
+        print(f"{who}: {e}", file=sys.stderr)
+        return 2
+    for ctx in contexts:
+        errors: list[str] = []
+        loaded.append((ctx, f"context {ctx}", _live_snapshot(a, "simulate", ctx, errors) or errors[0]))
+    clusters = []
+    for name, source, snap in loaded:
+        c = across.ClusterRun(name, source)
+        clusters.append(c)
+        if isinstance(snap, str):
+            c.error = snap
+            continue
+        world = World(snap)
+        wanted: list[str] = []
+        for arg in a.policy or [snap.default_policy]:
+            try:
+                if arg in docs:
+                    wanted.extend(world.add_policy(doc, arg) for doc in docs[arg])
+                else:
+                    world.usable_policy(arg)
+                    wanted.append(arg)
+            except PolicyError as e:
+                c.skipped[arg] = str(e)
+        world.add_workloads(podset.workloads)
+        if wanted:
+            c.sim = simulate(world, list(dict.fromkeys(wanted)), podset.pods, seed=a.seed, source=source)
+    if a.report:
+        try:
+            with open(a.report, "w") as f:
+                f.write(across.html_report(clusters, len(podset.pods)))
+        except OSError as e:
+            print(f"{who}: cannot write {a.report}: {e.strerror or e}", file=sys.stderr)
+            return 1
+    if a.json:
+        json.dump(across.to_dict(clusters, len(podset.pods)), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        across.write_text(clusters, len(podset.pods), sys.stdout)
+        if a.report:
+            print(f"\nreport written to {a.report}")
+    return 0 if any(c.sim is not None for c in clusters) else 1
 
 
 def cmd_tune(a: argparse.Namespace) -> int:
@@ -317,8 +403,9 @@ def add_parser(sub) -> None:
                                    "Nothing is written to the cluster. Reports per policy placed and unschedulable "
                                    "pods (with the FailedScheduling message), nodes used, imbalance, zone spread "
                                    "and fragmentation.")
-    m.add_argument("--snapshot", metavar="FILE", help="a snapshot written by `policy-scheduler snapshot` "
-                                                     "(default: read the live cluster)")
+    m.add_argument("--snapshot", action="append", metavar="FILE",
+                   help="a snapshot written by `policy-scheduler snapshot` (default: read the live cluster); "
+                        "repeat it (or --context) to simulate the same --pods on each and rank the clusters")
     m.add_argument("--policy", action="append", metavar="FILE|NAME",
                    help="a SchedulingPolicy manifest, or the name of a policy of the snapshot or cluster "
                         "(repeatable; default: the default policy)")
@@ -344,7 +431,7 @@ def add_parser(sub) -> None:
                         "pod on (repeatable)")
     m.add_argument("--explain-top", type=int, default=DRILL_TOP, metavar="N",
                    help=f"how many of the best nodes a drill-down shows (default {DRILL_TOP}; 0: no drill-down)")
-    cluster_flags(m)
+    cluster_flags(m, several=True)
     m.set_defaults(fn=cmd_simulate)
 
     t = sub.add_parser("tune", help="search a policy's Score weights offline, as its spec.tuning would",

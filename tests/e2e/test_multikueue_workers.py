@@ -1,0 +1,238 @@
+"""policy-scheduler as MultiKueue's External dispatcher (`run --multikueue-dispatcher`): one manager
+and three worker control planes on this machine, each with Kueue v0.17.0's manager (hack/kueue.py);
+each worker with kube-controller-manager (the Job controller) and policy-scheduler binding its
+pods; the manager with policy-scheduler as the cluster chooser. No kubelet: the test writes a
+bound pod's status Succeeded after a second, on whichever worker it runs.
+
+The workers differ in size and shape: small (2 nodes of 4 CPUs), big (4 of 8), wide (6 of 2). The
+Jobs are seeded: 1 to 4 pods of 1 to 6 CPUs, each in the manager's LocalQueue (a ClusterQueue with
+a MultiKueue AdmissionCheck); Kueue's manager runs with ``multiKueue.dispatcherName`` set to ours
+and ``WorkloadRequestUseMergePatch`` (so it clears our nomination when it sets ``clusterName``).
+
+For every Job: the chooser's record on the Workload (``policy-scheduler.io/cluster-scores``) names
+the worker its policy ranked first among those that hold the whole Job, and ``status.clusterName``
+(where Kueue ran it) is that worker; the Job completes; its pods were bound on that worker by
+policy-scheduler. A Job no worker can hold (8 pods of 6 CPUs) is never nominated.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+import localcluster
+from conftest import ROOT, STATE, OperatorProcess, install_crd
+from helpers import apply_policy, node, ready_condition, wait_for
+from kueue import Kueue
+
+KQ = ("kueue.x-k8s.io", "v1beta2")
+SCHED, LABEL = "policy-scheduler", "policy-scheduler.io/policy"
+DISPATCHER = "policy-scheduler.io/cluster-chooser"
+WORKERS = {"small": (2, "4"), "big": (4, "8"), "wide": (6, "2")}
+NS = "team"
+JOBS = 12
+SEED = 20261127
+
+
+def kobj(api, plural: str, body: dict, namespace: str | None = None) -> dict:
+    objs = client.CustomObjectsApi(api)
+    body = {"apiVersion": "/".join(KQ), **body}
+    if namespace:
+        body["metadata"]["namespace"] = namespace
+        return objs.create_namespaced_custom_object(*KQ, namespace, plural, body)
+    return objs.create_cluster_custom_object(*KQ, plural, body)
+
+
+def cond(obj: dict, typ: str) -> dict:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == typ), {})
+
+
+def queues(api, cpu: int, checks: list[str] | None = None) -> None:
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": NS}})
+    kobj(api, "resourceflavors", {"kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}, "spec": {}})
+    spec = {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
+        "name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": str(cpu)},
+                                                {"name": "memory", "nominalQuota": "512Gi"}]}]}]}
+    if checks:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+    kobj(api, "clusterqueues", {"kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": spec})
+    kobj(api, "localqueues", {"kind": "LocalQueue", "metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}},
+         namespace=NS)
+
+
+@pytest.fixture(scope="module")
+def mk():
+    started: list = []  # (cluster, kueue, operator) to stop, last first
+    try:
+        workers = {}
+        for name, (count, cpu) in WORKERS.items():
+            state = STATE / f"mk-{name}-cluster"
+            c = localcluster.LocalCluster(state, kubeconfig_path=state / "kubeconfig")
+            c.up(controller_manager=True, quiet=True)
+            started.append([c, None, None])
+            started[-1][1] = Kueue(c).up()
+            api = config.new_client_from_config(str(c.kubeconfig_path))
+            install_crd(api, ROOT / "crds" / "schedulingpolicies.yaml")
+            core = client.CoreV1Api(api)
+            for i in range(count):
+                core.create_node(node(f"{name}-{i}", cpu=cpu, memory="64Gi",
+                                      labels={"topology.kubernetes.io/zone": f"{name}-zone"}))
+            queues(api, count * int(cpu))
+            started[-1][2] = OperatorProcess(c, SCHED, log_name=f"mk-{name}").start()
+            objs = client.CustomObjectsApi(api)
+            apply_policy(objs, "default", yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())["spec"]["plugins"])
+            wait_for(lambda: (ready_condition(objs, "default") or {}).get("status") == "True", 30, what=f"{name}: policy")
+            workers[name] = (c, api)
+        state = STATE / "mk-manager-cluster"
+        m = localcluster.LocalCluster(state, kubeconfig_path=state / "kubeconfig")
+        m.up(quiet=True)
+        started.append([m, None, None])
+        started[-1][1] = Kueue(m, dispatcher=DISPATCHER, feature_gates={"WorkloadRequestUseMergePatch": True}).up()
+        api = config.new_client_from_config(str(m.kubeconfig_path))
+        install_crd(api, ROOT / "crds" / "schedulingpolicies.yaml")
+        core = client.CoreV1Api(api)
+        for name, (c, _) in workers.items():
+            core.create_namespaced_secret("kueue-system", {
+                "metadata": {"name": name},
+                "data": {"kubeconfig": base64.b64encode(c.kubeconfig_path.read_bytes()).decode()}})
+            kobj(api, "multikueueclusters", {"kind": "MultiKueueCluster", "metadata": {"name": name}, "spec": {
+                "clusterSource": {"kubeConfig": {"locationType": "Secret", "location": name}}}})
+        kobj(api, "multikueueconfigs", {"kind": "MultiKueueConfig", "metadata": {"name": "workers"},
+                                        "spec": {"clusters": list(workers)}})
+        kobj(api, "admissionchecks", {"kind": "AdmissionCheck", "metadata": {"name": "mk"}, "spec": {
+            "controllerName": "kueue.x-k8s.io/multikueue",
+            "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "workers"}}})
+        queues(api, 200, checks=["mk"])
+        started[-1][2] = OperatorProcess(m, SCHED, log_name="mk-manager",
+                                         extra=["--multikueue-dispatcher", DISPATCHER,
+                                                "--multikueue-refresh", "1s"]).start()
+        objs = client.CustomObjectsApi(api)
+        wait_for(lambda: all(cond(objs.get_cluster_custom_object(*KQ, "multikueueclusters", n), "Active")
+                             .get("status") == "True" for n in workers), 60, what="MultiKueueClusters Active")
+        wait_for(lambda: cond(objs.get_cluster_custom_object(*KQ, "clusterqueues", "cq"), "Active")
+                 .get("status") == "True", 60, what="the manager's ClusterQueue Active")
+        merged = {"apiVersion": "v1", "kind": "Config", "current-context": "big", "clusters": [], "users": [],
+                  "contexts": []}  # the workers' contexts in one kubeconfig, for simulate across contexts
+        for name, (c, _) in workers.items():
+            kc = json.loads(c.kubeconfig_path.read_text())
+            for part in ("clusters", "users"):
+                merged[part] += [{**x, "name": name} for x in kc[part]]
+            merged["contexts"].append({"name": name, "context": {"cluster": name, "user": name}})
+        (state / "workers.kubeconfig").write_text(json.dumps(merged))
+        yield api, {n: a for n, (_, a) in workers.items()}, state / "workers.kubeconfig"
+    finally:
+        for c, k, op in reversed(started):
+            if op is not None:
+                op.stop()
+            if k is not None:
+                k.down()
+            c.down(quiet=True)
+            shutil.rmtree(c.state_dir, ignore_errors=True)
+
+
+def job(name: str, pods: int, cpu: str) -> dict:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+            "spec": {"parallelism": pods, "completions": pods, "template": {
+                "metadata": {"labels": {LABEL: "default"}},
+                "spec": {"schedulerName": SCHED, "restartPolicy": "Never",
+                         "containers": [{"name": "c", "image": "registry.local/batch:1",
+                                         "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}}}
+
+
+def finish_bound(core, seen: dict) -> None:
+    now = time.monotonic()
+    for p in core.list_namespaced_pod(NS).items:
+        if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed"):
+            if now - seen.setdefault(p.metadata.uid, now) >= 1.0:
+                t = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                core.patch_namespaced_pod_status(p.metadata.name, NS, {"status": {
+                    "phase": "Succeeded", "containerStatuses": [{
+                        "name": "c", "image": "registry.local/batch:1", "imageID": "", "ready": False,
+                        "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                                                     "startedAt": t, "finishedAt": t}}}]}})
+
+
+def test_each_job_runs_on_the_worker_its_policy_ranks_first(mk):
+    api, workers, workers_kubeconfig = mk
+    rng = random.Random(SEED)
+    batch = client.BatchV1Api(api)
+    jobs = {f"job-{i:02d}": (rng.randint(1, 4), str(rng.choice((1, 2, 3, 6)))) for i in range(JOBS)}
+    jobs["too-big"] = (8, "6")  # 48 CPUs: more than any worker has
+    for name, (pods, cpu) in jobs.items():
+        batch.create_namespaced_job(NS, job(name, pods, cpu))
+    objs = client.CustomObjectsApi(api)
+    cores = {n: client.CoreV1Api(a) for n, a in workers.items()}
+    seen: dict = {}
+
+    def workloads() -> dict[str, dict]:
+        items = objs.list_namespaced_custom_object(*KQ, NS, "workloads")["items"]
+        return {w["metadata"]["ownerReferences"][0]["name"]: w for w in items}
+
+    def all_done():
+        for core in cores.values():
+            finish_bound(core, seen)
+        wls = workloads()
+        done = {j for j, w in wls.items() if cond(w, "Finished").get("status") == "True"}
+        return wls if done >= set(jobs) - {"too-big"} else None
+
+    t0 = time.monotonic()
+    wls = wait_for(all_done, 240, 0.5, what="every Job but too-big finished through a worker")
+    took = time.monotonic() - t0
+    lines, placed_on = [], {}
+    for name in sorted(set(jobs) - {"too-big"}):
+        w = wls[name]
+        rec = json.loads(w["metadata"]["annotations"]["policy-scheduler.io/cluster-scores"])
+        ranked = sorted((c for c, s in rec["clusters"].items() if "rank" in s), key=lambda c: rec["clusters"][c]["rank"])
+        whole = [c for c in ranked if rec["clusters"][c]["placed"] == rec["clusters"][c]["pods"]]
+        ran = (w.get("status") or {}).get("clusterName")
+        assert whole and rec["chosen"] == whole[0] == ran, (name, rec, ran)
+        placed_on[name] = ran
+        lines.append(f"{name} {jobs[name][0]}x{jobs[name][1]}cpu -> {ran} ("
+                     + ", ".join(f"{c} {rec['clusters'][c]['placed']}/{rec['clusters'][c]['pods']} "
+                                 f"{rec['clusters'][c]['meanScore']}" for c in ranked) + ")")
+    # the pods ran where Kueue sent them, bound by policy-scheduler
+    for wname, core in cores.items():
+        evs = [e for e in core.list_namespaced_event(NS).items if e.reason == "Scheduled"]
+        assert all((e.reporting_component or e.source.component) == SCHED for e in evs)
+        jobs_here = {e.involved_object.name.rsplit("-", 1)[0] for e in evs}
+        assert jobs_here == {j for j, wk in placed_on.items() if wk == wname}, (wname, jobs_here)
+    big = wls["too-big"]
+    assert not (big.get("status") or {}).get("nominatedClusterNames") and not (big.get("status") or {}).get("clusterName")
+    # why not: its record, and the same ranking from `simulate` across the workers' contexts on the
+    # same (now idle) state, for the same pods
+    pods_file = workers_kubeconfig.parent / "too-big.yaml"
+    tmpl = job("too-big", 8, "6")["spec"]["template"]
+    pods_file.write_text(yaml.safe_dump_all([{"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"too-big-{i}", "namespace": NS, **tmpl["metadata"]}, "spec": tmpl["spec"]} for i in range(8)]))
+
+    def same_ranking():
+        """The chooser's latest record (it evaluates too-big again each refresh; the last Jobs'
+        pods may still have counted in the previous one) against simulate on the same state."""
+        rec = json.loads(workloads()["too-big"]["metadata"]["annotations"]["policy-scheduler.io/cluster-scores"])
+        sim = subprocess.run([sys.executable, "-m", "policy_scheduler.cli", "simulate", "--kubeconfig",
+                              str(workers_kubeconfig), *[x for w in workers for x in ("--context", w)],
+                              "--pods", str(pods_file), "--policy", "default", "--json"],
+                             capture_output=True, text=True, timeout=120)
+        assert sim.returncode == 0, sim.stderr
+        ranking = [(s["cluster"], s["placed"], s["meanScore"]) for s in json.loads(sim.stdout)["ranking"]["default"]]
+        chooser = [(c, v["placed"], v["meanScore"]) for c, v in sorted(
+            ((c, v) for c, v in rec["clusters"].items() if "rank" in v), key=lambda x: x[1]["rank"])]
+        return (rec, ranking) if rec["chosen"] is None and ranking == chooser else None
+
+    rec, ranking = wait_for(same_ranking, 30, 1.0, what="the chooser's record of too-big equal to simulate's ranking")
+    lines.append(f"too-big 8x6cpu -> none ({', '.join(f'{c} {p}/8 {m}' for c, p, m in ranking)}; simulate across "
+                 "the workers' contexts ranks them the same)")
+    print(f"\n{len(placed_on)} Jobs finished through 3 workers in {took:.1f}s; too-big never nominated\n  "
+          + "\n  ".join(lines))
+    assert len(set(placed_on.values())) >= 2, "every Job went to one worker: the ranking was not exercised"

@@ -1,0 +1,61 @@
+"""cluster/multikueue.py's pure parts: which Workloads wait for a nomination, the policy a Workload
+names, and its pods (the chooser itself runs against real control planes in
+tests/e2e/test_multikueue_workers.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from policy_scheduler.cluster.multikueue import MAX_PODS, policy_of, to_nominate, workload_pods
+
+
+def wl(status=None, labels=None, podsets=None):
+    return {"metadata": {"name": "job-a-1f2e3", "namespace": "team", "labels": labels or {}},
+            "spec": {"podSets": podsets if podsets is not None else [
+                {"name": "main", "count": 3, "template": {
+                    "metadata": {"labels": {"policy-scheduler.io/policy": "binpack", "app": "a"}},
+                    "spec": {"schedulerName": "policy-scheduler", "containers": [
+                        {"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}}]},
+            "status": status or {}}
+
+
+RESERVED = {"conditions": [{"type": "QuotaReserved", "status": "True"}],
+            "admissionChecks": [{"name": "mk", "state": "Pending"}]}
+
+
+@pytest.mark.parametrize("status, want", [
+    (RESERVED, True),
+    ({**RESERVED, "conditions": [{"type": "QuotaReserved", "status": "False"}]}, False),  # no quota yet
+    ({**RESERVED, "nominatedClusterNames": ["w1"]}, False),  # nominated already
+    ({**RESERVED, "clusterName": "w1"}, False),  # running somewhere
+    ({**RESERVED, "admissionChecks": [{"name": "mk", "state": "Ready"}]}, False),
+    ({**RESERVED, "admissionChecks": [{"name": "other", "state": "Pending"}]}, False),  # not a MultiKueue check
+    ({**RESERVED, "conditions": RESERVED["conditions"] + [{"type": "Finished", "status": "True"}]}, False),
+    ({"conditions": None, "admissionChecks": "junk"}, False),
+])
+def test_to_nominate_follows_the_incremental_dispatchers_guards(status, want):
+    assert to_nominate(wl(status), {"mk"}) is want
+
+
+def test_the_policy_comes_from_the_workload_then_its_template_then_the_default():
+    assert policy_of(wl(labels={"policy-scheduler.io/policy": "spread"}), "default") == "spread"
+    assert policy_of(wl(), "default") == "binpack"
+    assert policy_of(wl(podsets=[{"name": "main", "count": 1, "template": {"spec": {}}}]), "default") == "default"
+
+
+def test_pods_are_each_podsets_template_count_times():
+    pods = workload_pods(wl(podsets=wl()["spec"]["podSets"] + [
+        {"name": "workers", "count": 2, "template": {"spec": {"containers": [{"name": "w"}]}}}]))
+    assert [p["metadata"]["name"] for p in pods] == [
+        "job-a-1f2e3-main-0", "job-a-1f2e3-main-1", "job-a-1f2e3-main-2",
+        "job-a-1f2e3-workers-0", "job-a-1f2e3-workers-1"]
+    assert {p["metadata"]["namespace"] for p in pods} == {"team"}
+    assert pods[0]["metadata"]["labels"]["app"] == "a"
+    assert pods[0]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2"}
+    pods[0]["spec"]["containers"][0]["name"] = "changed"  # each pod has its own copy of the spec
+    assert pods[1]["spec"]["containers"][0]["name"] == "c"
+
+
+def test_a_workload_with_too_many_pods_is_refused():
+    with pytest.raises(ValueError, match=f"more than {MAX_PODS} pods"):
+        workload_pods(wl(podsets=[{"name": "main", "count": MAX_PODS + 1, "template": {}}]))
