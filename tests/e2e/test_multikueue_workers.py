@@ -1,23 +1,28 @@
 """policy-scheduler as MultiKueue's External dispatcher (`run --multikueue-dispatcher`): one manager
 and three worker control planes on this machine, each with Kueue v0.17.0's manager (hack/kueue.py);
 each worker with kube-controller-manager (the Job controller) and policy-scheduler binding its
-pods; the manager with policy-scheduler as the cluster chooser. No kubelet: the test writes a
-bound pod's status Succeeded after a second, on whichever worker it runs.
+pods; the manager with policy-scheduler as the cluster chooser, Kueue's ``multiKueue.dispatcherName``
+set to ours and ``WorkloadRequestUseMergePatch`` (so that Kueue clears our nomination when it sets
+``clusterName``). No kubelet: the test writes a bound pod's status Succeeded after RUN_FOR, on
+whichever worker it runs, and removes a pod being deleted at once.
 
-The workers differ in size and shape: small (2 nodes of 4 CPUs), big (4 of 8), wide (6 of 2). The
-Jobs are seeded: 1 to 4 pods of 1 to 6 CPUs, each in the manager's LocalQueue (a ClusterQueue with
-a MultiKueue AdmissionCheck); Kueue's manager runs with ``multiKueue.dispatcherName`` set to ours
-and ``WorkloadRequestUseMergePatch`` (so it clears our nomination when it sets ``clusterName``).
+The workers differ in size and shape: small (2 nodes of 4 CPUs), big (4 of 8), wide (6 of 2).
 
-For every Job: the chooser's record on the Workload (``policy-scheduler.io/cluster-scores``) names
-the worker its policy ranked first among those that hold the whole Job, and ``status.clusterName``
-(where Kueue ran it) is that worker; the Job completes; its pods were bound on that worker by
-policy-scheduler. A Job no worker can hold (8 pods of 6 CPUs) is never nominated.
+- Seeded Jobs (MK_JOBS, 1 to 3 pods of 1 to 6 CPUs) through the manager's LocalQueue: for every
+  Job, the chooser's record on the Workload (``policy-scheduler.io/cluster-scores``) names the
+  worker its policy ranked first among those that hold the whole Job, ``status.clusterName``
+  (where Kueue ran it) is that worker, the Job finishes, and its pods were bound on that worker by
+  policy-scheduler. A Job no worker can hold (8 pods of 6 CPUs) is never nominated, and `simulate`
+  across the workers' contexts ranks the workers for its pods as the chooser's record does.
+- Preemptions: every worker full of low-priority Jobs, one high-priority Job through the manager,
+  with our dispatcher and then with Kueue's AllAtOnce: Workloads evicted on the workers that did
+  not run it (ours: none).
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import json
 import random
 import shutil
@@ -39,7 +44,10 @@ SCHED, LABEL = "policy-scheduler", "policy-scheduler.io/policy"
 DISPATCHER = "policy-scheduler.io/cluster-chooser"
 WORKERS = {"small": (2, "4"), "big": (4, "8"), "wide": (6, "2")}
 NS = "team"
-JOBS = 12
+RUN_FOR = 0.5  # seconds a bound pod runs before the test writes it Succeeded
+PRIORITIES = {"low": 100, "high": 1000}
+MANAGER: dict = {}  # WorkloadPriorityClasses and pod PriorityClasses, in every cluster
+JOBS = int(os.environ.get("MK_JOBS", "60"))  # 200: the run docs/multicluster.md reports
 SEED = 20261127
 
 
@@ -65,6 +73,12 @@ def queues(api, cpu: int, checks: list[str] | None = None) -> None:
                                                 {"name": "memory", "nominalQuota": "512Gi"}]}]}]}
     if checks:
         spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+    else:  # a worker: a higher-priority Workload preempts lower ones in its ClusterQueue
+        spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    for pname, value in PRIORITIES.items():
+        kobj(api, "workloadpriorityclasses", {"kind": "WorkloadPriorityClass", "metadata": {"name": pname},
+                                              "value": value})
+        client.SchedulingV1Api(api).create_priority_class({"metadata": {"name": pname}, "value": value})
     kobj(api, "clusterqueues", {"kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": spec})
     kobj(api, "localqueues", {"kind": "LocalQueue", "metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}},
          namespace=NS)
@@ -72,6 +86,7 @@ def queues(api, cpu: int, checks: list[str] | None = None) -> None:
 
 @pytest.fixture(scope="module")
 def mk():
+    """(the manager's API client, each worker's, a kubeconfig with a context per worker)."""
     started: list = []  # (cluster, kueue, operator) to stop, last first
     try:
         workers = {}
@@ -112,6 +127,8 @@ def mk():
         kobj(api, "admissionchecks", {"kind": "AdmissionCheck", "metadata": {"name": "mk"}, "spec": {
             "controllerName": "kueue.x-k8s.io/multikueue",
             "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "workers"}}})
+        # the manager's quota above the workers' 52 CPUs together: more Workloads wait for a
+        # nomination at once (the chooser's backlog), each admitted on its worker when room comes
         queues(api, 200, checks=["mk"])
         started[-1][2] = OperatorProcess(m, SCHED, log_name="mk-manager",
                                          extra=["--multikueue-dispatcher", DISPATCHER,
@@ -129,6 +146,7 @@ def mk():
                 merged[part] += [{**x, "name": name} for x in kc[part]]
             merged["contexts"].append({"name": name, "context": {"cluster": name, "user": name}})
         (state / "workers.kubeconfig").write_text(json.dumps(merged))
+        MANAGER.update(cluster=m, parts=started[-1])  # the last test switches the manager's dispatcher
         yield api, {n: a for n, (_, a) in workers.items()}, state / "workers.kubeconfig"
     finally:
         for c, k, op in reversed(started):
@@ -140,21 +158,34 @@ def mk():
             shutil.rmtree(c.state_dir, ignore_errors=True)
 
 
-def job(name: str, pods: int, cpu: str) -> dict:
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+def job(name: str, pods: int, cpu: str, priority: str | None = None, fill: bool = False) -> dict:
+    labels = {"kueue.x-k8s.io/queue-name": "lq", **({"kueue.x-k8s.io/priority-class": priority} if priority else {})}
+    spec = {"schedulerName": SCHED, "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "registry.local/batch:1",
+                            "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}
+    if priority:
+        spec["priorityClassName"] = priority
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": labels},
             "spec": {"parallelism": pods, "completions": pods, "template": {
-                "metadata": {"labels": {LABEL: "default"}},
-                "spec": {"schedulerName": SCHED, "restartPolicy": "Never",
-                         "containers": [{"name": "c", "image": "registry.local/batch:1",
-                                         "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}}}
+                "metadata": {"labels": {LABEL: "default", **({"mk-role": "fill"} if fill else {})}}, "spec": spec}}}
 
 
 def finish_bound(core, seen: dict) -> None:
+    """A kubelet's part: a bound pod's container exits 0 after a second (not the fillers', which
+    run until they are evicted); a pod being deleted goes at once."""
     now = time.monotonic()
     for p in core.list_namespaced_pod(NS).items:
+        if p.metadata.deletion_timestamp:
+            try:
+                core.delete_namespaced_pod(p.metadata.name, NS, grace_period_seconds=0)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+            continue
+        if (p.metadata.labels or {}).get("mk-role") == "fill":
+            continue
         if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed"):
-            if now - seen.setdefault(p.metadata.uid, now) >= 1.0:
+            if now - seen.setdefault(p.metadata.uid, now) >= RUN_FOR:
                 t = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 core.patch_namespaced_pod_status(p.metadata.name, NS, {"status": {
                     "phase": "Succeeded", "containerStatuses": [{
@@ -167,7 +198,7 @@ def test_each_job_runs_on_the_worker_its_policy_ranks_first(mk):
     api, workers, workers_kubeconfig = mk
     rng = random.Random(SEED)
     batch = client.BatchV1Api(api)
-    jobs = {f"job-{i:02d}": (rng.randint(1, 4), str(rng.choice((1, 2, 3, 6)))) for i in range(JOBS)}
+    jobs = {f"job-{i:03d}": (rng.choice((1, 1, 2, 3)), str(rng.choice((1, 1, 2, 3, 6)))) for i in range(JOBS)}
     jobs["too-big"] = (8, "6")  # 48 CPUs: more than any worker has
     for name, (pods, cpu) in jobs.items():
         batch.create_namespaced_job(NS, job(name, pods, cpu))
@@ -184,10 +215,15 @@ def test_each_job_runs_on_the_worker_its_policy_ranks_first(mk):
             finish_bound(core, seen)
         wls = workloads()
         done = {j for j, w in wls.items() if cond(w, "Finished").get("status") == "True"}
+        done_count[0] = len(done)
         return wls if done >= set(jobs) - {"too-big"} else None
 
     t0 = time.monotonic()
-    wls = wait_for(all_done, 240, 0.5, what="every Job but too-big finished through a worker")
+    done_count = [0]
+    try:
+        wls = wait_for(all_done, 600, 0.5, what="every Job but too-big finished through a worker")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; {done_count[0]} of {len(jobs) - 1} finished") from None
     took = time.monotonic() - t0
     lines, placed_on = [], {}
     for name in sorted(set(jobs) - {"too-big"}):
@@ -230,9 +266,105 @@ def test_each_job_runs_on_the_worker_its_policy_ranks_first(mk):
             ((c, v) for c, v in rec["clusters"].items() if "rank" in v), key=lambda x: x[1]["rank"])]
         return (rec, ranking) if rec["chosen"] is None and ranking == chooser else None
 
-    rec, ranking = wait_for(same_ranking, 30, 1.0, what="the chooser's record of too-big equal to simulate's ranking")
+    rec, ranking = wait_for(same_ranking, 90, 1.0, what="the chooser's record of too-big equal to simulate's ranking")
+    # `explain --workload` shows the record, for a Job that ran and for the one that did not
+    manager_kc = str(MANAGER["cluster"].kubeconfig_path)
+    first = sorted(placed_on)[0]
+    shown = subprocess.run([sys.executable, "-m", "policy_scheduler.cli", "explain", "--workload", "--kubeconfig",
+                            manager_kc, f"{NS}/{wls[first]['metadata']['name']}"], capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert f"running on {placed_on[first]}" in shown.stdout and f"1. {placed_on[first]}: " in shown.stdout, shown.stdout
+    shown = subprocess.run([sys.executable, "-m", "policy_scheduler.cli", "explain", "--workload", "--kubeconfig",
+                            manager_kc, f"{NS}/{big['metadata']['name']}"], capture_output=True, text=True, timeout=60)
+    assert "no worker cluster yet" in shown.stdout and "chosen: none" in shown.stdout, shown.stdout
     lines.append(f"too-big 8x6cpu -> none ({', '.join(f'{c} {p}/8 {m}' for c, p, m in ranking)}; simulate across "
                  "the workers' contexts ranks them the same)")
     print(f"\n{len(placed_on)} Jobs finished through 3 workers in {took:.1f}s; too-big never nominated\n  "
           + "\n  ".join(lines))
     assert len(set(placed_on.values())) >= 2, "every Job went to one worker: the ranking was not exercised"
+
+
+def _clear(api_by_name: dict, manager_api) -> None:
+    """Every Job of the namespace gone, on the manager and the workers (pods included)."""
+    for a in (manager_api, *api_by_name.values()):
+        client.BatchV1Api(a).delete_collection_namespaced_job(NS, propagation_policy="Background")
+        # the manager runs no garbage collector (no kube-controller-manager): its Workloads by hand
+        client.CustomObjectsApi(a).delete_collection_namespaced_custom_object(*KQ, NS, "workloads")
+
+    def gone():
+        left = 0
+        for a in (manager_api, *api_by_name.values()):
+            core = client.CoreV1Api(a)
+            finish_bound(core, {})
+            left += len(core.list_namespaced_pod(NS).items)
+            left += len(client.CustomObjectsApi(a).list_namespaced_custom_object(*KQ, NS, "workloads")["items"])
+        return left == 0
+
+    left: dict = {}
+
+    def gone_and_say():
+        ok = gone()
+        if not ok:
+            for n, a in (("manager", manager_api), *api_by_name.items()):
+                left[n] = ([p.metadata.name for p in client.CoreV1Api(a).list_namespaced_pod(NS).items],
+                           [w["metadata"]["name"] for w in client.CustomObjectsApi(a).list_namespaced_custom_object(
+                               *KQ, NS, "workloads")["items"]])
+        return ok or None
+
+    try:
+        wait_for(gone_and_say, 90, 0.5, what="the namespace's Jobs, pods and Workloads gone everywhere")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: left {left}") from None
+
+
+def test_only_the_chosen_worker_preempts_where_all_at_once_preempts_on_every_worker(mk):
+    """Every worker full of low-priority Jobs (admitted by its own Kueue, one pod per node); one
+    high-priority Job (one 2-CPU pod) through the manager. With policy-scheduler as the dispatcher
+    it goes to one worker, which evicts a low-priority Workload for it; with Kueue's AllAtOnce
+    (the manager restarted with its default dispatcher, the chooser stopped) every worker gets a
+    copy and evicts one, and all but one eviction are for nothing."""
+    api, workers, _ = mk
+    out = {}
+    for mode in ("policy-scheduler", "AllAtOnce"):
+        if mode == "AllAtOnce":
+            m, parts = MANAGER["cluster"], MANAGER["parts"]
+            parts[2].stop()
+            parts[2] = None
+            parts[1].down()
+            parts[1] = Kueue(m, feature_gates={"WorkloadRequestUseMergePatch": True}).up()
+        _clear(workers, api)
+        for wname, a in workers.items():
+            count, cpu = WORKERS[wname]
+            for i in range(count):
+                client.BatchV1Api(a).create_namespaced_job(NS, job(f"fill-{i}", 1, cpu, "low", fill=True))
+        cores = {n: client.CoreV1Api(a) for n, a in workers.items()}
+        total = sum(c for c, _ in WORKERS.values())
+        wait_for(lambda: sum(1 for core in cores.values() for p in core.list_namespaced_pod(NS).items
+                             if p.spec.node_name) == total, 90, 0.5, what="every worker's nodes full of fillers")
+        client.BatchV1Api(api).create_namespaced_job(NS, job("urgent", 1, "2", "high"))
+        evicted: dict[str, set] = {n: set() for n in workers}
+        seen: dict = {}
+
+        def urgent_done():
+            for n, a in workers.items():
+                finish_bound(cores[n], seen)
+                for w in client.CustomObjectsApi(a).list_namespaced_custom_object(*KQ, NS, "workloads")["items"]:
+                    if (cond(w, "Preempted").get("status") == "True"
+                            or (cond(w, "Evicted").get("status") == "True" and cond(w, "Evicted").get("reason") == "Preempted")):
+                        evicted[n].add(w["metadata"]["name"])
+            wl = next((w for w in client.CustomObjectsApi(api).list_namespaced_custom_object(*KQ, NS, "workloads")["items"]
+                       if w["metadata"]["ownerReferences"][0]["name"] == "urgent"), None)
+            return wl if wl is not None and cond(wl, "Finished").get("status") == "True" else None
+
+        wl = wait_for(urgent_done, 120, 0.3, what=f"the high-priority Job finished ({mode})")
+        ran = wl["status"]["clusterName"]
+        out[mode] = (ran, {n: len(v) for n, v in evicted.items()})
+    print("\npreempted Workloads per worker (the worker the high-priority Job ran on first):")
+    for mode, (ran, per) in out.items():
+        wasted = sum(v for n, v in per.items() if n != ran)
+        print(f"  {mode}: ran on {ran}; {ran} {per[ran]}, "
+              + ", ".join(f"{n} {v}" for n, v in per.items() if n != ran) + f"; on workers not chosen: {wasted}")
+    ran, per = out["policy-scheduler"]
+    assert per[ran] >= 1, "the chosen worker preempted nothing: the scenario did not need preemption"
+    assert sum(v for n, v in per.items() if n != ran) == 0

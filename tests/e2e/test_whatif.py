@@ -225,8 +225,8 @@ def agreement(cluster, core, namespace, whatif_cluster, tmp_path):
 
     # the same pods, all created before the operator starts: its first LIST queues them in name
     # order, which is the simulation's order (equal priorities: the input order), on the state the
-    # snapshot holds (nodes in the same row order, the same bound pods); with the same seed, every
-    # tie between equally scored nodes is drawn the same way
+    # snapshot holds (nodes in the same order, the same bound pods); every tie between equally
+    # scored nodes is broken the same way (upstream's node order and heap; no draw)
     for body in pods:
         core.create_namespaced_pod(namespace, body)
     t1 = time.monotonic()
@@ -243,8 +243,8 @@ def agreement(cluster, core, namespace, whatif_cluster, tmp_path):
 
     # 1. The burst as simulated against the burst as it happened: every pod on the same node, with
     # the same best total score as the operator's decision record. The acceptance figure is the
-    # agreement on the pods whose best node was unique; ties agree too, since both drew them from
-    # random.Random(SEED) in the same order.
+    # agreement on the pods whose best node was unique; ties agree too, since both break them by
+    # the same node order and heap.
     unique = [n for n in order if simulated[n]["uniqueBest"]]
     same = [n for n in unique if simulated[n]["node"] == actual[n]]
     ties_same = sum(1 for n in order if not simulated[n]["uniqueBest"] and simulated[n]["node"] == actual[n])

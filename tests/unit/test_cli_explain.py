@@ -181,3 +181,36 @@ def test_errors(served, capsys):
     assert capsys.readouterr() == ("", f"policy-scheduler explain: unreadable {DECISION_ANNOTATION} annotation\n")
     with pytest.raises(SystemExit):
         cli.main(["explain", "demo/x", "--top", "0"])
+
+
+def test_a_workloads_cluster_chooser_record_is_explained():
+    import io
+
+    from policy_scheduler.commands.explain import workload_explanation, write_workload_text
+
+    rec = {"policy": "default", "chosen": "big", "clusters": {
+        "small": {"placed": 1, "pods": 2, "preempted": 0, "meanScore": 0.0, "rank": 2},
+        "big": {"placed": 2, "pods": 2, "preempted": 0, "meanScore": 431.5, "rank": 1},
+        "gone": {"error": "not read: ClientConnectorError: ..."}}}
+    wl = {"metadata": {"namespace": "team", "name": "job-a-1", "annotations": {
+        "policy-scheduler.io/cluster-scores": json.dumps(rec)}}, "status": {"clusterName": "big"}}
+    events = [{"type": "Normal", "reason": "ClusterNominated", "message": "nominated big under policy default",
+               "eventTime": "2026-11-27T10:00:00.000000Z"}]
+    doc = workload_explanation(wl, events)
+    assert [c["cluster"] for c in doc["clusters"]] == ["big", "small", "gone"] and doc["chosen"] == "big"
+    out = io.StringIO()
+    write_workload_text(doc, out)
+    assert out.getvalue().splitlines() == [
+        "Workload team/job-a-1: running on big",
+        "  policy default; chosen: big",
+        "  1. big: 2/2 pods placed, 0 preempted, mean score 431.5",
+        "  2. small: 1/2 pods placed, 0 preempted, mean score 0.0",
+        "  -  gone: left out: not read: ClientConnectorError: ...",
+        "  event Normal ClusterNominated: nominated big under policy default"]
+    # no record, a nomination not admitted yet; a record that is not JSON counts as none
+    bare = workload_explanation({"metadata": {"namespace": "t", "name": "w", "annotations": {
+        "policy-scheduler.io/cluster-scores": "{"}}, "status": {"nominatedClusterNames": ["w1"]}}, [])
+    out = io.StringIO()
+    write_workload_text(bare, out)
+    assert out.getvalue() == ("Workload t/w: nominated to w1, not admitted there yet\n"
+                              "  no record of the MultiKueue cluster chooser (run --multikueue-dispatcher) on it\n")

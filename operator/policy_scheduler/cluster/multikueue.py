@@ -15,7 +15,8 @@ chooser does that, once a second:
 - the policy: the Workload's label ``policy-scheduler.io/policy``, else that label on its first
   PodSet's template, else the default policy. It must exist in the worker (a worker without it,
   or where it is invalid, is not a candidate);
-- the choice: the Workload's pods (each PodSet's template, ``count`` times) simulated on every
+- the choice: the Workload's pods (each PodSet's template, ``count`` times, with the Workload's
+  ``spec.priority`` where the template has no resolved priority) simulated on every
   worker with simulate's core, ranked as `simulate --context A --context B` ranks clusters
   (whatif/across.py): pods placed, then fewest preempted, then the mean score. The best worker
   that holds the whole Workload is nominated, alone (one worker: no preemptions started on the
@@ -28,9 +29,9 @@ chooser does that, once a second:
   for that, its manager must write with merge patches (feature gate
   ``WorkloadRequestUseMergePatch``) or the cluster must run Kueue's MutatingAdmissionPolicy that
   clears the field (docs/multicluster.md);
-- until a worker's next snapshot, the pods a nomination placed there count as bound on the nodes
-  the simulation chose (and for ``hold`` seconds after, until the worker shows them), so a burst
-  of Workloads does not all go to the worker that looked emptiest.
+- until the worker admits a nominated Workload (Kueue sets its ``clusterName``; or it is gone, or
+  ``hold`` seconds passed), the pods the simulation placed there count as bound on the nodes it
+  chose, so a burst of Workloads does not all go to the worker that looked emptiest.
 
 Nothing here blocks the scheduling loop of a worker: the chooser runs in the manager's operator,
 which schedules no pods of its own there.
@@ -82,8 +83,10 @@ def policy_of(wl: Mapping[str, Any], default: str) -> str:
     if labels.get(POLICY_LABEL):
         return str(labels[POLICY_LABEL])
     for ps in (wl.get("spec") or {}).get("podSets") or []:
+        if not isinstance(ps, Mapping) or not isinstance(ps.get("template") or {}, Mapping):
+            break
         tl = ((ps.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        if tl.get(POLICY_LABEL):
+        if isinstance(tl, Mapping) and tl.get(POLICY_LABEL):
             return str(tl[POLICY_LABEL])
         break
     return default
@@ -94,18 +97,45 @@ def workload_pods(wl: Mapping[str, Any]) -> list[dict[str, Any]]:
     template, ``count`` times (ValueError beyond MAX_PODS)."""
     meta = wl.get("metadata") or {}
     ns, name = meta.get("namespace") or "default", meta.get("name") or "workload"
+    # a template holds a priorityClassName, not the priority admission resolves it to on the
+    # worker: the Workload's (Kueue's: its WorkloadPriorityClass, else the pods' PriorityClass)
+    priority = (wl.get("spec") or {}).get("priority")
     out: list[dict[str, Any]] = []
-    for ps in (wl.get("spec") or {}).get("podSets") or []:
-        count = int(ps.get("count") or 0)
+    podsets = (wl.get("spec") or {}).get("podSets") or []
+    if not isinstance(podsets, list) or not all(isinstance(ps, Mapping) for ps in podsets):
+        raise ValueError("spec.podSets is not a list of objects")
+    for ps in podsets:
+        count = ps.get("count") or 0
+        if not isinstance(count, int) or count < 0:
+            raise ValueError(f"spec.podSets[{ps.get('name')}].count is not a count: {count!r}")
         if len(out) + count > MAX_PODS:
             raise ValueError(f"more than {MAX_PODS} pods")
         tmpl = ps.get("template") or {}
+        if not isinstance(tmpl, Mapping):
+            raise ValueError(f"spec.podSets[{ps.get('name')}].template is not an object")
         for i in range(count):
+            spec = json.loads(json.dumps(tmpl.get("spec") or {}))
+            if isinstance(priority, int) and "priority" not in spec:
+                spec["priority"] = priority
             out.append({"apiVersion": "v1", "kind": "Pod",
                         "metadata": {**(tmpl.get("metadata") or {}), "name": f"{name}-{ps.get('name', 'main')}-{i}",
                                      "namespace": ns},
-                        "spec": json.loads(json.dumps(tmpl.get("spec") or {}))})
+                        "spec": spec})
     return out
+
+
+class _quiet_store:
+    """A simulated world loads the worker's policies as the operator's store does, which logs each
+    one at info; not for every evaluation. Synchronous (no await inside): nothing else of the
+    operator logs meanwhile."""
+
+    def __enter__(self):
+        self.logger = logging.getLogger("policy_scheduler")
+        self.level = self.logger.level
+        self.logger.setLevel(logging.WARNING)
+
+    def __exit__(self, *exc):
+        self.logger.setLevel(self.level)
 
 
 @dataclass
@@ -128,6 +158,7 @@ class Chooser:
         self._clients: dict[str, tuple[str, Any]] = {}  # worker -> (kubeconfig text, KubeClient)
         self._dir = tempfile.mkdtemp(prefix="policy-scheduler-multikueue-")
         self.nominated = 0
+        self._warned: set[tuple] = set()
 
     async def run(self, leading) -> None:
         """Rounds until cancelled, while ``leading()``; a failed round is logged and retried."""
@@ -154,6 +185,13 @@ class Chooser:
         if not checks:
             return 0
         items = ((await self.client.get(f"{KQ}/workloads")) or {}).get("items") or []
+        # a nomination's pods stop counting once its worker admitted the Workload (Kueue then sets
+        # clusterName) or it is gone: from then on the worker's own state has them
+        pending_nominations = {f"{(w.get('metadata') or {}).get('namespace')}/{(w.get('metadata') or {}).get('name')}"
+                               for w in items if isinstance(w, Mapping) and not (w.get("status") or {}).get("clusterName")
+                               and condition(w, "Finished").get("status") != "True"}
+        for wk in self.workers.values():
+            wk.held = [h for h in wk.held if h[1] in pending_nominations]
         waiting = sorted((w for w in items if isinstance(w, Mapping) and to_nominate(w, checks)),
                          key=lambda w: ((w.get("metadata") or {}).get("creationTimestamp") or "",
                                         (w.get("metadata") or {}).get("name") or ""))
@@ -161,8 +199,17 @@ class Chooser:
             return 0
         await self.refresh_workers()
         done = 0
-        for wl in waiting:
-            done += await self.choose(wl)
+        for wl in waiting:  # one Workload that cannot be evaluated is logged; the others go on
+            try:
+                done += await self.choose(wl)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                meta = wl.get("metadata") or {}
+                key = (meta.get("namespace"), meta.get("name"), meta.get("resourceVersion"))
+                if key not in self._warned:  # once per version of the object, not every second
+                    self._warned.add(key)
+                    log.warning("workload %s/%s: not nominated: %s: %s", key[0], key[1], type(e).__name__, e)
         return done
 
     async def refresh_workers(self) -> None:
@@ -229,11 +276,7 @@ class Chooser:
         meta = wl.get("metadata") or {}
         ns, name = meta.get("namespace") or "default", meta.get("name") or ""
         policy = policy_of(wl, self.default_policy)
-        try:
-            pods = workload_pods(wl)
-        except ValueError as e:
-            log.warning("workload %s/%s: not nominated: %s", ns, name, e)
-            return 0
+        pods = workload_pods(wl)  # ValueError for a malformed one: logged by round()
         runs = []
         for w in self.workers.values():
             c = across.ClusterRun(w.name, f"MultiKueueCluster {w.name}")
@@ -241,7 +284,8 @@ class Chooser:
             if w.snapshot is None:
                 c.error = w.error or "not read"
                 continue
-            world = World(w.snapshot)
+            with _quiet_store():
+                world = World(w.snapshot)
             try:
                 world.usable_policy(policy)
             except PolicyError as e:

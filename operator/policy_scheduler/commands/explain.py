@@ -179,6 +179,78 @@ def _namespace_matters(pod: dict) -> bool:
             and not (meta.get("labels") or {}).get(POLICY_LABEL))
 
 
+def workload_explanation(wl: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Kueue Workload and the MultiKueue cluster chooser's record of it (cluster/multikueue.py)."""
+    from ..cluster.multikueue import SCORES_ANNOTATION
+
+    meta, st = wl.get("metadata") or {}, wl.get("status") or {}
+    raw = (meta.get("annotations") or {}).get(SCORES_ANNOTATION)
+    try:
+        rec = json.loads(raw) if raw else None
+    except ValueError:
+        rec = None
+    clusters = (rec or {}).get("clusters") or {}
+    ranked = sorted(((c, v) for c, v in clusters.items() if isinstance(v, dict) and "rank" in v),
+                    key=lambda x: x[1]["rank"])
+    return {"workload": f"{meta.get('namespace')}/{meta.get('name')}",
+            "clusterName": st.get("clusterName"), "nominatedClusterNames": st.get("nominatedClusterNames") or [],
+            "policy": (rec or {}).get("policy"), "chosen": (rec or {}).get("chosen"),
+            "clusters": [{"cluster": c, **v} for c, v in ranked]
+            + [{"cluster": c, **v} for c, v in clusters.items() if isinstance(v, dict) and "rank" not in v],
+            "recorded": rec is not None,
+            "events": [_event(e) for e in sorted(events, key=_event_time)[-EVENTS:]]}
+
+
+def write_workload_text(doc: dict[str, Any], out: TextIO) -> None:
+    out.write(f"Workload {doc['workload']}: ")
+    if doc["clusterName"]:
+        out.write(f"running on {doc['clusterName']}\n")
+    elif doc["nominatedClusterNames"]:
+        out.write(f"nominated to {', '.join(doc['nominatedClusterNames'])}, not admitted there yet\n")
+    else:
+        out.write("no worker cluster yet\n")
+    if not doc["recorded"]:
+        out.write("  no record of the MultiKueue cluster chooser (run --multikueue-dispatcher) on it\n")
+    else:
+        chosen = doc["chosen"] or "none (no worker holds the whole Workload)"
+        out.write(f"  policy {doc['policy']}; chosen: {chosen}\n")
+        for c in doc["clusters"]:
+            if "rank" in c:
+                out.write(f"  {c['rank']}. {c['cluster']}: {c['placed']}/{c['pods']} pods placed, "
+                          f"{c['preempted']} preempted, mean score {c['meanScore']}\n")
+            else:
+                out.write(f"  -  {c['cluster']}: left out: {c.get('error')}\n")
+    for e in doc["events"]:
+        out.write(f"  event {e['type']} {e['reason']}: {e['message']}\n")
+
+
+def fetch_workload(a: argparse.Namespace, ns: str, name: str) -> tuple[dict, list[dict]]:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from ..cluster.kubeclient import client_configuration
+
+    try:
+        cfg = client_configuration(a.kubeconfig, a.context)
+    except RuntimeError as e:
+        raise ExplainError(f"cannot load credentials: {e}") from None
+    api = client.ApiClient(cfg)
+    try:
+        wl = json.loads(client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", ns, "workloads", name, _preload_content=False).data)
+    except ApiException as e:
+        raise ExplainError(f"cannot read workload {ns}/{name}: HTTP {e.status} {e.reason}") from None
+    except Exception as e:
+        raise ExplainError(str(e)) from None
+    try:
+        events = json.loads(client.CoreV1Api(api).list_namespaced_event(
+            ns, field_selector=f"involvedObject.kind=Workload,involvedObject.name={name}",
+            _preload_content=False).data).get("items") or []
+    except ApiException:
+        events = []
+    return wl, events
+
+
 def cmd_explain(a: argparse.Namespace) -> int:
     try:
         ns, name = pod_ref(a.pod, a.namespace)
@@ -186,8 +258,12 @@ def cmd_explain(a: argparse.Namespace) -> int:
         print(f"policy-scheduler explain: {e}", file=sys.stderr)
         return 2
     try:
-        pod, labels, events = fetch(a, ns, name)
-        doc = explanation(pod, labels, events, default_policy=a.default_policy, top=a.top)
+        if a.workload:
+            wl, events = fetch_workload(a, ns, name)
+            doc = workload_explanation(wl, events)
+        else:
+            pod, labels, events = fetch(a, ns, name)
+            doc = explanation(pod, labels, events, default_policy=a.default_policy, top=a.top)
     except (ExplainError, ValueError) as e:
         print(f"policy-scheduler explain: {e}", file=sys.stderr)
         return 1
@@ -197,6 +273,8 @@ def cmd_explain(a: argparse.Namespace) -> int:
         import yaml
 
         sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True))
+    elif a.workload:
+        write_workload_text(doc, sys.stdout)
     else:
         write_text(doc, sys.stdout)
     return 0
@@ -233,4 +311,8 @@ def add_parser(sub) -> None:
     e.add_argument("--default-policy", default=DEFAULT_POLICY, metavar="NAME",
                    help="the operator's --default-policy: the policy of a pod without the policy label in a "
                         f"namespace without the {DEFAULT_POLICY_LABEL} label (default {DEFAULT_POLICY!r})")
+    e.add_argument("--workload", action="store_true",
+                   help="POD names a Kueue Workload in a MultiKueue manager cluster: where it runs, and the "
+                        "cluster chooser's record (run --multikueue-dispatcher): its policy, each worker's rank, "
+                        "pods placed and score, or why a worker was left out")
     e.set_defaults(fn=cmd_explain)

@@ -59,3 +59,23 @@ def test_pods_are_each_podsets_template_count_times():
 def test_a_workload_with_too_many_pods_is_refused():
     with pytest.raises(ValueError, match=f"more than {MAX_PODS} pods"):
         workload_pods(wl(podsets=[{"name": "main", "count": MAX_PODS + 1, "template": {}}]))
+
+
+@pytest.mark.parametrize("podsets, needle", [
+    ({"main": 1}, "not a list of objects"),
+    (["junk"], "not a list of objects"),
+    ([{"name": "main", "count": "3", "template": {}}], "count is not a count: '3'"),
+    ([{"name": "main", "count": -1, "template": {}}], "count is not a count: -1"),
+    ([{"name": "main", "count": 1, "template": ["x"]}], "template is not an object"),
+])
+def test_a_malformed_workload_says_which_field(podsets, needle):
+    with pytest.raises(ValueError, match=needle):
+        workload_pods(wl(podsets=podsets))
+
+
+def test_pods_take_the_workloads_priority_when_their_template_has_none():
+    w = wl()
+    w["spec"]["priority"] = 1000
+    assert {p["spec"]["priority"] for p in workload_pods(w)} == {1000}
+    w["spec"]["podSets"][0]["template"]["spec"]["priority"] = 5  # resolved already: kept
+    assert {p["spec"]["priority"] for p in workload_pods(w)} == {5}
