@@ -478,7 +478,7 @@ async def take(client, *, scheduler_name: str, default_policy: str, prometheus_u
     snap = Snapshot(
         taken_at=time.time(), scheduler_name=scheduler_name, default_policy=default_policy,
         # name order: the operator's paginated LIST fills its node table in that order, and a tie
-        # between equally scored nodes is drawn by position
+        # between equally scored nodes follows that order (upstream's node tree)
         nodes=sorted((trim_node(n) for n in got["nodes"]), key=lambda n: n["metadata"].get("name", "")),
         pods=bound, pending_pods=pending,
         namespaces={(n.get("metadata") or {}).get("name", ""): dict((n.get("metadata") or {}).get("labels") or {})
