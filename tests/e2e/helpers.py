@@ -139,3 +139,18 @@ def priority_classes(api, classes: dict[str, tuple[int, str | None]]):
     yield
     for name in made:
         sched.delete_priority_class(name)
+
+
+def merged_kubeconfig(clusters: dict) -> str:
+    """One kubeconfig (JSON) with a context per local cluster, named by the dict's keys (cluster
+    name -> LocalCluster), as a platform engineer's kubeconfig holds several clusters."""
+    import json
+
+    merged = {"apiVersion": "v1", "kind": "Config", "current-context": next(iter(clusters)), "clusters": [],
+              "users": [], "contexts": []}
+    for name, c in clusters.items():
+        kc = json.loads(c.kubeconfig_path.read_text())
+        for part in ("clusters", "users"):
+            merged[part] += [{**x, "name": name} for x in kc[part]]
+        merged["contexts"].append({"name": name, "context": {"cluster": name, "user": name}})
+    return json.dumps(merged)

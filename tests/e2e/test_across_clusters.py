@@ -22,7 +22,7 @@ from kubernetes import client, config
 
 import localcluster
 from conftest import ROOT, STATE, install_crd
-from helpers import node
+from helpers import merged_kubeconfig, node
 
 SHAPES = {"small": (2, "4", [("s-0", "3")]), "big": (4, "8", [("b-0", "2"), ("b-1", "2")])}
 
@@ -36,15 +36,13 @@ def bound_pod(name: str, node_name: str, cpu: str) -> dict:
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
     """Both control planes up, with their nodes, pods and the example policies; a merged kubeconfig."""
-    up: list[localcluster.LocalCluster] = []
-    merged = {"apiVersion": "v1", "kind": "Config", "current-context": "small", "clusters": [], "users": [],
-              "contexts": []}
+    up: dict[str, localcluster.LocalCluster] = {}
     try:
         for name, (count, cpu, pods) in SHAPES.items():
             state = STATE / f"{name}-cluster"
             c = localcluster.LocalCluster(state, kubeconfig_path=state / "kubeconfig")
             c.up(quiet=True)
-            up.append(c)
+            up[name] = c
             api = config.new_client_from_config(str(c.kubeconfig_path))
             install_crd(api, ROOT / "crds" / "schedulingpolicies.yaml")
             core = client.CoreV1Api(api)
@@ -57,12 +55,8 @@ def two(tmp_path_factory):
             for f in ("default.yaml", "binpack.yaml"):
                 objs.create_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies",
                                                   yaml.safe_load((ROOT / "policies" / f).read_text()))
-            kc = json.loads(c.kubeconfig_path.read_text())
-            for part in ("clusters", "users"):
-                merged[part] += [{**x, "name": name} for x in kc[part]]
-            merged["contexts"].append({"name": name, "context": {"cluster": name, "user": name}})
         d = tmp_path_factory.mktemp("across")
-        (d / "kubeconfig").write_text(json.dumps(merged))
+        (d / "kubeconfig").write_text(merged_kubeconfig(up))
         (d / "pods.yaml").write_text(yaml.safe_dump_all([
             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i:02d}", "namespace": "default"},
              "spec": {"containers": [{"name": "c", "image": "registry.local/app:1",
@@ -70,7 +64,7 @@ def two(tmp_path_factory):
             for i in range(12)]))
         yield d
     finally:
-        for c in up:
+        for c in up.values():
             c.down(quiet=True)
             shutil.rmtree(c.state_dir, ignore_errors=True)
 

@@ -36,7 +36,7 @@ from kubernetes import client, config
 
 import localcluster
 from conftest import ROOT, STATE, OperatorProcess, install_crd
-from helpers import apply_policy, node, ready_condition, wait_for
+from helpers import apply_policy, merged_kubeconfig, node, ready_condition, wait_for
 from kueue import Kueue
 
 KQ = ("kueue.x-k8s.io", "v1beta2")
@@ -138,14 +138,8 @@ def mk():
                              .get("status") == "True" for n in workers), 60, what="MultiKueueClusters Active")
         wait_for(lambda: cond(objs.get_cluster_custom_object(*KQ, "clusterqueues", "cq"), "Active")
                  .get("status") == "True", 60, what="the manager's ClusterQueue Active")
-        merged = {"apiVersion": "v1", "kind": "Config", "current-context": "big", "clusters": [], "users": [],
-                  "contexts": []}  # the workers' contexts in one kubeconfig, for simulate across contexts
-        for name, (c, _) in workers.items():
-            kc = json.loads(c.kubeconfig_path.read_text())
-            for part in ("clusters", "users"):
-                merged[part] += [{**x, "name": name} for x in kc[part]]
-            merged["contexts"].append({"name": name, "context": {"cluster": name, "user": name}})
-        (state / "workers.kubeconfig").write_text(json.dumps(merged))
+        # the workers' contexts in one kubeconfig, for simulate across contexts
+        (state / "workers.kubeconfig").write_text(merged_kubeconfig({n: c for n, (c, _) in workers.items()}))
         MANAGER.update(cluster=m, parts=started[-1])  # the last test switches the manager's dispatcher
         yield api, {n: a for n, (_, a) in workers.items()}, state / "workers.kubeconfig"
     finally:
