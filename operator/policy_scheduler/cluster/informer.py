@@ -53,7 +53,8 @@ class Gone(Exception):
 class Informer:
     def __init__(self, client: KubeClient, path: str, handler: Handler, name: str, *, page: int = 1000,
                  watch_timeout: int = 300, backoff: "Backoff | None" = None, optional: bool = False,
-                 absent_retry: float = 10.0) -> None:
+                 absent_retry: float = 10.0, decode_page: Callable[[bytes], Any] = loads,
+                 decode_event: Callable[[bytes], Any] = loads) -> None:
         self.client = client
         self.path = path
         self.handler = handler
@@ -69,6 +70,10 @@ class Informer:
         self.optional = optional
         self.absent_retry = absent_retry
         self.absent = False  # an optional kind the API server does not serve (yet)
+        # how a LIST page and a WATCH line are read: safejson.loads, or for Pods and Nodes
+        # objdecode's, which leaves managedFields out
+        self.decode_page = decode_page
+        self.decode_event = decode_event
 
     def _deliver(self, kind: str, obj: Mapping[str, Any]) -> None:
         try:
@@ -119,7 +124,7 @@ class Informer:
         params: dict[str, Any] = {"limit": str(self.page)}
         if cont:
             params["continue"] = cont
-        return await self.client.request("GET", self.path, params=params)
+        return await self.client.request("GET", self.path, params=params, decode=self.decode_page)
 
     async def watch(self) -> None:
         params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": self.resource_version,
@@ -139,7 +144,7 @@ class Informer:
                 *lines, buf = (buf + chunk).split(b"\n")  # one event per line; the last may be partial
                 for line in lines:
                     if line.strip():
-                        self._event(loads(line))
+                        self._event(self.decode_event(line))
 
     def _event(self, ev: Any) -> None:
         if not isinstance(ev, dict):

@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 import orjson
@@ -447,9 +447,11 @@ class KubeClient:
             self._session = None
 
     async def request(self, method: str, path: str, body: Any = None, params: dict | None = None,
-                      content_type: str = "application/json", timeout: float | None = None) -> Any:
+                      content_type: str = "application/json", timeout: float | None = None,
+                      decode: Callable[[bytes], Any] = loads) -> Any:
         """Send one request; return the decoded JSON body, raise ApiError for HTTP >= 400.
-        ``timeout``: seconds for this request instead of the client's (asyncio.TimeoutError)."""
+        ``timeout``: seconds for this request instead of the client's (asyncio.TimeoutError);
+        ``decode``: how a successful answer's body is read (safejson.loads, or what falls back on it)."""
         await self.bucket.take()
         headers = {**(await self.creds.auth_header_async()), "Accept": "application/json"}
         data = None
@@ -461,7 +463,7 @@ class KubeClient:
                                         headers=headers, **extra) as resp:
             raw = await resp.read()
             try:  # orjson, or for an answer nested deeper than it reads, the tolerant decoder
-                payload = loads(raw) if raw else None
+                payload = (decode(raw) if resp.status < 400 else loads(raw)) if raw else None
             except ValueError:
                 payload = raw.decode(errors="replace")
             if resp.status >= 400:

@@ -24,6 +24,7 @@ from ..framework.model.native_podgroups import COMPOSITE_PATH
 from ..framework.model.native_podgroups import api_path as native_pod_groups_path
 from ..framework.model.podgroups import API_PATH as POD_GROUPS_PATH
 from ..logs import fields
+from . import objdecode
 from .informer import Informer
 from .kubeclient import REQUEST_ERRORS, KubeClient
 
@@ -33,6 +34,9 @@ NATIVE_PODGROUPS = f"podgroups.{NATIVE_GROUP}"  # the informer of scheduling.k8s
 COMPOSITE_PODGROUPS = f"compositepodgroups.{NATIVE_GROUP}"  # and of its v1alpha3 CompositePodGroups
 POLICIES = "schedulingpolicies"  # the informer of SchedulingPolicies (the policy store's)
 Handler = Callable[[str, Mapping[str, Any]], None]
+# the kinds read without their managedFields (objdecode): most of the cluster's objects by count
+LEAN_KINDS = ("pods", "nodes")
+LEAN = {"decode_page": objdecode.page, "decode_event": objdecode.event}
 
 
 class Sync:
@@ -75,7 +79,8 @@ class Sync:
         empty, and the LIST is tried again in the background)."""
         c = self.client
         return [
-            *(Informer(c, path, self.route(kind), kind) for kind, path in KINDS.items()),
+            *(Informer(c, path, self.route(kind), kind, **(LEAN if kind in LEAN_KINDS else {}))
+              for kind, path in KINDS.items()),
             Informer(c, PLURAL_PATH, self.route(POLICIES), POLICIES),
             *(Informer(c, path, self.route(kind), kind, optional=True) for kind, path in DRA_KINDS.items()),
             Informer(c, POD_GROUPS_PATH, self.route("podgroups"), "podgroups", optional=True),

@@ -216,7 +216,7 @@ def normalized_image_name(name: str) -> str:
     return name
 
 
-def _container_requests(c: Mapping[str, Any], where: str, defaults: bool) -> dict[str, int]:
+def _container_requests(c: Mapping[str, Any], where: str) -> dict[str, int]:
     out: dict[str, int] = {}
     reqs = ((c.get("resources") or {}).get("requests")) or {}
     for name, q in reqs.items():
@@ -224,25 +224,30 @@ def _container_requests(c: Mapping[str, Any], where: str, defaults: bool) -> dic
             out[name] = resource_value(name, q)
         except QuantityError as e:
             raise PodSpecError(f"{where}.resources.requests.{name}: {e}") from None
-    if defaults:
-        out.setdefault("cpu", DEFAULT_MILLI_CPU_REQUEST)
-        out.setdefault("memory", DEFAULT_MEMORY_REQUEST)
     return out
 
 
-def compute_requests(spec: Mapping[str, Any], defaults: bool = False) -> dict[str, int]:
-    """upstream PodRequests: max(sum(containers) + sum(sidecars), max init-phase usage),
-    pod-level resources override, plus overhead. ``defaults`` applies the non-zero cpu/memory
-    defaults per container (scoring only)."""
+def _with_defaults(req: dict[str, int]) -> dict[str, int]:
+    """A container's requests with the non-zero cpu/memory defaults where it sets none (the
+    same dict when it sets both: the caller does not change it)."""
+    if "cpu" in req and "memory" in req:
+        return req
+    return {"cpu": DEFAULT_MILLI_CPU_REQUEST, "memory": DEFAULT_MEMORY_REQUEST, **req}
+
+
+def _pod_total(spec: Mapping[str, Any], containers: list[dict[str, int]],
+               inits: list[tuple[dict[str, int], bool]]) -> dict[str, int]:
+    """upstream PodRequests from the containers' requests and the init containers' (requests,
+    restartable): max(sum(containers) + sum(sidecars), max init-phase usage), pod-level
+    resources override, plus overhead."""
     total: dict[str, int] = defaultdict(int)
-    for i, c in enumerate(spec.get("containers") or []):
-        for r, v in _container_requests(c, f"spec.containers[{i}]", defaults).items():
+    for req in containers:
+        for r, v in req.items():
             total[r] += v
     sidecars: dict[str, int] = defaultdict(int)
     init_max: dict[str, int] = {}
-    for i, c in enumerate(spec.get("initContainers") or []):
-        req = _container_requests(c, f"spec.initContainers[{i}]", defaults)
-        if c.get("restartPolicy") == "Always":
+    for req, always in inits:
+        if always:
             for r, v in req.items():
                 total[r] += v
                 sidecars[r] += v
@@ -269,7 +274,36 @@ def compute_requests(spec: Mapping[str, Any], defaults: bool = False) -> dict[st
             total[name] += resource_value(name, q)
         except QuantityError as e:
             raise PodSpecError(f"spec.overhead.{name}: {e}") from None
-    return {r: v for r, v in total.items()}
+    return dict(total)
+
+
+def _parsed_containers(spec: Mapping[str, Any]) -> tuple[list[dict[str, int]], list[tuple[dict[str, int], bool]]]:
+    containers = [_container_requests(c, f"spec.containers[{i}]") for i, c in enumerate(spec.get("containers") or [])]
+    inits = [(_container_requests(c, f"spec.initContainers[{i}]"), c.get("restartPolicy") == "Always")
+             for i, c in enumerate(spec.get("initContainers") or [])]
+    return containers, inits
+
+
+def compute_requests(spec: Mapping[str, Any], defaults: bool = False) -> dict[str, int]:
+    """upstream PodRequests: max(sum(containers) + sum(sidecars), max init-phase usage),
+    pod-level resources override, plus overhead. ``defaults`` applies the non-zero cpu/memory
+    defaults per container (scoring only)."""
+    containers, inits = _parsed_containers(spec)
+    if defaults:
+        containers = [_with_defaults(r) for r in containers]
+        inits = [(_with_defaults(r), a) for r, a in inits]
+    return _pod_total(spec, containers, inits)
+
+
+def pod_requests(spec: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """``compute_requests(spec)`` and ``compute_requests(spec, defaults=True)``, each quantity
+    parsed once."""
+    containers, inits = _parsed_containers(spec)
+    if len(containers) == 1 and not inits and not spec.get("resources") and not spec.get("overhead"):
+        return containers[0], _with_defaults(containers[0])  # most pods: the container's own requests
+    plain = _pod_total(spec, containers, inits)
+    nonzero = _pod_total(spec, [_with_defaults(r) for r in containers], [(_with_defaults(r), a) for r, a in inits])
+    return plain, nonzero
 
 
 def _affinity_term(t: Mapping[str, Any], owner_ns: str, where: str) -> AffinityTerm:
@@ -373,8 +407,7 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
     if info.terminating:
         info.terminating_by_preemption = _terminating_by_preemption(status)
     try:
-        info.requests = compute_requests(spec)
-        nz = compute_requests(spec, defaults=True)
+        info.requests, nz = pod_requests(spec)
         info.nonzero_cpu = nz.get("cpu", 0)
         info.nonzero_memory = nz.get("memory", 0)
         info.tolerations = tuple(Toleration.parse(t) for t in (spec.get("tolerations") or []))

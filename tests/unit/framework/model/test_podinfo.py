@@ -12,6 +12,7 @@ from policy_scheduler.framework.model.podinfo import (
     compute_requests,
     normalized_image_name,
     parse_pod,
+    pod_requests,
 )
 from policy_scheduler.framework.model.taints import Taint, Toleration
 
@@ -110,6 +111,18 @@ def test_nonzero_defaults_apply_per_container_only_when_missing(spec, cpu, memor
     p = pod(spec)
     assert (p.nonzero_cpu, p.nonzero_memory) == (cpu, memory)
     assert DEFAULT_MILLI_CPU_REQUEST == 100 and DEFAULT_MEMORY_REQUEST == 200 * MI
+
+
+@pytest.mark.parametrize("spec", [
+    {"containers": [c({"cpu": "1", "memory": "1Gi"})]}, {"containers": [c({"cpu": "250m"})]}, {"containers": [c()]},
+    {"containers": [c({"cpu": "0"})], "overhead": {"cpu": "50m"}},
+    {"containers": [c({"memory": "1Gi"})], "resources": {"requests": {"cpu": "2"}}},
+    {"initContainers": [c(sidecar=True), c({"cpu": "3"})], "containers": [c({"cpu": "1"}), c()]},
+])
+def test_pod_requests_is_both_aggregates_at_once(spec):
+    plain, nonzero = pod_requests(spec)
+    assert plain == compute_requests(spec) and nonzero == compute_requests(spec, defaults=True)
+    assert spec["containers"][0].get("resources", {}).get("requests", {}).keys() <= plain.keys()
 
 
 def test_nonzero_defaults_never_touch_true_requests():
