@@ -2,11 +2,12 @@
 (e.g. "2025-01-01T12:00:00Z"). The one format of status times, Event and condition times,
 decision records (explain), snapshots and metric sample times. A leaf: the standard library only.
 
-MicroTime (Events' eventTime) and the JSON log lines' timestamps carry fractions of a second and
-are written where they are used (cluster/recorder.py, logs.py)."""
+MicroTime (Events' eventTime: ``now_micro``) carries microseconds; the JSON log lines' timestamps
+are written where they are used (logs.py)."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 
 RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
@@ -17,8 +18,25 @@ def rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime(RFC3339)
 
 
+_now = [-1, ""]  # the last second formatted, and its text: a pod's events and status ask several times a second
+
+
+def _second(s: int) -> str:
+    if s != _now[0]:
+        _now[1] = rfc3339(s)
+        _now[0] = s
+    return _now[1]
+
+
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime(RFC3339)
+    return _second(int(time.time()))
+
+
+def now_micro() -> str:
+    """Now as a MicroTime (an Event's eventTime): RFC 3339 with microseconds."""
+    t = time.time()
+    s = int(t)
+    return f"{_second(s)[:-1]}.{int((t - s) * 1e6):06d}Z"
 
 
 def parse_rfc3339(v: str) -> float:

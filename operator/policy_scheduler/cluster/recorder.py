@@ -16,14 +16,12 @@ import asyncio
 import logging
 import socket
 import time
-from datetime import datetime, timezone
 from typing import Callable
-
 
 from .. import API_GROUP, API_VERSION
 from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code
-from ..timefmt import now_rfc3339
+from ..timefmt import now_micro, now_rfc3339
 from .kubeclient import REQUEST_ERRORS, ApiError, KubeClient
 from .telemetry import Telemetry
 from .tasks import Tasks
@@ -39,9 +37,6 @@ FAILURE_REPEAT_AFTER = 60.0  # seconds before the same failure message of a pod 
 
 __all__ = ["EventRecorder", "now_micro", "now_rfc3339", "truncate_note"]
 
-
-def now_micro() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def truncate_note(msg: str) -> str:
