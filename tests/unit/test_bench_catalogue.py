@@ -101,7 +101,8 @@ def test_churn_and_gated_pods_are_marked_to_stay_unbound():
 
 
 def result(**over):
-    run = {"pods_per_s": 100.0, "startup_s": 1.5, "cpu_ms_per_pod": 2.0, "other_cores_in_window": 0.1}
+    run = {"pods_per_s": 100.0, "startup_s": 1.5, "cpu_ms_per_pod": 2.0, "cpu_ms_per_pod_run": 3.0,
+           "other_cores_in_window": 0.1}
     res = {"ok": True, "started": "2026-11-27T10:00:00+00:00", "finished": "2026-11-27T10:30:00+00:00",
            "commit": "abc1234", "machine": {"cores": 2, "loadavg_1_5_15_at_start": [0.5, 0.4, 0.3],
                                             "loadavg_1_5_15_at_end": [1.0, 0.9, 0.8]},
@@ -111,7 +112,7 @@ def result(**over):
                                    "runs": {"policy-scheduler": {**run, "pods_per_s": 150.0},
                                             "kube-same": run, "kube-scheduler": run,
                                             "ceiling": {**run, "pods_per_s": 300.0}},
-                                   "ratios": {"ours_vs_kube": 1.5, "ours_vs_ceiling": 0.5}},
+                                   "ratios": {"ours_vs_kube": 1.5, "ours_vs_ceiling": 0.5, "ours_vs_kube_avg": 1.25}},
                "DRA": {"nodes": 100, "pods": 500, "init_pods": 500, "devices_per_node": 10, "repeat": 1,
                        "runs": {"ceiling": {"pods_per_s": 80.0, "cpu_ms_per_pod": 1.0,
                                             "other_cores_in_window": 0.3}},
@@ -134,9 +135,10 @@ def test_table_has_one_row_per_workload_with_the_jsons_figures():
     rows = [x for x in lines if x.startswith("| ") and not x.startswith("| Workload")]
     assert [r.split(" | ")[0][2:] for r in rows] == ["SchedulingBasic", "DRA †", "Unschedulable"]
     basic = rows[0].split(" | ")
-    assert basic[1:7] == ["200 × 2,000", "150.0", "100.0", "100.0", "300.0", "1.50"] and basic[7] == "0.50"
+    assert basic[1:7] == ["200 × 2,000", "150.0", "100.0", "100.0", "300.0", "1.50"] and basic[7:9] == ["0.50", "1.25"]
+    assert basic[11] == "3.00 / 3.00 / 3.00 / 3.00"  # CPU per pod over the whole run
     assert "1.50 / 1.50 / 1.50 / 1.50" in rows[0]
-    assert rows[1].split(" | ")[8:10] == ["– / – / – / –", "– / – / – / 1.00"]  # DRA: no start-up
+    assert rows[1].split(" | ")[9:11] == ["– / – / – / –", "– / – / – / 1.00"]  # DRA: no start-up
     assert "left out" in rows[1]
     # ran in the config's order: policy-scheduler failed, the two kube-schedulers never ran, the binder had
     assert rows[2].split(" | ")[2:6] == ["failed", "not run", "not run", "250.0"]

@@ -38,7 +38,6 @@ FAILURE_REPEAT_AFTER = 60.0  # seconds before the same failure message of a pod 
 __all__ = ["EventRecorder", "now_micro", "now_rfc3339", "truncate_note"]
 
 
-
 def truncate_note(msg: str) -> str:
     """upstream truncates event notes to 1024 characters, ending in " ..."."""
     return msg if len(msg) <= EVENT_NOTE_LIMIT else msg[: EVENT_NOTE_LIMIT - 4] + " ..."

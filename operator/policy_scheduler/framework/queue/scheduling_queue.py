@@ -43,7 +43,7 @@ from ..instrumentation import NOOP, PRE_ENQUEUE
 from ..model.podinfo import PodInfo
 from ..cycle.runtime import Abort, call, status_code
 from ..status import Status
-from .subqueues import ActiveQueue, BackoffQueue, InFlight, Less, QueuedPodInfo
+from .subqueues import ActiveQueue, BackoffQueue, GatedPool, InFlight, Less, QueuedPodInfo
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +130,8 @@ class SchedulingQueue:
         self._pseudo = dict(pseudo_events or {})
         self._active = ActiveQueue(self._less_of)
         self._backoff = BackoffQueue(clock, initial_backoff, max_backoff)
-        self._unschedulable: dict[str, QueuedPodInfo] = {}
-        self._gated: set[str] = set()  # keys of the pool pods a PreEnqueue plugin holds
+        self._unschedulable: dict[str, QueuedPodInfo] = {}  # the pool, gated pods apart:
+        self._gated = GatedPool()  # the pool pods a PreEnqueue plugin holds
         self._in_flight = InFlight()  # the pods popped and not done, and the events since
         self.moved_by_event: dict[str, int] = {}  # event label -> pods it moved out of the pool
         self.skipped_by_hint: dict[str, int] = {}  # event label -> pool pods it left in place
@@ -200,16 +200,14 @@ class SchedulingQueue:
         self._drop_from_pool(qpi.key)
         self._backoff.remove(qpi.key)
         self._active.remove(qpi.key, qpi.policy)
-        self._unschedulable[qpi.key] = qpi
-        self._gated.add(qpi.key)
+        self._gated.add(qpi)
         log.debug("pod %s gated by %s: %s", qpi.key, qpi.gating_plugin, qpi.gating_message)
         return GATED
 
     # ---- moves between sub-queues ------------------------------------------------------
 
     def _drop_from_pool(self, key: str) -> QueuedPodInfo | None:
-        self._gated.discard(key)
-        return self._unschedulable.pop(key, None)
+        return self._unschedulable.pop(key, None) or self._gated.pop(key)
 
     def _to_active(self, qpi: QueuedPodInfo, event: str) -> str:
         """upstream moveToActiveQ: PreEnqueue first; a gated pod goes to the pool instead."""
@@ -299,7 +297,10 @@ class SchedulingQueue:
 
     def _move_policy(self, qpi: QueuedPodInfo, policy: str) -> None:
         active = self._active.remove(qpi.key, qpi.policy) is not None
+        gated = self._gated.pop(qpi.key)
         qpi.policy = policy
+        if gated is not None:
+            self._gated.add(qpi)
         if active:
             self._active.push(qpi)
 
@@ -317,7 +318,7 @@ class SchedulingQueue:
         if qpi is not None:
             qpi.pod = pod  # the expiry, the backoff heap's order, is unchanged
             return True
-        qpi = self._unschedulable.get(key)
+        qpi = self._unschedulable.get(key) or self._gated.get(key)
         if qpi is not None:
             old = qpi.pod
             changed = is_pod_updated(old, pod)
@@ -455,15 +456,14 @@ class SchedulingQueue:
         off, else activeQ); a gated pod only on its gating plugin's events, and PreEnqueue runs
         again. The event is also recorded for the pods in flight. Returns the count moved."""
         self._in_flight.record(event, old, new)
-        if not self._unschedulable:
+        if not self._unschedulable and not len(self._gated):
             return 0
         moved = skipped = 0
         cache: dict = {}
-        gated = self._gated
-        for qpi in list(self._unschedulable.values()):
+        # gated pods of the groups whose gating plugin registered the event, then the others
+        pods = [q for _, qs in self._gated.groups() if self._gated_interested(qs[0], event, cache) for q in qs]
+        for qpi in pods + list(self._unschedulable.values()):
             if pre_check is not None and not pre_check(qpi):
-                continue
-            if qpi.key in gated and not self._gated_interested(qpi, event, cache):
                 continue
             strategy = self._strategy(qpi, event, old, new, cache)
             if strategy == _SKIP:
@@ -484,7 +484,7 @@ class SchedulingQueue:
         UnschedulableTimeout (backoff applies; gated pods run PreEnqueue again and most stay).
         Returns the count moved out of the pool."""
         now = self._clock()
-        pods = [q for q in self._unschedulable.values()
+        pods = [q for q in [*self._unschedulable.values(), *self._gated.values()]
                 if now - q.timestamp > self.unschedulable_max_duration]
         if not pods:
             return 0
@@ -505,7 +505,7 @@ class SchedulingQueue:
         in flight, a ForceActivate event is recorded, so it is requeued when it comes back."""
         n = 0
         for key in keys:
-            qpi = self._unschedulable.get(key) or self._backoff.get(key)
+            qpi = self._unschedulable.get(key) or self._gated.get(key) or self._backoff.get(key)
             if qpi is not None:
                 if self._to_active(qpi, FORCE_ACTIVATE.label) == ACTIVE:
                     n += 1
@@ -539,20 +539,22 @@ class SchedulingQueue:
         return self._in_flight.cycle
 
     def __len__(self) -> int:
-        return len(self._active) + len(self._backoff) + len(self._unschedulable)
+        return len(self._active) + len(self._backoff) + len(self._unschedulable) + len(self._gated)
 
     def __contains__(self, key: str) -> bool:
         return self.state_of(key) is not None
 
     def get(self, key: str) -> QueuedPodInfo | None:
-        return self._active.get(key) or self._backoff.get(key) or self._unschedulable.get(key)
+        return self._active.get(key) or self._backoff.get(key) or self._unschedulable.get(key) or self._gated.get(key)
 
     def state_of(self, key: str) -> str | None:
         """ACTIVE, BACKOFF, UNSCHEDULABLE or GATED; None if not queued (in flight pods are not)."""
         if key in self._backoff:
             return BACKOFF
         if key in self._unschedulable:
-            return GATED if key in self._gated else UNSCHEDULABLE
+            return UNSCHEDULABLE
+        if key in self._gated:
+            return GATED
         if self._active.get(key) is not None:
             return ACTIVE
         return None
@@ -571,14 +573,14 @@ class SchedulingQueue:
     def pending_pods(self, policy: str | None = None) -> list[QueuedPodInfo]:
         """upstream PendingPods: activeQ, then backoffQ, then the pool (each unordered)."""
         pods = self._active.items()
-        pods += self._backoff.items() + list(self._unschedulable.values())
+        pods += self._backoff.items() + list(self._unschedulable.values()) + self._gated.values()
         return pods if policy is None else [q for q in pods if q.policy == policy]
 
     def unschedulable_plugin_counts(self) -> dict[tuple[str, str], int]:
         """(policy, plugin) -> pods in the unschedulable pool that plugin rejected (or gates, or
         answered Pending for): upstream's scheduler_unschedulable_pods."""
         out: dict[tuple[str, str], int] = {}
-        for q in list(self._unschedulable.values()):
+        for q in [*self._unschedulable.values(), *self._gated.values()]:
             for plugin in q.unschedulable_plugins | q.pending_plugins:
                 key = (q.policy, plugin)
                 out[key] = out.get(key, 0) + 1
@@ -589,12 +591,10 @@ class SchedulingQueue:
         pool is split into ``unschedulable`` and ``gated``."""
         if policy is None:
             return {ACTIVE: len(self._active), BACKOFF: len(self._backoff),
-                    UNSCHEDULABLE: len(self._unschedulable) - len(self._gated), GATED: len(self._gated)}
-        pool = [q for q in self._unschedulable.values() if q.policy == policy]
-        gated = sum(q.key in self._gated for q in pool)
+                    UNSCHEDULABLE: len(self._unschedulable), GATED: len(self._gated)}
         return {
             ACTIVE: self._active.count(policy),
             BACKOFF: sum(q.policy == policy for q in self._backoff.items()),
-            UNSCHEDULABLE: len(pool) - gated,
-            GATED: gated,
+            UNSCHEDULABLE: sum(q.policy == policy for q in self._unschedulable.values()),
+            GATED: sum(q.policy == policy for q in self._gated.values()),
         }

@@ -384,3 +384,46 @@ class BackoffQueue:
         if qpi is not None:
             self.remove(qpi.key)
         return qpi
+
+
+class GatedPool:
+    """The pool's gated pods (a PreEnqueue plugin holds them), by (policy, gating plugin): a
+    cluster event reaches a gated pod only through its gating plugin's registrations, so the
+    queue asks once per group, not once per pod (10,000 gated pods otherwise cost every pod
+    event a walk over all of them). The group is the one the pod had when it was gated."""
+
+    def __init__(self) -> None:
+        self._group_of: dict[str, tuple[str, str]] = {}
+        self._groups: dict[tuple[str, str], dict[str, QueuedPodInfo]] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._group_of
+
+    def __len__(self) -> int:
+        return len(self._group_of)
+
+    def add(self, qpi: QueuedPodInfo) -> None:
+        self.pop(qpi.key)
+        group = (qpi.policy, qpi.gating_plugin or "")
+        self._group_of[qpi.key] = group
+        self._groups.setdefault(group, {})[qpi.key] = qpi
+
+    def pop(self, key: str) -> QueuedPodInfo | None:
+        group = self._group_of.pop(key, None)
+        if group is None:
+            return None
+        members = self._groups[group]
+        qpi = members.pop(key)
+        if not members:
+            del self._groups[group]
+        return qpi
+
+    def get(self, key: str) -> QueuedPodInfo | None:
+        group = self._group_of.get(key)
+        return None if group is None else self._groups[group][key]
+
+    def groups(self) -> list[tuple[tuple[str, str], list[QueuedPodInfo]]]:
+        return [(g, list(m.values())) for g, m in self._groups.items()]
+
+    def values(self) -> list[QueuedPodInfo]:
+        return [q for m in self._groups.values() for q in m.values()]

@@ -282,3 +282,29 @@ def test_relabelled_pod_moves_to_its_new_policys_queue():
     q.add(pod("x", labels={"moved": "yes"}, rv="2"), "b")
     assert q.counts("a")[ACTIVE] == 0 and q.counts("b")[ACTIVE] == 1
     assert q.pop().policy == "b"
+
+
+def test_gated_pods_are_asked_once_per_group_and_follow_a_policy_move(monkeypatch):
+    """An event reaches a gated pod only through its gating plugin's registrations: the queue
+    asks once per (policy, gating plugin), not once per pod, and a pod relabelled to another
+    policy while gated is asked under its new one."""
+    profiles = {"p": gated_profile(), "q": gated_profile(), "open": Profile()}
+    q, _ = queue(profiles)
+    for i in range(50):
+        assert q.add(pod(f"g{i}", gates=("x",)), "p") == GATED
+    q.add(pod("free"), "open")
+    asked = []
+    real = type(q)._gated_interested
+    monkeypatch.setattr(type(q), "_gated_interested",
+                        lambda self, qpi, ev, cache=None: asked.append(qpi.policy) or real(self, qpi, ev, cache))
+    assert q.move_all_to_active_or_backoff(NODE_LABEL) == 0  # SchedulingGates registers no node event
+    assert asked == ["p"]
+    q.add(pod("g0", gates=("x",), labels={"to": "q"}, rv="2"), "q")  # relabelled: policy q
+    asked.clear()
+    q.move_all_to_active_or_backoff(NODE_LABEL)
+    assert sorted(asked) == ["p", "q"]
+    assert q.counts("p")[GATED] == 49 and q.counts("q")[GATED] == 1 and q.counts()[GATED] == 50
+    assert len(q) == 51 and q.state_of("ns/g0") == GATED and q.get("ns/g0").policy == "q"
+    q.update(pod("g0", labels={"to": "q"}, rv="3"))  # its gate lifted: out of the gated pool
+    assert q.state_of("ns/g0") == ACTIVE and q.counts()[GATED] == 49
+    assert {x.pod.name for x in q.pending_pods("p")} == {f"g{i}" for i in range(1, 50)}
