@@ -130,8 +130,8 @@ class SchedulingQueue:
         self._pseudo = dict(pseudo_events or {})
         self._active = ActiveQueue(self._less_of)
         self._backoff = BackoffQueue(clock, initial_backoff, max_backoff)
-        self._unschedulable: dict[str, QueuedPodInfo] = {}  # the pool, gated pods apart:
-        self._gated = GatedPool()  # the pool pods a PreEnqueue plugin holds
+        self._unschedulable: dict[str, QueuedPodInfo] = {}  # the pool's pods no PreEnqueue plugin holds
+        self._gated = GatedPool()  # and those one holds
         self._in_flight = InFlight()  # the pods popped and not done, and the events since
         self.moved_by_event: dict[str, int] = {}  # event label -> pods it moved out of the pool
         self.skipped_by_hint: dict[str, int] = {}  # event label -> pool pods it left in place
@@ -456,12 +456,12 @@ class SchedulingQueue:
         off, else activeQ); a gated pod only on its gating plugin's events, and PreEnqueue runs
         again. The event is also recorded for the pods in flight. Returns the count moved."""
         self._in_flight.record(event, old, new)
-        if not self._unschedulable and not len(self._gated):
+        if not self._unschedulable and not self._gated:
             return 0
         moved = skipped = 0
         cache: dict = {}
         # gated pods of the groups whose gating plugin registered the event, then the others
-        pods = [q for _, qs in self._gated.groups() if self._gated_interested(qs[0], event, cache) for q in qs]
+        pods = [q for m in self._gated.groups() if self._gated_interested(next(iter(m)), event, cache) for q in m]
         for qpi in pods + list(self._unschedulable.values()):
             if pre_check is not None and not pre_check(qpi):
                 continue

@@ -422,8 +422,10 @@ class GatedPool:
         group = self._group_of.get(key)
         return None if group is None else self._groups[group][key]
 
-    def groups(self) -> list[tuple[tuple[str, str], list[QueuedPodInfo]]]:
-        return [(g, list(m.values())) for g, m in self._groups.items()]
+    def groups(self) -> list:
+        """Each (policy, gating plugin)'s pods, a live view of each (never empty): read them all
+        before moving any."""
+        return [m.values() for m in self._groups.values()]
 
     def values(self) -> list[QueuedPodInfo]:
         return [q for m in self._groups.values() for q in m.values()]
