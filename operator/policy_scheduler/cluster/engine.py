@@ -55,7 +55,6 @@ from ..framework.queue.scheduling_queue import QueuedPodInfo, SchedulingQueue
 from ..framework.registry import Registry
 from ..framework.cycle.schedule import POD_SPEC, Decision, schedule_one
 from ..framework.status import Code
-from ..health import probe_checks
 from ..logs import MAX_MESSAGE_LEN, decision_fields, failure_fields, fields, truncate
 from ..metricsources.manager import MetricSources
 from ..plugins.default_preemption import RESULT_KEY as PREEMPTION_RESULT
@@ -63,6 +62,7 @@ from ..plugins.priority_sort import PrioritySort
 from .apicalls import ApiCalls, OperatorActions
 from .binding_tasks import DECISION_ANNOTATION, BindingTasks
 from .crdcheck import check_crd
+from .engine_health import engine_health
 from .kubeclient import KubeClient
 from .leader import Leadership
 from .podgroup_status import PodGroupStatusWriter
@@ -406,22 +406,8 @@ class Engine:
             raise
 
     def health(self) -> tuple[bool, bool, dict[str, Any]]:
-        """(live, ready, details) for the probes, from health.probe_checks (``details["checks"]``): live
-        unless the loop died; ready once synced (a standby) and, on the leader, once the loop runs."""
-        waiting = self.informers.status() if not self.synced else {}
-        checks = probe_checks(crashed=self.crashed, leading=self.leadership.leading, scheduling=self.scheduling,
-                              listed=self.synced or bool(self.informers.informers) and not waiting,
-                              synced=self.synced, waiting=waiting, lost=getattr(self.leadership, "lost", False),
-                              stopping=self._stopping)
-        live, ready = (all(err is None for _, err in checks[k]) for k in ("livez", "readyz"))
-        details: dict[str, Any] = {
-            "live": live, "ready": ready, "synced": self.synced, "scheduling": self.scheduling,
-            **({"waiting": waiting} if waiting else {}), **self.leadership.describe(),
-            "nodes": self.state.table.n, "queued": len(self.queue), "bound": self.bound_by_us,
-            "policies": sorted(self.policies), "checks": checks}
-        if self.crashed is not None:
-            details["error"] = f"the scheduling loop died: {type(self.crashed).__name__}: {self.crashed}"
-        return live, ready, details
+        """(live, ready, details) for the probes (engine_health.py)."""
+        return engine_health(self)
 
     async def _run(self) -> None:
         # the first LISTs decode every object of the cluster: the collector would scan the growing
