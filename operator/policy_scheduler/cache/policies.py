@@ -16,6 +16,11 @@ A pod selects its policy by the ``policy-scheduler.io/policy`` label; without it
 namespace's ``policy-scheduler.io/default-policy`` label; else ``default`` (the operator's
 --default-policy).
 
+A policy with a namespaceSelector admits no pod of a namespace the cache does not hold yet (its
+labels are unknown, not empty: a ``NotIn`` or ``DoesNotExist`` selector would admit it). The pod
+waits, rejected by POLICY_SELECTION, and the namespace's ADD (a NamespaceChange, NAMESPACE_LABELS)
+moves it back to the queue.
+
 A policy belongs to one operator instance: the one whose --scheduler-name is the policy's
 ``spec.schedulerName`` (default ``policy-scheduler``). Other instances keep only its name and
 owner (``foreign``), to tell a pod why they do not use it; they never build it, schedule with it
@@ -75,6 +80,16 @@ def policy_owner(spec: Any) -> str:
     return owner if isinstance(owner, str) and 0 < len(owner) <= 253 else SCHEDULER_NAME
 
 
+@dataclass(frozen=True)
+class RevisionsProblem:
+    """Why the policy's revisions cannot be kept (cluster/revisions.py): the condition
+    ``RevisionsRecorded=False`` with this reason (NamespaceNotFound, Forbidden, RequestFailed) and
+    message, written by policy_status.py."""
+
+    reason: str
+    message: str
+
+
 @dataclass
 class PolicyState:
     name: str
@@ -105,6 +120,7 @@ class PolicyState:
     shadow: Shadow | None = None
     rollout: Rollout | None = None
     rollout_seen: Any = None  # status.rollout as last read from the cluster (a new leader continues it)
+    revisions_problem: RevisionsProblem | None = None  # why its revisions cannot be kept (RevisionsRecorded)
 
     @property
     def ready(self) -> bool:
@@ -360,7 +376,11 @@ class PolicyStore:
                           f"and there is no policy named {self.default_policy!r}")
         if st.chain is None:
             return None, f"SchedulingPolicy {name!r} is not Ready: {'; '.join(st.errors)}"
-        if st.namespace_selector is not None and not st.namespace_selector.matches(
-                self.namespaces.get(pod.namespace, {})):
-            return None, f"SchedulingPolicy {name!r} does not admit pods of namespace {pod.namespace!r}"
+        if st.namespace_selector is not None:
+            labels = self.namespaces.get(pod.namespace)
+            if labels is None:  # not seen yet (its ADD is on the way): its labels are unknown, not empty
+                return None, (f"SchedulingPolicy {name!r} selects namespaces (spec.namespaceSelector) and namespace "
+                              f"{pod.namespace!r} is not known yet: not admitted until it is")
+            if not st.namespace_selector.matches(labels):
+                return None, f"SchedulingPolicy {name!r} does not admit pods of namespace {pod.namespace!r}"
         return st, ""
