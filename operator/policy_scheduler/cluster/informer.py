@@ -16,6 +16,19 @@ for a document orjson refuses, nested deeper than it reads, a decoder that repla
 subtrees by a marker), so one such object neither stops the informer nor hides the others; it
 reaches the handler, whose owner reports it. A LIST or WATCH answer that is not JSON at all is a
 failed request (retried); an item or event that is not an object is skipped with a warning.
+
+A handler that raises (a bug: handlers report bad objects on themselves) leaves the cache unsure
+about that object: a ghost pod kept, a node missed. The informer then relists, and the known-set
+diff repairs the state (a pod deleted meanwhile is reported DELETED). Each failure is counted
+(``on_handler_error``), logged with the object's kind, namespace, name and resourceVersion (the
+exception text and the traceback bounded), and the relist is scheduled with a backoff of its own
+(``relist_backoff``: 1 s doubling up to 5 min) while the watch goes on, so a handler that always
+raises on one object does not relist in a hot loop. An object whose handler raises again in the
+relist meant to repair it is *quarantined*: the cache keeps what the handler left of it, no further
+relist is made for it, and ``problem`` (``/readyz``'s ``informer/<name>`` check) says so until a
+later event of it is handled (it changed) or it is deleted. A DELETED whose handler raised keeps
+its key known, so the next relist reports the deletion again. ``problem`` also names a LIST that
+failed RELIST_FAILING_AFTER times in a row once synced (the cache then ages unseen).
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ import asyncio
 import logging
 import random
 import time
+import traceback
 from typing import Any, Callable, Mapping
 
 import aiohttp
@@ -35,6 +49,11 @@ log = logging.getLogger("policy_scheduler.informer")
 
 Handler = Callable[[str, Mapping[str, Any]], None]
 LIST_YIELD = 100  # a LIST's objects handed over between two yields to the event loop
+RELIST_FAILING_AFTER = 3  # consecutive failed LISTs after which a synced informer reports a problem
+MAX_TRACKED = 1000  # objects remembered per informer as failing or quarantined (keys are bounded too)
+MAX_KEY = 320  # namespace/name as logged and tracked (63 + 1 + 253, with room)
+MAX_ERROR = 500  # characters of a handler's exception text in the log and in ``problem``
+TRACE_FRAMES = 8  # innermost frames of a handler's traceback in the log
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -46,6 +65,16 @@ def object_key(obj: Mapping[str, Any]) -> str:
     return f"{ns}/{name}" if isinstance(ns, str) and ns else name
 
 
+def _rv(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return rv[:32] if isinstance(rv, str) else ""
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more characters)"
+
+
 class Gone(Exception):
     pass
 
@@ -54,7 +83,10 @@ class Informer:
     def __init__(self, client: KubeClient, path: str, handler: Handler, name: str, *, page: int = 1000,
                  watch_timeout: int = 300, backoff: "Backoff | None" = None, optional: bool = False,
                  absent_retry: float = 10.0, decode_page: Callable[[bytes], Any] = loads,
-                 decode_event: Callable[[bytes], Any] = loads) -> None:
+                 decode_event: Callable[[bytes], Any] = loads, relist_backoff: "Backoff | None" = None,
+                 on_handler_error: Callable[[str], None] | None = None,
+                 on_relist: Callable[[str], None] | None = None,
+                 on_quarantine: Callable[[int], None] | None = None) -> None:
         self.client = client
         self.path = path
         self.handler = handler
@@ -74,12 +106,82 @@ class Informer:
         # objdecode's, which leaves managedFields out
         self.decode_page = decode_page
         self.decode_event = decode_event
+        # handler failures: the relist that repairs them, with its own backoff (``_deliver``)
+        self.relist_backoff = relist_backoff or Backoff(initial=1.0, cap=300.0, reset=600.0)
+        self.on_handler_error = on_handler_error  # (kind): a handler raised (the metric)
+        self.on_relist = on_relist  # (reason): a relist starts after the first LIST (the metric)
+        self.on_quarantine = on_quarantine  # (objects quarantined now): the gauge
+        self.handler_errors = 0
+        self.relist_due: float | None = None  # time.monotonic() when the relist a handler failure asked for is due
+        self._relist_set = asyncio.Event()
+        self._suspects: dict[str, str] = {}  # key -> why: failed since the last relist (the next one repairs them)
+        self.quarantined: dict[str, str] = {}  # key -> why: failed again in the relist meant to repair them
+        self._listing = False
+        self._list_suspects: dict[str, str] = {}  # the suspects the running relist is repairing
+        self.list_failures = 0  # consecutive failed LISTs
 
-    def _deliver(self, kind: str, obj: Mapping[str, Any]) -> None:
+    @property
+    def problem(self) -> str | None:
+        """Why this informer's cache is not to be trusted now, once synced (``/readyz``'s
+        ``informer/<name>`` check): objects a relist could not repair, or a LIST that keeps failing."""
+        if self.quarantined:
+            key, why = next(iter(self.quarantined.items()))
+            more = f" (and {len(self.quarantined) - 1} more)" if len(self.quarantined) > 1 else ""
+            return (f"the handler raised again on {key}{more} in the relist meant to repair it: {why}; "
+                    "kept as the cache holds it until it changes or is deleted")
+        if self.synced.is_set() and self.list_failures >= RELIST_FAILING_AFTER:
+            return f"relisting: {self.list_failures} LISTs failed in a row; {self.last_error}"
+        return None
+
+    def _deliver(self, kind: str, obj: Mapping[str, Any]) -> bool:
+        """Hand one event to the handler; on an exception, report the object and schedule a
+        relist (or quarantine it, in the relist meant to repair it). False when the handler raised."""
         try:
             self.handler(kind, obj)
-        except Exception:  # a handler bug must not kill the watch
-            log.exception("%s informer: handler failed on %s %s", self.name, kind, object_key(obj))
+        except Exception as e:  # a handler bug must not kill the watch
+            self._handler_failed(kind, obj, e)
+            return False
+        key = object_key(obj)
+        if key in self.quarantined:
+            del self.quarantined[key]  # changed (or gone) and handled: the cache holds it again
+            log.info("%s informer: %s %s handled again; no longer quarantined", self.name, kind, key[:MAX_KEY])
+            self._quarantine_changed()
+        return True
+
+    def _handler_failed(self, kind: str, obj: Mapping[str, Any], e: BaseException) -> None:
+        self.handler_errors += 1
+        if self.on_handler_error is not None:
+            self.on_handler_error(kind)
+        key, rv = object_key(obj)[:MAX_KEY], _rv(obj)
+        why = _bounded(f"{type(e).__name__}: {e}", MAX_ERROR)
+        tb = "".join(traceback.format_tb(e.__traceback__, limit=-TRACE_FRAMES))
+        if self._listing and (key in self._list_suspects or key in self.quarantined):
+            # the relist meant to repair it failed on it again: no relist loop for this object
+            if key not in self.quarantined and len(self.quarantined) < MAX_TRACKED:
+                self.quarantined[key] = why
+                self._quarantine_changed()
+                log.error("%s informer: handler failed again on %s %s (resourceVersion %s) in the relist: %s; "
+                          "quarantined: kept as the cache holds it, no further relist for it until it changes or "
+                          "is deleted\n%s", self.name, kind, key, rv, why, tb)
+            else:
+                log.debug("%s informer: handler failed on quarantined %s %s: %s", self.name, kind, key, why)
+            return
+        if key in self.quarantined and not self._listing:
+            del self.quarantined[key]  # it changed and still fails: one more relist for it
+            self._quarantine_changed()
+        if len(self._suspects) < MAX_TRACKED:
+            self._suspects[key] = why
+        due = self.relist_due is None
+        if due:
+            self.relist_due = time.monotonic() + self.relist_backoff.next()
+            self._relist_set.set()
+        log.error("%s informer: handler failed on %s %s (resourceVersion %s): %s; %s\n%s", self.name, kind, key, rv,
+                  why, f"relisting in {max(0.0, self.relist_due - time.monotonic()):.1f}s" if due
+                  else "a relist is already due", tb)
+
+    def _quarantine_changed(self) -> None:
+        if self.on_quarantine is not None:
+            self.on_quarantine(len(self.quarantined))
 
     async def list(self) -> None:
         """LIST in pages. The next page is asked for as this one's objects are handed over, so
@@ -88,6 +190,11 @@ class Informer:
         probes answer."""
         seen: set[str] = set()
         ahead: asyncio.Task | None = None
+        # the objects whose handler failed since the last relist: this one repairs them, or (should
+        # the handler fail on one again) quarantines it
+        self._list_suspects, self._suspects = self._suspects, {}
+        self.relist_due = None
+        self._listing = True
         try:
             body = await self._page(None)
             while True:
@@ -111,14 +218,20 @@ class Informer:
                     break
                 assert ahead is not None
                 body, ahead = await ahead, None
+            for key in self.known - seen:  # gone while we were not watching
+                ns, _, name = key.rpartition("/")
+                meta = {"name": name, **({"namespace": ns} if ns else {})}
+                if not self._deliver("DELETED", {"metadata": meta}):
+                    seen.add(key)  # still known: the next relist reports its deletion again
+            self.known = seen
+        except BaseException:
+            self._suspects.update(self._list_suspects)  # not repaired: the next relist tries again
+            raise
         finally:
+            self._listing = False
+            self._list_suspects = {}
             if ahead is not None:  # cancelled, or a handler's page failed: the request ahead goes too
                 ahead.cancel()
-        for key in self.known - seen:  # gone while we were not watching
-            ns, _, name = key.rpartition("/")
-            meta = {"name": name, **({"namespace": ns} if ns else {})}
-            self._deliver("DELETED", {"metadata": meta})
-        self.known = seen
 
     async def _page(self, cont: str | None) -> Any:
         params: dict[str, Any] = {"limit": str(self.page)}
@@ -169,14 +282,51 @@ class Informer:
             self.known.discard(key)
         else:
             self.known.add(key)
-        self._deliver(kind, obj)
+        if not self._deliver(kind, obj) and kind == "DELETED":
+            self.known.add(key)  # the relist's diff reports the deletion again
+
+    async def _watch(self) -> bool:
+        """WATCH until the server ends it (False: resume from our version) or until the relist a
+        handler failure asked for is due (True); the watch goes on meanwhile."""
+        task = asyncio.ensure_future(self.watch())
+        try:
+            while not task.done():
+                if self.relist_due is None:
+                    self._relist_set.clear()
+                    waiter = asyncio.ensure_future(self._relist_set.wait())
+                    try:
+                        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        waiter.cancel()
+                    continue
+                left = self.relist_due - time.monotonic()
+                if left <= 0:
+                    return True
+                await asyncio.wait({task}, timeout=left)
+            task.result()  # Gone, ApiError, ...: the caller's
+            return False
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    def _relisting(self, reason: str) -> None:
+        if self.on_relist is not None and self.synced.is_set():
+            self.on_relist(reason)
 
     async def run(self) -> None:
         need_list = True
         while True:
             try:
                 if need_list:
-                    await self.list()
+                    try:
+                        await self.list()
+                    except asyncio.CancelledError:
+                        raise
+                    except BaseException:
+                        self.list_failures += 1
+                        raise
+                    self.list_failures = 0
                     if self.absent:
                         log.info("%s informer: the kind is served now", self.name)
                         self.absent = False
@@ -185,9 +335,13 @@ class Informer:
                     self.synced.set()
                     self.last_error = None
                     need_list = False
-                await self.watch()  # returns when the server ends the watch: resume from our version
+                if await self._watch():  # False: the server ended the watch; resume from our version
+                    log.info("%s informer: relisting to repair the cache after a handler failure", self.name)
+                    self._relisting("handler_error")
+                    need_list = True
             except Gone:
                 log.info("%s informer: resourceVersion too old; listing again", self.name)
+                self._relisting("gone")
                 need_list = True
             except asyncio.CancelledError:
                 raise
@@ -201,6 +355,7 @@ class Informer:
                     log.info("%s informer: not served by the API server (404: its CRD is not installed?); "
                              "empty until it is, checked every %.0fs", self.name, self.absent_retry)
                 self.absent = True
+                self.list_failures = 0
                 for key in list(self.known):  # the kind went away: so did its objects
                     ns, _, name = key.rpartition("/")
                     self._deliver("DELETED", {"metadata": {"name": name, **({"namespace": ns} if ns else {})}})
@@ -217,6 +372,7 @@ class Informer:
     def _failed(self, e: BaseException, listing: bool) -> float:
         """Record why a LIST or WATCH failed; the delay before the next try."""
         what = "list" if listing else "watch"
+        self._relisting("error")
         self.last_error = f"{what} failed: {e}" if str(e) else f"{what} failed: {type(e).__name__}"
         delay = self.backoff.next()
         log.warning("%s informer: %s; retrying in %.1fs", self.name, self.last_error, delay)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Mapping
 
 from ..cache.policies import PLURAL_PATH
 from ..cache.state import DRA_KINDS, KINDS
@@ -27,6 +27,9 @@ from ..logs import fields
 from . import objdecode
 from .informer import Informer
 from .kubeclient import REQUEST_ERRORS, KubeClient
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .telemetry import Telemetry
 
 log = logging.getLogger("policy_scheduler")
 
@@ -41,11 +44,14 @@ LEAN = {"decode_page": objdecode.page, "decode_event": objdecode.event}
 
 class Sync:
     """The informers, fed to ``route(kind)`` (a kind of cache/state.KINDS, "podgroups",
-    NATIVE_PODGROUPS or POLICIES -> its watch-event handler)."""
+    NATIVE_PODGROUPS or POLICIES -> its watch-event handler). ``telemetry``: where handler
+    failures, relists and quarantined objects are counted (informer.py says what they are)."""
 
     def __init__(self, client: KubeClient, route: Callable[[str], Handler],
-                 spawn: Callable[[Coroutine], asyncio.Task], timeout: float) -> None:
+                 spawn: Callable[[Coroutine], asyncio.Task], timeout: float,
+                 telemetry: "Telemetry | None" = None) -> None:
         self.client = client
+        self.telemetry = telemetry
         self.route = route
         self.spawn = spawn
         self.timeout = timeout
@@ -55,6 +61,21 @@ class Sync:
     def status(self) -> dict[str, str]:
         """What the cache still waits for: informer -> why; empty when synced."""
         return {inf.name: inf.last_error or "listing" for inf in self.informers if not inf.synced.is_set()}
+
+    def problems(self) -> dict[str, str | None]:
+        """Every informer -> why its cache is not to be trusted now (None: nothing): objects a
+        relist could not repair, or a LIST that keeps failing (``/readyz``'s ``informer/<name>``)."""
+        return {inf.name: inf.problem for inf in self.informers}
+
+    def _informer(self, path: str, kind: str, **kw: Any) -> Informer:
+        """The informer of ``kind``, its handler failures, relists and quarantine counted."""
+        tel = self.telemetry
+        if tel is not None:
+            errors = tel.informer_handler_errors.labels(kind)
+            kw.update(on_handler_error=lambda _event: errors.inc(),
+                      on_relist=lambda reason: tel.informer_relists.labels(kind, reason).inc(),
+                      on_quarantine=tel.informer_quarantined.labels(kind).set)
+        return Informer(self.client, path, self.route(kind), kind, **kw)
 
     async def discover_native_version(self) -> str:
         """The scheduling.k8s.io version to watch PodGroups in: the first of NATIVE_VERSIONS the
@@ -77,16 +98,14 @@ class Sync:
         """One informer per kind of cache/state.KINDS and one for the SchedulingPolicies; plus the
         PodGroups of both APIs, optional (while their CRD or feature gate is missing the kind is
         empty, and the LIST is tried again in the background)."""
-        c = self.client
+        mk = self._informer
         return [
-            *(Informer(c, path, self.route(kind), kind, **(LEAN if kind in LEAN_KINDS else {}))
-              for kind, path in KINDS.items()),
-            Informer(c, PLURAL_PATH, self.route(POLICIES), POLICIES),
-            *(Informer(c, path, self.route(kind), kind, optional=True) for kind, path in DRA_KINDS.items()),
-            Informer(c, POD_GROUPS_PATH, self.route("podgroups"), "podgroups", optional=True),
-            Informer(c, native_pod_groups_path(self.native_version), self.route(NATIVE_PODGROUPS),
-                     NATIVE_PODGROUPS, optional=True),
-            Informer(c, COMPOSITE_PATH, self.route(COMPOSITE_PODGROUPS), COMPOSITE_PODGROUPS, optional=True),
+            *(mk(path, kind, **(LEAN if kind in LEAN_KINDS else {})) for kind, path in KINDS.items()),
+            mk(PLURAL_PATH, POLICIES),
+            *(mk(path, kind, optional=True) for kind, path in DRA_KINDS.items()),
+            mk(POD_GROUPS_PATH, "podgroups", optional=True),
+            mk(native_pod_groups_path(self.native_version), NATIVE_PODGROUPS, optional=True),
+            mk(COMPOSITE_PATH, COMPOSITE_PODGROUPS, optional=True),
         ]
 
     async def run(self) -> float:

@@ -36,6 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..framework.instrumentation import DEFAULT_SAMPLE_PERCENT, POST_FILTER, CycleRecorder
 from ..framework.status import Code
+from .tasks import TaskFailures
 from .telemetry_collectors import (EVENT_ACTIONS, CacheSize, LeaderOnly, PluginEvaluations, RestClientMetrics,
                                    build_info, event_resource)
 
@@ -269,6 +270,20 @@ class Telemetry:
                             ["name"], registry=r)
         self.events_dropped = Counter("policy_scheduler_events_dropped",
                                       "Kubernetes Events or status writes that failed.", ["kind"], registry=lr)
+        # drift made visible (informer.py, tasks.py): watch handlers that raised, the relists that repair
+        # the cache, the objects a relist could not handle either, and background tasks that failed
+        self.informer_handler_errors = Counter(
+            "policy_scheduler_informer_handler_errors", "Watch events and listed objects whose handler raised, "
+            "by informer (each schedules a relist of that informer).", ["informer"], registry=r)
+        self.informer_relists = Counter(
+            "policy_scheduler_informer_relists", "Relists after the first LIST, by informer and reason: "
+            "handler_error (a handler raised), gone (410: resourceVersion too old), error (a LIST or WATCH failed).",
+            ["informer", "reason"], registry=r)
+        self.informer_quarantined = Gauge(
+            "policy_scheduler_informer_quarantined_objects", "Objects whose handler raised again in the relist "
+            "meant to repair them, by informer: no further relist for them until they change or are deleted.",
+            ["informer"], registry=r)
+        r.register(TaskFailures())
         # the tuner (cluster/tuner.py): evaluations that replayed a window, their replays and time
         self.tuning_evaluations = Counter("policy_scheduler_tuning_evaluations",
                                           "Tuner evaluations that replayed a window of pods, by policy.",
