@@ -11,7 +11,15 @@ Each endpoint is a list of named checks (``probe_checks``):
 - ``/readyz``: ``ping``, ``leaderElection``, ``shutdown`` (fails once stopping),
   ``informer-sync`` (every informer listed), ``policies-loaded`` (SchedulingPolicies loaded and
   the last valid revision of each invalid one restored), ``scheduling-loop`` (on the leader: the
-  loop runs; a standby passes) and, with admission webhooks, ``webhooks`` (serving).
+  loop runs; a standby passes) and, with admission webhooks, ``webhooks`` (serving). Once the
+  informers run, one ``informer/<name>`` check each (cluster/informer.py ``problem``): it fails
+  while objects whose watch handler raised could not be repaired by the relist (quarantined), or
+  while that informer's LIST keeps failing: the cache may hold ghosts or miss objects, silently
+  otherwise. With revisions on, ``revisions``: a *warning*, never a failure, while ControllerRevisions
+  cannot be written (cluster/revisions.py ``problem``: namespace missing, RBAC denied). Scheduling
+  is unaffected, so readiness is too (failing it would stall a rolling update and take the
+  webhooks off their Service for a loss of history); but the verbose body names it, as
+  ``[+]revisions warning: <why>``, and ``/readyz/revisions`` answers ``warning: <why>`` (200).
 
 Bodies, as k8s.io/apiserver/pkg/server/healthz where a kube operator reads them:
 
@@ -40,28 +48,43 @@ log = logging.getLogger("policy_scheduler")
 
 HealthFn = Callable[[], tuple[bool, bool, dict[str, Any]]]
 Checks = list[tuple[str, "str | None"]]  # (name, why it fails, None when it passes)
+Warnings = dict[str, str]  # a passing check's name -> what an operator should know
 FAILED_STATUS = {"healthz": 500, "livez": 500, "readyz": 503}
 
 
 def probe_checks(*, crashed: BaseException | None, leading: bool, scheduling: bool, listed: bool, synced: bool,
-                 waiting: dict[str, str], lost: bool, stopping: bool) -> dict[str, Checks]:
+                 waiting: dict[str, str], lost: bool, stopping: bool,
+                 informers: dict[str, str | None] | None = None,
+                 revisions: str | None | bool = False) -> dict[str, Checks]:
     """The checks of each endpoint, from the engine's state: ``listed`` (every informer listed),
-    ``synced`` (and the policies loaded), ``waiting`` (informer -> why it has not listed)."""
+    ``synced`` (and the policies loaded), ``waiting`` (informer -> why it has not listed),
+    ``informers`` (informer -> why its cache is not to be trusted, None: fine), ``revisions``
+    (False: off; else the check, which only warns: see ``warnings``)."""
     died = f"the scheduling loop died: {type(crashed).__name__}: {crashed}" if crashed is not None else None
     loop = died or ("this replica leads and its scheduling loop has not started" if leading and not scheduling
                     else None)
     lease = "leader election lost: the lease was not renewed (exiting)" if lost else None
-    informers = None if listed else ("waiting for " + "; ".join(f"{k}: {v}" for k, v in sorted(waiting.items()))
-                                     if waiting else "the informers have not started")
+    informers_check = None if listed else (
+        "waiting for " + "; ".join(f"{k}: {v}" for k, v in sorted(waiting.items())) if waiting
+        else "the informers have not started")
     policies = None if synced else "SchedulingPolicies and their revisions not loaded yet"
     live: Checks = [("ping", None), ("scheduling-loop", died)]
+    per_informer: Checks = [(f"informer/{name}", why) for name, why in (informers or {}).items()]
     return {"livez": live, "healthz": [("ping", None), ("leaderElection", lease), ("scheduling-loop", died)],
             "readyz": [("ping", None), ("leaderElection", lease), ("shutdown", "stopping" if stopping else None),
-                       ("informer-sync", informers), ("policies-loaded", policies), ("scheduling-loop", loop)]}
+                       ("informer-sync", informers_check), *per_informer, ("policies-loaded", policies),
+                       *([("revisions", None)] if revisions is not False else []), ("scheduling-loop", loop)]}
 
 
-def verbose_body(endpoint: str, checks: Checks, exclude: list[str]) -> tuple[bool, str]:
-    """(every check passed, upstream's verbose text) for ``checks`` minus ``exclude``."""
+def warnings(revisions: str | None | bool = False) -> Warnings:
+    """The readyz checks that pass with a warning: ``revisions`` when they cannot be written."""
+    return {"revisions": revisions} if isinstance(revisions, str) and revisions else {}
+
+
+def verbose_body(endpoint: str, checks: Checks, exclude: list[str],
+                 warned: Warnings | None = None) -> tuple[bool, str]:
+    """(every check passed, upstream's verbose text) for ``checks`` minus ``exclude``; a passing
+    check in ``warned`` reads ``[+]<name> warning: <why>``."""
     lines, failed, unknown = [], False, [e for e in dict.fromkeys(exclude) if e not in {n for n, _ in checks}]
     for name, err in checks:
         if name in exclude:
@@ -69,6 +92,8 @@ def verbose_body(endpoint: str, checks: Checks, exclude: list[str]) -> tuple[boo
         elif err is not None:
             failed = True
             lines.append(f"[-]{name} failed: reason withheld")
+        elif warned and name in warned:
+            lines.append(f"[+]{name} warning: {' '.join(warned[name].split())}")
         else:
             lines.append(f"[+]{name} ok")
     if unknown:
@@ -88,23 +113,24 @@ class HealthServer:
         self.port = port
         self._runner: web.AppRunner | None = None
 
-    def _checks(self, endpoint: str) -> tuple[bool, dict[str, Any], Checks]:
+    def _checks(self, endpoint: str) -> tuple[bool, dict[str, Any], Checks, Warnings]:
         live, ready, details = self.health()
         details = dict(details)
         checks = list((details.pop("checks", None) or {}).get(endpoint) or [])
+        warned = dict((details.pop("warnings", None) or {}).get(endpoint) or {})
         if not checks:  # a health function without checks: its verdict as one
             checks = [("ping", None), (endpoint, None if (ready if endpoint == "readyz" else live) else "failed")]
         if endpoint == "readyz" and isinstance(details.get("webhooks"), dict):
             checks.append(("webhooks", None if details["webhooks"].get("serving") else
                            details["webhooks"].get("error") or "not serving"))
-        return all(err is None for _, err in checks), details, checks
+        return all(err is None for _, err in checks), details, checks, warned
 
     async def _endpoint(self, request: web.Request) -> web.Response:
         endpoint = request.match_info["endpoint"]
-        ok, details, checks = self._checks(endpoint)
+        ok, details, checks, warned = self._checks(endpoint)
         status = 200 if ok else FAILED_STATUS[endpoint]
         if "verbose" in request.query:
-            passed, text = verbose_body(endpoint, checks, request.query.getall("exclude", []))
+            passed, text = verbose_body(endpoint, checks, request.query.getall("exclude", []), warned)
             return web.Response(text=text, status=200 if passed else FAILED_STATUS[endpoint],
                                 headers={"X-Content-Type-Options": "nosniff"})
         details["live" if endpoint != "readyz" else "ready"] = ok
@@ -112,18 +138,18 @@ class HealthServer:
 
     async def _one(self, request: web.Request) -> web.Response:
         endpoint, name = request.match_info["endpoint"], request.match_info["check"]
-        _, _, checks = self._checks(endpoint)
+        _, _, checks, warned = self._checks(endpoint)
         for n, err in checks:
             if n == name:
                 if err is None:
-                    return web.Response(text="ok")
+                    return web.Response(text=f"warning: {warned[n]}\n" if n in warned else "ok")
                 return web.Response(text=f"internal server error: {err}\n", status=500)
         return web.Response(text="404 page not found\n", status=404)
 
     async def start(self) -> None:
         app = web.Application()
         app.add_routes([web.get("/{endpoint:healthz|livez|readyz}", self._endpoint),
-                        web.get("/{endpoint:healthz|livez|readyz}/{check}", self._one)])
+                        web.get("/{endpoint:healthz|livez|readyz}/{check:.+}", self._one)])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.address, self.port)

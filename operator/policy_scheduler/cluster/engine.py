@@ -174,7 +174,8 @@ class Engine:
                                                             patch=self.api.patch_native_pod_group_status)
         self._stopping = False
         self.bound_by_us = 0
-        self.informers = Sync(client, lambda kind: tel.timed_handler(kind, self.route(kind)), self.spawn, sync_timeout)
+        self.informers = Sync(client, lambda kind: tel.timed_handler(kind, self.route(kind)), self.spawn, sync_timeout,
+                              tel)
         self.synced = False  # every informer listed (SchedulingPolicies included)
         self.scheduling = False  # the scheduling loop runs (this process leads)
         self.crashed: BaseException | None = None  # why the loop died, if it did
@@ -248,6 +249,7 @@ class Engine:
                     (ch.old_labels or {}).get(DEFAULT_POLICY_LABEL) != (ch.new_labels or {}).get(DEFAULT_POLICY_LABEL):
                 self._namespace_default_changed(ch.name)
         self._moves(changes)  # affinity terms' and policies' namespaceSelectors may admit waiting pods now
+        self.revisions.namespaces_changed()  # the revision namespace may have appeared (or gone)
 
     def on_pod(self, event: str, body: Mapping[str, Any]) -> None:
         """upstream's pod event handlers: the state first (an assigned pod is counted, a deleted

@@ -51,6 +51,17 @@ def rollout_status(st: PolicyState) -> dict[str, Any] | None:
     return {**seen, "phase": ABORTED, "summary": ABORTED, "message": "spec.rollout was removed"}
 
 
+def revisions_conditions(st: PolicyState) -> list[dict[str, Any]]:
+    """``RevisionsRecorded=False`` while the policy's revisions cannot be kept (cluster/revisions.py
+    says why: NamespaceNotFound, Forbidden, RequestFailed); none otherwise, so the condition
+    clears when they are kept again."""
+    p = st.revisions_problem
+    if p is None:
+        return []
+    return [{"type": "RevisionsRecorded", "status": "False", "reason": p.reason, "message": p.message,
+             "observedGeneration": st.generation}]
+
+
 class PolicyStatusWriter:
     """Writes ``status`` of the policies in ``policies`` (name -> PolicyState, read live), with
     pod counts from ``queue`` and metric freshness from ``sources``. The batch loop also sets
@@ -83,7 +94,7 @@ class PolicyStatusWriter:
         extra = self.sources.status(st.name) or {}
         status = {
             "observedGeneration": st.generation,
-            "conditions": [cond, *extra.get("conditions", [])],
+            "conditions": [cond, *extra.get("conditions", []), *revisions_conditions(st)],
             "plugins": [{"name": p.name, "points": p.points, "weight": p.weight} for p in st.chain.resolved]
             if st.chain else [],
             "pluginCount": len(st.chain.resolved) if st.chain else 0,

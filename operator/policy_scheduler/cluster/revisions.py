@@ -16,6 +16,17 @@ kept its chain in memory.
 All of it is a task off the scheduling loop: a failed request is logged (once per run of failures)
 and tried again with backoff; scheduling never waits for it, but at the sync point (one LIST,
 bounded by ``read_timeout``).
+
+When revisions cannot be kept it is said where an operator looks, not only in the log:
+``problem`` (reason, message) is set when the namespace does not exist (seen in the namespaces
+informer at the sync point, or a write answered 404 for it: ``NamespaceNotFound``), when RBAC
+denies a request (``Forbidden``) or when the API server refuses the LIST (``RequestFailed``); each
+policy then carries it (``PolicyState.revisions_problem``), which policy_status.py writes as the
+condition ``RevisionsRecorded=False``, and ``/readyz`` names it (health.py's ``revisions``
+warning). Another error on one policy's write is that policy's alone. A transport error (no
+answer at all) is not reported on the policies: their status cannot be written either. The
+problem clears once the queued policies are handled again; the namespace appearing (``namespaces
+changed``) ends a NamespaceNotFound at once and retries the writes without waiting for the backoff.
 """
 
 from __future__ import annotations
@@ -27,12 +38,15 @@ import logging
 from typing import Callable, Iterable
 
 from ..cache import revisions as rev
-from ..cache.policies import PolicyState, PolicyStore
+from ..cache.policies import PolicyState, PolicyStore, RevisionsProblem
 from .apicalls import ApiCalls, NotLeader
 from .informer import Backoff
 from .kubeclient import REQUEST_ERRORS, ApiError, KubeClient
 
 log = logging.getLogger("policy_scheduler")
+
+
+NAMESPACE_NOT_FOUND, FORBIDDEN, REQUEST_FAILED = "NamespaceNotFound", "Forbidden", "RequestFailed"
 
 
 class Retry(Exception):
@@ -61,7 +75,11 @@ class Revisions:
         self._pending: dict[str, int] = {}  # policy -> the change it was queued for
         self._seq = itertools.count(1)
         self._wake = asyncio.Event()
+        self._retry_now = asyncio.Event()  # the namespace appeared: retry without waiting for the backoff
         self.failing: str | None = None  # the last failure, while requests fail
+        self.problem: RevisionsProblem | None = None  # why revisions cannot be kept, for every policy
+        self.synced = False  # the namespaces are known (restore_all ran)
+        self._namespace_seen: bool | None = None
 
     @property
     def enabled(self) -> bool:
@@ -77,6 +95,8 @@ class Revisions:
         leader), restore a policy left without a chain, or look up the revision in use."""
         if not self.enabled or not st.uid:
             return
+        if self.problem is not None and st.revisions_problem is None:
+            st.revisions_problem, st.dirty = self.problem, True
         if st.ready:
             if self.history_limit and st.revision_in_use is None and self.may_write():
                 self._queue(st.name)
@@ -133,12 +153,15 @@ class Revisions:
         queued for the background task and the operator starts without them."""
         if not self.enabled:
             return
+        self.synced = True
+        self.namespaces_changed()
         names = [n for n, st in self.store.policies.items() if st.chain is None and st.errors and st.uid]
         if not names:
             return
         try:
             found = await asyncio.wait_for(self.list(names), self.read_timeout)
         except REQUEST_ERRORS as e:
+            self._report(e)
             log.warning("cannot read the ControllerRevisions of SchedulingPolicies %s in %s: %s; their pods wait "
                         "until they are read (retried in the background)", ", ".join(sorted(names)),
                         self.namespace, e)
@@ -213,17 +236,91 @@ class Revisions:
                 ok = False
                 continue
             except REQUEST_ERRORS as e:
-                self._failed(e)
+                self._failed(e, name)
                 ok = False
                 continue
+            st = self.store.policies.get(name)
+            if st is not None and st.revisions_problem is not None and st.revisions_problem is not self.problem:
+                st.revisions_problem, st.dirty = None, True  # its own write works again
             if self._pending.get(name) == seq:  # not changed again meanwhile
                 del self._pending[name]
         if ok and self.failing is not None:
             log.info("ControllerRevisions in %s: requests work again", self.namespace)
             self.failing = None
+        if ok and self.problem is not None and not (
+                self.problem.reason == NAMESPACE_NOT_FOUND and self.namespace not in self.store.namespaces):
+            self._set_problem(None)  # every queued policy handled: requests work again
         return ok
 
-    def _failed(self, e: BaseException) -> None:
+    # ------------------------------------------------------------------ saying so
+    def namespaces_changed(self) -> None:
+        """The namespaces informer's view changed (the engine calls this on each Namespace event):
+        a missing revision namespace is a problem for every policy (revisions on); its
+        appearance ends it and retries the writes at once."""
+        if not self.enabled or not self.synced:
+            return
+        seen = self.namespace in self.store.namespaces
+        if seen == self._namespace_seen:
+            return
+        self._namespace_seen = seen
+        if not seen and self.history_limit:
+            self._set_problem(self._namespace_missing())
+        elif seen:
+            if self.problem is not None and self.problem.reason == NAMESPACE_NOT_FOUND:
+                log.info("namespace %s exists now: recording revisions again", self.namespace)
+                self._set_problem(None)
+            if self.may_write():
+                self.lead()  # what could not be recorded is now
+            self._retry_now.set()
+
+    def _namespace_missing(self) -> RevisionsProblem:
+        return RevisionsProblem(NAMESPACE_NOT_FOUND, self._message(
+            "the namespace does not exist", "create it, or run with --revision-namespace naming the operator's "
+            "namespace (in a pod the default is $POD_NAMESPACE, which the Deployment sets)"))
+
+    def _message(self, what: str, fix: str) -> str:
+        return (f"ControllerRevisions cannot be written in namespace {self.namespace!r}: {what}; this policy's "
+                f"last valid generation is not recorded, so an invalid edit followed by a restart or a failover "
+                f"leaves its pods waiting. To fix: {fix}")
+
+    def _report(self, e: BaseException, policy: str | None = None) -> None:
+        """Say on the policies (all of them, or ``policy``'s alone) why a request failed: only
+        for an answer of the API server (a transport error is not the revisions' own)."""
+        if not isinstance(e, ApiError):
+            return
+        detail = str(e)[:300]
+        if e.status == 403:
+            p = RevisionsProblem(FORBIDDEN, self._message(
+                f"forbidden ({detail})", "grant the operator's ServiceAccount list, create, patch and delete on "
+                "controllerrevisions in that namespace (manifests/09-revisions-rbac.yaml, the chart's "
+                "revisions-rbac.yaml)"))
+        elif e.status == 404 and policy is not None and (
+                self.namespace not in self.store.namespaces
+                or (isinstance(e.body, dict) and (e.body.get("details") or {}).get("kind") == "namespaces")):
+            p = self._namespace_missing()
+        else:
+            p = RevisionsProblem(REQUEST_FAILED, self._message(f"the API server refused ({detail})",
+                                                                "see the operator's log; retried with backoff"))
+            if policy is not None:  # this policy's write alone
+                st = self.store.policies.get(policy)
+                if st is not None and st.revisions_problem != p:
+                    st.revisions_problem, st.dirty = p, True
+                return
+        self._set_problem(p)
+
+    def _set_problem(self, p: RevisionsProblem | None) -> None:
+        """Every policy carries ``p`` (None: none any more) in its status."""
+        if p == self.problem:
+            return
+        self.problem = p
+        if p is not None:
+            log.warning("SchedulingPolicies: revisions are not recorded: %s", p.message)
+        for st in self.store.policies.values():
+            if p is not None or st.revisions_problem is not None:
+                st.revisions_problem, st.dirty = p, True
+
+    def _failed(self, e: BaseException, policy: str | None = None) -> None:
+        self._report(e, policy)
         what = f"{type(e).__name__}: {e}" if not isinstance(e, ApiError) else str(e)
         if self.failing is None:
             log.warning("ControllerRevisions in %s: %s; retried with backoff (scheduling goes on)",
@@ -242,4 +339,8 @@ class Revisions:
                 await self._wake.wait()
             if await self.run_once():
                 continue
-            await asyncio.sleep(self.backoff.next())
+            self._retry_now.clear()
+            try:  # the backoff, cut short when the namespace appears
+                await asyncio.wait_for(self._retry_now.wait(), self.backoff.next())
+            except asyncio.TimeoutError:
+                pass
