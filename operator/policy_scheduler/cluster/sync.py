@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Mapping
 
@@ -40,6 +41,26 @@ Handler = Callable[[str, Mapping[str, Any]], None]
 # the kinds read without their managedFields (objdecode): most of the cluster's objects by count
 LEAN_KINDS = ("pods", "nodes")
 LEAN = {"decode_page": objdecode.page, "decode_event": objdecode.event}
+# Fault injection, for the end-to-end test of a handler that raises (tests/e2e/test_drift.py) and
+# nothing else: with this variable set to an annotation key, every informer's handler raises on an
+# object that carries the annotation (the API server validates Pods and Nodes too strictly for a
+# real object to make a handler raise). Unset in the manifests and the chart; read at start.
+FAULT_ENV = "POLICY_SCHEDULER_TEST_HANDLER_FAULT"
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+def with_fault(handler: Handler, annotation: str) -> Handler:
+    """``handler``, raising InjectedFault on an object annotated ``annotation`` (FAULT_ENV)."""
+    def handle(event: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata")
+        notes = meta.get("annotations") if isinstance(meta, dict) else None
+        if isinstance(notes, dict) and annotation in notes:
+            raise InjectedFault(f"{FAULT_ENV}: the object is annotated {annotation}")
+        handler(event, obj)
+    return handle
 
 
 class Sync:
@@ -75,7 +96,11 @@ class Sync:
             kw.update(on_handler_error=lambda _event: errors.inc(),
                       on_relist=lambda reason: tel.informer_relists.labels(kind, reason).inc(),
                       on_quarantine=tel.informer_quarantined.labels(kind).set)
-        return Informer(self.client, path, self.route(kind), kind, **kw)
+        handler = self.route(kind)
+        fault = os.environ.get(FAULT_ENV)
+        if fault:
+            handler = with_fault(handler, fault)
+        return Informer(self.client, path, handler, kind, **kw)
 
     async def discover_native_version(self) -> str:
         """The scheduling.k8s.io version to watch PodGroups in: the first of NATIVE_VERSIONS the
