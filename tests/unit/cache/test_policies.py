@@ -263,3 +263,23 @@ def test_objects_without_a_usable_name_or_generation_are_not_fatal():
     assert s.policies["g"].ready and s.policies["g"].generation == 0
     # a schedulerName that is no name leaves the policy to the default instance, which refuses it
     assert not s.policies["o"].ready and s.policies["o"].errors[0].startswith("spec.schedulerName")
+
+
+def test_a_namespace_not_in_the_cache_yet_is_not_admitted_by_a_namespace_selector():
+    """L9: a namespace the cache has not seen yet has unknown labels, not empty ones: a selector of
+    NotIn / DoesNotExist would otherwise admit its pods before its labels are known."""
+    namespaces: dict = {}
+    s, _ = store(namespaces=namespaces)
+    s.on_policy("ADDED", policy("default", {**GOOD, "namespaceSelector": {"matchExpressions": [
+        {"key": "tier", "operator": "NotIn", "values": ["restricted"]},
+        {"key": "quarantine", "operator": "DoesNotExist"}]}}))
+    s.on_policy("ADDED", policy("open", GOOD))
+    assert s.resolve_policy(pod(namespace="new")) == (
+        None, "SchedulingPolicy 'default' selects namespaces (spec.namespaceSelector) and namespace 'new' is not "
+              "known yet: not admitted until it is")
+    assert s.resolve_policy(pod({POLICY_LABEL: "open"}, namespace="new"))[0] is s.policies["open"]  # no selector
+    namespaces["new"] = {"quarantine": "yes"}  # its ADD: now its labels decide
+    assert s.resolve_policy(pod(namespace="new")) == (
+        None, "SchedulingPolicy 'default' does not admit pods of namespace 'new'")
+    namespaces["new"] = {}
+    assert s.resolve_policy(pod(namespace="new"))[0] is s.policies["default"]

@@ -131,3 +131,39 @@ def test_webhooks_are_a_readiness_check():
     (code, _, body), (one, _, why) = serve_and_get(health, ["/readyz?verbose", "/readyz/webhooks"])
     assert code == 503 and body == "[+]ping ok\n[-]webhooks failed: reason withheld\nreadyz check failed\n"
     assert (one, why) == (500, "internal server error: no cert\n")
+
+
+def test_a_quarantined_object_fails_its_informers_check_and_revisions_off_is_a_warning():
+    """Build 6 and 7 of the tenancy issue: an informer whose relist could not repair an object fails
+    ``informer/<name>`` (named in the verbose body, the reason on its own path); revisions that
+    cannot be written pass with a warning that names the namespace (readiness is not lost for a
+    loss of history)."""
+    from policy_scheduler.cache.policies import RevisionsProblem
+    from policy_scheduler.cluster.informer import Informer
+
+    e = Engine(FakeClient(), revision_namespace="ops", leadership=Standby())
+    e.synced = True
+    pods, nodes = (Informer(e.client, "/x", lambda k, o: None, n) for n in ("pods", "nodes"))
+    e.informers.informers = [pods, nodes]
+    for inf in (pods, nodes):
+        inf.synced.set()
+    pods.quarantined["team-a/hostile"] = "RuntimeError: cannot handle"
+    e.revisions.problem = RevisionsProblem("NamespaceNotFound", "namespace 'ops' does not exist")
+    (code, _, body), (one, _, why), (rcode, _, warned), (jcode, _, jbody) = serve_and_get(
+        e.health, ["/readyz?verbose", "/readyz/informer/pods", "/readyz/revisions", "/readyz"])
+    assert code == 503 and body == (
+        "[+]ping ok\n[+]leaderElection ok\n[+]shutdown ok\n[+]informer-sync ok\n[-]informer/pods failed: reason "
+        "withheld\n[+]informer/nodes ok\n[+]policies-loaded ok\n[+]revisions warning: NamespaceNotFound: namespace "
+        "'ops' does not exist\n[+]scheduling-loop ok\nreadyz check failed\n")
+    assert one == 500 and why.startswith("internal server error: the handler raised again on team-a/hostile in the "
+                                         "relist meant to repair it: RuntimeError: cannot handle; kept as the cache")
+    assert (rcode, warned) == (200, "warning: NamespaceNotFound: namespace 'ops' does not exist\n")
+    details = json.loads(jbody)
+    assert jcode == 503 and details["informers"] == {"pods": pods.problem} and "warnings" not in details
+    assert details["revisions"] == {"namespace": "ops", "recording": False, "reason": "NamespaceNotFound",
+                                    "message": "namespace 'ops' does not exist"}
+
+    pods.quarantined.clear()  # changed or deleted, and handled
+    e.revisions.problem = None
+    (code, _, body), = serve_and_get(e.health, ["/readyz?verbose"])
+    assert code == 200 and "[+]informer/pods ok\n" in body and "[+]revisions ok\n" in body

@@ -14,7 +14,7 @@ from policy_scheduler.cache import revisions as rev
 from policy_scheduler.cache.policies import PolicyStore
 from policy_scheduler.cluster.apicalls import ApiCalls
 from policy_scheduler.cluster.leader import Leadership
-from policy_scheduler.cluster.policy_status import invalid_message
+from policy_scheduler.cluster.policy_status import invalid_message, revisions_conditions
 from policy_scheduler.cluster.revisions import Revisions
 from policy_scheduler.cluster.telemetry import Telemetry
 from policy_scheduler.framework.interface import Handle
@@ -264,3 +264,55 @@ def test_the_engine_restores_at_its_sync_point(client):
     status = e.status_writer.policy_status(st)
     assert status["revision"] == 3 and status["pluginCount"] > 0
     assert status["conditions"][0]["message"].endswith("; scheduling with revision 3 (generation 4)")
+
+
+# ------------------------------------------------------------------ saying when they cannot be kept
+def conditions(op: Operator, name: str = "binpack") -> list[dict]:
+    """The policy's RevisionsRecorded conditions, as its status shows them."""
+    return revisions_conditions(op.store.policies[name])
+
+
+def test_a_missing_namespace_is_shown_on_every_policy_and_clears_when_it_appears(client):
+    op = Operator(client)
+    namespaces = op.store.namespaces = {}  # the namespaces informer: NS is not there
+    op.apply(GOOD, 1)
+    op.apply(EDIT, 1, name="spread", uid="u2")
+    asyncio.run(op.revisions.restore_all())  # the sync point
+    p = op.revisions.problem
+    assert p is not None and p.reason == "NamespaceNotFound"
+    assert p.message.startswith(f"ControllerRevisions cannot be written in namespace {NS!r}: the namespace does "
+                                "not exist; this policy's last valid generation is not recorded")
+    assert "--revision-namespace" in p.message and "$POD_NAMESPACE" in p.message
+    for name in ("binpack", "spread"):
+        (cond,) = conditions(op, name)
+        assert (cond["status"], cond["reason"], cond["message"]) == ("False", "NamespaceNotFound", p.message)
+    op.apply(GOOD, 1, name="late", uid="u3")  # a policy created meanwhile carries it too
+    assert conditions(op, "late")[0]["reason"] == "NamespaceNotFound"
+
+    namespaces[NS] = {}  # its ADD
+    op.revisions.namespaces_changed()
+    assert op.revisions.problem is None and all(not conditions(op, n) for n in ("binpack", "spread", "late"))
+    assert op.settle()
+    assert {r[0] for r in served(client).values()} == {1} and len(served(client)) == 3  # recorded now
+
+
+def test_a_write_refused_is_shown_and_another_error_is_the_policys_alone(client):
+    op = Operator(client)
+    op.store.namespaces = {NS: {}}
+    op.apply(GOOD, 1)
+    op.apply(EDIT, 1, name="spread", uid="u2")
+    client.fail("post", 403, path_contains=PATH, times=1)
+    assert not op.settle()
+    p = op.revisions.problem
+    assert p.reason == "Forbidden" and "manifests/09-revisions-rbac.yaml" in p.message and "HTTP 403" in p.message
+    assert conditions(op, "binpack")[0]["reason"] == conditions(op, "spread")[0]["reason"] == "Forbidden"
+    assert op.settle()  # granted now: cleared on every policy
+    assert op.revisions.problem is None and not conditions(op, "binpack") and not conditions(op, "spread")
+
+    client.fail("post", 422, path_contains=PATH, times=1)
+    op.apply(GOOD, 2, name="third", uid="u3")
+    assert not op.settle()
+    assert op.revisions.problem is None and not conditions(op, "binpack")
+    (cond,) = conditions(op, "third")
+    assert cond["reason"] == "RequestFailed" and "HTTP 422" in cond["message"]
+    assert op.settle() and not conditions(op, "third")
