@@ -152,8 +152,10 @@ def add_parser(sub) -> None:
                    help="the policy of pods without the policy-scheduler.io/policy label "
                         f"(default {DEFAULT_POLICY!r})")
     r.add_argument("--revision-namespace", default=default_namespace(), metavar="NAMESPACE",
-                   help="where every valid generation of a policy is recorded as a ControllerRevision (default: "
-                        "$POD_NAMESPACE, else policy-scheduler-system)")
+                   help="where every valid generation of a policy is recorded as a ControllerRevision: the "
+                        "operator's own namespace (default: $POD_NAMESPACE, which the Deployment sets from the "
+                        "downward API, else policy-scheduler-system). Outside a pod, name a namespace that exists: "
+                        "while it does not, every policy shows RevisionsRecorded=False")
     r.add_argument("--revision-history-limit", type=non_negative, default=DEFAULT_HISTORY_LIMIT, metavar="N",
                    help=f"revisions kept per policy (default {DEFAULT_HISTORY_LIMIT}; 0: none recorded)")
     le = r.add_argument_group(
