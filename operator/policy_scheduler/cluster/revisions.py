@@ -221,6 +221,9 @@ class Revisions:
         todo = dict(self._pending)
         if not todo:
             return True
+        if self.problem is not None and self.problem.reason == NAMESPACE_NOT_FOUND and \
+                self.namespace not in self.store.namespaces:
+            return False  # nothing can be written there: wait for its ADD (namespaces_changed)
         try:
             found = await self.list(todo)
         except REQUEST_ERRORS as e:
@@ -238,6 +241,8 @@ class Revisions:
             except REQUEST_ERRORS as e:
                 self._failed(e, name)
                 ok = False
+                if isinstance(e, ApiError) and e.status in (403, 404):
+                    break  # the namespace's problem: the other policies' writes would fail alike
                 continue
             st = self.store.policies.get(name)
             if st is not None and st.revisions_problem is not None and st.revisions_problem is not self.problem:

@@ -44,7 +44,8 @@ class Operator:
     def __init__(self, client: FakeClient, *, limit: int = 10, leading: bool = True) -> None:
         self.leader = Leader(leading)
         self.recorded: list[str] = []
-        self.store = PolicyStore(MetricSources(), lambda name: Handle(), on_change=self.changed)
+        self.store = PolicyStore(MetricSources(), lambda name: Handle(), on_change=self.changed,
+                                 namespaces={NS: {}})  # the namespaces informer's view
         api = ApiCalls(client, self.leader, Telemetry(), lambda: "v1alpha2")
         self.revisions = Revisions(client, self.store, api, namespace=NS, history_limit=limit,
                                    may_write=self.leader.valid, on_recorded=lambda st: self.recorded.append(st.name))
@@ -289,6 +290,7 @@ def test_a_missing_namespace_is_shown_on_every_policy_and_clears_when_it_appears
     op.apply(GOOD, 1, name="late", uid="u3")  # a policy created meanwhile carries it too
     assert conditions(op, "late")[0]["reason"] == "NamespaceNotFound"
 
+    assert not op.settle() and not client.calls_of("post")  # no write tried while it is missing
     namespaces[NS] = {}  # its ADD
     op.revisions.namespaces_changed()
     assert op.revisions.problem is None and all(not conditions(op, n) for n in ("binpack", "spread", "late"))
