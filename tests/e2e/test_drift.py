@@ -151,6 +151,7 @@ def test_a_watch_handler_that_raises_makes_the_informer_relist_and_the_cache_rep
                                "InjectedFault" in why, why
         log = op.log()
         assert f"pods informer: handler failed on MODIFIED {key} (resourceVersion " in log, log[-3000:]
+        print("  " + next(line for line in log.splitlines() if "handler failed on MODIFIED" in line)[:240])
         assert "relisting to repair the cache after a handler failure" in log
         assert f"pods informer: handler failed again on ADDED {key}" in log and "quarantined" in log
         m = scrape(mport)
