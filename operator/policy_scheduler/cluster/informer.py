@@ -141,11 +141,12 @@ class Informer:
         except Exception as e:  # a handler bug must not kill the watch
             self._handler_failed(kind, obj, e)
             return False
-        key = object_key(obj)
-        if key in self.quarantined:
-            del self.quarantined[key]  # changed (or gone) and handled: the cache holds it again
-            log.info("%s informer: %s %s handled again; no longer quarantined", self.name, kind, key[:MAX_KEY])
-            self._quarantine_changed()
+        if self.quarantined:  # (the key only then: a LIST of 50,000 pods pays nothing)
+            key = object_key(obj)[:MAX_KEY]
+            if key in self.quarantined:
+                del self.quarantined[key]  # changed (or gone) and handled: the cache holds it again
+                log.info("%s informer: %s %s handled again; no longer quarantined", self.name, kind, key)
+                self._quarantine_changed()
         return True
 
     def _handler_failed(self, kind: str, obj: Mapping[str, Any], e: BaseException) -> None:
