@@ -67,7 +67,7 @@ def test_without_its_namespace_every_policy_says_revisions_are_off_until_the_nam
 
         t0 = time.monotonic()
         conds = wait_for(all_off, 30, what="RevisionsRecorded=False on every policy")
-        print(f"\n  RevisionsRecorded=False on {len(names)} policies {time.monotonic() - t0:.1f}s after they were created")
+        print(f"\n  RevisionsRecorded=False on {len(names)} policies {time.monotonic() - t0:.1f}s after their creation")
         for n, c in conds.items():
             assert c["reason"] == "NamespaceNotFound", c
             assert c["message"].startswith(f"ControllerRevisions cannot be written in namespace {missing!r}: the "

@@ -10,8 +10,10 @@ from ..health import probe_checks, warnings
 
 
 def engine_health(engine: Any) -> tuple[bool, bool, dict[str, Any]]:
-    """(live, ready, details) of ``engine`` (an engine.Engine) for the probes, from health.probe_checks (``details["checks"]``): live
-    unless the loop died; ready once synced (a standby) and, on the leader, once the loop runs."""
+    """(live, ready, details) of ``engine`` (an engine.Engine) for the probes, from
+    health.probe_checks (``details["checks"]``, and ``details["warnings"]``): live unless the loop
+    died; ready once synced (a standby) and, on the leader, once the loop runs, while no informer
+    reports a problem (``informer/<name>``). Revisions that cannot be written only warn."""
     e = engine
     checks_revisions = revisions_check(e.revisions)
     problems = e.informers.problems()
