@@ -86,7 +86,7 @@ class WorkerClient(KubeClient):
                 payload = orjson.loads(raw) if raw else None
             except orjson.JSONDecodeError:
                 payload = None
-                if resp.status < 400:
+                if resp.status < 300:
                     raise ResponseRefused(f"{method} {path}: the answer is not JSON orjson reads") from None
             if resp.status >= 300:
                 raise ApiError(resp.status, payload if isinstance(payload, dict) else "", method, path)

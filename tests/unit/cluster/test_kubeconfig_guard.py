@@ -87,7 +87,7 @@ HOSTILE = [
     (with_("current-context", "nope"), "Ambiguous", "current-context"),
     (with_("contexts.0.context.cluster", "nope"), "Ambiguous", "contexts[0].context.cluster"),
     (with_("contexts.0.context.user", "nope"), "Ambiguous", "contexts[0].context.user"),
-    ({**good(), "users": copy.deepcopy(good()["users"] * 2)}, "Ambiguous", "users"),
+    ({**good(), "users": [copy.deepcopy(u) for u in good()["users"] * 2]}, "Ambiguous", "users"),
     # data
     (with_("users.0.user.client-key-data", None), "Malformed", "users['w1'].user"),
     (with_("users.0.user.client-key-data", "not base64!"), "Malformed", "users['w1'].user.client-key-data"),
