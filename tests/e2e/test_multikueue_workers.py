@@ -357,9 +357,11 @@ def test_hostile_worker_kubeconfigs_are_refused_without_running_or_reading_anyth
             assert e.note.startswith(f"{reason}: users[0].user."), e.note
             assert str(fifo) not in e.note and str(script) not in e.note  # the field, not the content
 
+        seen: dict = {}
+
         def recorded():
             for core_w in (client.CoreV1Api(a) for a in workers.values()):
-                finish_bound(core_w, {})
+                finish_bound(core_w, seen)
             w = next((w for w in objs.list_namespaced_custom_object(*KQ, NS, "workloads")["items"]
                       if w["metadata"]["ownerReferences"][0]["name"] == "probe"), None)
             rec = (w or {}).get("metadata", {}).get("annotations", {}).get("policy-scheduler.io/cluster-scores")
@@ -386,6 +388,8 @@ def test_hostile_worker_kubeconfigs_are_refused_without_running_or_reading_anyth
     print(f"\nexec plugin runs: {len(parents)} ({', '.join(p[:80] for p in parents) or 'none'}); by the chooser: "
           f"{len(ours)}; token FIFO opened by a reader: {len(opened)} times")
     assert ours == [], parents
+    # Kueue v0.17 refuses both kubeconfigs too (its validateKubeconfig), so nothing ran at all
+    assert not marker.exists(), parents
     assert opened == []
 
 
