@@ -115,7 +115,8 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
 
         chooser = Chooser(client, dispatcher=a.multikueue_dispatcher, scheduler_name=a.scheduler_name,
                           default_policy=a.default_policy, kueue_namespace=a.multikueue_namespace,
-                          refresh=a.multikueue_refresh)
+                          refresh=a.multikueue_refresh,
+                          allow_insecure_tls=getattr(a, "multikueue_allow_insecure_tls", False))
         chooser_task = loop.create_task(chooser.run(lambda: leadership is None or leadership.valid()))
     ready_flag = asyncio.Event()
     stopping: list[tuple[str, float]] = []  # the signal that stopped the operator, and when

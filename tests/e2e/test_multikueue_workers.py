@@ -14,6 +14,10 @@ The workers differ in size and shape: small (2 nodes of 4 CPUs), big (4 of 8), w
   (where Kueue ran it) is that worker, the Job finishes, and its pods were bound on that worker by
   policy-scheduler. A Job no worker can hold (8 pods of 6 CPUs) is never nominated, and `simulate`
   across the workers' contexts ranks the workers for its pods as the chooser's record does.
+- Hostile worker kubeconfigs: a MultiKueueCluster whose Secret authenticates with an exec plugin,
+  one with a ``tokenFile`` naming a FIFO: each refused (a Warning Event ``KubeconfigRefused`` on
+  it, its condition in the record of a Workload evaluated meanwhile), the exec command never run
+  by the operator, the FIFO never opened.
 - Preemptions: every worker full of low-priority Jobs, one high-priority Job through the manager,
   with our dispatcher and then with Kueue's AllAtOnce: Workloads evicted on the workers that did
   not run it (ours: none).
@@ -277,6 +281,116 @@ def test_each_job_runs_on_the_worker_its_policy_ranks_first(mk):
     print(f"\n{len(placed_on)} Jobs finished through 3 workers in {took:.1f}s; too-big never nominated\n  "
           + "\n  ".join(lines))
     assert len(set(placed_on.values())) >= 2, "every Job went to one worker: the ranking was not exercised"
+
+
+def _fifo_watch(path, opened: list, stop) -> None:
+    """Poll a FIFO: opening it for writing without blocking fails with ENXIO unless a reader has it
+    open (a client blocked reading it as a token file); record any time one had."""
+    import errno
+
+    while not stop.is_set():
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                opened.append(f"unexpected {e!r}")
+        else:
+            opened.append(time.monotonic())
+            os.close(fd)
+        stop.wait(0.02)
+
+
+def test_hostile_worker_kubeconfigs_are_refused_without_running_or_reading_anything(mk):
+    """Two MultiKueueClusters whose kubeconfig Secrets point at a real worker (so that a loaded
+    one would work): one authenticates with an exec plugin whose command records its parent
+    process, one with a tokenFile that names a FIFO nobody writes. The chooser refuses both: a
+    Warning Event KubeconfigRefused on each MultiKueueCluster, and its condition in the record of a
+    Workload it evaluates meanwhile (which still goes to a real worker); the operator is never the
+    parent of the exec command, and the FIFO is never opened by a reader."""
+    import threading
+
+    api, workers, _ = mk
+    core, objs = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    op = MANAGER["parts"][2]
+    base = json.loads((STATE / "mk-small-cluster" / "kubeconfig").read_text())  # a real worker's
+    tmp = STATE / "mk-hostile"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    marker, fifo = tmp / "exec-parents", tmp / "token-fifo"
+    os.mkfifo(fifo)
+    # the exec plugin: records its parent's pid and command line, then prints a token that works
+    script = tmp / "plugin.sh"
+    script.write_text("#!/bin/sh\n"
+                      f"echo \"$PPID $(tr '\\0' ' ' < /proc/$PPID/cmdline)\" >> {marker}\n"
+                      "echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+                      "\"status\":{\"token\":\"x\"}}'\n")
+    script.chmod(0o755)
+    hostile = {
+        "hostile-exec": {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(script),
+                                  "interactiveMode": "Never"}},
+        "hostile-tokenfile": {"tokenFile": str(fifo)},
+    }
+    opened: list = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=_fifo_watch, args=(fifo, opened, stop), daemon=True)
+    watcher.start()
+    try:
+        for name, user in hostile.items():
+            cfg = {**base, "users": [{"name": base["users"][0]["name"], "user": user}]}
+            core.create_namespaced_secret("kueue-system", {"metadata": {"name": name}, "data": {
+                "kubeconfig": base64.b64encode(json.dumps(cfg).encode()).decode()}})
+            kobj(api, "multikueueclusters", {"kind": "MultiKueueCluster", "metadata": {"name": name}, "spec": {
+                "clusterSource": {"kubeConfig": {"locationType": "Secret", "location": name}}}})
+        client.BatchV1Api(api).create_namespaced_job(NS, job("probe", 1, "1"))
+        events_api = client.EventsV1Api(api)
+
+        def refused():
+            evs = {(e.regarding.name, e.reason): e for e in events_api.list_namespaced_event("default").items
+                   if e.regarding is not None and e.regarding.kind == "MultiKueueCluster"}
+            return evs if all((n, "KubeconfigRefused") in evs for n in hostile) else None
+
+        evs = wait_for(refused, 60, 0.5, what="a KubeconfigRefused Event on each hostile MultiKueueCluster")
+        for name, reason in (("hostile-exec", "ExecPlugin"), ("hostile-tokenfile", "TokenFile")):
+            e = evs[(name, "KubeconfigRefused")]
+            mc = objs.get_cluster_custom_object(*KQ, "multikueueclusters", name)
+            assert e.type == "Warning" and e.regarding.uid == mc["metadata"]["uid"], e
+            assert e.note.startswith(f"{reason}: users[0].user."), e.note
+            assert str(fifo) not in e.note and str(script) not in e.note  # the field, not the content
+
+        seen: dict = {}
+
+        def recorded():
+            for core_w in (client.CoreV1Api(a) for a in workers.values()):
+                finish_bound(core_w, seen)
+            w = next((w for w in objs.list_namespaced_custom_object(*KQ, NS, "workloads")["items"]
+                      if w["metadata"]["ownerReferences"][0]["name"] == "probe"), None)
+            rec = (w or {}).get("metadata", {}).get("annotations", {}).get("policy-scheduler.io/cluster-scores")
+            return (w, json.loads(rec)) if rec and cond(w, "Finished").get("status") == "True" else None
+
+        w, rec = wait_for(recorded, 120, 0.5, what="the probe Job recorded and finished on a real worker")
+        assert rec["clusters"]["hostile-exec"] == {"error": "KubeconfigRefused", "reason": "ExecPlugin"}, rec
+        assert rec["clusters"]["hostile-tokenfile"] == {"error": "KubeconfigRefused", "reason": "TokenFile"}, rec
+        assert w["status"]["clusterName"] in workers and rec["chosen"] == w["status"]["clusterName"]
+        time.sleep(3)  # three more refreshes (1 s) of both Secrets
+        assert "kubeconfig not used (ExecPlugin)" in op.log() and "kubeconfig not used (TokenFile)" in op.log()
+    finally:
+        stop.set()
+        watcher.join(5)
+        for name in hostile:
+            for fn, args in ((objs.delete_cluster_custom_object, (*KQ, "multikueueclusters", name)),
+                             (core.delete_namespaced_secret, (name, "kueue-system"))):
+                try:
+                    fn(*args)
+                except client.ApiException:
+                    pass
+    parents = marker.read_text().splitlines() if marker.exists() else []
+    ours = [p for p in parents if p.split()[0] == str(op.proc.pid) or "policy_scheduler" in p]
+    print(f"\nexec plugin runs: {len(parents)} ({', '.join(p[:80] for p in parents) or 'none'}); by the chooser: "
+          f"{len(ours)}; token FIFO opened by a reader: {len(opened)} times")
+    assert ours == [], parents
+    # Kueue v0.17 refuses both kubeconfigs too (its validateKubeconfig), so nothing ran at all
+    assert not marker.exists(), parents
+    assert opened == []
 
 
 def _clear(api_by_name: dict, manager_api) -> None:

@@ -264,4 +264,8 @@ def add_parser(sub) -> None:
                     help="Kueue's namespace, where the workers' kubeconfig Secrets are (default kueue-system)")
     mk.add_argument("--multikueue-refresh", type=duration, default=5.0, metavar="DURATION",
                     help="how old a worker's state may be when a Workload is evaluated (default 5s)")
+    mk.add_argument("--multikueue-allow-insecure-tls", action="store_true",
+                    help="accept a worker kubeconfig with insecure-skip-tls-verify: true (its credentials then go "
+                         "to whoever answers at the server's address). Off by default; exec plugins, token files, "
+                         "file paths, proxies and plain http are refused whatever this says")
     r.set_defaults(fn=cmd_run)

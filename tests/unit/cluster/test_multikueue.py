@@ -52,8 +52,13 @@ def test_pods_are_each_podsets_template_count_times():
     assert {p["metadata"]["namespace"] for p in pods} == {"team"}
     assert pods[0]["metadata"]["labels"]["app"] == "a"
     assert pods[0]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2"}
-    pods[0]["spec"]["containers"][0]["name"] = "changed"  # each pod has its own copy of the spec
-    assert pods[1]["spec"]["containers"][0]["name"] == "c"
+    # the template is copied once per PodSet (not once per pod): each pod has its own spec dict,
+    # sharing what is below it; the Workload's own template is never touched
+    pods[0]["spec"]["nodeName"] = "n1"
+    assert "nodeName" not in pods[1]["spec"]
+    assert pods[0]["spec"]["containers"] is pods[1]["spec"]["containers"]
+    pods[0]["spec"]["containers"][0]["name"] = "changed"
+    assert wl()["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["name"] == "c"
 
 
 def test_a_workload_with_too_many_pods_is_refused():
@@ -73,9 +78,45 @@ def test_a_malformed_workload_says_which_field(podsets, needle):
         workload_pods(wl(podsets=podsets))
 
 
-def test_pods_take_the_workloads_priority_when_their_template_has_none():
+def test_pods_take_the_workloads_priority_never_their_templates():
+    """Kueue resolves spec.priority; a template's own number is what a tenant wrote (the worker's
+    admission would refuse it): a simulation with it would preempt what the real pods cannot."""
     w = wl()
     w["spec"]["priority"] = 1000
     assert {p["spec"]["priority"] for p in workload_pods(w)} == {1000}
-    w["spec"]["podSets"][0]["template"]["spec"]["priority"] = 5  # resolved already: kept
-    assert {p["spec"]["priority"] for p in workload_pods(w)} == {5}
+    w["spec"]["podSets"][0]["template"]["spec"]["priority"] = 2_000_000_000
+    assert {p["spec"]["priority"] for p in workload_pods(w)} == {1000}
+    del w["spec"]["priority"]
+    assert all("priority" not in p["spec"] for p in workload_pods(w))
+
+
+def test_the_bytes_of_a_workloads_pods_are_bounded_before_anything_is_copied():
+    """count × serialized template, summed over the PodSets: 1,000 pods of a 1 MiB template would
+    be a GB of pod objects (and their simulation), every evaluation."""
+    big = {"spec": {"containers": [{"name": "c", "env": [{"name": "X", "value": "x" * 100_000}]}]}}
+    with pytest.raises(ValueError, match="template size over"):
+        workload_pods(wl(podsets=[{"name": "main", "count": 400, "template": big}]))  # 40 MB > 32 MiB
+    assert len(workload_pods(wl(podsets=[{"name": "main", "count": 300, "template": big}]))) == 300
+    with pytest.raises(ValueError, match="template size over 1000000 bytes"):  # summed over PodSets
+        workload_pods(wl(podsets=[{"name": "a", "count": 6, "template": big},
+                                  {"name": "b", "count": 6, "template": big}]), max_bytes=1_000_000)
+
+
+def test_pods_of_a_podset_share_one_parsed_template():
+    import tracemalloc
+
+    big = {"spec": {"containers": [{"name": "c", "env": [{"name": "X", "value": "x" * 100_000}]}]}}
+    tracemalloc.start()
+    try:
+        pods = workload_pods(wl(podsets=[{"name": "main", "count": 300, "template": big}]))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(pods) == 300
+    assert peak < 3_000_000, peak  # one copy of 100 KB (and its serialization), not 300 (30 MB)
+
+
+@pytest.mark.parametrize("count", [True, 1.5, "2"])
+def test_a_count_that_is_not_an_integer_is_refused(count):
+    with pytest.raises(ValueError, match="count is not a count"):
+        workload_pods(wl(podsets=[{"name": "main", "count": count, "template": {}}]))
