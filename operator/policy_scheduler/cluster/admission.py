@@ -155,6 +155,13 @@ SPEC_COUNTED = 4 * MAX_SPEC_BYTES
 _OLD_OBJECT = b',"oldObject":'
 
 
+def _values(raw: bytes) -> int:
+    """At least how many bytes of brackets and commas ``raw`` holds as JSON (C speed; brackets
+    and commas inside strings count too, which only makes a refusal earlier for a spec that
+    would be refused anyway)."""
+    return raw.count(b"{") + raw.count(b"[") + raw.count(b",")
+
+
 class Unread(Exception):
     """A request that is denied unread: (code, reason, message)."""
 
@@ -244,7 +251,7 @@ def read_policy_review(body) -> dict[str, Any] | None:
             obj["metadata"] = {} if pol.metadata.name is None else {"name": pol.metadata.name}
         raw = memoryview(pol.spec)
         if len(raw):
-            if len(raw) > SPEC_COUNTED and sum(bytes(raw).count(c) for c in (b"{", b"[", b",")) > MAX_SPEC_BYTES:
+            if len(raw) > SPEC_COUNTED and _values(bytes(raw)) > MAX_SPEC_BYTES:
                 name = (pol.metadata.name if pol.metadata is not None else None) or ""
                 raise Unread(422, "Invalid", f'SchedulingPolicy "{name}" is invalid: spec: Too long: more than '
                                              f"{MAX_SPEC_BYTES // 1024} KiB as JSON")
