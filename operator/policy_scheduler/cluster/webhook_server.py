@@ -11,7 +11,9 @@ calls without a client certificate). So serving it must cost the scheduling loop
   are made there, and a renewed certificate is loaded into the server's SSL context on the
   server's thread (between handshakes, never during one).
 - Caps (``Caps``, the ``--webhook-*`` flags): at most ``max_inflight`` requests are read and
-  decided at once (the rest wait ``queue_wait`` for a slot, then 503); the bodies being read
+  decided at once (the rest wait ``queue_wait`` for a slot, then 503), and as many more whose
+  ``Content-Length`` is at most SMALL_BODY (64 KiB: what the API server sends, read and decided
+  in about a millisecond), so that large bodies never crowd it out; the bodies being read
   hold at most ``max_buffered`` bytes together (beyond it: refused); a body must arrive within
   ``read_deadline`` of the request (below the configurations' ``timeoutSeconds: 5``); a
   ``Content-Length`` over ``max_body`` is refused before the body is read, a chunked body as
@@ -56,6 +58,9 @@ log = logging.getLogger("policy_scheduler.webhooks")
 
 RECHECK_CERTS = 12 * 3600.0  # seconds between checks of the serving certificate's expiry
 SNIFF_BYTES = 4096  # what is read of a body refused for its size, to find its uid
+# a body announced this small (Content-Length) waits for its own slots: the API server's requests
+# (a pod or a policy of a few KiB) are not held up by bodies of megabytes in the other slots
+SMALL_BODY = 64 * 1024
 # TLS 1.2 only with forward secrecy and AEAD (TLS 1.3's suites are all of that kind already)
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
@@ -120,6 +125,7 @@ class WebhookServer:
         self._loop: asyncio.AbstractEventLoop | None = None  # the server thread's
         self._runner: web.AppRunner | None = None
         self._slots: asyncio.Semaphore | None = None  # created on the server's loop
+        self._small: asyncio.Semaphore | None = None  # the slots of bodies of at most SMALL_BODY
 
     # ------------------------------------------------------------------ requests (server thread)
     async def _handle(self, request: web.Request, decide, path: str) -> web.StreamResponse:
@@ -132,6 +138,7 @@ class WebhookServer:
         body = bytearray()
         held = 0  # bytes of the budget this request holds
         slot = False
+        slots = self._slots
         try:
             try:
                 length = request.content_length
@@ -141,9 +148,12 @@ class WebhookServer:
                         body += await request.content.read(SNIFF_BYTES)
                     raise Refused("too_large", 413, f"the admission request is {length} bytes, more than "
                                                     f"{caps.max_body // (1024 * 1024)} MiB: not read")
+                # the API server's requests are small (an object of a few KiB): they have slots of
+                # their own, so bodies of megabytes never make them wait
+                slots = self._small if length is not None and length <= SMALL_BODY else self._slots
                 try:
                     async with asyncio.timeout_at(min(deadline, arrived + caps.queue_wait)):
-                        await self._slots.acquire()
+                        await slots.acquire()
                 except TimeoutError:
                     raise Refused("busy", 503, f"{caps.max_inflight} admission requests in flight: "
                                                "try again") from None
@@ -177,7 +187,7 @@ class WebhookServer:
                 self.buffered -= held
             if slot:
                 self.inflight -= 1
-                self._slots.release()
+                slots.release()
             if self.metrics is not None:
                 self.metrics.buffered.set(self.buffered)
                 self.metrics.inflight.set(self.inflight)
@@ -242,6 +252,7 @@ class WebhookServer:
 
     async def _listen(self) -> None:
         self._slots = asyncio.Semaphore(self.caps.max_inflight)
+        self._small = asyncio.Semaphore(self.caps.max_inflight)
         # no lingering: a body refused unread is not drained; in-flight requests get 1 s at a stop
         self._runner = web.AppRunner(self._app(), access_log=None, lingering_time=0, shutdown_timeout=1.0)
         await self._runner.setup()

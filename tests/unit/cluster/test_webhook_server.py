@@ -213,6 +213,23 @@ def test_requests_past_the_concurrency_cap_wait_briefly_then_get_503(serve):
     assert srv.describe()["refused"] == {"busy": 1}
 
 
+def test_small_bodies_have_slots_of_their_own(serve):
+    """Bodies of megabytes fill the slots: a request as small as the API server's is still served."""
+    srv = serve(Caps(max_inflight=2, queue_wait=0.3, read_deadline=3.0))
+    big = []
+    for _ in range(3):
+        s = connect(srv.bound_port)
+        s.sendall(head("/validate/pods", 4 * MB) + b'{"request":{')
+        big.append(s)
+    time.sleep(0.5)
+    assert srv.inflight == 2 and refused(srv, "busy") == 1  # the third big one found no slot
+    t0 = time.monotonic()
+    status, body = post(srv.bound_port, "/validate/pods", pod_body(uid="u-small"))
+    assert status == 200 and json.loads(body)["response"]["uid"] == "u-small" and time.monotonic() - t0 < 0.25
+    for s in big:
+        s.close()
+
+
 def test_stop_ends_the_thread_and_closes_the_port(serve):
     srv = serve()
     port, thread = srv.bound_port, srv._thread
