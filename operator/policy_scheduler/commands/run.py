@@ -216,8 +216,9 @@ def add_parser(sub) -> None:
                     help="create and renew the certificates (default true); false: only read the Secret, e.g. "
                          "one cert-manager fills")
     wh.add_argument("--webhook-max-inflight", type=_positive_int, default=4, metavar="N",
-                    help="admission requests read and decided at once (default 4); more wait up to 1s for a slot, "
-                         "then get HTTP 503 (the webhooks fail open)")
+                    help="admission requests read and decided at once (default 4), and as many again of at most "
+                         "64 KiB (the API server's); more wait up to 1s for a slot, then get HTTP 503 (the "
+                         "webhooks fail open)")
     wh.add_argument("--webhook-max-buffered-mib", type=_positive_int, default=32, metavar="MIB",
                     help="MiB of request bodies held at once, all requests together (default 32); a request "
                          "past it is refused")
