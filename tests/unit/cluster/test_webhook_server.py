@@ -330,3 +330,43 @@ def test_the_policy_store_is_read_safely_while_the_scheduling_loop_changes_it():
         stop.set()
         th.join(5)
     assert not errors, errors[:3]
+
+
+def test_the_certificate_loop_serves_then_survives_any_error_and_counts_it(monkeypatch):
+    """_run: certificates, then the server's thread, then the periodic check, which logs and counts
+    a failure of any kind (a TypeError here) and goes on; /readyz's detail follows."""
+    from policy_scheduler.cluster import webhook_server
+
+    monkeypatch.setattr(webhook_server, "RECHECK_CERTS", 0.05)
+    metrics = WebhookMetrics(CollectorRegistry())
+    srv = WebhookServer(None, policy_store(), address="127.0.0.1", port=0, secret=("ns", "s"),
+                        hosts=["127.0.0.1"], configuration=None, metrics=metrics)
+    bundle = new_bundle(["127.0.0.1"])
+    calls = []
+
+    async def prepare():
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            srv._load(bundle)
+            return
+        raise TypeError("an unexpected kind of failure")
+
+    srv._prepare = prepare
+
+    async def scenario():
+        assert srv.describe() == {"serving": False, "error": "starting", "requests": 0}
+        await srv.start()
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if metrics.certificate_errors._value.get() >= 2:
+                break
+        assert srv.describe()["serving"] is True and "error" not in srv.describe()
+        assert not srv._task.done() and srv._thread.is_alive()
+        status, _ = await asyncio.to_thread(post, srv.bound_port, "/validate/pods", pod_body())
+        assert status == 200
+        await srv.stop()
+        assert srv.describe()["serving"] is False
+
+    asyncio.run(scenario())
+    assert metrics.certificate_errors._value.get() >= 2
+    assert set(calls) == {"MainThread"}  # the API calls stay on the scheduling loop's thread
