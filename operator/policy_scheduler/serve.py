@@ -78,7 +78,7 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
         start_http_server(a.metrics_port, addr=a.metrics_address, registry=engine.telemetry.registry)
     webhooks = None
     if a.webhook_port:
-        from .cluster.admission import WebhookServer
+        from .cluster.webhook_server import Caps, WebhookServer
 
         svc_ns, svc = a.webhook_service
         url = getattr(a, "webhook_url", None)  # outside the cluster: configurations registered with this URL
@@ -87,7 +87,11 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
         webhooks = WebhookServer(client, engine.policy_store, address=a.webhook_address, port=a.webhook_port,
                                  secret=a.webhook_secret, hosts=list(dict.fromkeys(hosts)),
                                  configuration=a.webhook_configuration or None,
-                                 manage_certs=a.webhook_manage_certs, url=url)
+                                 manage_certs=a.webhook_manage_certs, url=url,
+                                 caps=Caps(max_inflight=getattr(a, "webhook_max_inflight", 4),
+                                           max_buffered=getattr(a, "webhook_max_buffered_mib", 32) << 20,
+                                           read_deadline=getattr(a, "webhook_read_timeout", 4.0)),
+                                 metrics=engine.telemetry.webhook_metrics())
 
     def health():
         live, ready, details = engine.health()

@@ -3,7 +3,8 @@ deep, megabyte strings and keys, null in every position, wrong types, unicode ke
 huge lists. Each goes through the admission webhook's handler as the API server sends it (an
 AdmissionReview, as bytes) and through the policy store as the informer delivers it (decoded
 by safejson), new and as an edit of a working policy. Nothing raises; the webhook answers every
-body with an AdmissionReview for its uid, allowing or denying with a message; the store reports
+body with an AdmissionReview for its uid, allowing or denying with a message (one nested deeper
+than its readers go is denied unread, without the field's path); the store reports
 every policy it does not use with a reason, keeps the last valid chain of a working one, and
 agrees with the webhook."""
 
@@ -184,7 +185,10 @@ def test_hostile_policies_are_denied_or_reported_and_nothing_raises(seed):
         if edit and st.chain is not good and not st.ready:
             problems.append(f"{what}: an edit that is not used lost the last valid chain")
         if "nested 1" in what and "nested 10 " not in what or what.startswith("mega"):
-            if st.unreadable is None or st.unreadable not in r.get("status", {}).get("message", ""):
+            msg = r.get("status", {}).get("message", "")
+            # deeper than msgspec and orjson read (about 1,000 levels), the webhook denies the body
+            # unread, in linear time, without the path (admission.py: never the tolerant decoder)
+            if st.unreadable is None or (st.unreadable not in msg and "nested deeper than any reader goes" not in msg):
                 problems.append(f"{what}: not reported unreadable: {st.errors[:1]} / {r}")
     took = time.perf_counter() - t0
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:30])

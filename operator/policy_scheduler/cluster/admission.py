@@ -12,11 +12,24 @@
 
 All three are ``failurePolicy: Ignore`` in manifests/: a down operator never blocks a pod or a
 policy; the scheduler's own checks (``Ready=False``, ``NoPolicy`` events) still catch everything.
-So an answer must never be an HTTP error (the API server would take it as "allowed"): a body
-that cannot be read (not JSON, larger than MAX_BODY, nested deeper than any reader goes) is
-denied in an AdmissionReview (HTTP 200, code 400), with the request's uid read even from such a
-body (safejson's tolerant decoder, else the first ``"uid"`` of the raw bytes); a policy past the
-limits of api/limits.py is denied (code 422) by the store's own check.
+So an answer is an AdmissionReview wherever one can be (an HTTP error counts as "allowed"): a
+body that cannot be read (not JSON, larger than MAX_BODY, nested deeper than any reader goes) is
+denied (HTTP 200, code 400), with the request's uid sniffed from the raw bytes (``sniff_uid``);
+a policy past the limits of api/limits.py is denied (code 422) by the store's own check.
+
+The port is open to every pod, so reading a body costs time linear in its size and memory bounded
+by what the decisions need, whatever it holds: each decision's request is read against a schema
+(msgspec steps over everything else without building it), and nothing is ever handed to
+safejson's pure-Python tolerant decoder. The server, its thread and its caps on concurrent
+requests, buffered bytes and read time: webhook_server.py.
+
+Thread-safety: the decisions run on the webhook server's own thread, and read the policy store
+without a lock. Every read is one ``dict.get`` (atomic) of a value the scheduling loop never
+changes in place once published: a namespace's labels are replaced by a new dict
+(ClusterState.apply_namespace), a policy's ``namespace_selector`` by a new LabelSelector
+(PolicyStore._build), and ``validate`` builds a chain of its own with a fresh Handle, from the
+plugin registry (filled before start) and the thread-safe caches of framework/ (lru_cache, CEL's
+locked LRU). A decision may see a namespace or a policy one event late, as it could before.
 
 kopf's admission support is not used: its managed configurations cannot carry a namespaceSelector
 or one failurePolicy per webhook, and its self-signed certificate is per process, where replicas
@@ -25,24 +38,17 @@ behind one Service need one certificate (certs.py keeps it in a Secret).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 import re
-import ssl
-import tempfile
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
+import msgspec
 import orjson
-from aiohttp import web
 
 from .. import POLICY_LABEL
+from ..api.limits import MAX_DEPTH, MAX_SPEC_BYTES
 from ..cache.policies import policy_owner
-from ..safejson import Unreadable, tolerant
-from .certs import Bundle, ensure_bundle
-from .kubeclient import REQUEST_ERRORS, ApiError
-from .webhook_configs import PLURALS, configurations, url_client_config
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..cache.policies import PolicyStore
@@ -54,7 +60,7 @@ MAX_MESSAGE = 4000
 # the largest body read: the API server sends an object of up to 3 MiB, twice for an UPDATE
 MAX_BODY = 8 * 1024 * 1024
 _UID = re.compile(rb'"uid"\s*:\s*"((?:[^"\\]|\\.){0,253})"')
-RECHECK_CERTS = 12 * 3600.0  # seconds between checks of the serving certificate's expiry
+_NAME = re.compile(rb'"name"\s*:\s*"((?:[^"\\]|\\.){0,253})"')
 
 
 def _escape(key: str) -> str:
@@ -89,54 +95,200 @@ def sniff_uid(body: bytes) -> str:
         return ""
 
 
-def respond(body: bytes, decide, *, truncated: bool = False) -> dict[str, Any]:
-    """The AdmissionReview answering the raw ``body`` with ``decide(request)``; never raises.
-    ``truncated``: the body was longer than MAX_BODY and only its start was read."""
+def sniff_name(body: bytes | bytearray) -> str:
+    """The request's name from a body no parser reads: the first ``"name"`` after ``"request"``
+    (the API server writes ``request.name`` before the object), else ""."""
+    at = body.find(b'"request"')
+    m = _NAME.search(body, at if at >= 0 else 0)
+    if m is None:
+        return ""
+    try:
+        return m.group(1).decode()
+    except UnicodeDecodeError:
+        return ""
+
+
+# What the webhooks read of a request, as msgspec schemas: everything else (a pod's containers,
+# managedFields, an UPDATE's oldObject, whatever a caller adds) is stepped over by msgspec's C
+# scanner, in linear time and without building a value (8 MiB of ``[{},{},...]``: 24 ms, where
+# building it costs orjson 0.46 s and 235 MiB). Scalars are typed: the API server never sends
+# another type, so a caller who does is refused without more work. Depth: msgspec stops at
+# Python's recursion limit (about 1,000 levels), orjson at 1,024; a body nested deeper is denied
+# as it is, never re-read by safejson's pure-Python tolerant decoder.
+class _PodMeta(msgspec.Struct):
+    name: Optional[str] = None
+    namespace: Optional[str] = None
+    labels: msgspec.Raw = msgspec.Raw()  # decoded once its size is known (_labels)
+
+
+class _PodSpec(msgspec.Struct):
+    schedulerName: Optional[str] = None
+
+
+class _Pod(msgspec.Struct):
+    metadata: Optional[_PodMeta] = None
+    spec: Optional[_PodSpec] = None
+
+
+class _PolicyMeta(msgspec.Struct):
+    name: Optional[str] = None
+
+
+class _Policy(msgspec.Struct):
+    metadata: Optional[_PolicyMeta] = None
+    spec: msgspec.Raw = msgspec.Raw()  # decoded once its size is known (_spec)
+
+
+def _request(obj_type: type) -> type:
+    return msgspec.defstruct(f"_Request{obj_type.__name__}", [
+        ("uid", str, ""), ("name", Optional[str], None), ("namespace", Optional[str], None),
+        ("operation", Optional[str], None), ("object", Optional[obj_type], None)])
+
+
+_POD = msgspec.json.Decoder(msgspec.defstruct("_PodReview", [("request", Optional[_request(_Pod)], None)]))
+_POLICY = msgspec.json.Decoder(msgspec.defstruct("_PolicyReview", [("request", Optional[_request(_Policy)], None)]))
+_LABELS = msgspec.json.Decoder(Optional[dict[str, str]])
+MAX_LABELS_BYTES = 1024 * 1024  # a pod's labels as JSON: more is refused unread (the API server's are far smaller)
+# a policy's spec as raw JSON: more is judged by counting its values (C speed) before parsing:
+# more than MAX_SPEC_BYTES of brackets and commas cannot be within MAX_SPEC_BYTES (api/limits.py)
+SPEC_COUNTED = 4 * MAX_SPEC_BYTES
+_OLD_OBJECT = b',"oldObject":'
+
+
+def _values(raw: bytes) -> int:
+    """At least how many bytes of brackets and commas ``raw`` holds as JSON (C speed; brackets
+    and commas inside strings count too, which only makes a refusal earlier for a spec that
+    would be refused anyway)."""
+    return raw.count(b"{") + raw.count(b"[") + raw.count(b",")
+
+
+class Unread(Exception):
+    """A request that is denied unread: (code, reason, message)."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+def _decode(body, decoder) -> Any:
+    """The request of ``body`` read against ``decoder``'s schema; Unread when it cannot be."""
+    try:
+        return decoder.decode(body).request
+    except RecursionError:
+        # the API server writes an UPDATE's oldObject after the object: a stored object too deep
+        # to read must not block the update that fixes it. The body up to ``,"oldObject":`` is a
+        # complete review once its two open objects are closed, or it is not read at all.
+        at = body.find(_OLD_OBJECT)
+        if at > 0:
+            try:
+                return decoder.decode(bytes(body[:at]) + b"}}").request
+            except (msgspec.MsgspecError, RecursionError):
+                pass
+        raise Unread(400, "BadRequest", "the object cannot be read: nested deeper than any reader goes") from None
+    except msgspec.ValidationError as e:
+        raise Unread(400, "BadRequest", f"not an AdmissionReview this webhook reads: {e}") from None
+    except msgspec.DecodeError as e:
+        raise Unread(400, "BadRequest", f"the admission request is not JSON: {e}") from None
+
+
+def _envelope(req) -> dict[str, Any]:
+    out: dict[str, Any] = {"uid": req.uid}
+    for k in ("name", "namespace", "operation"):
+        v = getattr(req, k)
+        if v is not None:
+            out[k] = v
+    return out
+
+
+def read_pod_review(body) -> dict[str, Any] | None:
+    """The request of a pod's AdmissionReview, as the decisions read it (``object``: metadata's
+    name, namespace and labels, spec's schedulerName), or None (no request); Unread."""
+    req = _decode(body, _POD)
+    if req is None:
+        return None
+    out = _envelope(req)
+    pod = req.object
+    if pod is not None:
+        obj: dict[str, Any] = {}
+        if pod.metadata is not None:
+            m = pod.metadata
+            meta = {k: v for k, v in (("name", m.name), ("namespace", m.namespace)) if v is not None}
+            if len(m.labels):
+                if len(m.labels) > MAX_LABELS_BYTES:
+                    raise Unread(400, "BadRequest", f"metadata.labels: Too long: more than "
+                                                    f"{MAX_LABELS_BYTES // 1024} KiB as JSON")
+                try:
+                    meta["labels"] = _LABELS.decode(m.labels)
+                except msgspec.MsgspecError as e:
+                    raise Unread(400, "BadRequest", f"metadata.labels: {e}") from None
+            obj["metadata"] = meta
+        if pod.spec is not None:
+            obj["spec"] = {} if pod.spec.schedulerName is None else {"schedulerName": pod.spec.schedulerName}
+        out["object"] = obj
+    return out
+
+
+def read_policy_review(body) -> dict[str, Any] | None:
+    """The request of a SchedulingPolicy's AdmissionReview (``object``: metadata's name and the
+    whole spec), or None (no request); Unread. A spec too large for api/limits.py is refused with
+    the store's message before it is parsed; a smaller one is parsed whole (orjson), so the store's
+    check names the field."""
+    try:
+        req = _decode(body, _POLICY)
+    except Unread as e:
+        if e.message.startswith("the object cannot be read"):
+            name = sniff_name(body)
+            raise Unread(422, "Invalid", f'SchedulingPolicy "{name}" is invalid: nested deeper than any reader goes '
+                                         f"(a spec may nest {MAX_DEPTH} levels): not read") from None
+        raise
+    if req is None:
+        return None
+    out = _envelope(req)
+    pol = req.object
+    if pol is not None:
+        obj: dict[str, Any] = {}
+        if pol.metadata is not None:
+            obj["metadata"] = {} if pol.metadata.name is None else {"name": pol.metadata.name}
+        raw = memoryview(pol.spec)
+        if len(raw):
+            if len(raw) > SPEC_COUNTED and _values(bytes(raw)) > MAX_SPEC_BYTES:
+                name = (pol.metadata.name if pol.metadata is not None else None) or ""
+                raise Unread(422, "Invalid", f'SchedulingPolicy "{name}" is invalid: spec: Too long: more than '
+                                             f"{MAX_SPEC_BYTES // 1024} KiB as JSON")
+            try:
+                obj["spec"] = orjson.loads(raw)
+            except orjson.JSONDecodeError as e:  # orjson's depth limit: msgspec read it, orjson does not
+                raise Unread(400, "BadRequest", f"the object cannot be read: {e}") from None
+        out["object"] = obj
+    return out
+
+
+# the request reader of each decision (by name); another decision reads a policy's request
+READERS = {"mutate_pod": read_pod_review, "validate_pod": read_pod_review, "validate_policy": read_policy_review}
+
+
+def respond(body: bytes | bytearray, decide, *, truncated: bool = False) -> dict[str, Any]:
+    """The AdmissionReview answering the raw ``body`` with ``decide(request)``; never raises, and
+    costs time linear in the body's size whatever it holds. ``truncated``: the body was longer
+    than MAX_BODY and only its start was read."""
     if truncated:
         return review({"uid": sniff_uid(body)}, False, code=400, reason="BadRequest",
                       message=f"the admission request is larger than {MAX_BODY // (1024 * 1024)} MiB: not read")
-    cut = 0
+    reader = READERS.get(getattr(decide, "__name__", ""), read_policy_review)
     try:
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            doc, cut = tolerant(body)
-    except ValueError as e:
+        req = reader(body)
+    except Unread as e:
+        return review({"uid": sniff_uid(body)}, False, code=e.code, reason=e.reason, message=e.message)
+    if req is None:
         return review({"uid": sniff_uid(body)}, False, code=400, reason="BadRequest",
-                      message=f"the admission request is not JSON: {e}")
-    req = doc.get("request") if isinstance(doc, dict) else None
-    if not isinstance(req, dict):
-        uid = sniff_uid(body)
-        return review({"uid": uid}, False, code=400, reason="BadRequest",
                       message="not an AdmissionReview: no request object")
-    if not isinstance(req.get("uid"), str):
-        req["uid"] = ""
     try:
-        out = decide(req)
+        return decide(req)
     except Exception as e:  # a bug must not break admission: allow, and say so
         log.exception("admission of %s failed", req.get("name") or "")
         out = review(req, True)
         out["response"]["warnings"] = [f"policy-scheduler webhook error: {type(e).__name__}"]
-    if cut and out["response"].get("allowed") and _holds_marker(req.get("object")):
-        # whatever the decision, a part of the object was never read (an oldObject that cannot be
-        # read does not count: an UPDATE may be the fix)
-        return review(req, False, code=400, reason="BadRequest",
-                      message="the object cannot be read: nested deeper than any reader goes")
-    return out
-
-
-def _holds_marker(value: Any) -> bool:
-    """Whether the tolerant decoder cut a part of ``value`` (iteratively)."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, Unreadable):
-            return True
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-    return False
+        return out
 
 
 class Admission:
@@ -190,183 +342,3 @@ class Admission:
         return review(req, False, code=403, reason="Forbidden",
                       message=f'SchedulingPolicy "{name}" does not admit pods of namespace "{ns}" '
                               f"(its spec.namespaceSelector); label {POLICY_LABEL} names it")
-
-
-class WebhookServer:
-    """HTTPS server of the admission webhooks, with the certificate of the Secret, and the
-    caBundle written into the webhook configurations."""
-
-    def __init__(self, client, store: "PolicyStore", *, address: str, port: int, secret: tuple[str, str],
-                 hosts: list[str], configuration: str | None, manage_certs: bool = True,
-                 url: str | None = None) -> None:
-        self.client = client
-        # outside the cluster: the configurations are registered here, calling <url><path>
-        self.url = url
-        self.admission = Admission(store)
-        self.address, self.port = address, port
-        self.secret = secret
-        self.hosts = hosts
-        self.configuration = configuration
-        self.manage_certs = manage_certs
-        self.serving = False
-        self.error: str | None = "starting"
-        self.requests = 0
-        self._ssl: ssl.SSLContext | None = None
-        self._runner: web.AppRunner | None = None
-        self._task: asyncio.Task | None = None
-
-    # ------------------------------------------------------------------ requests
-    async def _handle(self, request: web.Request, decide) -> web.Response:
-        """Read at most MAX_BODY bytes and answer with ``respond``: always an AdmissionReview."""
-        body = bytearray()
-        truncated = False
-        while True:
-            chunk = await request.content.read(1 << 16)
-            if not chunk:
-                break
-            body += chunk
-            if len(body) > MAX_BODY:
-                truncated = True
-                break
-        self.requests += 1
-        out = respond(bytes(body), decide, truncated=truncated)
-        return web.Response(body=orjson.dumps(out), content_type="application/json")
-
-    def _app(self) -> web.Application:
-        app = web.Application(client_max_size=8 * 1024 * 1024)
-        for path, decide in (("/validate/schedulingpolicies", self.admission.validate_policy),
-                             ("/mutate/pods", self.admission.mutate_pod),
-                             ("/validate/pods", self.admission.validate_pod)):
-            async def handler(request: web.Request, decide=decide) -> web.Response:
-                return await self._handle(request, decide)
-            app.router.add_post(path, handler)
-        return app
-
-    # ------------------------------------------------------------------ certificates
-    def _load(self, bundle: Bundle) -> None:
-        ctx = self._ssl or ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        with tempfile.TemporaryDirectory() as d:  # ssl reads files (in a private dir); read at once
-            cert, key = Path(d) / "tls.crt", Path(d) / "tls.key"
-            cert.write_bytes(bundle.cert)
-            key.write_bytes(bundle.key)
-            ctx.load_cert_chain(str(cert), str(key))
-        self._ssl = ctx
-
-    async def _register(self, ca: bytes) -> None:
-        """Outside the cluster (``url``): create or update both configurations (webhook_configs.py),
-        each webhook calling ``<url><path>`` with our CA. Fields the API server defaults are kept."""
-        want = base64.b64encode(ca).decode()
-        cfgs = configurations(self.configuration or "policy-scheduler", url_client_config(self.url or ""), want)
-        for kind, body in cfgs.items():
-            coll = f"/apis/admissionregistration.k8s.io/v1/{PLURALS[kind]}"
-            path = f"{coll}/{body['metadata']['name']}"
-            for _ in range(5):
-                try:
-                    cur = await self.client.request("GET", path)
-                except ApiError as e:
-                    if e.status != 404:
-                        raise
-                    try:
-                        await self.client.request("POST", coll, body)
-                    except ApiError as e2:
-                        if e2.status == 409:
-                            continue
-                        raise
-                    log.info("%s %s registered, calling %s", kind, body["metadata"]["name"], self.url)
-                    break
-                hooks = {h.get("name"): h for h in cur.get("webhooks") or []}
-                if len(hooks) == len(body["webhooks"]) and all(
-                        all(hooks.get(w["name"], {}).get(k) == v for k, v in w.items()) for w in body["webhooks"]):
-                    break
-                cur["webhooks"] = [{**hooks.get(w["name"], {}), **w} for w in body["webhooks"]]
-                try:
-                    await self.client.request("PUT", path, cur)
-                except ApiError as e:
-                    if e.status == 409:
-                        continue
-                    raise
-                log.info("%s %s updated, calling %s", kind, body["metadata"]["name"], self.url)
-                break
-
-    async def _inject(self, ca: bytes) -> None:
-        """Write the CA bundle into our Validating and Mutating webhook configurations (outside
-        the cluster: register them, ``_register``)."""
-        if self.url:
-            await self._register(ca)
-            return
-        if not self.configuration:
-            return
-        want = base64.b64encode(ca).decode()
-        for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
-            path = f"/apis/admissionregistration.k8s.io/v1/{kind}/{self.configuration}"
-            for _ in range(5):
-                try:
-                    cfg = await self.client.request("GET", path)
-                except ApiError as e:
-                    if e.status == 404:
-                        log.info("no %s %s: its caBundle is not written", kind[:-1], self.configuration)
-                        break
-                    raise
-                hooks = cfg.get("webhooks") or []
-                if all((h.get("clientConfig") or {}).get("caBundle") == want for h in hooks):
-                    break
-                for h in hooks:
-                    h.setdefault("clientConfig", {})["caBundle"] = want
-                try:
-                    await self.client.request("PUT", path, cfg)
-                except ApiError as e:
-                    if e.status == 409:
-                        continue
-                    raise
-                log.info("caBundle written into %s %s", kind[:-1], self.configuration)
-                break
-
-    async def _prepare(self) -> None:
-        ns, name = self.secret
-        bundle = await ensure_bundle(self.client, ns, name, self.hosts, manage=self.manage_certs)
-        self._load(bundle)
-        await self._inject(bundle.ca_cert)
-
-    # ------------------------------------------------------------------ lifecycle
-    async def start(self) -> None:
-        """Serve in the background: certificates first (retried with backoff), then HTTPS."""
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        from .informer import Backoff
-
-        backoff = Backoff(initial=1.0, cap=60.0)
-        while True:
-            try:
-                await self._prepare()
-                break
-            except asyncio.CancelledError:
-                raise
-            except (*REQUEST_ERRORS, ValueError, RuntimeError) as e:
-                self.error = f"certificates: {e}"
-                delay = backoff.next()
-                log.warning("admission webhooks not serving: %s; retrying in %.0fs", self.error, delay)
-                await asyncio.sleep(delay)
-        self._runner = web.AppRunner(self._app(), access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.address, self.port, ssl_context=self._ssl).start()
-        self.serving, self.error = True, None
-        log.info("admission webhooks on https://%s:%d (certificate for %s)", self.address, self.port,
-                 ", ".join(self.hosts))
-        while True:  # the serving certificate is re-issued before it expires; new connections get it
-            await asyncio.sleep(RECHECK_CERTS)
-            try:
-                await self._prepare()
-            except (*REQUEST_ERRORS, ValueError, RuntimeError) as e:
-                log.warning("webhook certificate check failed: %s", e)
-
-    def describe(self) -> dict[str, Any]:
-        return {"serving": self.serving, **({"error": self.error} if self.error else {}), "requests": self.requests}
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None

@@ -5,7 +5,9 @@ names and any extra hosts) are kept in one Secret, so every replica serves the s
 and one caBundle fits them all. At start-up each replica reads the Secret; the first creates it
 (a replica that loses the create race reads the winner's). A serving certificate that no longer
 covers the names, or expires within 30 days, is re-issued by the same CA (the caBundle does not
-change). The CA's bundle is then written into the webhook configurations.
+change); a serving key that does not match its certificate is re-issued too. A CA that expires
+within 30 days (or cannot be read) is replaced with a new serving pair, and the new caBundle
+written. The CA's bundle is then written into the webhook configurations.
 
 With cert-manager instead: give the Secret to cert-manager (a Certificate with ``secretName``
 the same Secret, and the CA injector's annotation on the webhook configurations) and run with
@@ -21,7 +23,7 @@ import logging
 from dataclasses import dataclass
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -129,6 +131,12 @@ def serving_problem(b: Bundle, hosts: list[str], now: dt.datetime | None = None)
         cert.verify_directly_issued_by(ca)
     except (ValueError, TypeError, InvalidSignature):
         return "not signed by the Secret's CA"
+    try:
+        key = serialization.load_pem_private_key(b.key, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as e:
+        return f"tls.key unreadable: {e}"
+    if key.public_key() != cert.public_key():
+        return "tls.key does not match tls.crt"
     if cert.not_valid_after_utc - now < RENEW_BEFORE:
         return f"expires {cert.not_valid_after_utc:%Y-%m-%d}"
     try:
@@ -139,6 +147,32 @@ def serving_problem(b: Bundle, hosts: list[str], now: dt.datetime | None = None)
         str(x) for x in san.get_values_for_type(x509.IPAddress)}
     missing = [h for h in hosts if _norm(h) not in have]
     return f"does not cover {', '.join(missing)}" if missing else None
+
+
+def ca_problem(b: Bundle, now: dt.datetime | None = None) -> str | None:
+    """Why the bundle's CA must be replaced (a new CA, a new serving pair and a new caBundle), or
+    None: it expires within RENEW_BEFORE, or cannot be read. Without this, a serving certificate
+    re-issued under an expired CA would make every webhook call fail (and, failing open, admit)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    try:
+        ca = x509.load_pem_x509_certificate(b.ca_cert)
+    except ValueError as e:
+        return f"CA unreadable: {e}"
+    if ca.not_valid_after_utc - now < RENEW_BEFORE:
+        return f"CA expires {ca.not_valid_after_utc:%Y-%m-%d}"
+    return None
+
+
+def expiries(b: Bundle) -> dict[str, dt.datetime]:
+    """When the serving certificate and the CA expire (the ``policy_scheduler_webhook_certificate_
+    expiry_seconds`` gauge); an unreadable one is left out."""
+    out = {}
+    for which, pem in (("serving", b.cert), ("ca", b.ca_cert)):
+        try:
+            out[which] = x509.load_pem_x509_certificate(pem).not_valid_after_utc
+        except ValueError:
+            pass
+    return out
 
 
 def _norm(host: str) -> str:
@@ -175,11 +209,12 @@ async def ensure_bundle(client, namespace: str, name: str, hosts: list[str], man
             if bundle is None:
                 raise ValueError(f"Secret {namespace}/{name} lacks ca.crt, tls.crt or tls.key")
             return bundle
-        why = "incomplete" if bundle is None or bundle.ca_key is None else serving_problem(bundle, hosts)
+        why = ("incomplete" if bundle is None or bundle.ca_key is None
+               else ca_problem(bundle) or serving_problem(bundle, hosts))
         if why is None:
             return bundle
-        if bundle is None or bundle.ca_key is None:
-            bundle = new_bundle(hosts)
+        if bundle is None or bundle.ca_key is None or why.startswith("CA "):
+            bundle = new_bundle(hosts)  # a new CA: the caBundle changes (written next)
         else:  # same CA, new serving pair: the caBundle stays valid
             bundle = Bundle(bundle.ca_cert, bundle.ca_key, *make_serving(bundle.ca_cert, bundle.ca_key, hosts))
         secret["data"] = bundle.secret_data()

@@ -169,6 +169,36 @@ class TelemetryRecorder(CycleRecorder):
         child.observe(seconds)
 
 
+class WebhookMetrics:
+    """The admission webhooks' server (webhook_server.py), exported by every replica that serves
+    them. Updated from the server's own thread (prometheus_client's metrics are thread-safe)."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.requests = Counter("policy_scheduler_webhook_requests", "Admission requests answered, by webhook path "
+                                "and answer (allowed, denied).", ["path", "answer"], registry=r)
+        self.refused = Counter("policy_scheduler_webhook_refused_requests",
+                               "Admission requests refused by a cap of the webhook server, by reason: too_large "
+                               "(body over the limit), busy (no slot in time), budget (buffered bytes), deadline "
+                               "(body not read in time).", ["reason"], registry=r)
+        self.inflight = Gauge("policy_scheduler_webhook_inflight_requests",
+                              "Admission requests being read or decided.", registry=r)
+        self.buffered = Gauge("policy_scheduler_webhook_buffered_bytes",
+                              "Bytes of admission request bodies held by the webhook server.", registry=r)
+        self.certificate_expiry = Gauge("policy_scheduler_webhook_certificate_expiry_seconds",
+                                        "Seconds until the webhook certificate expires, by certificate (serving, "
+                                        "ca), as of its last check.", ["certificate"], registry=r)
+        self.certificate_errors = Counter("policy_scheduler_webhook_certificate_check_errors",
+                                          "Failed periodic checks of the webhook certificate (the last one "
+                                          "loaded keeps serving).", registry=r)
+        self._answers: dict[tuple[str, bool], Any] = {}
+
+    def answered(self, path: str, allowed: bool) -> None:
+        child = self._answers.get((path, allowed))
+        if child is None:
+            child = self._answers[(path, allowed)] = self.requests.labels(path, "allowed" if allowed else "denied")
+        child.inc()
+
+
 class Telemetry:
     """The operator's own metrics, exported on /metrics."""
 
@@ -325,8 +355,16 @@ class Telemetry:
         self._recorders: dict[tuple[str, bool], TelemetryRecorder] = {}
         self._unschedulable_set: set[tuple[str, str]] = set()
         self._event_children: dict[str, Any] = {}
+        self._webhooks: WebhookMetrics | None = None
 
     # ------------------------------------------------------------------ labels
+    def webhook_metrics(self) -> WebhookMetrics:
+        """The admission webhooks' metrics, registered on first use (only a replica that serves
+        them exports them)."""
+        if self._webhooks is None:
+            self._webhooks = WebhookMetrics(self.registry)
+        return self._webhooks
+
     def profile(self, policy: str | None) -> str:
         """The ``profile`` label of ``policy``: its name if it exists, else ``unknown``."""
         return policy if policy is not None and policy in self.known_policies else UNKNOWN

@@ -20,6 +20,16 @@ LISTENERS = (("--metrics-port", "metrics_address", "metrics_port"), ("--health-p
              ("--webhook-port", "webhook_address", "webhook_port"))
 
 
+def _positive_int(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{v!r} must be at least 1")
+    return n
+
+
 def _setup_logging(level: str, log_format: str = "text") -> None:
     """Text or JSON lines on stderr, for every logger (kopf's included): see logs.py."""
     from ..logs import setup
@@ -207,6 +217,16 @@ def add_parser(sub) -> None:
     wh.add_argument("--webhook-manage-certs", type=boolean, nargs="?", const=True, default=True, metavar="true|false",
                     help="create and renew the certificates (default true); false: only read the Secret, e.g. "
                          "one cert-manager fills")
+    wh.add_argument("--webhook-max-inflight", type=_positive_int, default=4, metavar="N",
+                    help="admission requests read and decided at once (default 4), and as many again of at most "
+                         "64 KiB (the API server's); more wait up to 1s for a slot, then get HTTP 503 (the "
+                         "webhooks fail open)")
+    wh.add_argument("--webhook-max-buffered-mib", type=_positive_int, default=32, metavar="MIB",
+                    help="MiB of request bodies held at once, all requests together (default 32); a request "
+                         "past it is refused")
+    wh.add_argument("--webhook-read-timeout", type=duration, default=4.0, metavar="DURATION",
+                    help="time a request's body has to arrive, from the request's start (default 4s: below the "
+                         "configurations' timeoutSeconds of 5); past it the request is refused")
     r.add_argument("--cache-sync-timeout", type=duration, default=60.0, metavar="DURATION",
                    help="time the informers have to list everything; past it the operator logs which one is "
                         "stuck and why (e.g. 403 on list services), stays unready and keeps retrying (default 1m)")
