@@ -575,7 +575,8 @@ def test_the_webhook_configuration_rule_and_its_policy_only_when_the_operator_wr
         assert len(vap) == len(binding) == 1 and flags["webhook_configuration"] == RELEASE
     else:
         assert rules == [] and vap == [] and binding == []
-        assert not flags["webhook_configuration"]  # and the operator is told to write nothing
+        # and the operator writes no configuration: no webhooks, or none named
+        assert flags["webhook_port"] == 0 or not flags["webhook_configuration"], flags
     # every other rule is the manifests' (only that one is left out)
     manifest_rules = yaml.safe_load((MANIFESTS / "02-clusterrole.yaml").read_text())["rules"]
     assert [r for r in the(docs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" not in r["apiGroups"]] == [
@@ -631,20 +632,35 @@ def test_the_network_policy_takes_its_sources_from_the_values(tools, tmp_path):
 
 def test_a_value_with_a_newline_cannot_inject_arguments(tools, tmp_path):
     """Every templated argument is quoted: a newline (or YAML list syntax) stays inside one
-    argument, which the operator's parser then sees whole."""
-    evil = "x\n- --leader-elect=false\n- --webhook-configuration=victim"
-    docs = render(tools, tmp_path, {"schedulerName": evil, "logLevel": "info\n- --dry-run",
-                                    "leaderElection": {"namespace": "kube-system\n- --kubeconfig=/tmp/x",
-                                                       "leaseDuration": "15s\n- --metrics-port=1"},
-                                    "extraArgs": ["--revision-history-limit=5\n- --leader-elect=false"]})
-    (c,) = the(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
-    clean = render(tools, tmp_path, {})
-    (c0,) = the(clean, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert len(c["args"]) == len(c0["args"]) + 1  # the one extraArg, nothing injected
-    assert f"--scheduler-name={evil}" in c["args"]
-    assert "--leader-elect=false" not in c["args"] and "--webhook-configuration=victim" not in c["args"]
-    assert "--leader-elect-resource-namespace=kube-system\n- --kubeconfig=/tmp/x" in c["args"]
-    assert not [a for a in c["args"] if a.startswith(("--kubeconfig", "--dry-run", "--metrics-port=1"))]
+    argument, which the operator's parser then sees whole (or the API server refuses, where a
+    value also names an object, as the Lease's namespace does its Role's)."""
+    def args(values: dict) -> list[str]:
+        (c,) = the(render(tools, tmp_path, {"policies": [], **values}), "Deployment")["spec"]["template"]["spec"][
+            "containers"]
+        return c["args"]
+
+    # indented as the template's args: without quoting, these would be two more list items
+    inject = "\n            - --kubeconfig=/tmp/x\n            - --webhook-configuration=victim"
+    clean = args({})
+    got = args({"logLevel": "info" + inject,
+                "leaderElection": {"leaseDuration": "15s" + inject, "renewDeadline": "10s" + inject,
+                                   "retryPeriod": "2s" + inject, "namespace": "kube-system" + inject},
+                "extraArgs": ["--revision-history-limit=5" + inject]})
+    assert len(got) == len(clean) + 1, got  # the one extraArg, nothing injected
+    for arg in ("--log-level=info", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s",
+                "--leader-elect-retry-period=2s", "--leader-elect-resource-namespace=kube-system",
+                "--revision-history-limit=5"):
+        assert arg + inject in got, arg
+    # the scheduler name (without leader election: with it, it also names the Lease in a Role)
+    evil = "x\n- --leader-elect=true" + inject
+    got = args({"schedulerName": evil, "leaderElection": {"enabled": False}, "replicas": 1})
+    assert f"--scheduler-name={evil}" in got and len(got) == len(args({"leaderElection": {"enabled": False},
+                                                                       "replicas": 1}))
+    assert got.count("--leader-elect=false") == 1 and "--leader-elect=true" not in got
+    assert not [a for a in got if a.startswith(("--kubeconfig", "--webhook-configuration=victim"))]
+    # the operator's parser refuses such a value whole instead of running with it
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--leader-elect-lease-duration=15s" + inject])
 
 
 def test_the_charts_policy_confines_its_release_on_the_api_server(tools, kinds, api, core, tmp_path):
