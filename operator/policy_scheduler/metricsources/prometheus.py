@@ -46,10 +46,8 @@ from ..framework.metricview import MetricsView, Sample, SeriesKey, node_key
 from ..framework.registry import Registry
 from ..plugins import default_registry
 from .manager import MetricSources
-from .promclient import QueryError, Unreachable, clean, prometheus_api_query
-
-__all__ = ["PrometheusMetricSources", "PolicySource", "SourceConfig", "QueryError", "Unreachable",
-           "parse_vector", "prometheus_api_query", "query_executor", "EVENT"]
+# QueryError, Unreachable and prometheus_api_query are imported from here by callers (whatif, tests)
+from .promclient import QueryError, Unreachable, clean, prometheus_api_query  # noqa: F401
 
 log = logging.getLogger("policy_scheduler.metrics")
 
