@@ -10,6 +10,7 @@ without helm in tests/unit/test_chart.py."""
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 from pathlib import Path
@@ -32,7 +33,9 @@ RELEASE = "policy-scheduler"
 LEASE_NS = "kube-system"
 POLICY_NAMES = sorted(p.stem for p in (ROOT / "policies").glob("*.yaml"))
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
-CLUSTER_KINDS = ("ClusterRole", "ClusterRoleBinding", "SchedulingPolicy", "CustomResourceDefinition", *WEBHOOK_KINDS)
+VAP_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+CLUSTER_KINDS = ("ClusterRole", "ClusterRoleBinding", "SchedulingPolicy", "CustomResourceDefinition", *WEBHOOK_KINDS,
+                 *VAP_KINDS)
 
 # Minimal CRDs of the kinds the chart renders from other projects, so that the dry run validates
 # them too: subsets of the Prometheus Operator's and cert-manager's schemas (the fields the chart
@@ -327,6 +330,10 @@ def test_the_default_values_render_the_objects_of_the_manifests(template):
             assert d["metadata"].get("annotations") == p["metadata"].get("annotations"), key(d)
         elif d["kind"] == "PodDisruptionBudget":
             assert d["spec"]["minAvailable"] == p["spec"]["minAvailable"]
+        elif d["kind"] in VAP_KINDS:  # the same CEL, the same names
+            assert d["spec"] == p["spec"], key(d)
+        elif d["kind"] == "NetworkPolicy":
+            assert (d["spec"]["ingress"], d["spec"]["policyTypes"]) == (p["spec"]["ingress"], p["spec"]["policyTypes"])
     dep, plain_dep = the(chart, "Deployment"), the(plain, "Deployment")
     assert dep["spec"]["replicas"] == plain_dep["spec"]["replicas"]
     assert dep["spec"]["strategy"] == plain_dep["spec"]["strategy"]
@@ -350,6 +357,7 @@ def test_the_default_values_render_the_objects_of_the_manifests(template):
     for d in by_kind(chart, "Service"):
         assert d["spec"]["selector"] == selector
     assert the(chart, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == selector
+    assert the(chart, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"] == selector
     # the example policy `default`, owned by this instance
     (policy,) = by_kind(docs_of(template("defaults", MANIFESTS_NS)), "SchedulingPolicy")
     assert policy["metadata"]["name"] == "default" and policy["spec"]["schedulerName"] == "policy-scheduler"
@@ -378,6 +386,9 @@ def test_cert_manager_and_servicemonitor(template):
     role = next(d for d in by_kind(docs, "Role") if d["metadata"]["name"].endswith(":webhook-certificates"))
     assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
                               "resourceNames": [cert["spec"]["secretName"]], "verbs": ["get"]}]
+    # the CA injector writes the caBundle: no webhook-configuration rule, so no policy narrowing it
+    assert not [r for r in the(docs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert not [d for d in docs if d["kind"] in VAP_KINDS]
     # the ServiceMonitor selects the metrics Service (and no other) by labels, port metrics
     sm = the(docs, "ServiceMonitor")
     assert sm["metadata"]["labels"]["release"] == "prometheus"
@@ -396,7 +407,11 @@ def test_one_replica_without_election_or_webhooks(template):
     docs = docs_of(template("one-replica-no-election-no-webhooks", "ops"))
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(["CustomResourceDefinition"] * 2 + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                                                               "Role", "RoleBinding", "Service", "Deployment"]), kinds
+                                                               "Role", "RoleBinding", "Service", "Deployment",
+                                                               "NetworkPolicy"]), kinds
+    # no webhooks: no webhook-configuration rule, no policy, no webhook port in the NetworkPolicy
+    assert not [r for r in the(docs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert [p["port"] for r in the(docs, "NetworkPolicy")["spec"]["ingress"] for p in r["ports"]] == [8081, 8080]
     dep = the(docs, "Deployment")
     assert dep["spec"]["replicas"] == 1
     assert dep["spec"]["strategy"] == {"type": "Recreate"}  # never two instances without a Lease
@@ -431,6 +446,13 @@ def test_custom_values(template):
     assert [r["resourceNames"] for r in rules if "admissionregistration.k8s.io" in r["apiGroups"]] == [
         ["batch-policy-scheduler"]]
     assert [d["metadata"]["name"] for d in docs if d["kind"] in WEBHOOK_KINDS] == ["batch-policy-scheduler"] * 2
+    # the policy narrowing that rule names the release's ServiceAccount and configurations
+    vap = the(docs, "ValidatingAdmissionPolicy")
+    assert vap["metadata"]["name"] == "batch-policy-scheduler-webhook-configurations"
+    assert vap["spec"]["matchConditions"][0]["expression"] == (
+        'request.userInfo.username == "system:serviceaccount:ops:batch-policy-scheduler"')
+    assert 'request.name == "batch-policy-scheduler"' in vap["spec"]["validations"][0]["expression"]
+    assert the(docs, "ValidatingAdmissionPolicyBinding")["spec"]["policyName"] == vap["metadata"]["name"]
     assert flags["webhook_secret"][1] in next(
         r["resourceNames"] for d in by_kind(docs, "Role") for r in d["rules"] if "resourceNames" in r
         and r["resources"] == ["secrets"])
@@ -520,3 +542,165 @@ def test_helm_upgrade_keeps_policies_and_revisions(tools, kinds, api, core, rele
         tools("helm", "uninstall", rel, "-n", release_ns, check=False)
         objs.delete_cluster_custom_object(GROUP, VERSION, PLURAL, mine)
         apps.delete_collection_namespaced_controller_revision(release_ns, label_selector=f"policy-scheduler.io/policy={mine}")
+
+
+# ---------------------------------------------------------------------------------------------
+# least privilege: the webhook-configuration rule and its policy, the NetworkPolicy, quoting
+
+
+def render(tools, tmp_path, values: dict, release: str = RELEASE, namespace: str = "ops") -> list[dict]:
+    f = tmp_path / "values.yaml"
+    f.write_text(yaml.safe_dump(values))
+    return docs_of(tools("helm", "template", release, str(CHART), "--namespace", namespace, "-f", str(f)).stdout)
+
+
+@pytest.mark.parametrize("values, writes", [
+    ({}, True),
+    ({"webhooks": {"enabled": False}}, False),
+    ({"webhooks": {"certificates": {"mode": "certManager"}}}, False),
+    ({"webhooks": {"enabled": False, "certificates": {"mode": "certManager"}}}, False),
+])
+def test_the_webhook_configuration_rule_and_its_policy_only_when_the_operator_writes_the_ca_bundle(
+        tools, tmp_path, values, writes):
+    docs = render(tools, tmp_path, values)
+    rules = [r for r in the(docs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
+    vap = by_kind(docs, "ValidatingAdmissionPolicy")
+    binding = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    (c,) = the(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    flags = operator_flags(c["args"])
+    if writes:
+        assert rules == [{"apiGroups": ["admissionregistration.k8s.io"],
+                          "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+                          "resourceNames": [RELEASE], "verbs": ["get", "update"]}]
+        assert len(vap) == len(binding) == 1 and flags["webhook_configuration"] == RELEASE
+    else:
+        assert rules == [] and vap == [] and binding == []
+        # and the operator writes no configuration: no webhooks, or none named
+        assert flags["webhook_port"] == 0 or not flags["webhook_configuration"], flags
+    # every other rule is the manifests' (only that one is left out)
+    manifest_rules = yaml.safe_load((MANIFESTS / "02-clusterrole.yaml").read_text())["rules"]
+    assert [r for r in the(docs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" not in r["apiGroups"]] == [
+        r for r in manifest_rules if "admissionregistration.k8s.io" not in r["apiGroups"]]
+    # the policy can be turned off (clusters before 1.30), the rule stays
+    if writes:
+        off = render(tools, tmp_path, {**values, "webhooks": {"configurationPolicy": {"enabled": False}}})
+        assert not [d for d in off if d["kind"] in VAP_KINDS]
+        assert [r for r in the(off, "ClusterRole")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
+
+
+def _ports(docs: list[dict]) -> tuple[list[int], list[int]]:
+    (c,) = the(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    np = the(docs, "NetworkPolicy")
+    return (sorted(p["containerPort"] for p in c["ports"]),
+            sorted(p["port"] for r in np["spec"]["ingress"] for p in r["ports"]))
+
+
+@pytest.mark.parametrize("values", [{}, {"metrics": {"port": 9100}, "webhooks": {"port": 10443}},
+                                    {"webhooks": {"enabled": False}}])
+def test_the_network_policy_opens_exactly_the_containers_ports(tools, tmp_path, values):
+    docs = render(tools, tmp_path, values)
+    container, opened = _ports(docs)
+    assert opened == container
+    # the defaults: each port from anywhere (no `from`), nothing else
+    for rule in the(docs, "NetworkPolicy")["spec"]["ingress"]:
+        assert set(rule) == {"ports"}, rule
+    # and the flags the operator listens on
+    (c,) = the(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    flags = operator_flags(c["args"])
+    assert sorted(x for x in (flags["health_port"], flags["metrics_port"], flags["webhook_port"]) if x) == container
+
+
+def test_the_network_policy_takes_its_sources_from_the_values(tools, tmp_path):
+    extra = {"from": [{"podSelector": {"matchLabels": {"app": "debug"}}}], "ports": [{"port": 8080}]}
+    docs = render(tools, tmp_path, {"networkPolicy": {
+        "webhook": {"apiServerCIDRs": ["10.0.0.0/24", "fd00::/64"]},
+        "metrics": {"namespace": "monitoring", "podSelector": {"app.kubernetes.io/name": "prometheus"}},
+        "probes": {"nodeCIDRs": ["192.168.0.0/16"]},
+        "extraIngress": [extra]}})
+    np = the(docs, "NetworkPolicy")
+    assert np["metadata"]["namespace"] == "ops"
+    assert np["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": 9443}],
+         "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"ipBlock": {"cidr": "fd00::/64"}}]},
+        {"ports": [{"protocol": "TCP", "port": 8081}],
+         "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                   "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]},
+        {"ports": [{"protocol": "TCP", "port": 8080}], "from": [{"ipBlock": {"cidr": "192.168.0.0/16"}}]},
+        extra]
+    assert not by_kind(render(tools, tmp_path, {"networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
+def test_a_value_with_a_newline_cannot_inject_arguments(tools, tmp_path):
+    """Every templated argument is quoted: a newline (or YAML list syntax) stays inside one
+    argument, which the operator's parser then sees whole (or the API server refuses, where a
+    value also names an object, as the Lease's namespace does its Role's)."""
+    def args(values: dict) -> list[str]:
+        (c,) = the(render(tools, tmp_path, {"policies": [], **values}), "Deployment")["spec"]["template"]["spec"][
+            "containers"]
+        return c["args"]
+
+    # indented as the template's args: without quoting, these would be two more list items
+    inject = "\n            - --kubeconfig=/tmp/x\n            - --webhook-configuration=victim"
+    clean = args({})
+    got = args({"logLevel": "info" + inject,
+                "leaderElection": {"leaseDuration": "15s" + inject, "renewDeadline": "10s" + inject,
+                                   "retryPeriod": "2s" + inject, "namespace": "kube-system" + inject},
+                "extraArgs": ["--revision-history-limit=5" + inject]})
+    assert len(got) == len(clean) + 1, got  # the one extraArg, nothing injected
+    for arg in ("--log-level=info", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s",
+                "--leader-elect-retry-period=2s", "--leader-elect-resource-namespace=kube-system",
+                "--revision-history-limit=5"):
+        assert arg + inject in got, arg
+    # the scheduler name (without leader election: with it, it also names the Lease in a Role)
+    evil = "x\n- --leader-elect=true" + inject
+    got = args({"schedulerName": evil, "leaderElection": {"enabled": False}, "replicas": 1})
+    assert f"--scheduler-name={evil}" in got and len(got) == len(args({"leaderElection": {"enabled": False},
+                                                                       "replicas": 1}))
+    assert got.count("--leader-elect=false") == 1 and "--leader-elect=true" not in got
+    assert not [a for a in got if a.startswith(("--kubeconfig", "--webhook-configuration=victim"))]
+    # the operator's parser refuses such a value whole instead of running with it
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--leader-elect-lease-duration=15s" + inject])
+
+
+def test_the_charts_policy_confines_its_release_on_the_api_server(tools, kinds, api, core, tmp_path):
+    """The policy as Helm renders it for a release of another name and namespace (its CEL with
+    the names filled in), applied with the release's RBAC and webhook configurations: as the
+    release's ServiceAccount, a caBundle change passes and a rules change is refused."""
+    ns = f"t-helm-vap-{os.getpid() % 1000}"
+    made_ns = _ensure_namespace(core, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    docs = render(tools, tmp_path, {"policies": []}, release="vap", namespace=ns)
+    keep = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", *WEBHOOK_KINDS, *VAP_KINDS)
+    text = yaml.safe_dump_all([d for d in docs if d["kind"] in keep])
+    name = "vap-policy-scheduler"
+    adm = client.AdmissionregistrationV1Api(api)
+    try:
+        tools("kubectl", "apply", "-f", "-", stdin=text)
+        sa_client = client.ApiClient(api.configuration)  # the admin's, impersonating the ServiceAccount
+        sa_client.set_default_header("Impersonate-User", f"system:serviceaccount:{ns}:{name}")
+        as_sa = client.AdmissionregistrationV1Api(sa_client)
+
+        def current() -> dict:
+            return client.ApiClient().sanitize_for_serialization(adm.read_mutating_webhook_configuration(name))
+
+        def refused_rules() -> bool:
+            body = current()
+            body["webhooks"][0]["rules"][0]["operations"] = ["CREATE", "UPDATE"]
+            try:
+                as_sa.replace_mutating_webhook_configuration(name, body, dry_run="All")
+            except ApiException as e:
+                assert e.status in (403, 422) and f"ValidatingAdmissionPolicy '{name}-webhook-configurations'" in e.body
+                assert f"the {name} ServiceAccount may change only clientConfig.caBundle" in e.body, e.body
+                return True
+            return False
+
+        wait_for(refused_rules, 30, interval=0.5, what="the chart's policy enforced")
+        body = current()
+        for w in body["webhooks"]:
+            w["clientConfig"]["caBundle"] = base64.b64encode(b"ca").decode()
+        as_sa.replace_mutating_webhook_configuration(name, body)
+        assert current()["webhooks"][0]["clientConfig"]["caBundle"] == base64.b64encode(b"ca").decode()
+    finally:
+        tools("kubectl", "delete", "--ignore-not-found", "-f", "-", stdin=text, check=False)
+        if made_ns:
+            _finalize(core, ns)

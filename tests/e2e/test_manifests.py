@@ -131,6 +131,12 @@ def installed(api, crd):
                 client.RbacAuthorizationV1Api(api).delete_namespaced_role_binding(meta["name"], meta["namespace"])
             elif kind == "PodDisruptionBudget":
                 client.PolicyV1Api(api).delete_namespaced_pod_disruption_budget(meta["name"], meta["namespace"])
+            elif kind == "NetworkPolicy":
+                client.NetworkingV1Api(api).delete_namespaced_network_policy(meta["name"], meta["namespace"])
+            elif kind == "ValidatingAdmissionPolicy":
+                client.AdmissionregistrationV1Api(api).delete_validating_admission_policy(meta["name"])
+            elif kind == "ValidatingAdmissionPolicyBinding":
+                client.AdmissionregistrationV1Api(api).delete_validating_admission_policy_binding(meta["name"])
             else:
                 raise AssertionError(f"no cleanup for {kind}")
         except ApiException as e:
@@ -139,6 +145,7 @@ def installed(api, crd):
 
 
 WEBHOOK_CONFIG_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+VAP_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
 def test_layout_installs_in_one_go():
@@ -152,11 +159,11 @@ def test_layout_installs_in_one_go():
     assert sorted(d["kind"] for d in docs) == sorted(
         ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "Service",
          "Role", "RoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "PodDisruptionBudget",
-         *WEBHOOK_CONFIG_KINDS])
+         *WEBHOOK_CONFIG_KINDS, *VAP_KINDS, "NetworkPolicy"])
     for d in docs:
         if d["kind"] in ("Role", "RoleBinding") and "leader-election" in d["metadata"]["name"]:
             assert d["metadata"]["namespace"] == LEASE_NAMESPACE, d["kind"]
-        elif d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", *WEBHOOK_CONFIG_KINDS):
+        elif d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", *WEBHOOK_CONFIG_KINDS, *VAP_KINDS):
             assert d["metadata"]["namespace"] == ns, d["kind"]
     sa, binding, dep = the("ServiceAccount"), the("ClusterRoleBinding"), the("Deployment")
     assert binding["roleRef"]["name"] == the("ClusterRole")["metadata"]["name"]

@@ -105,3 +105,62 @@ def test_helm_is_pinned_in_one_version():
     gomod = (ROOT / "hack" / "helm" / "go.mod").read_text()
     assert re.search(rf"^\s*(require\s+)?helm\.sh/helm/v3 {re.escape(env['HELM_VERSION'])}$", gomod, re.M), (
         "hack/helm/go.mod must require helm.sh/helm/v3 at HELM_VERSION of hack/versions.env")
+
+
+def _manifest(name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((ROOT / "manifests" / name).read_text()) if d]
+
+
+def test_the_network_policy_opens_exactly_the_deployments_ports():
+    """manifests/11-networkpolicy.yaml lets in exactly the container's ports (no drift: a port
+    moved in one file and not in the other fails here; the chart's is tests/e2e/test_helm.py's)."""
+    (np,) = _manifest("11-networkpolicy.yaml")
+    (dep,) = _manifest("04-deployment.yaml")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    container = sorted(p["containerPort"] for p in c["ports"])
+    opened = sorted(p["port"] for rule in np["spec"]["ingress"] for p in rule["ports"])
+    assert opened == container
+    assert all(p.get("protocol", "TCP") == "TCP" for rule in np["spec"]["ingress"] for p in rule["ports"])
+    # ... and they are the ports the operator is told to listen on
+    args = c["args"]
+    flags = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--")}
+    assert sorted(int(flags[f]) for f in ("--health-port", "--metrics-port", "--webhook-port")) == container
+    assert np["spec"]["podSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    assert np["spec"]["policyTypes"] == ["Ingress"] and np["metadata"]["namespace"] == dep["metadata"]["namespace"]
+
+
+def test_the_webhook_configuration_policy_names_the_manifests_objects():
+    """The ValidatingAdmissionPolicy matches the ServiceAccount of the ClusterRoleBinding, covers
+    the resources of the ClusterRole's webhook-configuration rule, and allows only their names."""
+    vap, binding = _manifest("10-webhook-configurations-policy.yaml")
+    assert (vap["kind"], binding["kind"]) == ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    assert vap["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert binding["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
+    (crb,) = _manifest("03-clusterrolebinding.yaml")
+    (sa,) = crb["subjects"]
+    (cond,) = vap["spec"]["matchConditions"]
+    assert cond["expression"] == f'request.userInfo.username == "system:serviceaccount:{sa["namespace"]}:{sa["name"]}"'
+    (rule,) = [r for r in yaml.safe_load((ROOT / "manifests" / "02-clusterrole.yaml").read_text())["rules"]
+               if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert rule["verbs"] == ["get", "update"]
+    (name,) = rule["resourceNames"]
+    (match,) = vap["spec"]["matchConstraints"]["resourceRules"]
+    assert sorted(match["resources"]) == sorted(rule["resources"])
+    assert set(match["operations"]) >= {"CREATE", "UPDATE", "DELETE"}
+    assert f'request.name == "{name}"' in vap["spec"]["validations"][0]["expression"]
+    webhooks = [d for d in _manifest("08-webhooks.yaml") if d["kind"].endswith("WebhookConfiguration")]
+    assert [d["metadata"]["name"] for d in webhooks] == [name, name]
+    assert vap["spec"]["failurePolicy"] == "Fail"
+
+
+def test_the_chart_renders_the_webhook_configuration_rule_only_when_the_operator_writes_the_ca_bundle():
+    """Without helm: the template keeps the rule behind writesCABundle (webhooks on, selfSigned),
+    and the policy behind the same condition (rendered by tests/e2e/test_helm.py)."""
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    assert re.search(r'define "policy-scheduler.writesCABundle".*\n.*and \.Values\.webhooks\.enabled '
+                     r'\(eq \.Values\.webhooks\.certificates\.mode "selfSigned"\)', helpers), helpers
+    role = (CHART / "templates" / "clusterrole.yaml").read_text()
+    assert '$writes := include "policy-scheduler.writesCABundle" .' in role
+    vap = (CHART / "templates" / "webhook-configurations-policy.yaml").read_text()
+    assert vap.startswith('{{- if and (include "policy-scheduler.writesCABundle" .) '
+                          '.Values.webhooks.configurationPolicy.enabled }}')

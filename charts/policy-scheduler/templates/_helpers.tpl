@@ -51,6 +51,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- define "policy-scheduler.certManager" -}}
 {{- if and .Values.webhooks.enabled (eq .Values.webhooks.certificates.mode "certManager") }}true{{ end }}
 {{- end }}
+{{/* The operator writes the caBundle of its webhook configurations (webhooks on, its own
+certificates): only then does the ClusterRole grant it get/update on them, and only then is the
+ValidatingAdmissionPolicy that narrows that update to caBundle rendered. */}}
+{{- define "policy-scheduler.writesCABundle" -}}
+{{- if and .Values.webhooks.enabled (eq .Values.webhooks.certificates.mode "selfSigned") }}true{{ end }}
+{{- end }}
 
 {{/* The values that cannot work together fail the render with the reason. */}}
 {{- define "policy-scheduler.validate" -}}

@@ -6,11 +6,14 @@ and publishes the results to the policy's MetricsView (framework/metricview.py),
 plugins read. A node keeps its latest value, with the value's sample time, until a newer one
 arrives: it is fresh while no older than ``ttl``, stale after, and missing without any value.
 
-Queries go through prometheus-api-client (``PrometheusConnect.custom_query``). It is
-synchronous, so it runs in a thread (``asyncio.to_thread``), never on the scheduling loop; its
-default retries (three, with backoff) and its missing default timeout are replaced by no retry
-(the next refresh is the retry) and the policy's ``queryTimeout``, also sent to Prometheus as
-the query's own evaluation timeout.
+Queries go through promclient.py: plain HTTP GETs of ``/api/v1/query``, with no retry (the
+next refresh is the retry), the policy's ``queryTimeout`` as a total deadline (also sent to
+Prometheus as the query's own evaluation timeout) and a 16 MiB cap on the answer. They are
+blocking, so they run in this module's own small thread pool (``QUERY_THREADS``), never on the
+scheduling loop and never in asyncio's default executor: the API client renews its token there,
+and hung queries must not delay it. What a query's error puts into the policy's status is
+Prometheus's ``errorType``/``error`` or the operator's own words, bounded and without control
+characters, never the raw answer (the address is the policy author's choice).
 
 When Prometheus cannot be reached, the source keeps its values (they turn stale after ``ttl``)
 and logs one line; when it answers again, one more line. The policy's status shows a Degraded
@@ -24,13 +27,12 @@ operator's clock, so both are assumed NTP-synchronised (``usageLag`` absorbs sma
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import json
 import logging
 import math
-import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -44,6 +46,8 @@ from ..framework.metricview import MetricsView, Sample, SeriesKey, node_key
 from ..framework.registry import Registry
 from ..plugins import default_registry
 from .manager import MetricSources
+# QueryError, Unreachable and prometheus_api_query are imported from here by callers (whatif, tests)
+from .promclient import QueryError, Unreachable, clean, prometheus_api_query  # noqa: F401
 
 log = logging.getLogger("policy_scheduler.metrics")
 
@@ -53,55 +57,24 @@ DEFAULT_TTL = 120.0
 DEFAULT_USAGE_LAG = 60.0
 FORGET_AFTER_TTLS = 10  # a node's value older than this many ttls is forgotten: missing
 EVENT = METRICS_REFRESH  # the queue event: metric plugins' rejections may be lifted
+# Threads of the queries, for the whole process. Few: each query asks for every node at once, and
+# a query ends at its deadline, so a hung Prometheus holds at most this many threads and the
+# other queries wait (and time out) in the pool's queue instead of piling up threads.
+QUERY_THREADS = 4
+STATUS_ERROR_CHARS = 400  # one query's error text in the policy status
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
 
 
-class QueryError(Exception):
-    """Prometheus answered, but the query is invalid or its result is not a vector keyed by node."""
-
-
-class Unreachable(Exception):
-    """No usable answer: connection refused, timeout, or a server error."""
-
-
-def _prometheus_error(text: str) -> tuple[int | None, str]:
-    """(HTTP status, Prometheus's error text) from a PrometheusApiClientException message,
-    "HTTP Status Code 400 (b'{...json...}')"."""
-    m = re.match(r"HTTP Status Code (\d+) \((.*)\)$", text, re.S)
-    if not m:
-        return None, text
-    status, body = int(m.group(1)), m.group(2)
-    try:
-        raw = ast.literal_eval(body)
-        doc = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-        return status, f"{doc.get('errorType', 'error')}: {doc.get('error', '')}"
-    except (ValueError, SyntaxError, AttributeError, TypeError):
-        return status, body[:300]
-
-
-def prometheus_api_query(address: str, query: str, timeout: float) -> list:
-    """One instant query through prometheus-api-client; blocking (call it in a thread)."""
-    import requests
-    from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
-    from urllib3.util.retry import Retry
-
-    client = PrometheusConnect(url=address, retry=Retry(total=0, raise_on_status=False), timeout=timeout)
-    try:
-        return client.custom_query(query, params={"timeout": f"{timeout:g}s"})
-    except PrometheusApiClientException as e:
-        status, msg = _prometheus_error(str(e))
-        if status in (400, 422):  # bad_data, execution: the query is at fault
-            raise QueryError(msg) from None
-        raise Unreachable(f"HTTP {status}: {msg}") from None
-    except requests.Timeout:
-        raise Unreachable(f"no answer within {timeout:g}s") from None
-    except requests.RequestException as e:
-        cause = e.args[0] if e.args else e
-        reason = getattr(cause, "reason", cause)
-        raise Unreachable(f"{type(e).__name__}: {reason}") from None
-    except (ValueError, KeyError, TypeError) as e:  # an answer, but not Prometheus's JSON
-        raise Unreachable(f"not a Prometheus API answer ({type(e).__name__}: {e})") from None
-    finally:
-        client.close()
+def query_executor() -> ThreadPoolExecutor:
+    """The queries' own thread pool (made on first use): not asyncio's default executor, which
+    the API client's token renewal shares."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=QUERY_THREADS, thread_name_prefix="prometheus-query")
+        return _executor
 
 
 def parse_vector(result: Any, node_label: str) -> dict[str, Sample]:
@@ -128,7 +101,9 @@ def parse_vector(result: Any, node_label: str) -> dict[str, Sample]:
         if node not in out or v > out[node][0]:
             out[node] = (v, t)
     if result and not out and labels:
-        raise QueryError(f"no series has the label {node_label!r} (labels: {', '.join(sorted(labels))}); "
+        names = sorted(labels)
+        shown = ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+        raise QueryError(f"no series has the label {node_label!r} (labels: {shown}); "
                          "set nodeLabel or aggregate by it")
     return out
 
@@ -179,19 +154,21 @@ class PolicySource:
 
         async def one(key: SeriesKey) -> tuple[str, Any]:
             query, label = key
+            loop = asyncio.get_running_loop()
             try:
                 got = await asyncio.wait_for(
-                    asyncio.to_thread(lambda: parse_vector(query_fn(cfg.address, query, cfg.timeout), label)),
+                    loop.run_in_executor(query_executor(),
+                                         lambda: parse_vector(query_fn(cfg.address, query, cfg.timeout), label)),
                     cfg.timeout + 1.0)
                 return "ok", got
             except QueryError as e:
-                return "query", str(e)
+                return "query", clean(e, STATUS_ERROR_CHARS)
             except Unreachable as e:
-                return "down", str(e)
+                return "down", clean(e, STATUS_ERROR_CHARS)
             except asyncio.TimeoutError:
                 return "down", f"no answer within {cfg.timeout:g}s"
             except Exception as e:  # anything else: no usable answer this time
-                return "down", f"{type(e).__name__}: {e}"
+                return "down", clean(f"{type(e).__name__}: {e}", STATUS_ERROR_CHARS)
 
         outcomes = await asyncio.gather(*(one(k) for k in keys))
         now = self.clock()
