@@ -17,6 +17,7 @@ from policy_scheduler.cluster.apicalls import DELETED, ApiCalls
 from policy_scheduler.cluster.kubeclient import Credentials, Fenced, KubeClient
 from policy_scheduler.cluster.leader import Leadership
 from policy_scheduler.cluster.telemetry import Telemetry
+from policy_scheduler.framework.interface import PodGone
 from policy_scheduler.framework.model.podinfo import PodInfo
 
 
@@ -85,7 +86,7 @@ def test_a_request_that_waits_in_the_token_bucket_past_the_deadline_is_not_sent(
 
 def test_the_time_left_is_the_request_timeout():
     async def go():
-        server = Server(delay=2.0)
+        server = Server(delay=1.0)
         async with server as url:
             client = KubeClient(Credentials(server=url, ssl_context=True), qps=0, burst=1)
             t0 = time.monotonic()
@@ -157,7 +158,7 @@ def test_a_binding_and_a_victims_delete_queued_past_the_deadline_are_dropped():
 
 def test_a_delete_that_got_no_answer_is_read_back_not_failed():
     async def go():
-        server = Server(delay=2.0)
+        server = Server(delay=1.0)
         async with server as url:
             client = KubeClient(Credentials(server=url, ssl_context=True), qps=0, burst=1)
             api = ApiCalls(client, Lease(time.monotonic() + 0.5), Telemetry(), lambda: "v1")
@@ -170,5 +171,27 @@ def test_a_delete_that_got_no_answer_is_read_back_not_failed():
             assert await api.victim_state(victim) is None  # still there: failed
             server.pod = None
             assert await api.victim_state(victim) == "gone"
+            await client.close()
+    asyncio.run(go())
+
+
+def test_a_binding_that_got_no_answer_is_read_back_before_the_pod_is_unreserved():
+    async def go():
+        server = Server(delay=1.0)
+        async with server as url:
+            client = KubeClient(Credentials(server=url, ssl_context=True), qps=0, burst=1)
+            tel = Telemetry()
+            pod = _pod("a")
+            server.pod = {"metadata": {"name": "a", "namespace": "ns", "uid": "uid-a"}, "spec": {"nodeName": "n1"}}
+            api = ApiCalls(client, Lease(time.monotonic() + 0.3), tel, lambda: "v1")
+            assert (await api.bind(pod, "n1", {})).is_success  # timed out, but bound there after all
+            server.pod["spec"] = {}
+            api = ApiCalls(client, Lease(time.monotonic() + 0.3), tel, lambda: "v1")
+            status = await api.bind(pod, "n1", {})
+            assert not status.is_success and "TimeoutError" in status.message()  # not bound: requeued
+            server.pod["spec"] = {"nodeName": "n2"}
+            api = ApiCalls(client, Lease(time.monotonic() + 0.3), tel, lambda: "v1")
+            with pytest.raises(PodGone):  # bound elsewhere meanwhile: nothing to do
+                await api.bind(pod, "n1", {})
             await client.close()
     asyncio.run(go())
