@@ -416,7 +416,10 @@ class LeaderElector(Leadership):
         except Exception:  # a bug must not leave a leader that believes it leads
             log.exception("lease %s: leader election failed", self.lease)
         self.lost = True
-        reason = self.last_error or (f"the lease is held by {self.leader}" if self.leader else "no renewal")
+        renewed = self.renewed_at
+        reason = self.last_error or (
+            f"the lease is held by {self.leader}" if self.leader not in ("", self.config.identity)
+            else "no renewal" if renewed is None else f"last renewal {self.clock() - renewed:.1f}s ago")
         log.error("leader election lost: lease %s not renewed within %gs (%s)", self.lease,
                   self.config.renew_deadline, reason)
         return "lost"
