@@ -52,9 +52,11 @@ LEASE_QPS, LEASE_BURST = 5.0, 10
 
 def lease_client(client: KubeClient) -> KubeClient:
     """The election's own client over the operator client's credentials (token renewal
-    included): its own connections and token bucket; its User-Agent names it."""
-    return KubeClient(client.creds, qps=LEASE_QPS, burst=LEASE_BURST,
-                      user_agent=f"{client.user_agent}/leader-election")
+    included): its own connections and token bucket; its User-Agent names it. Its requests
+    count in the same ``rest_client_*`` metrics (thread-safe Prometheus children)."""
+    own = KubeClient(client.creds, qps=LEASE_QPS, burst=LEASE_BURST, user_agent=f"{client.user_agent}/leader-election")
+    own.metrics = client.metrics
+    return own
 
 
 def default_identity() -> str:

@@ -175,7 +175,7 @@ def test_the_election_has_its_own_client_and_token_bucket():
     main = KubeClient(Credentials(server="https://127.0.0.1:6443", ssl_context=True), qps=1, burst=1)
     own = lease_client(main)
     assert own is not main and own.bucket is not main.bucket and own.creds is main.creds
-    assert own.user_agent == "policy-scheduler/leader-election"
+    assert own.user_agent == "policy-scheduler/leader-election" and own.metrics is main.metrics
 
 
 def test_the_lease_is_valid_until_the_renew_deadline_on_the_monotonic_clock():
