@@ -252,11 +252,14 @@ class LocalCluster:
         return self.state.get("feature_gates", "")
 
     def up(self, kwok: bool = False, controller_manager: bool = False, apiserver_port: int | None = None,
-           quiet: bool = False, feature_gates: str = "", runtime_config: str = "") -> "LocalCluster":
+           quiet: bool = False, feature_gates: str = "", runtime_config: str = "",
+           audit_policy: str = "") -> "LocalCluster":
         """Start etcd and kube-apiserver (and kwok, kube-controller-manager). ``feature_gates``
         (``A=true,B=true``) go to kube-apiserver and to every component started later
         (kube-controller-manager, kube-scheduler); ``runtime_config`` (``group/version=true``)
-        to kube-apiserver's --runtime-config. See GANG_FEATURE_GATES and GANG_RUNTIME_CONFIG."""
+        to kube-apiserver's --runtime-config. See GANG_FEATURE_GATES and GANG_RUNTIME_CONFIG.
+        ``audit_policy``: an audit.k8s.io Policy (YAML) that kube-apiserver logs by, as JSON
+        lines, to ``audit_log`` (off by default)."""
         if self.state.get("procs"):
             if self.running() and self.ready():
                 raise ClusterAlreadyUp(self)
@@ -271,7 +274,9 @@ class LocalCluster:
             shutil.rmtree(self.state_dir)
         self.state_dir.mkdir(parents=True)
         self.state = {"procs": {}, "started": time.time(), "feature_gates": feature_gates,
-                      "runtime_config": runtime_config}
+                      "runtime_config": runtime_config, "audit": bool(audit_policy)}
+        if audit_policy:
+            (self.state_dir / "audit-policy.yaml").write_text(audit_policy)
         try:
             self._start_control_plane(apiserver_port)
             if controller_manager:
@@ -284,6 +289,17 @@ class LocalCluster:
         if not quiet:
             log(f"cluster up in {time.monotonic() - t0:.1f}s: {self.server}  (kubeconfig {self.kubeconfig_path})")
         return self
+
+    @property
+    def audit_log(self) -> Path:
+        """kube-apiserver's audit log (JSON lines), when started with an ``audit_policy``."""
+        return self.state_dir / "audit.log"
+
+    def _audit_flags(self) -> list[str]:
+        if not self.state.get("audit"):
+            return []
+        return [f"--audit-policy-file={self.state_dir / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxbackup=0"]
 
     def _start_control_plane(self, apiserver_port: int | None) -> None:
         pki = self.state_dir / "pki"
@@ -326,6 +342,7 @@ class LocalCluster:
             "--enable-priority-and-fairness=false", "--profiling=false", "--v=1",
             *self._gate_flags(),
             *([f"--runtime-config={self.state['runtime_config']}"] if self.state.get("runtime_config") else []),
+            *self._audit_flags(),
         ])
         ca = (pki / "ca.crt").read_bytes()
         user = {"client-certificate-data": base64.b64encode((pki / "admin.crt").read_bytes()).decode(),

@@ -67,11 +67,14 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
 
     def leadership_lost() -> None:
         # kube-scheduler exits at once; kopf is given a few seconds to stop, then the process goes
+        # (a timer thread: it fires even if the loop is stuck). The fence has stopped every write.
         nonlocal lost
         lost = True
         log.critical("leader election lost: stopped scheduling; exiting")
         stop_flag.set()
-        asyncio.get_running_loop().call_later(10.0, os._exit, 1)
+        exit_timer = threading.Timer(10.0, os._exit, (1,))
+        exit_timer.daemon = True
+        exit_timer.start()
 
     engine.on_leadership_lost = leadership_lost
     if a.metrics_port:

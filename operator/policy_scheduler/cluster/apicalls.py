@@ -2,9 +2,12 @@
 DELETE, PodGroup status patches, the binding cycle's nomination for expectation and the requests
 bind-side plugins make (VolumeBinding's PreBind).
 
-Each write is made by the leader only: a standby, or a deposed leader, writes nothing (a Binding
-may not outlive the lease either). Failed requests are told apart with kubeclient's one policy
-(REQUEST_ERRORS, TRANSPORT_ERRORS). Events and PodScheduled conditions go through recorder.py,
+Each write is made by the leader only: a standby, or a deposed leader, writes nothing. Each one
+is fenced when it is sent: it carries the lease's deadline (``Leadership.time_left``) through the
+token bucket and the token renewal, and is dropped unsent once it has passed (kubeclient's
+``fence``: Fenced); the deadline is also its timeout, so no write outlives the lease. Failed
+requests are told apart with kubeclient's one policy (REQUEST_ERRORS, TRANSPORT_ERRORS); a
+Binding or a DELETE that got no answer is read back before it counts as failed. Events and PodScheduled conditions go through recorder.py,
 policy status through policy_status.py; both use the same client and the same policy.
 
 ``OperatorActions`` is what the operator's Handle (cache/handle.py) may do beyond reading the
@@ -28,14 +31,15 @@ from ..framework.model.native_podgroups import api_path as native_pod_groups_pat
 from ..framework.model.podgroups import API_PATH as POD_GROUPS_PATH
 from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code, Status
-from .kubeclient import REQUEST_ERRORS, TRANSPORT_ERRORS, ApiError, KubeClient
+from .kubeclient import REQUEST_ERRORS, TRANSPORT_ERRORS, ApiError, Fenced, KubeClient
 from .leader import Leadership
 from .telemetry import Telemetry
 
 log = logging.getLogger("policy_scheduler")
 
 GATED_CONFLICT = "has non-empty .spec.schedulingGates"
-DELETED, GONE = "deleted", "gone"  # what delete_pod did
+DELETED, GONE, UNKNOWN = "deleted", "gone", "unknown"  # what delete_pod did
+BIND_READBACK_TIMEOUT = 5.0  # seconds to read a pod back after a Binding that got no answer
 
 
 class NotLeader(RuntimeError):
@@ -60,6 +64,11 @@ class ApiCalls:
         if not self.leadership.valid():
             raise NotLeader()
 
+    @property
+    def fence(self) -> Callable[[], float | None]:
+        """What every write carries to the moment it is sent: the lease's time left."""
+        return self.leadership.time_left
+
     async def bind(self, pod: PodInfo, node: str, annotations: Mapping[str, str]) -> Status:
         """POST pods/binding (DefaultBinder through the Handle). Success; PodGone when no binding
         is needed any more; an Error status (the pod is requeued) otherwise. A 409 is told
@@ -71,9 +80,13 @@ class ApiCalls:
         if left is not None and left <= 0:  # not (or no longer) the leader: a deposed leader never binds
             return Status.error("not bound: this replica does not hold the leader lease")
         try:
-            # a leader's binding may not outlive its lease: past the renew deadline another replica may lead
+            # a leader's binding may not outlive its lease: past the renew deadline another replica
+            # may lead. The fence is asked again when the request is sent (after the token bucket)
             await self.client.bind(pod.namespace, pod.name, node, uid=pod.uid or None,
-                                   annotations=dict(annotations), timeout=left)
+                                   annotations=dict(annotations), timeout=left, fence=self.fence)
+        except Fenced:
+            telemetry.bind_errors.labels("fenced").inc()
+            return Status.error("not bound: the leader lease's renew deadline passed before the Binding was sent")
         except ApiError as e:
             telemetry.bind_errors.labels(str(e.status)).inc()
             text = str(e)
@@ -87,9 +100,39 @@ class ApiCalls:
             return Status.error(f"Binding rejected: {text}")
         except TRANSPORT_ERRORS as e:
             telemetry.bind_errors.labels("transport").inc()
-            return Status.error(f"Binding failed: {type(e).__name__}: {e}")
+            # no answer: the Binding may have been carried out. Read the pod back before the
+            # room it holds is given up (a pod bound here must not be unreserved meanwhile)
+            where = await self._bound_to(pod)
+            if where == node:
+                log.info("binding %s to %s got no answer (%s) but the pod is bound there", pod.key, node,
+                         type(e).__name__)
+            elif where:
+                raise PodGone(f"pod {pod.key} is bound to {where}") from None
+            else:
+                return Status.error(f"Binding failed: {type(e).__name__}: {e}")
         telemetry.binding_duration.observe(time.perf_counter() - t0)
         return Status.success()
+
+    async def _bound_to(self, pod: PodInfo) -> str | None:
+        """The node a pod is bound to, read from the API server (None: unbound, or unreadable);
+        a pod gone or replaced by one of the same name raises PodGone."""
+        try:
+            got = await self.client.request("GET", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}",
+                                            timeout=BIND_READBACK_TIMEOUT)
+        except ApiError as e:
+            if e.status == 404:
+                raise PodGone(f"pod {pod.key} not found") from None
+            return None
+        except TRANSPORT_ERRORS:
+            return None
+        meta = got.get("metadata") if isinstance(got, dict) else None
+        spec = got.get("spec") if isinstance(got, dict) else None
+        if not isinstance(meta, dict):
+            return None
+        if pod.uid and meta.get("uid") != pod.uid:
+            raise PodGone(f"pod {pod.key} was replaced")
+        node = spec.get("nodeName") if isinstance(spec, dict) else None
+        return node if isinstance(node, str) and node else None
 
     async def patch_nominated_node_name(self, pod: PodInfo, node: str) -> None:
         """The binding cycle's nomination for expectation (upstream updatePod with
@@ -100,71 +143,101 @@ class ApiCalls:
             return
         try:
             await self.client.strategic_patch(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
-                                              {"status": {"nominatedNodeName": node}})
+                                              {"status": {"nominatedNodeName": node}}, fence=self.fence)
         except REQUEST_ERRORS as e:
             log.warning("Failed to update the nominated node name in the binding cycle: pod %s, "
                         "nominatedNodeName %s: %s", pod.key, node, e)
 
     async def delete_pod(self, pod: PodInfo) -> str | None:
-        """DELETE a preemption victim, with its uid as precondition: DELETED; GONE when it was
-        gone already or replaced by a pod of the same name (404, 409); None when it could not be
-        deleted (this replica does not lead, or the request failed: logged)."""
+        """DELETE a preemption victim, with its uid as precondition, fenced by the lease (its
+        deadline is also the request's timeout): DELETED; GONE when it was gone already or
+        replaced by a pod of the same name (404, 409); UNKNOWN when the request got no answer (it
+        may have been carried out: ``victim_state`` tells); None when it was not deleted (this
+        replica does not lead, the fence dropped it unsent, or the API server refused: logged)."""
         if not self.leadership.valid():
             return None
         try:
             await self.client.request("DELETE", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}",
                                       {"apiVersion": "v1", "kind": "DeleteOptions",
-                                       **({"preconditions": {"uid": pod.uid}} if pod.uid else {})})
+                                       **({"preconditions": {"uid": pod.uid}} if pod.uid else {})},
+                                      fence=self.fence)
+        except Fenced:
+            log.warning("preemption victim %s not deleted: the leader lease's renew deadline passed", pod.key)
+            return None
         except ApiError as e:
             if e.status in (404, 409):  # gone already, or replaced by a pod of the same name
                 return GONE
             log.warning("preemption victim %s not deleted: %s", pod.key, e)
             return None
         except TRANSPORT_ERRORS as e:
-            log.warning("preemption victim %s not deleted: %s", pod.key, e)
-            return None
+            log.warning("preemption victim %s: DELETE got no answer (%s: %s); reading the pod back",
+                        pod.key, type(e).__name__, e)
+            return UNKNOWN
         return DELETED
 
+    async def victim_state(self, pod: PodInfo) -> str | None:
+        """After a DELETE that got no answer: GET the victim. DELETED when it is terminating, GONE
+        when it is gone or replaced; None when it is there, not deleting, or cannot be read (the
+        preemption then counts as failed, and its preemptor is tried again)."""
+        try:
+            got = await self.client.request("GET", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}")
+        except ApiError as e:
+            return GONE if e.status == 404 else None
+        except TRANSPORT_ERRORS:
+            return None
+        meta = got.get("metadata") if isinstance(got, dict) else None
+        if not isinstance(meta, dict):
+            return None
+        if pod.uid and meta.get("uid") != pod.uid:
+            return GONE
+        return DELETED if meta.get("deletionTimestamp") else None
+
     async def request(self, method: str, path: str, body: Any = None) -> Any:
-        """One request for a bind-side plugin; a PATCH is a merge patch. The leader only."""
+        """One request for a bind-side plugin; a PATCH is a merge patch. The leader only; a
+        write is fenced (a GET is not: it changes nothing)."""
         self._check_leader()
-        ct = "application/merge-patch+json" if method.upper() == "PATCH" else "application/json"
-        return await self.client.request(method.upper(), path, body, content_type=ct)
+        method = method.upper()
+        ct = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        fence = None if method == "GET" else self.fence
+        if method == "DELETE" and body is None:  # a body, so the fence is asked when it is written too
+            body = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        return await self.client.request(method, path, body, content_type=ct, fence=fence)
 
     async def patch_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge PATCH of a scheduler-plugins PodGroup's status subresource; the leader only (a
         standby's call raises NotLeader, and the writer keeps the group for later)."""
         self._check_leader()
         await self.client.merge_patch(f"{POD_GROUPS_PATH.rsplit('/', 1)[0]}/namespaces/{namespace}/"
-                                      f"podgroups/{name}/status", {"status": dict(status)})
+                                      f"podgroups/{name}/status", {"status": dict(status)}, fence=self.fence)
 
     async def patch_native_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge PATCH of a scheduling.k8s.io PodGroup's status (its conditions); the leader only."""
         self._check_leader()
         path = native_pod_groups_path(self.native_version())
         await self.client.merge_patch(f"{path.rsplit('/', 1)[0]}/namespaces/{namespace}/podgroups/{name}/status",
-                                      {"status": dict(status)})
+                                      {"status": dict(status)}, fence=self.fence)
 
     async def patch_policy(self, name: str, patch: Mapping[str, Any]) -> None:
         """Merge PATCH of a SchedulingPolicy (a rollout's promotion); the leader only."""
         self._check_leader()
-        await self.client.merge_patch(f"{POLICIES_PATH}/{name}", dict(patch))
+        await self.client.merge_patch(f"{POLICIES_PATH}/{name}", dict(patch), fence=self.fence)
 
     async def create_revision(self, namespace: str, body: Mapping[str, Any]) -> None:
         """POST a policy's ControllerRevision; the leader only. Failures raise (REQUEST_ERRORS)."""
         self._check_leader()
-        await self.client.post(revisions_path(namespace), dict(body))
+        await self.client.post(revisions_path(namespace), dict(body), fence=self.fence)
 
     async def patch_revision(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """Merge PATCH of a ControllerRevision (its number, its generation annotation); the leader only."""
         self._check_leader()
-        await self.client.merge_patch(f"{revisions_path(namespace)}/{name}", dict(patch))
+        await self.client.merge_patch(f"{revisions_path(namespace)}/{name}", dict(patch), fence=self.fence)
 
     async def delete_revision(self, namespace: str, name: str) -> None:
         """DELETE a ControllerRevision (gone already is fine); the leader only."""
         self._check_leader()
         try:
-            await self.client.request("DELETE", f"{revisions_path(namespace)}/{name}")
+            await self.client.request("DELETE", f"{revisions_path(namespace)}/{name}",
+                                      {"apiVersion": "v1", "kind": "DeleteOptions"}, fence=self.fence)
         except ApiError as e:
             if e.status != 404:
                 raise

@@ -129,9 +129,9 @@ class Engine:
         self._tasks = Tasks()
         self._wake = asyncio.Event()
         side_sem = asyncio.Semaphore(32)  # condition and status patches
-        may_write = self.leadership.valid  # a standby (or a deposed leader) writes nothing
+        may_write, fence = self.leadership.valid, self.leadership.time_left  # a standby writes nothing; fenced
         self.recorder = EventRecorder(client, scheduler_name=scheduler_name, telemetry=tel, side_sem=side_sem,
-                                      may_write=may_write)
+                                      may_write=may_write, fence=fence)
         self.api = ApiCalls(client, self.leadership, tel, lambda: self.informers.native_version)
         self.preemptor = Preemptor(state, self.queue, self.nominator, self.recorder, self.api, tel, self.spawn,
                                    self.wake, scheduler_name)
@@ -154,7 +154,7 @@ class Engine:
         self.queue.fallback = build_chain({"plugins": []}, self.policy_store.registry, handle)
         self.status_writer = PolicyStatusWriter(client, self.policy_store.policies, self.queue, self.sources, tel,
                                                 interval=status_interval, side_sem=side_sem, may_write=may_write,
-                                                admitted_namespaces=self.policy_store.admitted_namespaces)
+                                                admitted_namespaces=self.policy_store.admitted_namespaces, fence=fence)
         self.binding_tasks = BindingTasks(state, self.queue, self.recorder, tel, self.spawn, self.wake, self.bound,
                                           bind_concurrency)
         # kube-scheduler 1.37's pod-group cycle (cache/group_cycle.py)

@@ -3,7 +3,8 @@ occupiedBy of the scheduler-plugins PodGroups that a Coscheduling plugin manages
 (``PodGroupCache.status``), written by the leader through ``Handle.patch_pod_group_status``.
 
 Changes are gathered (``PodGroupCache.take_dirty``) and written every ``interval`` seconds, one
-merge PATCH per group whose status differs from what was last written or seen on the object.
+merge PATCH per group whose status differs from what was last written or seen on the object,
+fenced by the leader lease when it is sent (through the Handle: apicalls.py).
 A failed write is logged and tried again at the next round; a group deleted meanwhile is
 dropped. Groups no policy's Coscheduling looked at are never written: another scheduler may own
 them.
@@ -18,7 +19,7 @@ from typing import Any, Awaitable, Callable
 
 from ..framework.interface import Handle
 from ..framework.model.podgroups import PodGroupCache
-from .kubeclient import TRANSPORT_ERRORS, ApiError
+from .kubeclient import TRANSPORT_ERRORS, ApiError, Fenced
 
 log = logging.getLogger("policy_scheduler")
 
@@ -53,6 +54,9 @@ class PodGroupStatusWriter:
                 continue
             try:
                 await self.patch(pg.namespace, pg.name, status)
+            except Fenced:  # not sent: the lease lapsed (counted by the client); for the next round
+                self._retry.add(key)
+                continue
             except ApiError as e:
                 if e.status != 404:  # a group deleted meanwhile needs nothing
                     log.warning("PodGroup %s status not written: %s", key, e)

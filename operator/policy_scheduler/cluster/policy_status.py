@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 from ..framework.queue.scheduling_queue import UNSCHEDULABLE, SchedulingQueue
 from ..metricsources.manager import MetricSources
-from .kubeclient import TRANSPORT_ERRORS, ApiError, KubeClient
+from .kubeclient import TRANSPORT_ERRORS, ApiError, Fenced, KubeClient
 from ..cache.policies import PLURAL_PATH, PolicyState
 from ..cache.rollouts import ABORTED, ENDED, ROLLED_BACK
 from .recorder import now_rfc3339
@@ -70,8 +70,12 @@ class PolicyStatusWriter:
     def __init__(self, client: KubeClient, policies: Mapping[str, PolicyState], queue: SchedulingQueue,
                  sources: MetricSources, telemetry: Telemetry, *, interval: float = 2.0,
                  side_sem: asyncio.Semaphore | None = None, may_write: Callable[[], bool] = lambda: True,
-                 admitted_namespaces: Callable[[PolicyState], int] | None = None) -> None:
+                 admitted_namespaces: Callable[[PolicyState], int] | None = None,
+                 fence: Callable[[], float | None] | None = None) -> None:
         self.client = client
+        # asked when a write is sent, after the semaphore (kubeclient's fence): seconds left, None
+        # for no limit; by default may_write's answer at that moment
+        self.fence = fence or (lambda: None if self.may_write() else 0.0)
         self.admitted_namespaces = admitted_namespaces
         self.may_write = may_write  # False on a standby or a deposed leader: nothing is written
         self.policies = policies
@@ -135,8 +139,11 @@ class PolicyStatusWriter:
             return
         async with self._side_sem:
             try:
-                await self.client.merge_patch(f"{PLURAL_PATH}/{st.name}/status", {"status": status})
+                await self.client.merge_patch(f"{PLURAL_PATH}/{st.name}/status", {"status": status},
+                                              fence=self.fence)
                 st.last_written, st.dirty = status, False
+            except Fenced:
+                return  # not sent (counted by the client): still dirty, for the next leader's first write
             except ApiError as e:
                 if e.status == 404:  # deleted meanwhile
                     st.dirty = False

@@ -20,7 +20,7 @@ from ..framework.preemption import PreemptionResult
 from ..framework.queue.scheduling_queue import GATED, SchedulingQueue
 from ..logs import MAX_MESSAGE_LEN, fields, truncate
 from ..plugins.default_preemption import NAME as PREEMPTION
-from .apicalls import GONE, ApiCalls
+from .apicalls import GONE, UNKNOWN, ApiCalls
 from .recorder import EventRecorder
 from .telemetry import Telemetry
 
@@ -216,19 +216,21 @@ class Preemptor:
 
     async def _delete(self, victim: PodInfo, preemptor_kind: str, event: str) -> bool:
         """DisruptionTarget, DELETE (with the victim's uid as precondition) and the Preempted
-        event. False when the victim could not be deleted (it being gone already is success)."""
+        event. False when the victim could not be deleted (it being gone already is success).
+        Both writes are fenced by the lease when they are sent (apicalls.py). A DELETE that got
+        no answer is not taken as failed: the victim is read back first, so a victim deleted
+        after all is not followed by new victims for the same preemptor."""
         if not self.api.leadership.valid():
             return False
         await self.recorder.disruption_target(
             victim, f"{self.scheduler_name}: preempting to accommodate a higher priority {preemptor_kind}")
         done = await self.api.delete_pod(victim)
+        if done == UNKNOWN:
+            done = await self.api.victim_state(victim)
         if done is None:
             return False
         self.state.mark_terminating(victim)
         if done == GONE:
             return True
         self.recorder.event(victim, "Normal", "Preempted", "Preempting", event)
-        return True
-        self.recorder.event(victim, "Normal", "Preempted", "Preempting",
-                            f"Preempted by pod {preemptor.uid} on node {node}")
         return True

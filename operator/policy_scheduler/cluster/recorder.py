@@ -7,7 +7,9 @@ does, instead of trailing behind a burst. A scheduling failure (``failure``) pos
 PodScheduled condition, once per distinct message a minute. ``policy_event`` posts an Event
 about a SchedulingPolicy (one that cannot be read). Nothing here raises into the
 scheduler: failed writes are logged and counted in telemetry (``events_dropped``). Nothing is
-written unless ``may_write()`` (the leader's lease is valid).
+written unless ``may_write()`` (the leader's lease is valid), and every write is fenced when it is
+sent (``fence``: the lease's time left, kubeclient's ``fence``): one queued before the lease
+lapsed is dropped unsent after it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from .. import API_GROUP, API_VERSION
 from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code
 from ..timefmt import now_micro, now_rfc3339
-from .kubeclient import REQUEST_ERRORS, ApiError, KubeClient
+from .kubeclient import REQUEST_ERRORS, ApiError, Fenced, KubeClient
 from .telemetry import Telemetry
 from .tasks import Tasks
 
@@ -54,9 +56,12 @@ class EventRecorder:
                  instance: str | None = None,
                  side_sem: asyncio.Semaphore | None = None, workers: int = EVENT_WORKERS,
                  queue_size: int = EVENT_QUEUE_SIZE,
-                 may_write: Callable[[], bool] = lambda: True) -> None:
+                 may_write: Callable[[], bool] = lambda: True,
+                 fence: Callable[[], float | None] | None = None) -> None:
         self.client = client
         self.may_write = may_write  # False on a standby or a deposed leader: nothing is written
+        # asked when each write is sent: seconds left (None: no limit); by default may_write's answer
+        self.fence = fence or (lambda: None if self.may_write() else 0.0)
         self.scheduler_name = scheduler_name
         self.instance = instance or f"{scheduler_name}-{socket.gethostname()}"
         self.telemetry = telemetry
@@ -167,7 +172,10 @@ class EventRecorder:
                           "uid": pod.uid},
         }
         try:
-            await self.client.post(f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events", body)
+            await self.client.post(f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events", body,
+                                   fence=self.fence)
+        except Fenced:
+            return  # counted by the client
         except REQUEST_ERRORS as e:
             self.telemetry.events_dropped.labels("event").inc()
             log.warning("event %s for %s not recorded: %s", reason, pod.key, e)
@@ -187,7 +195,9 @@ class EventRecorder:
                 "reportingInstance": instance or self.instance, "action": action, "reason": reason,
                 "type": type_, "note": truncate_note(note), "regarding": regarding}
         try:
-            await self.client.post("/apis/events.k8s.io/v1/namespaces/default/events", body)
+            await self.client.post("/apis/events.k8s.io/v1/namespaces/default/events", body, fence=self.fence)
+        except Fenced:
+            return
         except REQUEST_ERRORS as e:
             self.telemetry.events_dropped.labels("event").inc()
             log.warning("event %s for SchedulingPolicy %s not recorded: %s", reason, name, e)
@@ -198,7 +208,9 @@ class EventRecorder:
         async with self._side_sem:
             try:
                 await self.client.strategic_patch(
-                    f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", body)
+                    f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", body, fence=self.fence)
+            except Fenced:
+                return
             except REQUEST_ERRORS as e:
                 if isinstance(e, ApiError) and e.status == 422 and "already bound" in str(e):
                     return  # a nomination that came after the pod was bound: nothing to say

@@ -298,6 +298,11 @@ class Telemetry:
                             "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
                             "backup, 1 indicates master. 'name' is the string used to identify the lease.",
                             ["name"], registry=r)
+        # leader writes dropped unsent at the fence (their lease's renew deadline had passed when
+        # they were about to be sent: kubeclient's fence): a deposed leader's, so not leader-only
+        self.fenced_writes = Counter("policy_scheduler_fenced_writes",
+                                     "API writes not sent because the leader lease's renew deadline had passed "
+                                     "when they were about to go out, by HTTP verb.", ["verb"], registry=r)
         self.events_dropped = Counter("policy_scheduler_events_dropped",
                                       "Kubernetes Events or status writes that failed.", ["kind"], registry=lr)
         # drift made visible (informer.py, tasks.py): watch handlers that raised, the relists that repair
@@ -452,6 +457,7 @@ class Telemetry:
         self.cache_size.table = table
         self.is_leader = is_leader
         client.metrics = self.rest_client
+        client.on_fenced = lambda verb: self.fenced_writes.labels(verb).inc()
 
     # ------------------------------------------------------------------ leadership
     def stepped_down(self, lease: str | None = None) -> None:

@@ -349,7 +349,8 @@ class Tuner:
         try:
             out = await self.client.request("PATCH", f"{PLURAL_PATH}/{name}", patch,
                                             params={"fieldManager": FIELD_MANAGER},
-                                            content_type="application/merge-patch+json")
+                                            content_type="application/merge-patch+json",
+                                            fence=self.leadership.time_left)  # not sent past the lease
         except ApiError as e:
             log.info("SchedulingPolicy %s: weights not applied (%s); the next evaluation starts again", name, e)
             return None
@@ -369,6 +370,7 @@ class Tuner:
         if not self.leadership.valid():
             return
         try:
-            await self.client.merge_patch(f"{PLURAL_PATH}/{name}/status", {"status": {"tuning": status}})
+            await self.client.merge_patch(f"{PLURAL_PATH}/{name}/status", {"status": {"tuning": status}},
+                                          fence=self.leadership.time_left)
         except REQUEST_ERRORS as e:
             log.warning("tuning status of SchedulingPolicy %s not written: %s", name, e)

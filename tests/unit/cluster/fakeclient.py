@@ -141,24 +141,25 @@ class FakeClient:
             return self._serve("get", path, params=params)
         return self.objects.get(path, {"items": []})
 
-    async def post(self, path: str, body: Any) -> Any:
+    async def post(self, path: str, body: Any, fence: Any = None) -> Any:
         self._record("post", path, body)
         if self._where(path) is not None:
             return self._serve("post", path, body)
         return body
 
-    async def merge_patch(self, path: str, body: Any) -> Any:
+    async def merge_patch(self, path: str, body: Any, fence: Any = None) -> Any:
         self._record("merge_patch", path, body)
         if self._where(path) is not None:
             return self._serve("merge_patch", path, body)
         return body
 
-    async def strategic_patch(self, path: str, body: Any) -> Any:
+    async def strategic_patch(self, path: str, body: Any, fence: Any = None) -> Any:
         self._record("strategic_patch", path, body)
         return body
 
     async def bind(self, namespace: str, name: str, node: str, uid: str | None = None,
-                   annotations: dict[str, str] | None = None, timeout: float | None = None) -> None:
+                   annotations: dict[str, str] | None = None, timeout: float | None = None,
+                   fence: Any = None) -> None:
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             meta["uid"] = uid

@@ -169,7 +169,7 @@ def test_events_are_posted_as_they_come_by_as_many_workers_as_bindings_in_flight
     release = asyncio.Event()
 
     async def main():
-        async def slow_post(path, body):
+        async def slow_post(path, body, fence=None):
             c._record("post", path, body)
             await release.wait()
 
