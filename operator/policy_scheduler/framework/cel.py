@@ -33,18 +33,22 @@ the expression (no selector builds a longer list). Over ``MAX_COST``: a compile 
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from collections.abc import Mapping
 from decimal import Decimal
 from functools import lru_cache
 from threading import Lock
 from typing import Any
 
+from .model.bounded import BoundedCache
 from .model.quantity import QuantityError, parse_quantity
 
 MAX_COST = 1_000_000  # upstream's CELSelectorExpressionMaxCost
 MAX_EXPRESSION_LENGTH = 10 * 1024  # upstream's DeviceSelector expression limit, in bytes
 CACHE_SIZE = 10  # upstream's DynamicResources plugin keeps the 10 most recently compiled expressions
+# ... and within a byte budget: a compiled program holds about 24 bytes per byte of its text
+# (measured), charged 32 per byte + 4 KiB; ten programs of the 10 KiB limit fit
+CACHE_BYTES = 4 << 20
+MAX_CONTEXTS = 16  # evaluation contexts a device keeps (one per set of domains its selectors miss)
 MISSING_KEY_HINT = ". consider guarding the check with has() for optional fields"  # upstream's, less `.?`
 _Q, _V = "__k8s_quantity__", "__k8s_semver__"
 _MACRO = re.compile(r"\.\s*(all|exists_one|exists|map|filter)\s*\(")
@@ -72,13 +76,17 @@ class CELError(ValueError):
 
 # --- quantities and versions -------------------------------------------------------------------
 
+_MEMO_KEY = 64  # longer strings are converted each time: 4,096 memo entries stay under 1 MiB
+
+
 def _quantity_value(s: Any) -> dict:
-    return {_Q: _canonical(s)}
+    return {_Q: (_canonical if not isinstance(s, str) or len(s) <= _MEMO_KEY else _canonical.__wrapped__)(s)}
 
 
 @lru_cache(maxsize=4096)
 def _canonical(s: Any) -> str:
-    """The exact value of quantity ``s`` as a plain decimal string (cached: selectors repeat them)."""
+    """The exact value of quantity ``s`` as a plain decimal string (cached for short strings:
+    selectors repeat them)."""
     try:
         d = parse_quantity(s)
     except QuantityError as e:
@@ -104,7 +112,8 @@ def _semver_key(v: str) -> tuple:
 def _unwrap(x: Any, what: str):
     if isinstance(x, Mapping):
         if _Q in x:
-            return _Q, _decimal(x[_Q])
+            q = x[_Q]
+            return _Q, (Decimal(q) if isinstance(q, str) and len(q) > _MEMO_KEY else _decimal(q))
         if _V in x:
             return _V, _semver_key(x[_V])
     raise TypeError(f"no such overload: {what} on {type(x).__name__}")
@@ -205,7 +214,9 @@ class Device:
                 for d in missing:
                     var["attributes"].setdefault(d, {})
                     var["capacity"].setdefault(d, {})
-            ctx = self._contexts[missing] = _lib().Context({"device": var}, functions=_FUNCTIONS)
+            ctx = _lib().Context({"device": var}, functions=_FUNCTIONS)
+            if len(self._contexts) < MAX_CONTEXTS:  # the sets come from selectors: beyond, built each time
+                self._contexts[missing] = ctx
         return ctx
 
 
@@ -276,25 +287,34 @@ def _type_name(v: Any) -> str:
             type(None): "null_type"}.get(type(v), type(v).__name__)
 
 
-_cache: OrderedDict[str, Selector] = OrderedDict()
+_cache = BoundedCache(CACHE_BYTES, max_entry=CACHE_BYTES, max_entries=CACHE_SIZE)
 _cache_lock = Lock()
+
+
+def _charge(text: str) -> int:
+    return 32 * len(text.encode()) + 4096
 
 
 def compile_selector(text: str) -> Selector:
     """The compiled selector for ``text``, from a bounded LRU cache keyed by the text (compile errors
-    are not cached)."""
+    are not cached): the 10 most recent, within ``CACHE_BYTES``."""
     with _cache_lock:
         sel = _cache.get(text)
         if sel is not None:
-            _cache.move_to_end(text)
             return sel
     sel = Selector(text)
     with _cache_lock:
-        sel = _cache.setdefault(text, sel)
-        _cache.move_to_end(text)
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+        cur = _cache.get(text)
+        if cur is not None:
+            return cur
+        _cache.put(text, sel, _charge(text))
     return sel
+
+
+def cache_stats() -> dict[str, int]:
+    """bytes, entries, budget, evictions, uncached of the compiled-selector cache (for the metrics)."""
+    with _cache_lock:
+        return _cache.stats()
 
 
 def matches(text: str, device: Device | Mapping[str, Any]) -> bool:

@@ -54,12 +54,15 @@ class BoundedCache:
     """LRU mapping with a byte budget (see the module docstring). Not thread-safe by itself: a
     cache shared between threads is guarded by its owner's lock."""
 
-    __slots__ = ("budget", "max_entry", "bytes", "evictions", "uncached", "_data", "_sizer")
+    __slots__ = ("budget", "max_entry", "max_entries", "bytes", "evictions", "uncached", "_data", "_sizer")
 
-    def __init__(self, budget: int, max_entry: int | None = None,
+    def __init__(self, budget: int, max_entry: int | None = None, max_entries: int | None = None,
                  sizer: Callable[[Hashable, Any], int] | None = None) -> None:
+        """``max_entry``: the largest charge kept (default: an eighth of the budget);
+        ``max_entries``: a count limit as well, where upstream has one."""
         self.budget = max(0, int(budget))
         self.max_entry = self.budget // 8 if max_entry is None else min(int(max_entry), self.budget)
+        self.max_entries = max_entries
         self.bytes = 0  # the charge of the entries kept
         self.evictions = 0  # entries dropped to stay under the budget (clear() does not count)
         self.uncached = 0  # values built but not kept: over max_entry
@@ -96,7 +99,8 @@ class BoundedCache:
             return False
         self._data[key] = (value, size)
         self.bytes += size
-        while self.bytes > self.budget and self._data:
+        limit = self.max_entries
+        while self._data and (self.bytes > self.budget or (limit is not None and len(self._data) > limit)):
             _, (_, s) = self._data.popitem(last=False)
             self.bytes -= s
             self.evictions += 1
