@@ -27,7 +27,9 @@ enforced is static, at compile time: the length limit (``MAX_EXPRESSION_LENGTH``
 ``len(expression) * W ** d``: ``d`` is the deepest nesting of comprehension macros (``all``,
 ``exists``, ``exists_one``, ``map``, ``filter``), ``W`` bounds the elements one iterates: the larger
 of 32 (upstream's limit on a device's attributes and capacities) and 1 + the commas and ``+`` of
-the expression (no selector builds a longer list). Over ``MAX_COST``: a compile error.
+the expression (no selector builds a longer list). Over ``MAX_COST``: a compile error. Both are
+read from the code alone, string literals (raw, bytes and triple-quoted ones included) and
+comments removed as CEL's lexer reads them, so that neither can hide a comprehension.
 """
 
 from __future__ import annotations
@@ -222,30 +224,56 @@ class Device:
 
 # --- compiling and evaluating ------------------------------------------------------------------
 
-def estimated_cost(text: str) -> int:
-    """The static estimate described in the module docstring: ``len(text) * W ** depth``."""
-    depth = deepest = separators = 0
-    stack: list[bool] = []
-    i, n = 0, len(text)
+def _code(text: str) -> str:
+    """``text`` as CEL's lexer splits it, with every string literal replaced by ``""`` and every
+    comment (``//`` to the end of the line) by a space: what is left is code. Raw strings
+    (``r"..."``, escapes not processed), bytes (``b"..."``) and triple-quoted strings are read as
+    CEL reads them, so no literal or comment can hide a macro from the estimate."""
+    out: list[str] = []
+    i, n, last = 0, len(text), 0
     while i < n:
         c = text[i]
-        if c in "\"'":  # skip a string literal (escapes included)
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
+        if c == "/" and text.startswith("//", i):
+            out.append(text[last:i] + " ")
+            j = text.find("\n", i)
+            i = last = n if j < 0 else j
             continue
+        if c in "\"'":
+            k = i  # a prefix of r/R/b/B letters (at most two), not part of a longer identifier
+            while k > 0 and i - k < 2 and text[k - 1] in "rRbB":
+                k -= 1
+            if k > 0 and (text[k - 1].isalnum() or text[k - 1] == "_"):
+                k = i
+            raw = any(ch in "rR" for ch in text[k:i])
+            quote = c * 3 if text.startswith(c * 3, i) else c
+            j = i + len(quote)
+            while j < n and not text.startswith(quote, j):
+                j += 2 if text[j] == "\\" and not raw else 1
+            out.append(text[last:k] + '""')
+            i = last = min(n, j + len(quote))
+            continue
+        i += 1
+    out.append(text[last:])
+    return "".join(out)
+
+
+def estimated_cost(text: str) -> int:
+    """The static estimate described in the module docstring: ``len(text) * W ** depth``, the
+    depth and ``W`` read from the code alone (``_code``: no string literal or comment counts)."""
+    code = _code(text)
+    opens = {m.end() - 1 for m in _MACRO.finditer(code)}
+    depth = deepest = 0
+    stack: list[bool] = []
+    for i, c in enumerate(code):
         if c == "(":
-            m = _MACRO.search(text, max(0, i - 12), i + 1)
-            macro = bool(m and m.end() == i + 1)
+            macro = i in opens
             stack.append(macro)
             depth += macro
             deepest = max(deepest, depth)
         elif c == ")" and stack:
             depth -= stack.pop()
-        separators += c in ",+"
-        i += 1
-    return max(1, n) * max(32, 1 + separators) ** deepest
+    separators = code.count(",") + code.count("+")
+    return max(1, len(text)) * max(32, 1 + separators) ** deepest
 
 
 class Selector:
