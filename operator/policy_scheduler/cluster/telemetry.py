@@ -37,7 +37,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from ..framework.instrumentation import DEFAULT_SAMPLE_PERCENT, POST_FILTER, CycleRecorder
 from ..framework.status import Code
 from .tasks import TaskFailures
-from .telemetry_collectors import (EVENT_ACTIONS, CacheSize, LeaderOnly, PluginEvaluations, RestClientMetrics,
+from .telemetry_collectors import (EVENT_ACTIONS, CacheSize, ContentCaches, LeaderOnly, PluginEvaluations,
+                                   RestClientMetrics,
                                    build_info, event_resource)
 
 disable_created_metrics()  # no *_created series: kube components export none (prometheus_client's default adds them)
@@ -283,6 +284,7 @@ class Telemetry:
         # cache and event handlers: every replica keeps its cache warm
         self.cache_size = CacheSize()
         r.register(self.cache_size)
+        r.register(ContentCaches(lambda: self.cache_size.table() if self.cache_size.table is not None else None))
         self.event_handling = Histogram("scheduler_event_handling_duration_seconds",
                                         "Event handling latency in seconds.", ["event"],
                                         buckets=EXTENSION_POINT_BUCKETS, registry=r)

@@ -1,5 +1,6 @@
 """The parts of the operator's /metrics (telemetry.py) that are read at scrape time or come from
-elsewhere than the scheduling loop: the leader-only gate, ``scheduler_cache_size``,
+elsewhere than the scheduling loop: the leader-only gate, ``scheduler_cache_size``, the content
+caches' ``policy_scheduler_content_cache_*``,
 ``scheduler_plugin_evaluation_total``, client-go's ``rest_client_*`` and the build info.
 
 Read at scrape time means the loop pays a plain dict increment (or nothing) and the collector
@@ -61,6 +62,52 @@ class CacheSize:
             fam.add_metric(["pods"], len(table.pod_node))  # bound and assumed, as upstream's podStates
             fam.add_metric(["assumed_pods"], len(table.assumed))
         yield fam
+
+
+class ContentCaches:
+    """``policy_scheduler_content_cache_*{cache}``: the caches keyed by what objects contain (the
+    node table's masks, compiled CEL selectors, compiled regexes), each an LRU with a byte budget
+    (framework/model/bounded.py). Read at scrape time from the plain counters they keep.
+    ``table``: a callable returning the node table (None before the engine)."""
+
+    PREFIX = "policy_scheduler_content_cache"
+
+    def __init__(self, table: Callable[[], Any] | None = None) -> None:
+        self.table = table
+
+    def _stats(self) -> list[tuple[str, Mapping[str, int]]]:
+        from ..framework import cel, validation
+
+        out = []
+        table = self.table() if self.table is not None else None
+        if table is not None:
+            out.append(("node_masks", table.mask_cache_stats()))
+        out.append(("cel_selectors", cel.cache_stats()))
+        out.append(("regexes", validation.regex_cache_stats()))
+        return out
+
+    def _families(self) -> list:
+        p = self.PREFIX
+        return [GaugeMetricFamily(f"{p}_bytes", "Bytes charged to the cache's entries (keys and values).", labels=["cache"]),
+                GaugeMetricFamily(f"{p}_budget_bytes", "The cache's byte budget: past it, least recently used entries are "
+                                  "evicted.", labels=["cache"]),
+                GaugeMetricFamily(f"{p}_entries", "Entries in the cache.", labels=["cache"]),
+                CounterMetricFamily(f"{p}_evictions", "Entries evicted to stay within the byte budget.", labels=["cache"]),
+                CounterMetricFamily(f"{p}_uncached", "Results computed but not kept: larger than the cache allows "
+                                    "for one entry.", labels=["cache"])]
+
+    def describe(self) -> list:
+        return self._families()
+
+    def collect(self) -> Iterable:
+        size, budget, entries, evictions, uncached = fams = self._families()
+        for name, st in self._stats():
+            size.add_metric([name], st["bytes"])
+            budget.add_metric([name], st["budget"])
+            entries.add_metric([name], st["entries"])
+            evictions.add_metric([name], st["evictions"])
+            uncached.add_metric([name], st["uncached"])
+        yield from fams
 
 
 class _Plan:

@@ -27,24 +27,30 @@ enforced is static, at compile time: the length limit (``MAX_EXPRESSION_LENGTH``
 ``len(expression) * W ** d``: ``d`` is the deepest nesting of comprehension macros (``all``,
 ``exists``, ``exists_one``, ``map``, ``filter``), ``W`` bounds the elements one iterates: the larger
 of 32 (upstream's limit on a device's attributes and capacities) and 1 + the commas and ``+`` of
-the expression (no selector builds a longer list). Over ``MAX_COST``: a compile error.
+the expression (no selector builds a longer list). Over ``MAX_COST``: a compile error. Both are
+read from the code alone, string literals (raw, bytes and triple-quoted ones included) and
+comments removed as CEL's lexer reads them, so that neither can hide a comprehension.
 """
 
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from collections.abc import Mapping
 from decimal import Decimal
 from functools import lru_cache
 from threading import Lock
 from typing import Any
 
+from .model.bounded import BoundedCache
 from .model.quantity import QuantityError, parse_quantity
 
 MAX_COST = 1_000_000  # upstream's CELSelectorExpressionMaxCost
 MAX_EXPRESSION_LENGTH = 10 * 1024  # upstream's DeviceSelector expression limit, in bytes
 CACHE_SIZE = 10  # upstream's DynamicResources plugin keeps the 10 most recently compiled expressions
+# ... and within a byte budget: a compiled program holds about 24 bytes per byte of its text
+# (measured), charged 32 per byte + 4 KiB; ten programs of the 10 KiB limit fit
+CACHE_BYTES = 4 << 20
+MAX_CONTEXTS = 16  # evaluation contexts a device keeps (one per set of domains its selectors miss)
 MISSING_KEY_HINT = ". consider guarding the check with has() for optional fields"  # upstream's, less `.?`
 _Q, _V = "__k8s_quantity__", "__k8s_semver__"
 _MACRO = re.compile(r"\.\s*(all|exists_one|exists|map|filter)\s*\(")
@@ -72,13 +78,17 @@ class CELError(ValueError):
 
 # --- quantities and versions -------------------------------------------------------------------
 
+_MEMO_KEY = 64  # longer strings are converted each time: 4,096 memo entries stay under 1 MiB
+
+
 def _quantity_value(s: Any) -> dict:
-    return {_Q: _canonical(s)}
+    return {_Q: (_canonical if not isinstance(s, str) or len(s) <= _MEMO_KEY else _canonical.__wrapped__)(s)}
 
 
 @lru_cache(maxsize=4096)
 def _canonical(s: Any) -> str:
-    """The exact value of quantity ``s`` as a plain decimal string (cached: selectors repeat them)."""
+    """The exact value of quantity ``s`` as a plain decimal string (cached for short strings:
+    selectors repeat them)."""
     try:
         d = parse_quantity(s)
     except QuantityError as e:
@@ -104,7 +114,8 @@ def _semver_key(v: str) -> tuple:
 def _unwrap(x: Any, what: str):
     if isinstance(x, Mapping):
         if _Q in x:
-            return _Q, _decimal(x[_Q])
+            q = x[_Q]
+            return _Q, (Decimal(q) if isinstance(q, str) and len(q) > _MEMO_KEY else _decimal(q))
         if _V in x:
             return _V, _semver_key(x[_V])
     raise TypeError(f"no such overload: {what} on {type(x).__name__}")
@@ -205,36 +216,64 @@ class Device:
                 for d in missing:
                     var["attributes"].setdefault(d, {})
                     var["capacity"].setdefault(d, {})
-            ctx = self._contexts[missing] = _lib().Context({"device": var}, functions=_FUNCTIONS)
+            ctx = _lib().Context({"device": var}, functions=_FUNCTIONS)
+            if len(self._contexts) < MAX_CONTEXTS:  # the sets come from selectors: beyond, built each time
+                self._contexts[missing] = ctx
         return ctx
 
 
 # --- compiling and evaluating ------------------------------------------------------------------
 
-def estimated_cost(text: str) -> int:
-    """The static estimate described in the module docstring: ``len(text) * W ** depth``."""
-    depth = deepest = separators = 0
-    stack: list[bool] = []
-    i, n = 0, len(text)
+def _code(text: str) -> str:
+    """``text`` as CEL's lexer splits it, with every string literal replaced by ``""`` and every
+    comment (``//`` to the end of the line) by a space: what is left is code. Raw strings
+    (``r"..."``, escapes not processed), bytes (``b"..."``) and triple-quoted strings are read as
+    CEL reads them, so no literal or comment can hide a macro from the estimate."""
+    out: list[str] = []
+    i, n, last = 0, len(text), 0
     while i < n:
         c = text[i]
-        if c in "\"'":  # skip a string literal (escapes included)
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
+        if c == "/" and text.startswith("//", i):
+            out.append(text[last:i] + " ")
+            j = text.find("\n", i)
+            i = last = n if j < 0 else j
             continue
+        if c in "\"'":
+            k = i  # a prefix of r/R/b/B letters (at most two), not part of a longer identifier
+            while k > 0 and i - k < 2 and text[k - 1] in "rRbB":
+                k -= 1
+            if k > 0 and (text[k - 1].isalnum() or text[k - 1] == "_"):
+                k = i
+            raw = any(ch in "rR" for ch in text[k:i])
+            quote = c * 3 if text.startswith(c * 3, i) else c
+            j = i + len(quote)
+            while j < n and not text.startswith(quote, j):
+                j += 2 if text[j] == "\\" and not raw else 1
+            out.append(text[last:k] + '""')
+            i = last = min(n, j + len(quote))
+            continue
+        i += 1
+    out.append(text[last:])
+    return "".join(out)
+
+
+def estimated_cost(text: str) -> int:
+    """The static estimate described in the module docstring: ``len(text) * W ** depth``, the
+    depth and ``W`` read from the code alone (``_code``: no string literal or comment counts)."""
+    code = _code(text)
+    opens = {m.end() - 1 for m in _MACRO.finditer(code)}
+    depth = deepest = 0
+    stack: list[bool] = []
+    for i, c in enumerate(code):
         if c == "(":
-            m = _MACRO.search(text, max(0, i - 12), i + 1)
-            macro = bool(m and m.end() == i + 1)
+            macro = i in opens
             stack.append(macro)
             depth += macro
             deepest = max(deepest, depth)
         elif c == ")" and stack:
             depth -= stack.pop()
-        separators += c in ",+"
-        i += 1
-    return max(1, n) * max(32, 1 + separators) ** deepest
+    separators = code.count(",") + code.count("+")
+    return max(1, len(text)) * max(32, 1 + separators) ** deepest
 
 
 class Selector:
@@ -276,25 +315,34 @@ def _type_name(v: Any) -> str:
             type(None): "null_type"}.get(type(v), type(v).__name__)
 
 
-_cache: OrderedDict[str, Selector] = OrderedDict()
+_cache = BoundedCache(CACHE_BYTES, max_entry=CACHE_BYTES, max_entries=CACHE_SIZE)
 _cache_lock = Lock()
+
+
+def _charge(text: str) -> int:
+    return 32 * len(text.encode()) + 4096
 
 
 def compile_selector(text: str) -> Selector:
     """The compiled selector for ``text``, from a bounded LRU cache keyed by the text (compile errors
-    are not cached)."""
+    are not cached): the 10 most recent, within ``CACHE_BYTES``."""
     with _cache_lock:
         sel = _cache.get(text)
         if sel is not None:
-            _cache.move_to_end(text)
             return sel
     sel = Selector(text)
     with _cache_lock:
-        sel = _cache.setdefault(text, sel)
-        _cache.move_to_end(text)
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+        cur = _cache.get(text)
+        if cur is not None:
+            return cur
+        _cache.put(text, sel, _charge(text))
     return sel
+
+
+def cache_stats() -> dict[str, int]:
+    """bytes, entries, budget, evictions, uncached of the compiled-selector cache (for the metrics)."""
+    with _cache_lock:
+        return _cache.stats()
 
 
 def matches(text: str, device: Device | Mapping[str, Any]) -> bool:

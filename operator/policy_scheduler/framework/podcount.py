@@ -9,17 +9,19 @@ date by recounting only the rows whose pods changed since it was computed.
 from __future__ import annotations
 
 import operator
-from collections import OrderedDict, deque
+from collections import deque
 from itertools import islice
 from typing import Callable, Hashable
 
 import numpy as np
 
+from .model.bounded import BoundedCache, approx_size
 from .model.labels import LabelSelector
 from .model.nodetable import NodeTable
 from .model.podinfo import PodInfo
 
-CACHE_SIZE = 64  # count arrays kept (least recently used dropped first)
+CACHE_SIZE = 64  # count arrays kept (least recently used dropped first) ...
+CACHE_BYTES = 32 << 20  # ... within this many bytes: the keys hold selectors from pods
 CHANGE_LOG_SIZE = 1024  # generations of changed rows kept (a cached count older than this is recounted)
 
 
@@ -51,15 +53,15 @@ class PodMatchCounter:
     for an old one by reusing its memory. PodInfo objects are not modified once in the table.
     """
 
-    def __init__(self, cache_size: int = CACHE_SIZE) -> None:
-        self._cache_size = cache_size
+    def __init__(self, cache_size: int = CACHE_SIZE, cache_bytes: int = CACHE_BYTES) -> None:
         self._table: NodeTable | None = None
         self._version = -1
         self._npods = 0
         self._snap: list[tuple] = []
         self._gen = 0
         self._log: deque[tuple[int, np.ndarray | None]] = deque(maxlen=CHANGE_LOG_SIZE)
-        self._entries: OrderedDict[Hashable, tuple[int, np.ndarray]] = OrderedDict()
+        # key -> (generation, counts); an entry over an eighth of the budget is counted each time
+        self._entries = BoundedCache(cache_bytes, max_entries=cache_size)
 
     def _sync(self, nodes: NodeTable) -> None:
         if self._table is nodes and self._version == nodes.version:
@@ -101,7 +103,6 @@ class PodMatchCounter:
         self._sync(nodes)
         entry = self._entries.get(key)
         if entry is not None and entry[0] == self._gen:
-            self._entries.move_to_end(key)
             return entry[1]
         rows = None if entry is None else self._changed_since(entry[0])
         if rows is None:
@@ -110,8 +111,5 @@ class PodMatchCounter:
             counts = entry[1].copy()
             for row in rows:
                 counts[row] = count(self._snap[row])
-        self._entries[key] = (self._gen, counts)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self._cache_size:
-            self._entries.popitem(last=False)
+        self._entries.put(key, (self._gen, counts), counts.nbytes + approx_size(key) + 200)
         return counts

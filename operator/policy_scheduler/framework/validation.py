@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import math
 import re
+from threading import Lock
 from typing import Any, Iterable
 
 import re2
 from pydantic import ValidationError
+
+from .model.bounded import BoundedCache
 
 # ---------------------------------------------------------------------------------------- caps
 # Sizes a policy may not exceed. The CRD (api/crd.py) carries the same caps as maxItems /
@@ -310,6 +313,33 @@ def _options() -> re2.Options:
 
 
 _RE2_OPTIONS = _options()
+# Compiled user regexes, keyed by the pattern (policies and the webhook's requests name them): each
+# is charged its memory limit, so at most 16 are kept. RE2's own module keeps 128 of any size
+# (an lru_cache in re2.compile); it is emptied after each compilation here, so that ours is the
+# only one.
+REGEX_CACHE_BYTES = 16 * (REGEX_MAX_MEM + MAX_PATTERN)
+_regexes = BoundedCache(REGEX_CACHE_BYTES, max_entry=REGEX_CACHE_BYTES)
+_regex_lock = Lock()
+
+
+def _compile(pattern: str):
+    with _regex_lock:
+        hit = _regexes.get(pattern)
+    if hit is not None:
+        return hit
+    try:
+        rx = re2.compile(pattern, _RE2_OPTIONS)
+    finally:
+        re2.purge()
+    with _regex_lock:
+        _regexes.put(pattern, rx, REGEX_MAX_MEM + len(pattern))
+    return rx
+
+
+def regex_cache_stats() -> dict[str, int]:
+    """bytes, entries, budget, evictions, uncached of the compiled-regex cache (for the metrics)."""
+    with _regex_lock:
+        return _regexes.stats()
 
 
 def regex_error(pattern: str) -> str | None:
@@ -317,7 +347,7 @@ def regex_error(pattern: str) -> str | None:
     if len(pattern) > MAX_PATTERN:
         return f"must be no more than {MAX_PATTERN} bytes"
     try:
-        re2.compile(pattern, _RE2_OPTIONS)
+        _compile(pattern)
     except re2.error as e:
         why = e.args[0] if e.args else str(e)
         if isinstance(why, bytes):
@@ -328,9 +358,9 @@ def regex_error(pattern: str) -> str | None:
 
 
 def compile_user_regex(pattern: str):
-    """A user's regular expression, compiled with RE2 (linear-time matching). Raises ValueError
-    with the reason when RE2 cannot compile it."""
+    """A user's regular expression, compiled with RE2 (linear-time matching), from a byte-bounded
+    LRU cache. Raises ValueError with the reason when RE2 cannot compile it."""
     why = regex_error(pattern)
     if why is not None:
         raise ValueError(why)
-    return re2.compile(pattern, _RE2_OPTIONS)
+    return _compile(pattern)

@@ -20,7 +20,10 @@ matching the node; terms with weight 0 or an empty preference are ignored. PreSc
 there are none. NormalizeScore is DefaultNormalizeScore (not reversed).
 
 Every term's mask over all rows is cached on the table (terms are hashable), so label matching
-is a handful of numpy operations per distinct term, not a per-node loop.
+is a handful of numpy operations per distinct term, not a per-node loop. That memo is the table's
+byte-bounded LRU (framework/model/bounded.py): the terms come from pods, so a tenant can fill it
+only up to its budget, and an ``In`` builds its mask from the label index without keeping one per
+value.
 
 Events: a node added or its labels changed, queueing only when the node now matches the pod's
 nodeSelector, its required terms and the profile's added required selector, and did not before
@@ -65,10 +68,8 @@ def parse_int64(s: str) -> int | None:
 
 def _requirement_mask(nodes: NodeTable, r: Requirement) -> np.ndarray:
     op = r.operator
-    if op in ("In", "NotIn"):
-        m = np.zeros(nodes.n, dtype=bool)
-        for v in r.values:
-            m |= nodes.label_mask(r.key, v)
+    if op in ("In", "NotIn"):  # from the label index: no mask per value (a value no node has is a set lookup)
+        m = nodes.values_mask(r.key, r.values)
         return m if op == "In" else ~m
     if op == "Exists":
         return nodes.label_mask(r.key)

@@ -273,13 +273,13 @@ def _tolerated_mask(nodes: NodeTable, pod: PodInfo) -> np.ndarray:
     """Per row: the pod tolerates every NoSchedule/NoExecute taint of the node."""
     tolerations = pod.tolerations
 
-    def tainted():
+    def tainted():  # rows as arrays: compact in the byte-bounded memo
         groups: dict[tuple, list[int]] = {}
         for row in range(nodes.n):
             taints = tuple(t for t in nodes.specs[row].taints if t.effect in _DO_NOT_SCHEDULE_TAINTS)
             if taints:
                 groups.setdefault(taints, []).append(row)
-        return groups
+        return {taints: np.asarray(rows, dtype=np.intp) for taints, rows in groups.items()}
 
     def build():
         m = np.ones(nodes.n, dtype=bool)

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from .bounded import BoundedCache
 from .nodetree import NodeTree
 from .podinfo import AffinityTerm, PodInfo, WeightedAffinityTerm
 from .quantity import QuantityError, resource_value
@@ -26,6 +27,11 @@ CPU, MEMORY, EPHEMERAL, PODS = 0, 1, 2, 3
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 
 TopologyPair = tuple[str, str]  # (topology key, the node's value of that label)
+
+# Byte budget of the memo of masks and columns (``cached``, ``label_mask``, ``label_column``): its
+# keys come from pod content (selector values, terms, tolerations, topology keys), so what a
+# tenant can add to the operator's memory through it is at most this much.
+MASK_CACHE_BYTES = 64 << 20
 
 
 @dataclass(slots=True)
@@ -66,7 +72,7 @@ class NodeSpec:
 
 
 class NodeTable:
-    def __init__(self, capacity: int = 64) -> None:
+    def __init__(self, capacity: int = 64, mask_cache_bytes: int = MASK_CACHE_BYTES) -> None:
         self.resources: list[str] = list(BASE_RESOURCES)
         self.res_index: dict[str, int] = {r: i for i, r in enumerate(self.resources)}
         self.n = 0
@@ -101,9 +107,10 @@ class NodeTable:
         self.preferred_affinity_terms: dict[WeightedAffinityTerm, dict[TopologyPair, int]] = {}
         self.preferred_anti_affinity_terms: dict[WeightedAffinityTerm, dict[TopologyPair, int]] = {}
         self.image_nodes: dict[str, int] = {}  # image name -> number of nodes having it
-        # label index and cached masks
+        # label index and cached masks (LRU within a byte budget: keys come from pod content)
         self._label_index: dict[str, dict[str, set[str]]] = {}
-        self._mask_cache: dict[tuple, np.ndarray] = {}
+        self._mask_cache = BoundedCache(mask_cache_bytes)
+        self._none: np.ndarray = _read_only(np.zeros(0, dtype=bool))  # the shared all-False mask
         self.version = 0  # bumps on every change
         self.node_version = 0  # bumps when the node set, labels or taints change
 
@@ -275,42 +282,84 @@ class NodeTable:
         """value -> names of the nodes carrying label ``key`` with that value."""
         return self._label_index.get(key, {})
 
+    def no_nodes(self) -> np.ndarray:
+        """The shared read-only all-False mask over rows ``0..n-1`` (what a label no node carries
+        matches): one array per node count, never one per value."""
+        if len(self._none) != self.n:
+            self._none = _read_only(np.zeros(self.n, dtype=bool))
+        return self._none
+
     def label_mask(self, key: str, value: str | None = None) -> np.ndarray:
         """Boolean mask over rows ``0..n-1``: nodes having label ``key`` (with ``value`` if given).
-        Cached until the node set or any node's labels change; do not modify the result."""
+        Cached until the node set or any node's labels change; do not modify the result. A key or
+        value no node carries costs a dict lookup and returns ``no_nodes()``: nothing is cached
+        for it, so only values some node has are ever kept (a bound set by the nodes)."""
+        vals = self._label_index.get(key)
+        if vals is None:
+            return self.no_nodes()
+        if value is not None:
+            names = vals.get(value)
+            if names is None:
+                return self.no_nodes()
         ck = ("label", key, value)
         m = self._mask_cache.get(ck)
         if m is not None:
             return m
         m = np.zeros(self.n, dtype=bool)
-        vals = self._label_index.get(key, {})
-        groups = vals.values() if value is None else ([vals[value]] if value in vals else [])
-        for names in groups:
-            for nm in names:
-                m[self.index[nm]] = True
-        self._mask_cache[ck] = m
+        index = self.index
+        for group in (vals.values() if value is None else (names,)):
+            for nm in group:
+                m[index[nm]] = True
+        self._mask_cache.put(ck, m, m.nbytes + 200 + len(key) + len(value or ""))
+        return m
+
+    def values_mask(self, key: str, values: Iterable[str]) -> np.ndarray:
+        """Mask of the nodes whose label ``key`` is one of ``values`` (a requirement's ``In``),
+        built from the label index: a value no node carries costs a set lookup, and no mask is
+        kept per value (only ``label_mask``'s for a single value some node carries). Do not
+        modify the result."""
+        vals = self._label_index.get(key)
+        if vals is None:
+            return self.no_nodes()
+        hit = [v for v in values if v in vals]
+        if not hit:
+            return self.no_nodes()
+        if len(hit) == 1:
+            return self.label_mask(key, hit[0])
+        m = np.zeros(self.n, dtype=bool)
+        index = self.index
+        for v in set(hit):
+            for nm in vals[v]:
+                m[index[nm]] = True
         return m
 
     def label_column(self, key: str) -> list[str | None]:
-        """Per row, the value of label ``key`` or None. Cached like ``label_mask``."""
+        """Per row, the value of label ``key`` or None. Cached like ``label_mask`` (a key no node
+        has is not cached)."""
+        vals = self._label_index.get(key)
+        if vals is None:
+            return [None] * self.n
         ck = ("col", key)
         c = self._mask_cache.get(ck)
         if c is not None:
             return c  # type: ignore[return-value]
         col: list[str | None] = [None] * self.n
-        for v, names in self._label_index.get(key, {}).items():
+        index = self.index
+        for v, names in vals.items():
             for nm in names:
-                col[self.index[nm]] = v
-        self._mask_cache[ck] = col  # type: ignore[assignment]
+                col[index[nm]] = v
+        # the strings are the nodes' own: the list is what the entry adds
+        self._mask_cache.put(ck, col, 8 * self.n + 200 + len(key))
         return col
 
     def cached(self, key: tuple, build) -> Any:
-        """Memoize ``build()`` until the node set, labels or taints change (for plugin masks)."""
-        v = self._mask_cache.get(key)
-        if v is None:
-            v = build()
-            self._mask_cache[key] = v
-        return v
+        """Memoize ``build()`` until the node set, labels or taints change (for plugin masks), in
+        the byte-bounded LRU: an evicted or too large result is built again when next asked."""
+        return self._mask_cache.get_or_build(key, build)
+
+    def mask_cache_stats(self) -> dict[str, int]:
+        """bytes, entries, budget, evictions, uncached of the mask memo (read by the metrics)."""
+        return self._mask_cache.stats()
 
     # ------------------------------------------------------------------ pods
     def add_pod(self, pod: PodInfo, node_name: str, assumed: bool = False) -> None:
@@ -434,3 +483,8 @@ class NodeTable:
 
     def __len__(self) -> int:
         return self.n
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a

@@ -1,0 +1,50 @@
+"""A tenant cannot fill the operator's memory through what its pods contain (issue #41, H2).
+
+2,000 plain nodes; 40 pending pods, each with a required node affinity ``In`` over 2,000 label
+values no node carries. Before the node masks were bounded, the operator kept one 2,000-byte
+mask per value (80,000 of them) until some node's labels changed: RSS went from about 106 MB to
+295 MB and stayed there after the pods were deleted. Now a value no node carries costs a set
+lookup, and every content-keyed cache is an LRU with a byte budget.
+
+The scenario's steps are bench/tenant_memory.py's (the benchmark runs them at any node count).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from conftest import OperatorProcess, wait_served
+from helpers import GROUP, PLURAL, VERSION, apply_policy, example_plugins
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import tenant_memory as tm  # noqa: E402
+
+SCHED = POLICY = "tenant-memory"
+NODES, PODS, VALUES = 2000, 40, 2000
+MAX_GROWTH = 60 * 10**6  # bytes, at the peak and after the deletion
+MAX_PLAIN_BIND_S = 1.0
+
+
+def test_hostile_affinity_values_do_not_grow_memory(cluster, api, core, crd, podgroup_crd, policies, namespace):
+    wait_served(api, crd, podgroup_crd)
+    apply_policy(policies, POLICY, example_plugins("default"), schedulerName=SCHED)  # the default profile
+    t0 = time.monotonic()
+    names = tm.create_nodes(tm.fast_client(str(cluster.kubeconfig_path)), "tmem", NODES, workers=16)
+    created_s = time.monotonic() - t0
+    op = OperatorProcess(cluster, SCHED, extra=["--default-policy", POLICY]).start()
+    try:
+        figures = tm.run_scenario(core, namespace, SCHED, op.proc.pid, names[-1], PODS, VALUES)
+        mb = {k: round(v / 10**6, 1) for k, v in figures.items() if k.startswith(("rss_", "growth")) and k != "rss_samples"}
+        print(f"\n{NODES} nodes created in {created_s:.1f}s; {mb}; plain pod bound in "
+              f"{figures['plain_bind_s'] * 1000:.0f} ms; hostile pods tried in {figures['hostile_unschedulable_s']:.1f}s")
+        assert op.proc.poll() is None, f"operator exited:\n{op.log()[-3000:]}"
+        assert figures["rss_samples"] > 0
+        assert figures["growth_peak"] <= MAX_GROWTH, f"RSS grew by {mb['growth_peak']} MB at its peak: {mb}"
+        assert figures["growth_after"] <= MAX_GROWTH, f"RSS grew by {mb['growth_after']} MB after deletion: {mb}"
+        assert figures["plain_bind_s"] <= MAX_PLAIN_BIND_S, f"plain pod bound after {figures['plain_bind_s']:.2f}s"
+    finally:
+        op.stop()
+        tm.delete_nodes(core)
+        policies.delete_cluster_custom_object(GROUP, VERSION, PLURAL, POLICY)
