@@ -124,7 +124,8 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
                           default_policy=a.default_policy, kueue_namespace=a.multikueue_namespace,
                           refresh=a.multikueue_refresh,
                           allow_insecure_tls=getattr(a, "multikueue_allow_insecure_tls", False))
-        chooser_task = loop.create_task(chooser.run(lambda: leadership is None or leadership.valid()))
+        chooser_task = loop.create_task(chooser.run(lambda: leadership is None or leadership.valid(),
+                                                       fence=leadership.time_left if leadership else None))
     ready_flag = asyncio.Event()
     stopping: list[tuple[str, float]] = []  # the signal that stopped the operator, and when
     signals = loop.create_task(stop_on_signals(ready_flag, stop_flag, stopping))

@@ -195,6 +195,9 @@ class Chooser:
         self.workers: dict[str, Worker] = {}
         self.nominated = 0
         self.leading: Callable[[], bool] = lambda: True
+        # seconds a write may still be sent in (the leader's lease deadline), asked when each write
+        # is sent (KubeClient's fence): a chooser whose loop stalled past its deadline writes nothing
+        self.fence: Callable[[], float | None] = lambda: None
         # (namespace, name) -> (resourceVersion, the workers' epoch) of the last evaluation, and
         # the resourceVersion last warned about: only Workloads waiting now (bounded by them)
         self._evaluated: dict[tuple[str, str], tuple[Any, tuple]] = {}
@@ -203,10 +206,13 @@ class Chooser:
         self._sim: asyncio.Future | None = None  # the simulation in its thread (it may outlive its budget)
         self._checked = -1e18
 
-    async def run(self, leading) -> None:
-        """Rounds until cancelled, while ``leading()``; a failed round is logged and retried."""
+    async def run(self, leading, fence: Callable[[], float | None] | None = None) -> None:
+        """Rounds until cancelled, while ``leading()``; a failed round is logged and retried. Every
+        write is fenced by ``fence`` (seconds left on the lease, None: unbounded) when it is sent."""
         log.info("MultiKueue cluster chooser for dispatcher %s started", self.dispatcher)
         self.leading = leading
+        if fence is not None:
+            self.fence = fence
         logging.getLogger("policy_scheduler").addFilter(_QUIET)
         try:
             while True:
@@ -384,7 +390,7 @@ class Chooser:
                                   {"metadata": {"resourceVersion": meta.get("resourceVersion")},
                                    "status": {"nominatedClusterNames": [best]}},
                                   content_type="application/merge-patch+json",
-                                  params={"fieldManager": FIELD_MANAGER})
+                                  params={"fieldManager": FIELD_MANAGER}, fence=self.fence)
         await self._record(path, ns, name, note)
         self.nominated += 1
         run = runs[best].sim.runs[0]
@@ -405,7 +411,8 @@ class Chooser:
         if not self.leading():
             return
         try:
-            await self.client.merge_patch(path, {"metadata": {"annotations": {SCORES_ANNOTATION: note}}})
+            await self.client.merge_patch(path, {"metadata": {"annotations": {SCORES_ANNOTATION: note}}},
+                                          fence=self.fence)
         except Exception as e:  # a nomination stands without it; the record is best effort
             log.warning("workload %s/%s: scores not recorded: %s", ns, name, e)
 
@@ -430,7 +437,8 @@ class Chooser:
                 "reportingInstance": f"{self.scheduler_name}-multikueue", "action": action, "reason": reason,
                 "type": typ, "note": truncate_note(note), "regarding": regarding}
         try:
-            await self.client.post(f"/apis/events.k8s.io/v1/namespaces/{quote(ns, safe='')}/events", body)
+            await self.client.post(f"/apis/events.k8s.io/v1/namespaces/{quote(ns, safe='')}/events", body,
+                                   fence=self.fence)
         except Exception as e:
             log.warning("event %s for %s %s not recorded: %s", reason, regarding.get("kind"), regarding.get("name"), e)
 

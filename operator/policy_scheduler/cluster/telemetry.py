@@ -38,8 +38,7 @@ from ..framework.instrumentation import DEFAULT_SAMPLE_PERCENT, POST_FILTER, Cyc
 from ..framework.status import Code
 from .tasks import TaskFailures
 from .telemetry_collectors import (EVENT_ACTIONS, CacheSize, ContentCaches, LeaderOnly, PluginEvaluations,
-                                   RestClientMetrics,
-                                   build_info, event_resource)
+                                   RestClientMetrics, build_info, event_resource)
 
 disable_created_metrics()  # no *_created series: kube components export none (prometheus_client's default adds them)
 
