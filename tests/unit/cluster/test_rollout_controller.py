@@ -14,6 +14,7 @@ import orjson
 from policy_scheduler.cache.policies import PolicyStore
 from policy_scheduler.cache.rollouts import CANARY, PROGRESSING, PROMOTED, PROMOTING, ROLLED_BACK, SHADOWING, STABLE
 from policy_scheduler.cache.state import ClusterState
+from policy_scheduler.cluster.decision_mac import MAC_ANNOTATION
 from policy_scheduler.cluster.rollout_controller import RolloutController
 from policy_scheduler.cluster.telemetry import Telemetry
 from policy_scheduler.explain import DECISION_ANNOTATION, ROLLOUT_KEY, decision_annotation
@@ -102,7 +103,8 @@ class Harness:
         self.ctrl.bound(self.st, pod, 1.0, d.node)
         ann = decision_annotation("p", d, rollout=state.read(ROLLOUT_KEY))
         self.ctrl.seen_bound({"metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid,
-                                           "annotations": {DECISION_ANNOTATION: ann}},
+                                           "annotations": {DECISION_ANNOTATION: ann,  # as the binder signs it
+                                                           MAC_ANNOTATION: self.ctrl.key.sign(pod.uid, d.node, ann)}},
                               "spec": {"nodeName": d.node}})
 
 
