@@ -67,7 +67,9 @@ class DecisionKey:
 
     def sign(self, uid: str, node: str, decision: str) -> str:
         """The MAC of ``decision`` (the annotation's exact text) for the pod ``uid`` bound to ``node``."""
-        msg = b"\0".join((_DOMAIN, uid.encode(), node.encode(), decision.encode()))
+        msg = bytearray(_DOMAIN)
+        for part in (uid.encode(), node.encode(), decision.encode()):  # each length-prefixed: no field
+            msg += len(part).to_bytes(8, "big") + part  # can pass text on to the next one
         digest = hmac.new(self._key, msg, hashlib.sha256).digest()
         return MAC_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 

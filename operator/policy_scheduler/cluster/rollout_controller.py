@@ -245,15 +245,15 @@ class RolloutController:
         obj = await self.read(f"{PLURAL_PATH}/{st.name}")  # type: ignore[misc]
         raw = ((obj or {}).get("spec") or {}).get("rollout")
         rv = ((obj or {}).get("metadata") or {}).get("resourceVersion")
-        if not isinstance(raw, dict) or candidate_hash(raw) != ro.hash:
+        try:  # the hash of the parsed spec, as the policy store computes it
+            now = RolloutSpec.model_validate(raw) if isinstance(raw, dict) else None
+        except ValueError:
+            now = None
+        if now is None or candidate_hash(now.model_dump(by_alias=True, exclude_none=True)) != ro.hash:
             log.warning("SchedulingPolicy %s: spec.rollout changed since candidate %s was judged: not promoted",
                         st.name, ro.hash)
             return None
-        try:
-            same = RolloutSpec.model_validate(raw) == ro.spec
-        except ValueError:
-            same = False
-        if not same:
+        if now != ro.spec:
             log.warning("SchedulingPolicy %s: spec.rollout of candidate %s changed since it was judged: judged again",
                         st.name, ro.hash)
             if ro.phase == PROMOTING:
