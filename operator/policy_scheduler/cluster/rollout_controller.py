@@ -56,6 +56,7 @@ log = logging.getLogger("policy_scheduler")
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 PHASES = ("Shadowing", "Progressing", "Promoting", "Promoted", "RolledBack", "Aborted")
+MAX_EARLY = 100_000  # rollout pods listed before the policies, kept until the first tick judges them
 MAX_FORGED_REMEMBERED = 10_000  # pods whose forged annotation was counted and logged (the oldest go first)
 PROMOTION_CONFLICTS = 5  # a promotion's read and patch, tried again this many times on 409
 
@@ -79,6 +80,8 @@ class RolloutController:
         self.key = key or DecisionKey()
         self.read = read
         self._forged: OrderedDict[str, None] = OrderedDict()  # UIDs of pods counted as forged (bounded)
+        # pods seen before any policy was listed: uid -> (policy, candidate, arm, verified, pod), for the first tick
+        self._early: dict[str, tuple[str, str, str, bool, str]] = {}
         self._promoting: set[str] = set()  # policies whose promotion patch is in flight
         self._promoted: set[tuple[str, str]] = set()  # (policy, candidate) promotions written
 
@@ -131,14 +134,24 @@ class RolloutController:
             arm, chash = ro_ann["arm"], ro_ann["candidate"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return
-        st = self.policies.get(policy) if isinstance(policy, str) else None
-        ro = st.rollout if st is not None else None
-        if ro is None or ro.hash != chash or not isinstance(arm, str):
+        if not (isinstance(policy, str) and isinstance(arm, str) and isinstance(chash, str)):
             return
         uid = str(meta.get("uid") or "")
-        if not self.key.verify_pod(body):
-            self._forged_seen(st.name, uid, meta, arm)  # type: ignore[union-attr]
+        st = self.policies.get(policy)
+        if st is None:  # pods listed before the policies (a start): judged by the first tick
+            if not self.policies and uid and len(self._early) < MAX_EARLY:
+                self._early[uid] = (policy, chash, arm, self.key.verify_pod(body),
+                                    f"{meta.get('namespace')}/{meta.get('name')}")
             return
+        ro = st.rollout
+        if ro is None or ro.hash != chash:
+            return
+        if not self.key.verify_pod(body):
+            self._forged_seen(st.name, uid, f"{meta.get('namespace')}/{meta.get('name')}", arm)
+            return
+        self._count(st, ro, arm, uid)
+
+    def _count(self, st: PolicyState, ro: Rollout, arm: str, uid: str) -> None:
         if not ro.count_bound(arm, uid):
             return
         promote = ro.spec.promote
@@ -146,7 +159,7 @@ class RolloutController:
                 and ro.arms[CANARY].bound >= promote.pods and self.may_write():
             self.judge(st)  # type: ignore[arg-type]
 
-    def _forged_seen(self, policy: str, uid: str, meta: Mapping[str, Any], arm: str) -> None:
+    def _forged_seen(self, policy: str, uid: str, who: str, arm: str) -> None:
         """A bound pod whose decision annotation names ``policy``'s rollout without our MAC: counted
         and logged once per pod (the last MAX_FORGED_REMEMBERED pods are remembered)."""
         if not uid or uid in self._forged:
@@ -155,11 +168,24 @@ class RolloutController:
         if len(self._forged) > MAX_FORGED_REMEMBERED:
             self._forged.popitem(last=False)
         self.telemetry.forged_decisions.labels(policy).inc()
-        who = f"{meta.get('namespace')}/{meta.get('name')}"
         log.warning("pod %s: its %s annotation names SchedulingPolicy %s's rollout (arm %s) but was not written by "
                     "this scheduler (no valid policy-scheduler.io/decision-mac; key: %s): not counted",
                     ascii(who[:300]), DECISION_ANNOTATION, policy, ascii(arm[:40]),
                     "shared" if self.key.shared else "this process only")
+
+    def _count_early(self) -> None:
+        """The pods the informers listed before the SchedulingPolicies (a new leader recounts what
+        the old one bound): counted, or refused as forged, as ``seen_bound`` would have. The leader
+        ticks once synced: a policy unknown now is gone."""
+        early, self._early = self._early, {}
+        for uid, (policy, chash, arm, verified, who) in early.items():
+            st = self.policies.get(policy)
+            if st is None or st.rollout is None or st.rollout.hash != chash:
+                continue
+            if verified:
+                self._count(st, st.rollout, arm, uid)
+            else:
+                self._forged_seen(policy, uid, who, arm)
 
     # ------------------------------------------------------------------ verdicts
     def judge(self, st: PolicyState) -> None:
@@ -288,6 +314,8 @@ class RolloutController:
     def tick(self) -> None:
         """Judge every canary (time-based promotion, a window's measures), carry on a promotion
         a previous leader or a failed write left, and set the phase gauge."""
+        if self._early:
+            self._count_early()
         for st in list(self.policies.values()):
             ro = st.rollout
             if ro is None:

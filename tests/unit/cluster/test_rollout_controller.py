@@ -433,3 +433,29 @@ def test_other_thresholds_for_the_same_candidate_are_judged_again():
     promote_with(h, Policies(h.body, {1: raise_the_bar}))
     assert len(h.patches) == 1 and h.st.rollout.phase == PROGRESSING
     assert "judged again" in h.st.rollout.message and h.status_writes[-1] is h.st
+
+
+def test_pods_listed_before_the_policies_are_judged_by_the_first_tick():
+    """A new process lists pods and policies at once: the pods that came first are counted (or
+    refused) once the policies are known, as if they had come after."""
+    h = Harness(promoting_canary(pods=100))
+    ro = h.st.rollout
+    policies: dict = {}
+    ctrl = RolloutController(h.state, policies, Nominator(), h.recorder, h.telemetry, h.patch_spec,
+                             h.requeued.append, h.status_writes.append, lambda: True, key=h.ctrl.key)
+    signed = []
+    for i in range(6):
+        p = h.pod(CANARY if i % 2 else STABLE)
+        ann = orjson.dumps({"policy": "p", "node": "n1", "rollout": {"arm": ro.arm(p.uid), "candidate": ro.hash}}
+                           ).decode()
+        signed.append({"metadata": {"name": p.name, "namespace": "ns", "uid": p.uid, "annotations": {
+            DECISION_ANNOTATION: ann, MAC_ANNOTATION: h.ctrl.key.sign(p.uid, "n1", ann)}}, "spec": {"nodeName": "n1"}})
+    for body in signed + [forged(h, CANARY, i) for i in range(4)]:
+        ctrl.seen_bound(body)
+    assert ro.arms[CANARY].bound == ro.arms[STABLE].bound == 0 and len(ctrl._early) == 10
+    policies["p"] = h.st  # the policies' LIST
+    ctrl.tick()
+    assert [ro.arms[CANARY].bound, ro.arms[STABLE].bound] == [3, 3] and not ctrl._early
+    assert h.metric("policy_scheduler_forged_decisions_total") == 4
+    ctrl.seen_bound(signed[0])  # the same pods again: counted once
+    assert ro.arms[STABLE].bound == 3
