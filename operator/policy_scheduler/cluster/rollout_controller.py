@@ -134,7 +134,8 @@ class RolloutController:
             arm, chash = ro_ann["arm"], ro_ann["candidate"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return
-        if not (isinstance(policy, str) and isinstance(arm, str) and isinstance(chash, str)):
+        if not (isinstance(policy, str) and isinstance(arm, str) and isinstance(chash, str)) \
+                or len(policy) > 253 or len(arm) > 16 or len(chash) > 64:  # none of ours: kept small
             return
         uid = str(meta.get("uid") or "")
         st = self.policies.get(policy)
@@ -144,7 +145,7 @@ class RolloutController:
                                     f"{meta.get('namespace')}/{meta.get('name')}")
             return
         ro = st.rollout
-        if ro is None or ro.hash != chash:
+        if ro is None or ro.hash != chash or ro.counted(uid):
             return
         if not self.key.verify_pod(body):
             self._forged_seen(st.name, uid, f"{meta.get('namespace')}/{meta.get('name')}", arm)
