@@ -396,7 +396,8 @@ def test_one_replica_without_election_or_webhooks(template):
     docs = docs_of(template("one-replica-no-election-no-webhooks", "ops"))
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(["CustomResourceDefinition"] * 2 + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                                                               "Role", "RoleBinding", "Service", "Deployment"]), kinds
+                                                               "Role", "RoleBinding", "Role", "RoleBinding", "Service",
+                                                               "Deployment"]), kinds
     dep = the(docs, "Deployment")
     assert dep["spec"]["replicas"] == 1
     assert dep["spec"]["strategy"] == {"type": "Recreate"}  # never two instances without a Lease

@@ -96,6 +96,8 @@ LEASE_NAMESPACE, LEASE_NAME = "kube-system", "policy-scheduler"
 LEASE_CALLS = {("coordination.k8s.io", "leases", v) for v in ("create", "get", "update")}
 # The policies' revisions (cluster/revisions.py): ControllerRevisions in the operator's namespace.
 REVISION_CALLS = {("apps", "controllerrevisions", v) for v in ("list", "create", "patch", "delete")}
+# The key that signs decision annotations (cluster/decision_mac.py): its Secret in the operator's namespace.
+DECISION_KEY = "policy-scheduler-decision-key"
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +153,8 @@ def test_layout_installs_in_one_go():
     assert ns == "policy-scheduler-system"
     assert sorted(d["kind"] for d in docs) == sorted(
         ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "Service",
-         "Role", "RoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "PodDisruptionBudget",
+         "Role", "RoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "Role", "RoleBinding",
+         "PodDisruptionBudget",
          *WEBHOOK_CONFIG_KINDS])
     for d in docs:
         if d["kind"] in ("Role", "RoleBinding") and "leader-election" in d["metadata"]["name"]:
@@ -298,6 +301,12 @@ def test_service_account_is_granted_exactly_that(api, installed):
         assert not allowed(*call, namespace=""), call  # not cluster-wide
     for verb in ("get", "watch", "update"):
         assert not allowed("apps", "controllerrevisions", verb, namespace=sa["namespace"]), verb
+    # the decision key (cluster/decision_mac.py): get on its Secret, create, in the operator's namespace only
+    assert allowed("", "secrets", "get", namespace=sa["namespace"], name=DECISION_KEY)
+    assert allowed("", "secrets", "create", namespace=sa["namespace"])
+    for verb in ("update", "patch", "delete", "list", "watch"):
+        assert not allowed("", "secrets", verb, namespace=sa["namespace"], name=DECISION_KEY), verb
+    assert not allowed("", "secrets", "get", namespace="default", name=DECISION_KEY)
     # DRA: exactly DRA_CALLS (and, for pods/status, exactly patch), namespaced and cluster-wide
     for resource in (*DRA_READS, "resourceclaims/status", "resourceclaims/binding", "resourceclaims/driver",
                      "resourceclaimtemplates", "devicetaintrules/status"):
