@@ -35,8 +35,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import orjson
 
-from ..cache.policies import PLURAL_PATH, PolicyState
 from ..api.models import RolloutSpec
+from ..cache.policies import PLURAL_PATH, PolicyState
 from ..cache.rollouts import (ACTIVE, CANARY, PROGRESSING, PROMOTING, ROLLED_BACK, SHADOWING, STABLE,
                               Rollout, candidate_hash)
 from ..cache.state import ClusterState
