@@ -432,9 +432,11 @@ def test_custom_values(template):
     assert [r["resourceNames"] for r in rules if "admissionregistration.k8s.io" in r["apiGroups"]] == [
         ["batch-policy-scheduler"]]
     assert [d["metadata"]["name"] for d in docs if d["kind"] in WEBHOOK_KINDS] == ["batch-policy-scheduler"] * 2
-    assert flags["webhook_secret"][1] in next(
-        r["resourceNames"] for d in by_kind(docs, "Role") for r in d["rules"] if "resourceNames" in r
-        and r["resources"] == ["secrets"])
+    secret_names = [r["resourceNames"] for d in by_kind(docs, "Role") for r in d["rules"] if "resourceNames" in r
+                    and r["resources"] == ["secrets"]]
+    assert any(flags["webhook_secret"][1] in names for names in secret_names), secret_names
+    # the decision key's Secret follows the scheduler name (cluster/decision_mac.py secret_name)
+    assert [f"{flags['scheduler_name']}-decision-key"] in secret_names
     # every example policy, as in policies/ (labelled, and owned by this instance)
     policies = {d["metadata"]["name"]: d for d in by_kind(docs, "SchedulingPolicy")}
     assert sorted(policies) == POLICY_NAMES

@@ -585,6 +585,14 @@ def test_operator_needs_nothing_more(api, core, policies, namespace, sa_kubeconf
             r["resourceNames"].append(SCHEDULER)
     client.RbacAuthorizationV1Api(api).patch_namespaced_role(role["metadata"]["name"], LEASE_NAMESPACE,
                                                              {"rules": rules})
+    # and its decision key's Secret is named after it too
+    key_role = next(d for d in manifest_docs() if d["kind"] == "Role" and d["metadata"]["name"].endswith(":decision-key"))
+    key_rules = copy.deepcopy(key_role["rules"])
+    for r in key_rules:
+        if "resourceNames" in r:
+            r["resourceNames"].append(f"{SCHEDULER}-decision-key")
+    client.RbacAuthorizationV1Api(api).patch_namespaced_role(key_role["metadata"]["name"],
+                                                             key_role["metadata"]["namespace"], {"rules": key_rules})
     apply_policy(policies, POLICY, [{"name": "NodeUnschedulable"}, {"name": "NodeAffinity", "weight": 1},
                                     {"name": "NodeResourcesFit", "weight": 1}], schedulerName=SCHEDULER)
     # the webhook configurations of manifests/, calling the in-process operator by URL (no Service
@@ -675,6 +683,9 @@ def test_operator_needs_nothing_more(api, core, policies, namespace, sa_kubeconf
                  what="the webhooks serving")
         sa_ns = the("ServiceAccount")["metadata"]["namespace"]
         ca = core.read_namespaced_secret(SECRET_NAME, sa_ns).data["ca.crt"]
+        # secrets get and create of the decision key (created by this first replica)
+        assert core.read_namespaced_secret(f"{SCHEDULER}-decision-key", sa_ns).data["key"]
+        assert op.engine.telemetry.registry.get_sample_value("policy_scheduler_decision_key_shared") == 1
         assert admission.read_validating_webhook_configuration(WEBHOOK_CONFIG_NAME).webhooks[0].client_config.ca_bundle == ca
         assert admission.read_mutating_webhook_configuration(WEBHOOK_CONFIG_NAME).webhooks[0].client_config.ca_bundle == ca
         with pytest.raises(ApiException) as refused:  # the API server called the webhook over TLS
