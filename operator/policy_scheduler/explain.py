@@ -8,6 +8,7 @@ only to the stream it is given."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
@@ -215,3 +216,30 @@ def print_decision(d: dict, out: TextIO) -> None:
         line("  filtered out:")
         for reason, n in fails.items():
             line(f"    {n:>5}  {reason}")
+
+
+# What a terminal would act on rather than show: C0 controls (ESC starts CSI/OSC sequences, CR and
+# BS overwrite what was printed, LF starts a line that looks like ours), DEL, the C1 controls (CSI
+# and OSC as single bytes) and the bidirectional overrides and isolates that reorder what is seen.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+MAX_PRINTED_DEPTH = 64  # a document deeper than this is cut (annotations are the API's, at most 256 KiB)
+
+
+def printable(s: str) -> str:
+    """``s`` with every control character written as its escape (``\\x1b``, ``\\u202e``): tenant
+    text (annotations, event messages, names) printed to an admin's terminal can neither run
+    escape sequences (OSC 52 clipboard writes, hyperlinks, cursor moves) nor fake a line."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", s)
+
+
+def printable_doc(v: Any, depth: int = 0) -> Any:
+    """A document (dicts, lists, strings: keys included) with ``printable`` text."""
+    if isinstance(v, str):
+        return printable(v)
+    if depth >= MAX_PRINTED_DEPTH:
+        return None
+    if isinstance(v, dict):
+        return {printable(str(k)): printable_doc(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, list):
+        return [printable_doc(x, depth + 1) for x in v]
+    return v

@@ -109,6 +109,8 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
         await server.start()
     if webhooks is not None:
         await webhooks.start()
+    from .cluster.decision_mac import attach  # the key that signs decision annotations, before the pods are listed
+    await attach(engine, getattr(a, "revision_namespace", None), a.scheduler_name)
     election = (f"leader election on Lease {leadership.lease} as {leadership.config.identity}"
                 if leadership else "no leader election")
     log.info("policy-scheduler %s starting: scheduler name %s, API %s (%s), namespaces %s, %s", __version__,

@@ -407,8 +407,8 @@ def test_one_replica_without_election_or_webhooks(template):
     docs = docs_of(template("one-replica-no-election-no-webhooks", "ops"))
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(["CustomResourceDefinition"] * 2 + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                                                               "Role", "RoleBinding", "Service", "Deployment",
-                                                               "NetworkPolicy"]), kinds
+                                                               "Role", "RoleBinding", "Role", "RoleBinding", "Service",
+                                                               "Deployment", "NetworkPolicy"]), kinds
     # no webhooks: no webhook-configuration rule, no policy, no webhook port in the NetworkPolicy
     assert not [r for r in the(docs, "ClusterRole")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
     assert [p["port"] for r in the(docs, "NetworkPolicy")["spec"]["ingress"] for p in r["ports"]] == [8081, 8080]
@@ -453,9 +453,11 @@ def test_custom_values(template):
         'request.userInfo.username == "system:serviceaccount:ops:batch-policy-scheduler"')
     assert 'request.name == "batch-policy-scheduler"' in vap["spec"]["validations"][0]["expression"]
     assert the(docs, "ValidatingAdmissionPolicyBinding")["spec"]["policyName"] == vap["metadata"]["name"]
-    assert flags["webhook_secret"][1] in next(
-        r["resourceNames"] for d in by_kind(docs, "Role") for r in d["rules"] if "resourceNames" in r
-        and r["resources"] == ["secrets"])
+    secret_names = [r["resourceNames"] for d in by_kind(docs, "Role") for r in d["rules"] if "resourceNames" in r
+                    and r["resources"] == ["secrets"]]
+    assert any(flags["webhook_secret"][1] in names for names in secret_names), secret_names
+    # the decision key's Secret follows the scheduler name (cluster/decision_mac.py secret_name)
+    assert [f"{flags['scheduler_name']}-decision-key"] in secret_names
     # every example policy, as in policies/ (labelled, and owned by this instance)
     policies = {d["metadata"]["name"]: d for d in by_kind(docs, "SchedulingPolicy")}
     assert sorted(policies) == POLICY_NAMES

@@ -96,6 +96,8 @@ LEASE_NAMESPACE, LEASE_NAME = "kube-system", "policy-scheduler"
 LEASE_CALLS = {("coordination.k8s.io", "leases", v) for v in ("create", "get", "update")}
 # The policies' revisions (cluster/revisions.py): ControllerRevisions in the operator's namespace.
 REVISION_CALLS = {("apps", "controllerrevisions", v) for v in ("list", "create", "patch", "delete")}
+# The key that signs decision annotations (cluster/decision_mac.py): its Secret in the operator's namespace.
+DECISION_KEY = "policy-scheduler-decision-key"
 
 
 @pytest.fixture(scope="module")
@@ -158,8 +160,8 @@ def test_layout_installs_in_one_go():
     assert ns == "policy-scheduler-system"
     assert sorted(d["kind"] for d in docs) == sorted(
         ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "Service",
-         "Role", "RoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "PodDisruptionBudget",
-         *WEBHOOK_CONFIG_KINDS, *VAP_KINDS, "NetworkPolicy"])
+         "Role", "RoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "Role", "RoleBinding",
+         "PodDisruptionBudget", *WEBHOOK_CONFIG_KINDS, *VAP_KINDS, "NetworkPolicy"])
     for d in docs:
         if d["kind"] in ("Role", "RoleBinding") and "leader-election" in d["metadata"]["name"]:
             assert d["metadata"]["namespace"] == LEASE_NAMESPACE, d["kind"]
@@ -305,6 +307,12 @@ def test_service_account_is_granted_exactly_that(api, installed):
         assert not allowed(*call, namespace=""), call  # not cluster-wide
     for verb in ("get", "watch", "update"):
         assert not allowed("apps", "controllerrevisions", verb, namespace=sa["namespace"]), verb
+    # the decision key (cluster/decision_mac.py): get on its Secret, create, in the operator's namespace only
+    assert allowed("", "secrets", "get", namespace=sa["namespace"], name=DECISION_KEY)
+    assert allowed("", "secrets", "create", namespace=sa["namespace"])
+    for verb in ("update", "patch", "delete", "list", "watch"):
+        assert not allowed("", "secrets", verb, namespace=sa["namespace"], name=DECISION_KEY), verb
+    assert not allowed("", "secrets", "get", namespace="default", name=DECISION_KEY)
     # DRA: exactly DRA_CALLS (and, for pods/status, exactly patch), namespaced and cluster-wide
     for resource in (*DRA_READS, "resourceclaims/status", "resourceclaims/binding", "resourceclaims/driver",
                      "resourceclaimtemplates", "devicetaintrules/status"):
@@ -583,6 +591,14 @@ def test_operator_needs_nothing_more(api, core, policies, namespace, sa_kubeconf
             r["resourceNames"].append(SCHEDULER)
     client.RbacAuthorizationV1Api(api).patch_namespaced_role(role["metadata"]["name"], LEASE_NAMESPACE,
                                                              {"rules": rules})
+    # and its decision key's Secret is named after it too
+    key_role = next(d for d in manifest_docs() if d["kind"] == "Role" and d["metadata"]["name"].endswith(":decision-key"))
+    key_rules = copy.deepcopy(key_role["rules"])
+    for r in key_rules:
+        if "resourceNames" in r:
+            r["resourceNames"].append(f"{SCHEDULER}-decision-key")
+    client.RbacAuthorizationV1Api(api).patch_namespaced_role(key_role["metadata"]["name"],
+                                                             key_role["metadata"]["namespace"], {"rules": key_rules})
     apply_policy(policies, POLICY, [{"name": "NodeUnschedulable"}, {"name": "NodeAffinity", "weight": 1},
                                     {"name": "NodeResourcesFit", "weight": 1}], schedulerName=SCHEDULER)
     # the webhook configurations of manifests/, calling the in-process operator by URL (no Service
@@ -673,6 +689,9 @@ def test_operator_needs_nothing_more(api, core, policies, namespace, sa_kubeconf
                  what="the webhooks serving")
         sa_ns = the("ServiceAccount")["metadata"]["namespace"]
         ca = core.read_namespaced_secret(SECRET_NAME, sa_ns).data["ca.crt"]
+        # secrets get and create of the decision key (created by this first replica)
+        assert core.read_namespaced_secret(f"{SCHEDULER}-decision-key", sa_ns).data["key"]
+        assert op.engine.telemetry.registry.get_sample_value("policy_scheduler_decision_key_shared") == 1
         assert admission.read_validating_webhook_configuration(WEBHOOK_CONFIG_NAME).webhooks[0].client_config.ca_bundle == ca
         assert admission.read_mutating_webhook_configuration(WEBHOOK_CONFIG_NAME).webhooks[0].client_config.ca_bundle == ca
         with pytest.raises(ApiException) as refused:  # the API server called the webhook over TLS

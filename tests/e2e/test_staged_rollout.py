@@ -130,7 +130,7 @@ def test_a_shadowed_candidate_counts_the_decisions_simulate_finds_changed(cluste
                                                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}})
     apply_policy(policies, name, binpack(), schedulerName=sched,
                  rollout={"strategy": "Shadow", "candidate": {"plugins": spread_weights()}})
-    reps, _ = replicas(cluster, sched, name, ["--log-level", "debug", "--log-format", "json"])
+    reps, _ = replicas(cluster, sched, name, ["--log-level", "debug", "--log-format", "json"], ops=namespace)
     op = next(r for r in reps if "successfully acquired lease" in r.log())  # the leader decides
     try:
         wait_for(lambda: (ready_condition(policies, name) or {}).get("status") == "True", 30, what="Ready")
@@ -197,13 +197,15 @@ def test_a_shadowed_candidate_counts_the_decisions_simulate_finds_changed(cluste
 
 
 # ------------------------------------------------------------------------------------------ canary
-def replicas(cluster, sched: str, policy: str, extra: list[str] | None = None
+def replicas(cluster, sched: str, policy: str, extra: list[str] | None = None, *, ops: str
              ) -> tuple[list[OperatorProcess], list[int]]:
-    """Two replicas with leader election, started together; once one leads."""
+    """Two replicas with leader election, started together; once one leads. ``ops``: their
+    namespace (--revision-namespace), where they share the key that signs decision annotations: a
+    replica counts the canary pods another bound only with that key."""
     mports = [localcluster.free_port(), localcluster.free_port()]
     reps = [OperatorProcess(cluster, sched, log_name=f"{sched}-{i}", extra=[
         "--default-policy", policy, "--metrics-port", str(mports[i]), "--metrics-address", "127.0.0.1",
-        *STEADY_ELECTION, *(extra or [])]) for i in range(2)]
+        "--revision-namespace", ops, *STEADY_ELECTION, *(extra or [])]) for i in range(2)]
     for r in reps:
         r.start(wait=False)
     for r in reps:
@@ -230,7 +232,7 @@ def test_a_canary_takes_its_share_survives_a_leader_kill_and_is_promoted(cluster
     apply_policy(policies, name, binpack(), schedulerName=sched,
                  rollout={"strategy": "Canary", "percent": 10, "candidate": {"plugins": spread_weights()},
                           "promote": {"pods": 100000}})
-    reps, mports = replicas(cluster, sched, name)
+    reps, mports = replicas(cluster, sched, name, ops=namespace)
     try:
         leader = next(r for r in reps if "successfully acquired lease" in r.log())
         standby = reps[1] if leader is reps[0] else reps[0]
@@ -319,7 +321,7 @@ def test_a_candidate_that_rejects_every_node_is_rolled_back_within_seconds(clust
             {"matchExpressions": [{"key": "no-such-label", "operator": "Exists"}]}]}}}
     apply_policy(policies, name, binpack(), schedulerName=sched,
                  rollout={"strategy": "Canary", "percent": 10, "candidate": {"plugins": broken}})
-    reps, mports = replicas(cluster, sched, name)
+    reps, mports = replicas(cluster, sched, name, ops=namespace)
     try:
         leader = next(r for r in reps if "successfully acquired lease" in r.log())
         lport = mports[reps.index(leader)]

@@ -126,6 +126,7 @@ def served(monkeypatch):
         return answers[(ns, name)]
 
     monkeypatch.setattr(cmd, "fetch", fetch)
+    monkeypatch.setattr(cmd, "decision_trust", lambda a, pod: (None, "no key here"))
     answers["asked"] = asked
     return answers
 
@@ -214,3 +215,68 @@ def test_a_workloads_cluster_chooser_record_is_explained():
     write_workload_text(bare, out)
     assert out.getvalue() == ("Workload t/w: nominated to w1, not admitted there yet\n"
                               "  no record of the MultiKueue cluster chooser (run --multikueue-dispatcher) on it\n")
+
+
+# ------------------------------------------------------------------ tenant text and verification
+def signed_pod(key, decision=json.dumps(DECISION), uid="uid-x", node="n0", mac=None):
+    from policy_scheduler.cluster.decision_mac import MAC_ANNOTATION
+
+    p = pod(node=node, decision=decision)
+    p["metadata"]["uid"] = uid
+    p["metadata"]["annotations"][MAC_ANNOTATION] = mac if mac is not None else key.sign(uid, node, decision)
+    return p
+
+
+def test_the_decision_is_verified_with_the_schedulers_key_when_the_secret_can_be_read(monkeypatch):
+    import base64
+    import types
+
+    from policy_scheduler.cluster.decision_mac import DecisionKey
+
+    raw = b"k" * 32
+    key = DecisionKey(raw)
+    secrets = {("ops", "policy-scheduler-decision-key"): {"data": {"key": base64.b64encode(raw).decode()}}}
+
+    def read_secret(a, ns, name):
+        if (ns, name) not in secrets:
+            raise cmd.ExplainError("HTTP 403 Forbidden")
+        return secrets[(ns, name)]
+
+    monkeypatch.setattr(cmd, "read_secret", read_secret)
+    a = types.SimpleNamespace(operator_namespace="ops", kubeconfig=None, context=None)
+    ok, how = cmd.decision_trust(a, signed_pod(key))
+    assert ok is True and "Secret ops/policy-scheduler-decision-key" in how
+    # tampered, copied to another pod, signed by another key, no MAC at all
+    assert cmd.decision_trust(a, signed_pod(key, mac=key.sign("uid-x", "n0", json.dumps(DECISION) + " ")))[0] is False
+    copied = signed_pod(key)
+    copied["metadata"]["uid"] = "uid-y"
+    assert cmd.decision_trust(a, copied)[0] is False
+    assert cmd.decision_trust(a, signed_pod(DecisionKey()))[0] is False
+    bare = pod(node="n0", decision=DECISION)
+    assert cmd.decision_trust(a, bare) == (False, "it has no policy-scheduler.io/decision-mac")
+    # the caller may not read the Secret: not verified, and said why
+    other = types.SimpleNamespace(operator_namespace="elsewhere", kubeconfig=None, context=None)
+    assert cmd.decision_trust(other, signed_pod(key)) == (
+        None, "cannot read the key in Secret elsewhere/policy-scheduler-decision-key: HTTP 403 Forbidden")
+    doc = cmd.explanation(signed_pod(key), None, [], default_policy="d", trust=cmd.decision_trust(a, signed_pod(key)))
+    assert doc["decisionVerified"] is True
+
+
+def test_text_marks_an_unverified_decision_and_escapes_control_characters(served, capsys):
+    evil = dict(DECISION)
+    evil["node"] = "n0\x1b]52;c;Y3VybCBldmlsCg==\x07\n  decision:  verified\x9b2J\u202e"
+    served[("demo", "x")] = pod(node="n0", decision=json.dumps(evil)), None, [
+        event("Scheduled", "bound \x1b[31mred\x1b[0m", "2026-01-01T00:00:01Z")]
+    assert cli.main(["explain", "demo/x"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[1] == "  decision:  annotation (user-writable), not verified: no key here"
+    assert not any(c in out for c in "\x1b\x07\x9b\u202e")
+    assert "n0\\x1b]52;c;Y3VybCBldmlsCg==\\x07\\x0a  decision:  verified\\x9b2J\\u202e" in out
+    assert sum(1 for x in lines if x.startswith("  decision:")) == 1  # the fake line stays inside its field
+    for output in ("yaml", "json"):
+        assert cli.main(["explain", "demo/x", "-o", output]) == 0
+        out = capsys.readouterr().out
+        assert not any(c in out for c in "\x1b\x07\x9b\u202e"), output
+        doc = (yaml.safe_load if output == "yaml" else json.loads)(out)
+        assert doc["decisionVerified"] is None and doc["decisionTrust"] == "no key here"

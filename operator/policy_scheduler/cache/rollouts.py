@@ -161,10 +161,15 @@ class Rollout:
         """A pod this process bound: a sample of the window (the leader's)."""
         self.arms[arm].placed.append((self.now(), seconds if seconds is not None else 0.0, node))
 
+    def counted(self, uid: str) -> bool:
+        """Whether the bound pod ``uid`` is counted already (its later updates need no check)."""
+        return uid in self._counted
+
     def count_bound(self, arm: str, uid: str) -> bool:
         """A bound pod whose decision annotation names this candidate and ``arm``, as the watch
         delivers it (on every replica, and again after a restart's LIST): counted once per UID.
-        So the bound counts of a new leader are the cluster's, not the last status write's."""
+        So the bound counts of a new leader are the cluster's, not the last status write's. The
+        caller has verified that the annotation is the scheduler's (cluster/decision_mac.py)."""
         if arm not in self.arms or not uid or uid in self._counted:
             return False
         self._counted.add(uid)

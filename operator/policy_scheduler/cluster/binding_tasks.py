@@ -33,6 +33,7 @@ from ..framework.queue.scheduling_queue import QueuedPodInfo, SchedulingQueue
 from ..framework.cycle.schedule import Decision
 from ..framework.status import Code, Status
 from ..logs import fields
+from .decision_mac import MAC_ANNOTATION, DecisionKey
 from .recorder import EventRecorder
 from .telemetry import Telemetry
 
@@ -60,6 +61,9 @@ class BindingTasks:
         self.wake = wake
         self.on_bound = on_bound
         self._sem = asyncio.Semaphore(concurrency)
+        # signs each decision annotation (decision_mac.py): the rollout counts only pods it verifies.
+        # Random until the operator sets the shared one (serve.py, from the Secret)
+        self.key = DecisionKey()
 
     # ------------------------------------------------------------------ in the scheduling loop
     def start(self, qpi: QueuedPodInfo, st: "PolicyState", chain: "Chain", state: CycleState,
@@ -73,9 +77,9 @@ class BindingTasks:
         if not status.is_success and status.code != Code.WAIT:
             self._failed(qpi, chain, state, assumed, status, broadcast=False)
             return False
-        state.write(BINDING_ANNOTATIONS, {DECISION_ANNOTATION: decision_annotation(
-            st.name, decision, state.read(GROUP_PLACEMENT), rollout=state.read(ROLLOUT_KEY),
-            devices=state.read(DEVICE_ALLOCATION))})
+        ann = decision_annotation(st.name, decision, state.read(GROUP_PLACEMENT), rollout=state.read(ROLLOUT_KEY),
+                                  devices=state.read(DEVICE_ALLOCATION))
+        state.write(BINDING_ANNOTATIONS, {DECISION_ANNOTATION: ann, MAC_ANNOTATION: self.key.sign(pod.uid, node, ann)})
         self.spawn(self._bind(qpi, st, chain, state, assumed))
         return True
 

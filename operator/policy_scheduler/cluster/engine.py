@@ -168,7 +168,7 @@ class Engine:
         # spec.rollout: the candidate's shadow, canary, analysis, rollback and promotion
         self.rollouts = RolloutController(state, self.policy_store.policies, self.nominator, self.recorder, tel,
                                           self.api.patch_policy, self._requeue_policy, self.status_writer.write_soon,
-                                          may_write)
+                                          may_write, key=self.binding_tasks.key, read=lambda p: client.get(p))
         self.pod_group_status = PodGroupStatusWriter(state.pod_groups, handle)
         self.native_pod_group_status = PodGroupStatusWriter(state.native_pod_groups, handle,
                                                             patch=self.api.patch_native_pod_group_status)

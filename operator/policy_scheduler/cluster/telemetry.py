@@ -344,6 +344,15 @@ class Telemetry:
                                          "Candidates rolled back by the canary analysis.", ["policy"], registry=lr)
         self.rollout_promotions = Counter("policy_scheduler_rollout_promotions",
                                           "Candidates promoted (written to spec.plugins).", ["policy"], registry=lr)
+        # decision annotations not signed by this scheduler's key (cluster/decision_mac.py): every replica
+        self.forged_decisions = Counter("policy_scheduler_forged_decisions",
+                                        "Bound pods whose decision annotation names a policy's rollout but whose "
+                                        "policy-scheduler.io/decision-mac does not verify (written by someone else, "
+                                        "or signed with another replica's key): not counted, once per pod.",
+                                        ["policy"], registry=r)
+        self.decision_key_shared = Gauge("policy_scheduler_decision_key_shared",
+                                         "1 when decision annotations are signed with the key every replica shares "
+                                         "(its Secret), 0 with a key of this process only.", registry=r)
         # the process (process_*, python_*), the API client (rest_client_*), the build
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)

@@ -1,12 +1,20 @@
 """`policy-scheduler explain`: why a pod went where it went, or why it did not (explain.py prints the
 decision record). ``explanation`` makes one document of what the API server says of the pod (its
 decision annotation, its PodScheduled condition, its events); the text output and ``-o json|yaml``
-print that document."""
+print that document.
+
+The decision annotation is written by the scheduler's binder, but a pod's owner can write it too:
+explain says which, by checking its ``policy-scheduler.io/decision-mac`` with the scheduler's key
+(cluster/decision_mac.py; the Secret in --operator-namespace, when the caller may read it), and
+otherwise marks it "annotation (user-writable)". Text and YAML output print every string of the
+document with its control characters escaped (explain.printable): annotations and event messages
+are tenant text."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any, TextIO
 
@@ -57,15 +65,17 @@ def _event(e: dict[str, Any]) -> dict[str, Any]:
 
 
 def explanation(pod: dict[str, Any], namespace_labels: dict[str, str] | None, events: list[dict[str, Any]], *,
-                default_policy: str, top: int | None = None) -> dict[str, Any]:
+                default_policy: str, top: int | None = None,
+                trust: tuple[bool | None, str] = (None, "not checked")) -> dict[str, Any]:
     """The document explain prints: the pod, its scheduler and node; the policy (the decision's,
     or for a pod not bound yet the one it would be scheduled with, and where that name came from);
     the decision record (its top nodes cut to ``top``); the PodScheduled condition; the last
     FailedScheduling event; the Preempting events' messages; the last EVENTS events; and
     ``plugins``: the decision's top nodes as explain.plugin_table makes them (per node and plugin
     its weighted score; the table explain prints and simulate's drill-down draws). ``pod`` and
-    ``events`` as the API server writes them (JSON); ``namespace_labels`` None when unknown.
-    ValueError for an unreadable decision annotation."""
+    ``events`` as the API server writes them (JSON); ``namespace_labels`` None when unknown;
+    ``trust``: whether the decision's MAC verifies (None: it could not be checked) and with what
+    key, or why not (``decision_trust``). ValueError for an unreadable decision annotation."""
     from ..explain import DECISION_ANNOTATION, plugin_table
 
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
@@ -97,6 +107,8 @@ def explanation(pod: dict[str, Any], namespace_labels: dict[str, str] | None, ev
         "pod": f"{meta.get('namespace')}/{meta.get('name')}", "uid": uid, "scheduler": spec.get("schedulerName"),
         "node": node, "phase": status.get("phase"), "policy": policy, "policySource": source,
         "decision": decision,
+        "decisionVerified": trust[0] if decision is not None else None,
+        "decisionTrust": trust[1] if decision is not None else None,
         "plugins": (plugin_table(top_nodes if isinstance(top_nodes := decision.get("top"), list) else [],
                                  decision.get("weights")) if decision is not None else None),
         "podScheduled": ({k: cond.get(k) for k in ("status", "reason", "message", "lastTransitionTime")}
@@ -117,6 +129,11 @@ def write_text(doc: dict[str, Any], out: TextIO) -> None:
 
     out.write(f"pod {doc['pod']}: scheduler {doc['scheduler']}, node {doc['node'] or '(none)'}\n")
     if doc["decision"] is not None:
+        verified, how = doc.get("decisionVerified"), doc.get("decisionTrust")
+        out.write("  decision:  " + (f"verified: written by the scheduler ({how})" if verified else
+                                     f"annotation (user-writable), NOT written by the scheduler: {how}"
+                                     if verified is False else f"annotation (user-writable), not verified: {how}")
+                  + "\n")
         print_decision(doc["decision"], out)
         for msg in doc["preemptions"]:  # a preemptor: which pods it preempted, where, and why that node
             out.write(f"  preemption: {msg}\n")
@@ -177,6 +194,54 @@ def _namespace_matters(pod: dict) -> bool:
     meta = pod.get("metadata") or {}
     return (not (pod.get("spec") or {}).get("nodeName") and DECISION_ANNOTATION not in (meta.get("annotations") or {})
             and not (meta.get("labels") or {}).get(POLICY_LABEL))
+
+
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,200}[a-z0-9])?")
+
+
+def decision_trust(a: argparse.Namespace, pod: dict[str, Any]) -> tuple[bool | None, str]:
+    """Whether the pod's decision annotation is one the scheduler's binder signed for this pod and
+    node: (True, where the key is), (False, why not), or (None, why it could not be checked: no
+    decision, or the key's Secret cannot be read by the caller)."""
+    from ..cluster.decision_mac import MAC_ANNOTATION, DecisionKey, decode_key, secret_name
+    from ..explain import DECISION_ANNOTATION
+
+    anns = (pod.get("metadata") or {}).get("annotations") or {}
+    if DECISION_ANNOTATION not in anns:
+        return None, "no decision"
+    if MAC_ANNOTATION not in anns:
+        return False, f"it has no {MAC_ANNOTATION}"
+    sched = (pod.get("spec") or {}).get("schedulerName") or "policy-scheduler"
+    ns = getattr(a, "operator_namespace", None)
+    if not isinstance(sched, str) or not _NAME.fullmatch(sched) or not ns:
+        return None, "no scheduler name or operator namespace to find its key"
+    where = f"Secret {ns}/{secret_name(sched)}"
+    try:
+        secret = read_secret(a, ns, secret_name(sched))
+    except ExplainError as e:
+        return None, f"cannot read the key in {where}: {e}"
+    key = decode_key(secret)
+    if key is None:
+        return None, f"{where} holds no usable key"
+    if DecisionKey(key).verify_pod(pod):
+        return True, f"its {MAC_ANNOTATION} verifies with the key in {where}"
+    return False, f"its {MAC_ANNOTATION} does not verify with the key in {where} (another pod's, node's or text)"
+
+
+def read_secret(a: argparse.Namespace, ns: str, name: str) -> Any:
+    """A Secret as the caller's credentials read it; ExplainError says why not (never its data)."""
+    try:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        from ..cluster.kubeclient import client_configuration
+
+        core = client.CoreV1Api(client.ApiClient(client_configuration(a.kubeconfig, a.context)))
+        return json.loads(core.read_namespaced_secret(name, ns, _preload_content=False).data)
+    except ApiException as e:
+        raise ExplainError(f"HTTP {e.status} {e.reason}") from None
+    except Exception as e:  # no credentials, an unreachable server
+        raise ExplainError(type(e).__name__) from None
 
 
 def workload_explanation(wl: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -263,13 +328,18 @@ def cmd_explain(a: argparse.Namespace) -> int:
             doc = workload_explanation(wl, events)
         else:
             pod, labels, events = fetch(a, ns, name)
-            doc = explanation(pod, labels, events, default_policy=a.default_policy, top=a.top)
+            doc = explanation(pod, labels, events, default_policy=a.default_policy, top=a.top,
+                              trust=decision_trust(a, pod))
     except (ExplainError, ValueError) as e:
         print(f"policy-scheduler explain: {e}", file=sys.stderr)
         return 1
-    if a.output == "json":
+    if a.output == "json":  # json.dumps escapes every control character
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-    elif a.output == "yaml":
+        return 0
+    from ..explain import printable_doc
+
+    doc = printable_doc(doc)  # tenant text: no escape sequence reaches the terminal
+    if a.output == "yaml":
         import yaml
 
         sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True))
@@ -292,6 +362,7 @@ def positive(v: str) -> int:
 
 def add_parser(sub) -> None:
     from ..cache.policies import DEFAULT_POLICY
+    from ..cache.revisions import DEFAULT_NAMESPACE, default_namespace
     from ..explain import ANNOTATION_TOP_NODES
 
     e = sub.add_parser("explain", help="why a pod went where it went (or why it did not)",
@@ -311,6 +382,10 @@ def add_parser(sub) -> None:
     e.add_argument("--default-policy", default=DEFAULT_POLICY, metavar="NAME",
                    help="the operator's --default-policy: the policy of a pod without the policy label in a "
                         f"namespace without the {DEFAULT_POLICY_LABEL} label (default {DEFAULT_POLICY!r})")
+    e.add_argument("--operator-namespace", default=default_namespace(), metavar="NAMESPACE",
+                   help="the operator's namespace (its --revision-namespace; default $POD_NAMESPACE, else "
+                        f"{DEFAULT_NAMESPACE}), whose Secret SCHEDULER-decision-key verifies the decision "
+                        "annotation when you may read it; otherwise the decision is marked user-writable")
     e.add_argument("--workload", action="store_true",
                    help="POD names a Kueue Workload in a MultiKueue manager cluster: where it runs, and the "
                         "cluster chooser's record (run --multikueue-dispatcher): its policy, each worker's rank, "

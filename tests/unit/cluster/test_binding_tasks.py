@@ -10,6 +10,7 @@ import pytest
 from fakeclient import FakeClient
 
 from policy_scheduler.cluster.binding_tasks import DECISION_ANNOTATION
+from policy_scheduler.cluster.decision_mac import MAC_ANNOTATION
 from policy_scheduler.cluster.engine import Engine
 from policy_scheduler.framework.interface import PermitPlugin, PostFilterPlugin, PreBindPlugin, ReservePlugin
 from policy_scheduler.framework.queue.scheduling_queue import ACTIVE, BACKOFF, UNSCHEDULABLE
@@ -90,6 +91,19 @@ def test_success_binds_with_the_decision_annotation_and_counts():
     assert engine.bound_by_us == 1 and not engine.queue.is_in_flight("ns/a")
     assert "ns/a" in engine.state.table.assumed  # until the watch confirms it
     assert CALLS == [("reserve", "a"), ("permit", "a")]
+
+
+def test_the_binding_signs_its_decision_annotation_for_that_pod_and_node():
+    """The API server copies a Binding's annotations onto the pod: the pod as the watch then shows
+    it verifies under the key the rollout analysis holds; the same annotations on another pod do not."""
+    engine = run(lambda e: schedule(e, pod("a")))
+    meta = engine.client.calls_of("bind")[0].body["metadata"]
+    assert engine.rollouts.key is engine.binding_tasks.key
+    seen = {"metadata": {"name": "a", "namespace": "ns", "uid": "uid-a", "annotations": meta["annotations"]},
+            "spec": {"nodeName": "n1"}}
+    assert set(meta["annotations"]) == {DECISION_ANNOTATION, MAC_ANNOTATION}
+    assert engine.rollouts.key.verify_pod(seen)
+    assert not engine.rollouts.key.verify_pod({**seen, "metadata": {**seen["metadata"], "uid": "uid-b"}})
 
 
 @pytest.mark.parametrize("status, message, requeued", [

@@ -14,6 +14,8 @@ import orjson
 from policy_scheduler.cache.policies import PolicyStore
 from policy_scheduler.cache.rollouts import CANARY, PROGRESSING, PROMOTED, PROMOTING, ROLLED_BACK, SHADOWING, STABLE
 from policy_scheduler.cache.state import ClusterState
+from policy_scheduler.cluster.decision_mac import MAC_ANNOTATION, DecisionKey
+from policy_scheduler.cluster.kubeclient import ApiError
 from policy_scheduler.cluster.rollout_controller import RolloutController
 from policy_scheduler.cluster.telemetry import Telemetry
 from policy_scheduler.explain import DECISION_ANNOTATION, ROLLOUT_KEY, decision_annotation
@@ -101,9 +103,11 @@ class Harness:
         self.state.table.add_pod(pod, d.node)
         self.ctrl.bound(self.st, pod, 1.0, d.node)
         ann = decision_annotation("p", d, rollout=state.read(ROLLOUT_KEY))
-        self.ctrl.seen_bound({"metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid,
-                                           "annotations": {DECISION_ANNOTATION: ann}},
-                              "spec": {"nodeName": d.node}})
+        self.last_bound = {"metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid,
+                                        "annotations": {DECISION_ANNOTATION: ann,  # as the binder signs it
+                                                        MAC_ANNOTATION: self.ctrl.key.sign(pod.uid, d.node, ann)}},
+                           "spec": {"nodeName": d.node}}
+        self.ctrl.seen_bound(self.last_bound)
 
 
 # ------------------------------------------------------------------ rollback
@@ -286,3 +290,172 @@ def test_a_shadow_compares_every_decision_and_never_changes_the_chain():
     assert h.metric("policy_scheduler_rollout_shadow_decisions_total", outcome="same") == 0
     h.ctrl.tick()
     assert ro.phase == SHADOWING and h.metric("policy_scheduler_rollout_phase", phase=SHADOWING) == 1
+
+
+# ------------------------------------------------------------------ forged decision annotations
+def forged(h, arm, i, mac=None):
+    """A pod a tenant created with spec.nodeName set and a decision annotation copied from the
+    policy's status: the real candidate hash and arm, but no MAC of ours."""
+    uid = f"forged-{i}"
+    ann = orjson.dumps({"policy": "p", "node": "n0", "rollout": {"arm": arm, "candidate": h.st.rollout.hash}}).decode()
+    anns = {DECISION_ANNOTATION: ann, **({MAC_ANNOTATION: mac} if mac is not None else {})}
+    return {"metadata": {"name": f"f{i}", "namespace": "tenant", "uid": uid, "annotations": anns},
+            "spec": {"nodeName": "n0"}}
+
+
+def test_forged_annotations_move_no_count_and_are_counted_once_per_pod(caplog):
+    h = Harness(promoting_canary(pods=2))
+    ro = h.st.rollout
+    genuine = h.pod(CANARY)
+    _, _, d, state = h.schedule(genuine)
+    h.bind(genuine, d, state)  # one real canary pod (signed by the binder's key)
+    stranger = DecisionKey()  # a forger's key, or another instance's
+    with caplog.at_level("WARNING", logger="policy_scheduler"):
+        for i in range(100):
+            arm = CANARY if i % 2 else STABLE
+            mac = None if i % 3 == 0 else ("v1:AAAA" if i % 3 == 1 else None)
+            body = forged(h, arm, i, mac)
+            if i % 3 == 2:
+                body["metadata"]["annotations"][MAC_ANNOTATION] = stranger.sign(
+                    body["metadata"]["uid"], "n0", body["metadata"]["annotations"][DECISION_ANNOTATION])
+            for _ in range(3):  # each pod's updates come again and again
+                h.ctrl.seen_bound(body)
+        # a genuine pod's annotation copied, MAC and all, onto a tenant's pod
+        copy = forged(h, CANARY, 100)
+        copy["metadata"]["annotations"] = {k: v for k, v in h.last_bound["metadata"]["annotations"].items()}
+        h.ctrl.seen_bound(copy)
+    assert [ro.arms[CANARY].bound, ro.arms[STABLE].bound] == [1, 0] and ro.phase == PROGRESSING
+    assert ro.arms[STABLE].attempts == 0 and ro.arms[CANARY].attempts == 1
+    assert h.metric("policy_scheduler_forged_decisions_total") == 101
+    assert caplog.text.count("was not written by this scheduler") == 101
+    assert "tenant/f7" in caplog.text
+    # a genuine canary pod still counts, and the second one promotes
+    async def second():
+        p = h.pod(CANARY)
+        _, _, d, state = h.schedule(p)
+        h.bind(p, d, state)
+        await settle()
+
+    run(second())
+    assert ro.arms[CANARY].bound == 2 and ro.phase == PROMOTING and h.patches == [("p", PROMOTION)]
+
+
+def test_the_forged_pods_remembered_are_bounded(monkeypatch):
+    from policy_scheduler.cluster import rollout_controller as rc
+
+    monkeypatch.setattr(rc, "MAX_FORGED_REMEMBERED", 10)
+    h = Harness(promoting_canary(pods=2))
+    for i in range(25):
+        h.ctrl.seen_bound(forged(h, CANARY, i))
+    assert len(h.ctrl._forged) == 10 and "forged-24" in h.ctrl._forged and "forged-0" not in h.ctrl._forged
+    assert h.metric("policy_scheduler_forged_decisions_total") == 25
+
+
+# ------------------------------------------------------------------ the promotion's precondition
+class Policies:
+    """The policy as the API server has it: GET answers it, the merge patch is refused (409) when
+    its resourceVersion is not the current one; ``edits``: applied on the GETs of that number."""
+
+    def __init__(self, body, edits=None):
+        self.obj = orjson.loads(orjson.dumps(body))
+        self.obj["metadata"]["resourceVersion"] = "10"
+        self.edits, self.gets = edits or {}, 0
+
+    async def read(self, path):
+        assert path.endswith("/p")
+        self.gets += 1
+        obj = orjson.loads(orjson.dumps(self.obj))
+        if self.gets in self.edits:  # an edit lands after this read
+            self.edits[self.gets](self.obj)
+            self.obj["metadata"]["resourceVersion"] = str(int(self.obj["metadata"]["resourceVersion"]) + 1)
+        return obj
+
+    def check(self, patch):
+        if patch["metadata"]["resourceVersion"] != self.obj["metadata"]["resourceVersion"]:
+            raise ApiError(409, {"reason": "Conflict", "message": "the object has been modified"}, "PATCH", "/p")
+
+
+def promote_with(h, policies):
+    h.ctrl.read = policies.read
+    inner = h.patch_spec
+
+    async def patch_spec(name, patch):
+        await inner(name, orjson.loads(orjson.dumps(patch)))
+        policies.check(patch)
+
+    h.ctrl.patch_spec = patch_spec
+
+    async def main():
+        p = h.pod(CANARY)
+        _, _, d, state = h.schedule(p)
+        h.bind(p, d, state)
+        for _ in range(10):
+            await asyncio.sleep(0)
+
+    run(main())
+
+
+def test_the_promotion_patch_carries_the_resource_version_read():
+    h = Harness(promoting_canary(pods=1))
+    promote_with(h, Policies(h.body))
+    assert h.patches == [("p", {**PROMOTION, "metadata": {"resourceVersion": "10"}})]
+    assert h.recorder.reasons() == ["RolloutPromoting", "RolloutPromoted"]
+
+
+def test_an_edit_between_read_and_patch_is_read_again_and_promoted_on_the_new_version():
+    h = Harness(promoting_canary(pods=1))
+
+    def edit_plugins(obj):
+        obj["spec"]["plugins"] = [FIT]
+
+    promote_with(h, Policies(h.body, {1: edit_plugins}))
+    assert [p["metadata"]["resourceVersion"] for _, p in h.patches] == ["10", "11"]
+    assert h.recorder.reasons() == ["RolloutPromoting", "RolloutPromoted"]
+
+
+def test_a_changed_candidate_is_not_promoted():
+    h = Harness(promoting_canary(pods=1))
+
+    def other_candidate(obj):
+        obj["spec"]["rollout"]["candidate"]["plugins"] = [FIT]
+
+    promote_with(h, Policies(h.body, {1: other_candidate}))
+    assert len(h.patches) == 1  # the first, refused; the second read sees another candidate: no write
+    assert h.recorder.reasons() == ["RolloutPromoting"] and h.metric("policy_scheduler_rollout_promotions_total") == 0
+
+
+def test_other_thresholds_for_the_same_candidate_are_judged_again():
+    h = Harness(promoting_canary(pods=1))
+
+    def raise_the_bar(obj):
+        obj["spec"]["rollout"]["promote"] = {"pods": 50}
+
+    promote_with(h, Policies(h.body, {1: raise_the_bar}))
+    assert len(h.patches) == 1 and h.st.rollout.phase == PROGRESSING
+    assert "judged again" in h.st.rollout.message and h.status_writes[-1] is h.st
+
+
+def test_pods_listed_before_the_policies_are_judged_by_the_first_tick():
+    """A new process lists pods and policies at once: the pods that came first are counted (or
+    refused) once the policies are known, as if they had come after."""
+    h = Harness(promoting_canary(pods=100))
+    ro = h.st.rollout
+    policies: dict = {}
+    ctrl = RolloutController(h.state, policies, Nominator(), h.recorder, h.telemetry, h.patch_spec,
+                             h.requeued.append, h.status_writes.append, lambda: True, key=h.ctrl.key)
+    signed = []
+    for i in range(6):
+        p = h.pod(CANARY if i % 2 else STABLE)
+        ann = orjson.dumps({"policy": "p", "node": "n1", "rollout": {"arm": ro.arm(p.uid), "candidate": ro.hash}}
+                           ).decode()
+        signed.append({"metadata": {"name": p.name, "namespace": "ns", "uid": p.uid, "annotations": {
+            DECISION_ANNOTATION: ann, MAC_ANNOTATION: h.ctrl.key.sign(p.uid, "n1", ann)}}, "spec": {"nodeName": "n1"}})
+    for body in signed + [forged(h, CANARY, i) for i in range(4)]:
+        ctrl.seen_bound(body)
+    assert ro.arms[CANARY].bound == ro.arms[STABLE].bound == 0 and len(ctrl._early) == 10
+    policies["p"] = h.st  # the policies' LIST
+    ctrl.tick()
+    assert [ro.arms[CANARY].bound, ro.arms[STABLE].bound] == [3, 3] and not ctrl._early
+    assert h.metric("policy_scheduler_forged_decisions_total") == 4
+    ctrl.seen_bound(signed[0])  # the same pods again: counted once
+    assert ro.arms[STABLE].bound == 3
