@@ -82,30 +82,27 @@ def review(request: dict[str, Any], allowed: bool, *, message: str = "", code: i
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
 
 
-def sniff_uid(body: bytes) -> str:
-    """The request's uid from a body no parser reads: the first ``"uid"`` after ``"request"``
-    (the API server writes it first), else ""."""
+def _sniff(body: bytes | bytearray, field: re.Pattern) -> str:
+    """The first match of ``field`` after ``"request"`` in a body no parser reads, else ""."""
     at = body.find(b'"request"')
-    m = _UID.search(body, at if at >= 0 else 0)
+    m = field.search(body, at if at >= 0 else 0)
     if m is None:
         return ""
     try:
         return m.group(1).decode()
     except UnicodeDecodeError:
         return ""
+
+
+def sniff_uid(body: bytes | bytearray) -> str:
+    """The request's uid from a body no parser reads (the API server writes it first), else ""."""
+    return _sniff(body, _UID)
 
 
 def sniff_name(body: bytes | bytearray) -> str:
-    """The request's name from a body no parser reads: the first ``"name"`` after ``"request"``
-    (the API server writes ``request.name`` before the object), else ""."""
-    at = body.find(b'"request"')
-    m = _NAME.search(body, at if at >= 0 else 0)
-    if m is None:
-        return ""
-    try:
-        return m.group(1).decode()
-    except UnicodeDecodeError:
-        return ""
+    """The request's name from a body no parser reads (the API server writes ``request.name``
+    before the object), else ""."""
+    return _sniff(body, _NAME)
 
 
 # What the webhooks read of a request, as msgspec schemas: everything else (a pod's containers,

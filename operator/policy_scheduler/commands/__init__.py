@@ -30,6 +30,17 @@ def boolean(v: str) -> bool:
     raise argparse.ArgumentTypeError(f"{v!r} is not true or false")
 
 
+def positive(v: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a positive integer")
+    return n
+
+
 def namespaced(v: str) -> tuple[str, str]:
     ns, sep, name = v.partition("/")
     if not sep or not ns or not name or "/" in name:

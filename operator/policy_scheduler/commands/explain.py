@@ -19,7 +19,7 @@ import sys
 from typing import Any, TextIO
 
 from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL
-from . import CONTEXT_HELP, KUBECONFIG_HELP
+from . import CONTEXT_HELP, KUBECONFIG_HELP, positive
 
 OUTPUTS = ("text", "json", "yaml")
 EVENTS = 5  # the pod's last events in the document
@@ -348,16 +348,6 @@ def cmd_explain(a: argparse.Namespace) -> int:
     else:
         write_text(doc, sys.stdout)
     return 0
-
-
-def positive(v: str) -> int:
-    try:
-        n = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{v!r} is not a positive integer")
-    return n
 
 
 def add_parser(sub) -> None:

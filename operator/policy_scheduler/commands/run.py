@@ -12,22 +12,12 @@ import sys
 
 from .. import SCHEDULER_NAME
 from ..logs import LOG_FORMATS
-from . import CONTEXT_HELP, KUBECONFIG_HELP, boolean, duration, namespaced, url
+from . import CONTEXT_HELP, KUBECONFIG_HELP, boolean, duration, namespaced, positive, url
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # what `run` listens on: the flag, and the attributes of its address and port (port 0: off)
 LISTENERS = (("--metrics-port", "metrics_address", "metrics_port"), ("--health-port", "health_address", "health_port"),
              ("--webhook-port", "webhook_address", "webhook_port"))
-
-
-def _positive_int(v: str) -> int:
-    try:
-        n = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{v!r} must be at least 1")
-    return n
 
 
 def _setup_logging(level: str, log_format: str = "text") -> None:
@@ -217,11 +207,11 @@ def add_parser(sub) -> None:
     wh.add_argument("--webhook-manage-certs", type=boolean, nargs="?", const=True, default=True, metavar="true|false",
                     help="create and renew the certificates (default true); false: only read the Secret, e.g. "
                          "one cert-manager fills")
-    wh.add_argument("--webhook-max-inflight", type=_positive_int, default=4, metavar="N",
+    wh.add_argument("--webhook-max-inflight", type=positive, default=4, metavar="N",
                     help="admission requests read and decided at once (default 4), and as many again of at most "
                          "64 KiB (the API server's); more wait up to 1s for a slot, then get HTTP 503 (the "
                          "webhooks fail open)")
-    wh.add_argument("--webhook-max-buffered-mib", type=_positive_int, default=32, metavar="MIB",
+    wh.add_argument("--webhook-max-buffered-mib", type=positive, default=32, metavar="MIB",
                     help="MiB of request bodies held at once, all requests together (default 32); a request "
                          "past it is refused")
     wh.add_argument("--webhook-read-timeout", type=duration, default=4.0, metavar="DURATION",
