@@ -192,13 +192,13 @@ def test_a_workloads_cluster_chooser_record_is_explained():
     rec = {"policy": "default", "chosen": "big", "clusters": {
         "small": {"placed": 1, "pods": 2, "preempted": 0, "meanScore": 0.0, "rank": 2},
         "big": {"placed": 2, "pods": 2, "preempted": 0, "meanScore": 431.5, "rank": 1},
-        "gone": {"error": "not read: ClientConnectorError: ..."}}}
+        "gone": {"error": "NotRead"}, "hostile": {"error": "KubeconfigRefused", "reason": "ExecPlugin"}}}
     wl = {"metadata": {"namespace": "team", "name": "job-a-1", "annotations": {
         "policy-scheduler.io/cluster-scores": json.dumps(rec)}}, "status": {"clusterName": "big"}}
     events = [{"type": "Normal", "reason": "ClusterNominated", "message": "nominated big under policy default",
                "eventTime": "2026-11-27T10:00:00.000000Z"}]
     doc = workload_explanation(wl, events)
-    assert [c["cluster"] for c in doc["clusters"]] == ["big", "small", "gone"] and doc["chosen"] == "big"
+    assert [c["cluster"] for c in doc["clusters"]] == ["big", "small", "gone", "hostile"] and doc["chosen"] == "big"
     out = io.StringIO()
     write_workload_text(doc, out)
     assert out.getvalue().splitlines() == [
@@ -206,7 +206,8 @@ def test_a_workloads_cluster_chooser_record_is_explained():
         "  policy default; chosen: big",
         "  1. big: 2/2 pods placed, 0 preempted, mean score 431.5",
         "  2. small: 1/2 pods placed, 0 preempted, mean score 0.0",
-        "  -  gone: left out: not read: ClientConnectorError: ...",
+        "  -  gone: left out: NotRead",
+        "  -  hostile: left out: KubeconfigRefused (ExecPlugin)",
         "  event Normal ClusterNominated: nominated big under policy default"]
     # no record, a nomination not admitted yet; a record that is not JSON counts as none
     bare = workload_explanation({"metadata": {"namespace": "t", "name": "w", "annotations": {

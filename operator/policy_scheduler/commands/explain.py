@@ -284,7 +284,8 @@ def write_workload_text(doc: dict[str, Any], out: TextIO) -> None:
                 out.write(f"  {c['rank']}. {c['cluster']}: {c['placed']}/{c['pods']} pods placed, "
                           f"{c['preempted']} preempted, mean score {c['meanScore']}\n")
             else:
-                out.write(f"  -  {c['cluster']}: left out: {c.get('error')}\n")
+                why = f" ({c['reason']})" if c.get("reason") else ""
+                out.write(f"  -  {c['cluster']}: left out: {c.get('error')}{why}\n")
     for e in doc["events"]:
         out.write(f"  event {e['type']} {e['reason']}: {e['message']}\n")
 
