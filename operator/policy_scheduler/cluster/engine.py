@@ -21,8 +21,10 @@ A watch event becomes a binding::
              --> POST pods/binding) --> PostBind --> Engine.bound (Scheduled event)
         --> not: queue.add_unschedulable, FailedScheduling, Preemptor.preempt or a nomination
 
-Everything runs on one asyncio loop: a cycle is synchronous (pure core) and the loop yields
-between pods; bindings, events and status writes are tasks. Nothing is lost: a failed binding
+Scheduling runs on one asyncio loop: a cycle is synchronous (pure core) and the loop yields
+between pods; bindings, events and status writes are tasks, each fenced by the Lease's deadline
+when it is sent. The Lease is renewed on its own thread and client (leader.py) and the admission
+webhooks serve on theirs (webhook_server.py), so a busy loop costs neither. Nothing is lost: a failed binding
 cycle unreserves, forgets the assumption and requeues the pod; a pod already bound or deleted is
 dropped quietly, since the watch then says where it is. On restart the initial LIST rebuilds
 everything: bound pods count on their nodes, unbound ones are queued again, and the API refuses a
