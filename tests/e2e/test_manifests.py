@@ -113,12 +113,14 @@ def installed(api, crd):
         else:
             utils.create_from_dict(api, d)
     yield docs
-    for d in reversed(docs):  # the Namespace last; without a namespace controller it stays Terminating
-        meta = d["metadata"]
+    for d in reversed(docs):  # the Namespace last, finalized: this control plane runs no namespace
+        meta = d["metadata"]  # controller, and a namespace left Terminating refuses the next test's objects
         kind = d["kind"]
         try:
             if kind == "Namespace":
                 client.CoreV1Api(api).delete_namespace(meta["name"])
+                client.CoreV1Api(api).replace_namespace_finalize(
+                    meta["name"], {"metadata": {"name": meta["name"]}, "spec": {"finalizers": []}})
             elif kind == "ServiceAccount":
                 client.CoreV1Api(api).delete_namespaced_service_account(meta["name"], meta["namespace"])
             elif kind == "Service":

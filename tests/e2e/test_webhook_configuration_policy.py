@@ -76,10 +76,27 @@ def _delete(api: client.ApiClient, kind: str, name: str, namespace: str | None) 
             raise
 
 
+def _exists(core: client.CoreV1Api, ns: str) -> bool:
+    try:
+        core.read_namespace(ns)
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return True
+
+
 @pytest.fixture(scope="module")
 def installed(api, core):
     """manifests/' RBAC, webhook configurations and the policy, applied for real (the objects
     made here are deleted at the end; the namespace is finalized if made here)."""
+    try:  # a namespace another test deleted stays Terminating here (no namespace controller)
+        if core.read_namespace(NS).metadata.deletion_timestamp is not None:
+            core.replace_namespace_finalize(NS, {"metadata": {"name": NS}, "spec": {"finalizers": []}})
+            wait_for(lambda: not _exists(core, NS), 30, what=f"namespace {NS} gone")
+    except ApiException as e:
+        if e.status != 404:
+            raise
     made = []
     for f in FILES:
         for doc in manifest_docs(f):
@@ -320,7 +337,11 @@ def test_the_operator_still_writes_its_ca_bundle(cluster, api, core, adm, crd, p
                      what="the caBundle written")
         log = op.log()
         assert log.count("caBundle written into") == 2, log[-3000:]
-        assert "ValidatingAdmissionPolicy" not in log and "forbidden" not in log.lower(), log[-3000:]
+        # nothing it did to its webhook configurations or their Secret was refused (the decision
+        # key's Role of manifests/ names policy-scheduler's key, not this instance's: that 403 is
+        # the decision key's, which falls back on a key of this process)
+        refused = [line for line in log.splitlines() if "forbidden" in line.lower() and "decision annotations:" not in line]
+        assert "ValidatingAdmissionPolicy" not in log and not refused, refused or log[-3000:]
         # what it wrote is the caBundle, and nothing else moved
         for read in (mutating, validating):
             got = read(adm)
