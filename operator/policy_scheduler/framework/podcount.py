@@ -111,5 +111,10 @@ class PodMatchCounter:
             counts = entry[1].copy()
             for row in rows:
                 counts[row] = count(self._snap[row])
-        self._entries.put(key, (self._gen, counts), counts.nbytes + approx_size(key) + 200)
+        # an entry brought up to date keeps its size (same key, same rows): the key, a pod's
+        # selector, is measured once, not on every update
+        size = self._entries.charged(key) if rows is not None else None
+        if size is None:
+            size = counts.nbytes + approx_size(key) + 200
+        self._entries.put(key, (self._gen, counts), size)
         return counts

@@ -106,6 +106,12 @@ class BoundedCache:
             self.evictions += 1
         return True
 
+    def charged(self, key: Hashable) -> int | None:
+        """The bytes ``key``'s entry is charged, None when it is not kept (no recency change):
+        a caller replacing an entry with one of the same size need not measure it again."""
+        hit = self._data.get(key)
+        return None if hit is None else hit[1]
+
     def get_or_build(self, key: Hashable, build: Callable[[], Any]) -> Any:
         """The cached value for ``key``, else ``build()`` (kept if it fits)."""
         hit = self._data.get(key, _MISSING)
