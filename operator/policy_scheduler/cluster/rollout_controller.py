@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import orjson
 
-from ..api.models import RolloutSpec
+from ..policy.rollout import RolloutSpec
 from ..cache.policies import PLURAL_PATH, PolicyState
 from ..cache.rollouts import (ACTIVE, CANARY, PROGRESSING, PROMOTING, ROLLED_BACK, SHADOWING, STABLE,
                               Rollout, candidate_hash)

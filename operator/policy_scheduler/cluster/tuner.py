@@ -38,7 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.models import MAX_TUNING_WINDOW_PODS, TuningSpec, duration_seconds
+from ..policy.fields import duration_seconds
+from ..policy.tuning import MAX_TUNING_WINDOW_PODS, TuningSpec
 from ..framework.model.podinfo import PodInfo
 from ..idle import become_idle, warm
 from ..whatif import tune

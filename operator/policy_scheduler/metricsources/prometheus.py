@@ -39,7 +39,8 @@ from typing import Any, Callable, Iterable, Sequence
 from pydantic import ValidationError
 
 from .. import timefmt
-from ..api.models import SchedulingPolicySpec, duration_seconds
+from ..policy.fields import duration_seconds
+from ..policy.models import SchedulingPolicySpec
 from ..framework.events import METRICS_REFRESH
 from ..framework.interface import ReadsMetrics
 from ..framework.metricview import MetricsView, Sample, SeriesKey, node_key

@@ -504,7 +504,7 @@ async def read_metrics(policies: list[dict], prometheus_url: str | None, *, quer
     operator makes it."""
     from pydantic import ValidationError
 
-    from ..api.models import SchedulingPolicySpec
+    from ..policy.models import SchedulingPolicySpec
     from ..metricsources.prometheus import PrometheusMetricSources, prometheus_api_query
 
     sources = PrometheusMetricSources(prometheus_url, query_fn=query_fn or prometheus_api_query)

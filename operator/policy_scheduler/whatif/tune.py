@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from ..api.models import TuningSpec, duration_seconds
+from ..policy.fields import duration_seconds
+from ..policy.tuning import TuningSpec
 from ..framework.model.podinfo import PodInfo
 from . import metrics
 from .simulate import PolicyRun, run_policy
