@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from ..framework.model.podinfo import PodInfo
 from ..policy.fields import duration_seconds
 from ..policy.tuning import TuningSpec
-from ..framework.model.podinfo import PodInfo
 from . import metrics
 from .simulate import PolicyRun, run_policy
 from .world import World
