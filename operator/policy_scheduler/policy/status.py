@@ -13,6 +13,7 @@ from .chain import MAX_PLUGINS
 from .fields import Model
 from .rollout import MAX_ROLLOUT_SAMPLES
 
+
 class Condition(Model):
     type: str
     status: Literal["True", "False", "Unknown"]
