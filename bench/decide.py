@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from policy_scheduler.framework.cycle.chain import build_chain, default_chain_spec
+from policy_scheduler.policy.chain import build_chain, default_chain_spec
 from policy_scheduler.plugins import default_registry
 from policy_scheduler.framework.interface import Handle
 from policy_scheduler.framework.model.labels import LabelSelector, Requirement

@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import decide  # noqa: E402  (the shared synthetic cluster)
 
-from policy_scheduler.framework.cycle.chain import ChainSpec, PluginRef, build_chain, default_chain_spec  # noqa: E402
+from policy_scheduler.policy.chain import ChainSpec, PluginRef, build_chain, default_chain_spec  # noqa: E402
 from policy_scheduler.plugins import default_registry  # noqa: E402
 from policy_scheduler.framework.metricview import SOURCE, MetricsView, estimate_parts  # noqa: E402
 from policy_scheduler.framework.cycle.schedule import schedule_one  # noqa: E402

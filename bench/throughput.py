@@ -222,7 +222,7 @@ from typing import Any, Callable
 import aiohttp
 import yaml
 
-from policy_scheduler.api.models import SchedulingPolicySpec
+from policy_scheduler.policy.models import SchedulingPolicySpec
 from policy_scheduler.cluster.informer import Informer
 from policy_scheduler.cluster.kubeclient import ApiError, KubeClient, load_credentials
 from policy_scheduler.framework.cycle.shadow import shares_filters

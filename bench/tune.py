@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import simulate as simbench
-from policy_scheduler.api.models import duration_seconds
+from policy_scheduler.policy.fields import duration_seconds
 from policy_scheduler.framework.model.nodetable import NodeSpec
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.whatif import tune

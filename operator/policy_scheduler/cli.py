@@ -15,7 +15,7 @@ from . import __version__
 
 
 def cmd_crd(a: argparse.Namespace) -> int:
-    from .api.crd import crd_yaml
+    from .policy.crd import crd_yaml
 
     sys.stdout.write(crd_yaml())
     return 0

@@ -147,7 +147,7 @@ def _spec_cases() -> list[Case]:
     c.append(Case("plugins-empty", {"plugins": []}, "spec.plugins", "at least 1"))
     c.append(Case("plugins-missing", {}, "spec.plugins", "Required value"))
     c.append(Case("plugins-not-a-list", {"plugins": {"name": "NodeName"}}, "spec.plugins", "must be a list"))
-    for n in (65, 100, 1000, 10000):  # past 1,024 items a list is past the limits of a spec (api/limits.py)
+    for n in (65, 100, 1000, 10000):  # past 1,024 items a list is past the limits of a spec (policy/limits.py)
         c.append(Case(f"plugins-{n}", {"plugins": [plugin(f"P{i}") for i in range(n)]}, "spec.plugins",
                       f"Too many: {n}: must have at most {64 if n <= 1024 else 1024} items"))
     c.append(Case("plugins-10000-same", {"plugins": [plugin("NodeName")] * 10000}, "spec.plugins", "Too many"))

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from policy_scheduler.api.crd import crd, crd_yaml
+from policy_scheduler.policy.crd import crd, crd_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,8 +40,8 @@ def test_schema_is_structural():
 
 def test_plugins_are_a_list_map_and_open_args_objects_are_capped():
     """A duplicate plugin name is refused by the API server naming the entry (spec.plugins[2]);
-    every object of args that keeps unknown fields has at most api/limits.MAX_KEYS fields."""
-    from policy_scheduler.api.limits import MAX_KEYS
+    every object of args that keeps unknown fields has at most policy/limits.MAX_KEYS fields."""
+    from policy_scheduler.policy.limits import MAX_KEYS
 
     spec = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     plugins = spec["properties"]["plugins"]

@@ -54,7 +54,7 @@ def test_the_table_reader_finds_what_is_missing():
 
 
 def test_the_policy_reference_counts_the_default_policys_plugins_as_the_chain_builder_does():
-    from policy_scheduler.framework.cycle.chain import build_chain
+    from policy_scheduler.policy.chain import build_chain
     from policy_scheduler.plugins import default_registry
 
     spec = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())["spec"]

@@ -84,7 +84,7 @@ def test_ten_thousand_plugins_refused_at_once_with_one_short_error():
     t0 = time.perf_counter()
     errors = judge({"plugins": [{"name": f"P{i}", "args": {"x": i}} for i in range(10000)]})
     assert time.perf_counter() - t0 < 1.0
-    # past the limits of a spec (api/limits.py: 1,024 items in any list): refused before parsing
+    # past the limits of a spec (policy/limits.py: 1,024 items in any list): refused before parsing
     assert errors == ["spec.plugins: Too many: 10000: must have at most 1024 items"]
     errors = judge({"plugins": [{"name": f"P{i}", "args": {"x": i}} for i in range(1000)]})
     assert errors == ["spec.plugins: Too many: 1000: must have at most 64 items"]

@@ -319,7 +319,7 @@ LAYERS = (
     ("whatif", {"whatif"}),
     ("cache", {"cache"}),  # the pure ClusterState, policies, workloads, StateHandle
     ("metricsources", {"metricsources"}),
-    ("api", {"api"}),
+    ("policy", {"policy"}),  # the SchedulingPolicy: models, limits, chain builder, validate()
     ("plugins", {"plugins"}),
     # Leaf modules (the decision record, log formatting, probes, the idle worker, the package's
     # constants): they may import framework and each other, and framework imports none of them.
@@ -410,6 +410,20 @@ def test_the_cache_is_pure():
             for x in sorted(_imports(f) & set(CACHE_FORBIDDEN))]
     assert not bad, "\n".join(bad)
 
+
+
+def test_the_policy_is_pure_and_judged_in_one_place():
+    """policy/ (the SchedulingPolicy's models, limits, chain builder and ``validate``) does no I/O,
+    and the policy store and the admission webhook both judge a spec by ``policy.validate``."""
+    files = sorted((PKG / "policy").glob("**/*.py"))
+    assert {"check", "limits", "models", "chain"} <= {f.stem for f in files}
+    bad = [f"policy/{f.relative_to(PKG / 'policy')} imports {x}" for f in files for x in sorted(_imports(f) & set(FORBIDDEN))]
+    assert not bad, "\n".join(bad)
+    graph = package_graph()
+    for mod in ("cache.policies", "cluster.admission"):
+        calls = [n for n in ast.walk(_tree(module_files(PKG)[mod])) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Name) and n.func.id == "validate"]
+        assert "policy" in graph[mod] and calls, f"{mod} does not call policy.validate"
 
 # ---- the checks above can fail: a small package written for the purpose -------------------------
 

@@ -7,7 +7,9 @@ policy keeps the last valid chain (pods keep being scheduled with it) and report
 the status. The store does no I/O: the engine is told through ``on_change`` (it writes the
 status and requeues the waiting pods).
 
-A spec past the limits of api/limits.py (too deep, too big, a string or a list too long, the
+Every generation is judged by ``policy.validate`` (policy/check.py), the admission webhook's
+check too: the limits, the models, the chain, the tuning bounds, the rollout candidate. A spec
+past the limits of policy/limits.py (too deep, too big, a string or a list too long, the
 decoder's ``Unreadable`` marker) is never parsed: the policy is ``unreadable`` (``Ready=False``,
 reason ``Unreadable``, the message says why and where), exactly like an invalid one otherwise (a
 working policy keeps its last valid chain). Nothing in one object stops the others.
@@ -38,20 +40,17 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from pydantic import ValidationError
-
 from .. import DEFAULT_POLICY_LABEL, POLICY_LABEL, SCHEDULER_NAME
-from ..api.limits import spec_problem
-from ..api.models import SchedulingPolicySpec
-from ..framework.cycle.chain import Chain, ChainError, build_chain
+from ..framework.cycle.chain import Chain
 from ..framework.cycle.shadow import Shadow, shares_filters
 from ..framework.interface import Handle
-from ..framework.model.labels import LabelSelector, SelectorError
+from ..framework.model.labels import LabelSelector
 from ..framework.model.podinfo import PodInfo
 from ..framework.registry import Registry
-from ..framework.validation import invalid
 from ..metricsources.manager import MetricSources
 from ..plugins import default_registry
+from ..policy import Validated, validate
+from ..policy.limits import spec_problem
 from .rollouts import ABORTED, PROMOTED, PROMOTING, Rollout, candidate_hash
 
 log = logging.getLogger("policy_scheduler")
@@ -64,12 +63,6 @@ PLURAL_PATH = "/apis/policy-scheduler.io/v1alpha1/schedulingpolicies"
 def policy_name(pod: PodInfo) -> str:
     """The policy a pod asks for: its policy label, else DEFAULT_POLICY."""
     return pod.labels.get(POLICY_LABEL) or DEFAULT_POLICY
-
-
-class PolicyInvalid(Exception):
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("; ".join(errors))
-        self.errors = errors
 
 
 def policy_owner(spec: Any) -> str:
@@ -134,12 +127,12 @@ class PolicyState:
         return self.revision
 
 
-def _use(st: PolicyState, parsed: SchedulingPolicySpec, ns_selector: LabelSelector | None, chain: Chain,
-         generation: int, candidate: Chain | None) -> None:
-    """Schedule the policy's pods with ``chain``, built from ``parsed`` of ``generation``, and
-    ``candidate`` (spec.rollout's) beside it."""
+def _use(st: PolicyState, got: Validated, generation: int) -> None:
+    """Schedule the policy's pods with ``got``'s chain, built from its spec of ``generation``, and
+    its candidate (spec.rollout's) beside it."""
+    parsed, chain, candidate = got.spec, got.chain, got.candidate
     st.chain, st.chain_generation, st.good_spec = chain, generation, parsed
-    st.namespace_selector = ns_selector
+    st.namespace_selector = got.namespace_selector
     st.overcommit = (parsed.overcommit.factors() if parsed.overcommit is not None else None) or None
     st.candidate = candidate
     ro = parsed.rollout
@@ -224,7 +217,7 @@ class PolicyStore:
             st.rollout_seen = seen
             if st.rollout is not None:
                 st.rollout.adopt(seen)  # what the leader counted (counts only grow)
-        unreadable = spec_problem(spec)  # api/limits.py, before anything else reads the spec
+        unreadable = spec_problem(spec)  # policy/limits.py, before anything else reads the spec
         if st is not None and st.generation == gen and (
                 st.spec_raw == spec if unreadable is None else st.unreadable == unreadable):
             return  # our own status write, or a resync
@@ -233,21 +226,16 @@ class PolicyStore:
         st.generation, st.spec_raw, st.dirty = gen, spec if unreadable is None else None, True
         st.uid = str(meta.get("uid") or "")
         st.unreadable = unreadable
-        try:
-            if unreadable is not None:
-                raise PolicyInvalid([unreadable])
-            parsed, ns_selector, chain, candidate = self._build(spec, self.handle_for(name))
-            problems = self.sources.policy_updated(name, parsed)
-            if problems:
-                raise ChainError(problems)
-        except PolicyInvalid as e:
-            st.errors = e.errors
-        except ChainError as e:
-            st.errors = [f"spec.{x}" for x in e.errors]
+        # a plugin constructor's bug is raised: the informer reports the handler's failure
+        got = validate(spec, self.registry, self.handle_for(name), raise_bugs=True)
+        if isinstance(got, list):
+            st.errors = got
+        elif problems := self.sources.policy_updated(name, got.spec):
+            st.errors = [f"spec.{x}" for x in problems]
         else:
             if st.chain is not None:
-                chain.next_start_node_index = st.chain.next_start_node_index
-            _use(st, parsed, ns_selector, chain, gen, candidate)
+                got.chain.next_start_node_index = st.chain.next_start_node_index
+            _use(st, got, gen)
             st.errors = []
         if st.ready:
             log.info("SchedulingPolicy %s (generation %d) is ready: %s", name, gen,
@@ -272,69 +260,28 @@ class PolicyStore:
         st = self.policies.get(name)
         if st is None or st.chain is not None or not st.errors:
             return [f"SchedulingPolicy {name} is unknown, valid or has a chain"]
-        try:
-            parsed, ns_selector, chain, candidate = self._build(spec, self.handle_for(name))
-            problems = self.sources.policy_updated(name, parsed)
-            if problems:
-                self.sources.policy_deleted(name)
-                return [f"spec.{x}" for x in problems]
-        except PolicyInvalid as e:
-            return e.errors
-        except Exception as e:  # a plugin constructor's bug: this revision is not usable
-            return [f"spec: cannot build the chain: {type(e).__name__}: {e}"]
-        _use(st, parsed, ns_selector, chain, generation, candidate)
+        got = validate(spec, self.registry, self.handle_for(name))  # a plugin's bug: this revision is not usable
+        if isinstance(got, list):
+            return got
+        problems = self.sources.policy_updated(name, got.spec)
+        if problems:
+            self.sources.policy_deleted(name)
+            return [f"spec.{x}" for x in problems]
+        _use(st, got, generation)
         st.revision, st.revision_generation, st.dirty = revision, generation, True
         log.warning("SchedulingPolicy %s generation %d is invalid: %s; scheduling with revision %d (generation %d) "
                     "read from the cluster: %s", name, st.generation, "; ".join(st.errors), revision, generation,
-                    ", ".join(p.name for p in chain.resolved))
+                    ", ".join(p.name for p in got.chain.resolved))
         self._update_gauge()
         if self.on_change is not None:
             self.on_change(st)
         return []
 
-    def _build(self, spec: Any, handle: Handle) -> tuple[SchedulingPolicySpec, LabelSelector | None, Chain,
-                                                         Chain | None]:
-        """Parse and validate ``spec`` and build its chain, and spec.rollout's candidate chain;
-        PolicyInvalid lists every problem, each with its field path (``spec.…``)."""
-        try:
-            parsed = SchedulingPolicySpec.model_validate(spec or {})
-            ns_selector = (None if parsed.namespace_selector is None else LabelSelector.parse(
-                parsed.namespace_selector.model_dump(by_alias=True, exclude_none=True), "spec.namespaceSelector"))
-            chain = build_chain(parsed.chain_spec(), self.registry, handle=handle)
-            if parsed.tuning is not None:
-                scored = {p.NAME for p, _ in chain.score}
-                bad = [invalid(f"spec.tuning.bounds.{n}", n, "has no Score extension point in this chain: "
-                               "only Score weights are tuned") for n in parsed.tuning.bounds if n not in scored]
-                if bad:
-                    raise PolicyInvalid(bad)
-            candidate = None
-            if parsed.rollout is not None:
-                try:
-                    candidate = build_chain(parsed.rollout.candidate.chain_spec(), self.registry, handle=handle)
-                except ChainError as e:
-                    raise PolicyInvalid([f"spec.rollout.candidate.{x}" for x in e.errors]) from None
-        except ValidationError as e:
-            raise PolicyInvalid([f"{'.'.join(['spec', *(str(x) for x in err['loc'])])}: {err['msg']}"
-                                 for err in e.errors()]) from None
-        except ChainError as e:
-            raise PolicyInvalid([f"spec.{x}" for x in e.errors]) from None
-        except SelectorError as e:
-            raise PolicyInvalid([str(e)]) from None
-        return parsed, ns_selector, chain, candidate
-
     def validate(self, spec: Any) -> list[str]:
         """The problems of ``spec`` (empty: valid), exactly as ``on_policy`` would report them on
-        the status, without keeping anything (the admission webhook's check)."""
-        unreadable = spec_problem(spec)
-        if unreadable is not None:
-            return [unreadable]
-        try:
-            self._build(spec, Handle())
-        except PolicyInvalid as e:
-            return e.errors
-        except Exception as e:  # a plugin constructor's bug must not break admission
-            return [f"spec: cannot build the chain: {type(e).__name__}: {e}"]
-        return []
+        the status, without keeping anything (``policy.validate`` with this store's registry)."""
+        got = validate(spec, self.registry)
+        return got if isinstance(got, list) else []
 
     def _update_gauge(self) -> None:
         """Tell ``on_counts`` how many policies are ready and how many are not."""

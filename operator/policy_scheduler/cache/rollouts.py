@@ -24,8 +24,9 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..api.models import MAX_ROLLOUT_SAMPLES, RolloutSpec, duration_seconds
 from ..framework.cycle.shadow import ShadowResult
+from ..policy.fields import duration_seconds
+from ..policy.rollout import MAX_ROLLOUT_SAMPLES, RolloutSpec
 from ..timefmt import parse_rfc3339, rfc3339
 
 STABLE, CANARY = "stable", "canary"

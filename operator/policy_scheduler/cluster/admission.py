@@ -1,7 +1,8 @@
 """Admission webhooks, served by the operator (every replica: a standby's cache is warm too).
 
-- ``/validate/schedulingpolicies``: the chain builder's own validation (PolicyStore.validate), so
-  `kubectl apply` of a bad policy fails with the field path in the message. Policies that belong
+- ``/validate/schedulingpolicies``: the policy store's own check (``policy.validate``,
+  policy/check.py, with the store's plugin registry), so `kubectl apply` of a bad policy fails
+  with the field path in the message. Policies that belong
   to another instance (spec.schedulerName) are left to it.
 - ``/mutate/pods``: in namespaces that opt in (the MutatingWebhookConfiguration's
   namespaceSelector, label ``policy-scheduler.io/inject: enabled``), a new pod that names no
@@ -15,7 +16,7 @@ policy; the scheduler's own checks (``Ready=False``, ``NoPolicy`` events) still 
 So an answer is an AdmissionReview wherever one can be (an HTTP error counts as "allowed"): a
 body that cannot be read (not JSON, larger than MAX_BODY, nested deeper than any reader goes) is
 denied (HTTP 200, code 400), with the request's uid sniffed from the raw bytes (``sniff_uid``);
-a policy past the limits of api/limits.py is denied (code 422) by the store's own check.
+a policy past the limits of policy/limits.py is denied (code 422) by the store's own check.
 
 The port is open to every pod, so reading a body costs time linear in its size and memory bounded
 by what the decisions need, whatever it holds: each decision's request is read against a schema
@@ -27,7 +28,7 @@ Thread-safety: the decisions run on the webhook server's own thread, and read th
 without a lock. Every read is one ``dict.get`` (atomic) of a value the scheduling loop never
 changes in place once published: a namespace's labels are replaced by a new dict
 (ClusterState.apply_namespace), a policy's ``namespace_selector`` by a new LabelSelector
-(PolicyStore._build), and ``validate`` builds a chain of its own with a fresh Handle, from the
+(``policy.validate``), and ``validate`` builds a chain of its own with a fresh Handle, from the
 plugin registry (filled before start) and the thread-safe caches of framework/ (lru_cache, CEL's
 locked LRU). A decision may see a namespace or a policy one event late, as it could before.
 
@@ -47,8 +48,9 @@ import msgspec
 import orjson
 
 from .. import POLICY_LABEL
-from ..api.limits import MAX_DEPTH, MAX_SPEC_BYTES
 from ..cache.policies import policy_owner
+from ..policy import validate
+from ..policy.limits import MAX_DEPTH, MAX_SPEC_BYTES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..cache.policies import PolicyStore
@@ -147,7 +149,7 @@ _POLICY = msgspec.json.Decoder(msgspec.defstruct("_PolicyReview", [("request", O
 _LABELS = msgspec.json.Decoder(Optional[dict[str, str]])
 MAX_LABELS_BYTES = 1024 * 1024  # a pod's labels as JSON: more is refused unread (the API server's are far smaller)
 # a policy's spec as raw JSON: more is judged by counting its values (C speed) before parsing:
-# more than MAX_SPEC_BYTES of brackets and commas cannot be within MAX_SPEC_BYTES (api/limits.py)
+# more than MAX_SPEC_BYTES of brackets and commas cannot be within MAX_SPEC_BYTES (policy/limits.py)
 SPEC_COUNTED = 4 * MAX_SPEC_BYTES
 _OLD_OBJECT = b',"oldObject":'
 
@@ -227,7 +229,7 @@ def read_pod_review(body) -> dict[str, Any] | None:
 
 def read_policy_review(body) -> dict[str, Any] | None:
     """The request of a SchedulingPolicy's AdmissionReview (``object``: metadata's name and the
-    whole spec), or None (no request); Unread. A spec too large for api/limits.py is refused with
+    whole spec), or None (no request); Unread. A spec too large for policy/limits.py is refused with
     the store's message before it is parsed; a smaller one is parsed whole (orjson), so the store's
     check names the field."""
     try:
@@ -302,11 +304,11 @@ class Admission:
         spec = obj.get("spec") if isinstance(obj, dict) else None
         if policy_owner(spec) != self.store.scheduler_name:
             return review(req, True)  # another instance's policy: its own webhook, or its Ready=False
-        errors = self.store.validate(spec)
-        if not errors:
+        got = validate(spec, self.store.registry)  # a Validated, or the field errors
+        if not isinstance(got, list):
             return review(req, True)
         return review(req, False, code=422, reason="Invalid",
-                      message=f'SchedulingPolicy "{name}" is invalid: ' + "; ".join(errors))
+                      message=f'SchedulingPolicy "{name}" is invalid: ' + "; ".join(got))
 
     def mutate_pod(self, req: dict[str, Any]) -> dict[str, Any]:
         pod = req.get("object") or {}

@@ -4,7 +4,7 @@ The API server prunes every field its CRD's schema does not know. An operator ne
 (an upgrade that skipped `kubectl apply -f crds/`: `helm upgrade` never upgrades CRDs) would see
 the new fields of a policy silently dropped, and its own status fields too. So at start-up the
 operator reads the installed CRD (GET, one object) and compares its schema with its own
-(api/crd.py): fields it knows that the installed schema lacks are named in one ERROR line, with
+(policy/crd.py): fields it knows that the installed schema lacks are named in one ERROR line, with
 what to do; fields of a newer CRD it does not know are named in a WARNING. Scheduling goes on
 either way: nothing here stops the operator. Without permission to read the CRD the check is
 skipped, with an INFO line.
@@ -16,8 +16,8 @@ import asyncio
 import logging
 from typing import Any, Iterator
 
-from ..api.crd import crd
-from ..api.models import GROUP, PLURAL, VERSION
+from ..policy.crd import crd
+from ..policy.models import GROUP, PLURAL, VERSION
 from .kubeclient import REQUEST_ERRORS, ApiError
 
 log = logging.getLogger("policy_scheduler")

@@ -46,7 +46,6 @@ from ..cache.handle import StateHandle
 from ..cache.policies import DEFAULT_POLICY, POLICY_SELECTION, PolicyState, PolicyStore
 from ..cache.revisions import DEFAULT_HISTORY_LIMIT
 from ..cache.state import ASSIGNED, DRA_KINDS, GONE, PENDING, VOLUME_KINDS, WORKLOAD_KINDS, Change, ClusterState
-from ..framework.cycle.chain import build_chain
 from ..framework.cycle.podgroup import group_plugin
 from ..framework.events import (NAMESPACE_LABELS, ActionType, ClusterEvent, ClusterEventWithHint, NamespaceChange,
                                 Resource)
@@ -61,6 +60,7 @@ from ..logs import MAX_MESSAGE_LEN, decision_fields, failure_fields, fields, tru
 from ..metricsources.manager import MetricSources
 from ..plugins.default_preemption import RESULT_KEY as PREEMPTION_RESULT
 from ..plugins.priority_sort import PrioritySort
+from ..policy.chain import build_chain
 from .apicalls import ApiCalls, OperatorActions
 from .binding_tasks import DECISION_ANNOTATION, BindingTasks
 from .crdcheck import check_crd
@@ -337,7 +337,7 @@ class Engine:
 
     def on_policy(self, event: str, body: Mapping[str, Any]) -> None:
         """A SchedulingPolicy event (its informer): see PolicyStore.on_policy. A generation that
-        cannot be read (api/limits.py) also gets a Warning event on the policy."""
+        cannot be read (policy/limits.py) also gets a Warning event on the policy."""
         self.policy_store.on_policy(event, body)
         self._report_unreadable()
 

@@ -35,7 +35,6 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import orjson
 
-from ..api.models import RolloutSpec
 from ..cache.policies import PLURAL_PATH, PolicyState
 from ..cache.rollouts import (ACTIVE, CANARY, PROGRESSING, PROMOTING, ROLLED_BACK, SHADOWING, STABLE,
                               Rollout, candidate_hash)
@@ -47,6 +46,7 @@ from ..framework.interface import CycleState
 from ..framework.model.nodetable import CPU, MEMORY
 from ..framework.model.podinfo import PodInfo
 from ..framework.queue.nominator import Nominator
+from ..policy.rollout import RolloutSpec
 from .decision_mac import DecisionKey
 from .kubeclient import REQUEST_ERRORS, ApiError
 from .recorder import EventRecorder

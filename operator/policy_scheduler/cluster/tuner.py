@@ -38,7 +38,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.models import MAX_TUNING_WINDOW_PODS, TuningSpec, duration_seconds
 from ..framework.model.podinfo import PodInfo
 from ..idle import become_idle, warm
 from ..whatif import tune
@@ -47,6 +46,8 @@ from ..cache.rollouts import PROMOTING
 from ..cache.state import ClusterState
 from ..framework.queue.scheduling_queue import SchedulingQueue
 from ..metricsources.manager import MetricSources
+from ..policy.fields import duration_seconds
+from ..policy.tuning import MAX_TUNING_WINDOW_PODS, TuningSpec
 from .kubeclient import REQUEST_ERRORS, TRANSPORT_ERRORS, ApiError, KubeClient
 from .leader import Leadership
 from .telemetry import Telemetry

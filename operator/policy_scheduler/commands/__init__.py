@@ -14,7 +14,7 @@ CONTEXT_HELP = "kubeconfig context to use (default: the kubeconfig's current-con
 
 
 def duration(v: str) -> float:
-    from ..api.models import duration_seconds
+    from ..policy.fields import duration_seconds
 
     try:
         return duration_seconds(v)

@@ -1,5 +1,7 @@
 """Validation shared by the policy model and every plugin's args: field errors in upstream's words,
-size caps, and users' regular expressions compiled with RE2.
+size caps, and users' regular expressions compiled with RE2. What a plugin's ``Args`` and the core
+model check with; the SchedulingPolicy as a whole is checked in policy/ (its entry point
+``policy.validate``), which reads pydantic's errors as field lines (policy/errors.py).
 
 Errors are ``"<path>: <detail>"`` lines, the path relative to the model that validates (a plugin's
 args, the policy spec); the chain builder and the policy model prefix them (``spec.plugins[2].args.``).
@@ -8,8 +10,9 @@ The details follow apimachinery's ``field.Error``: ``Invalid value: <value>: <wh
 ``Duplicate value``, ``Too long``, ``Too many``; values are printed as Go prints them (strings
 quoted, ``[]string{"a"}`` for lists).
 
-A validator reports several problems at once by raising ``FieldErrors``; ``validation_errors``
-turns a pydantic ``ValidationError`` (which carries them) into lines with full paths.
+A validator reports several problems at once by raising ``FieldErrors``; policy/errors.py's
+``validation_errors`` turns a pydantic ``ValidationError`` (which carries them) into lines with
+full paths.
 
 User regular expressions never run on Python's backtracking engine: ``compile_user_regex`` uses
 RE2 (linear time in the input, bounded memory) and refuses what RE2 cannot express
@@ -20,23 +23,18 @@ applied to input whose length is capped first.
 from __future__ import annotations
 
 import math
-import re
 from threading import Lock
 from typing import Any, Iterable
 
 import re2
-from pydantic import ValidationError
 
 from .model.bounded import BoundedCache
 
 # ---------------------------------------------------------------------------------------- caps
-# Sizes a policy may not exceed. The CRD (api/crd.py) carries the same caps as maxItems /
+# Sizes a policy may not exceed. The CRD (policy/crd.py) carries the same caps as maxItems /
 # maxLength, so the API server refuses larger objects before the operator sees them; the models
 # refuse them again for clients that bypass the schema (and for the admission webhook).
-MAX_PLUGINS = 64  # spec.plugins (names are unique: more than every registered plugin is a mistake)
-MAX_DISABLED = 256  # spec.disabled
 MAX_NAME = 128  # names: a plugin's registry name, a Prometheus label name
-MAX_PLUGIN_NAME = MAX_NAME
 MAX_LABEL_KEY = 317  # a qualified name: DNS-1123 subdomain prefix (253) + "/" + name (63)
 MAX_LABEL_VALUE = 63
 MAX_MATCH_LABELS = 64  # matchLabels entries of a label selector
@@ -53,8 +51,6 @@ MAX_PODS_REQUESTING = 16
 MAX_QUERY = 4096  # a PromQL query
 MAX_PATTERN = 1024  # a regular expression
 MAX_SHORT = 64  # enum-like strings, quantities, durations
-MAX_URL = 2048
-MAX_ERRORS = 50  # problems reported for one policy; the rest are counted
 
 # RE2's memory budget for one user pattern (its default is 8 MiB); a pattern needing more is refused
 REGEX_MAX_MEM = 1 << 20
@@ -176,132 +172,6 @@ class FieldErrors(ValueError):
 def raise_if(errors: list[str]) -> None:
     if errors:
         raise FieldErrors(errors)
-
-
-def join_path(prefix: str, path: str) -> str:
-    """``prefix`` + ``path``: "a" + "b" -> "a.b", "a" + "[0].b" -> "a[0].b"."""
-    if not prefix:
-        return path
-    if not path:
-        return prefix
-    return prefix + path if path.startswith("[") else f"{prefix}.{path}"
-
-
-def loc_path(loc: Iterable[Any]) -> str:
-    """A pydantic location as a field path: ("plugins", 0, "weight") -> "plugins[0].weight"."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out = join_path(out, str(part))
-    return out
-
-
-# a field path at the start of a message: name, then .name or [index] / [key] parts
-_FIELD_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(?:\[[^\]\s]*\]|\.[A-Za-z_][A-Za-z0-9_-]*)*")
-
-
-def split_field_message(msg: str) -> tuple[str, str] | None:
-    """``"field.sub[0]: detail"`` -> (path, detail); None when the message names no field."""
-    head, sep, rest = msg.partition(": ")
-    if not sep or len(head) > 512 or not _FIELD_PATH.fullmatch(head):
-        return None
-    return head, rest
-
-
-def _nest(base: str, msg: str) -> str:
-    """A validator's message "field: detail" under ``base``, the location pydantic reports: the
-    field joins the path, unless it restates the location's own last name (a field validator of
-    ``podsRequesting`` naming ``podsRequesting[1]``)."""
-    fm = split_field_message(msg)
-    if fm is None:
-        return f"{base}: {msg}" if base else msg
-    fld, detail = fm
-    if base:
-        head, _, last = base.rpartition(".")
-        if fld == last or fld.startswith((last + "[", last + ".")):
-            return f"{join_path(head, fld)}: {detail}"
-        if base.endswith("." + fld):
-            return f"{base}: {detail}"
-    return f"{join_path(base, fld)}: {detail}"
-
-
-_TYPE_NAMES = {
-    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
-    "float_type": "a number", "float_parsing": "a number", "string_type": "a string",
-    "bool_type": "a boolean", "bool_parsing": "a boolean", "dict_type": "an object",
-    "model_type": "an object", "model_attributes_type": "an object", "list_type": "a list",
-}
-
-
-def _expected_literals(expected: str) -> list[str]:
-    """pydantic's "'A', 'B' or 'C'" -> ["A", "B", "C"]."""
-    parts = expected.replace(" or ", ", ").split(", ")
-    return [p.strip().strip("'") for p in parts if p.strip()]
-
-
-def _line(path: str, err: dict[str, Any]) -> list[str]:
-    kind = err.get("type", "")
-    ctx = err.get("ctx") or {}
-    value = err.get("input")
-    msg = str(err.get("msg", ""))
-    where = path or "<root>"
-    if kind == "value_error":
-        exc = ctx.get("error")
-        if isinstance(exc, FieldErrors):
-            return [_nest(path, m) for m in exc.errors]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
-        return [_nest(path, msg)]
-    if kind == "missing":
-        return [required(where)]
-    if kind == "extra_forbidden":
-        return [f"{where}: Extra inputs are not permitted"]
-    if kind == "literal_error":
-        return [not_supported(where, value, _expected_literals(str(ctx.get("expected", ""))))]
-    if kind == "too_long":
-        actual = ctx.get("actual_length") or (len(value) if hasattr(value, "__len__") else 0)
-        return [too_many(where, int(actual), int(ctx.get("max_length") or 0))]
-    if kind == "string_too_long":
-        return [too_long(where, int(ctx.get("max_length") or 0))]
-    if kind in ("too_short", "string_too_short"):
-        return [required(where, f"must have at least {ctx.get('min_length')} "
-                                f"{'character' if kind == 'string_too_short' else 'item'}(s)")]
-    if kind == "greater_than_equal":
-        return [invalid(where, value, f"must be greater than or equal to {ctx.get('ge')}")]
-    if kind == "greater_than":
-        return [invalid(where, value, f"must be greater than {ctx.get('gt')}")]
-    if kind == "less_than_equal":
-        return [invalid(where, value, f"must be less than or equal to {ctx.get('le')}")]
-    if kind == "less_than":
-        return [invalid(where, value, f"must be less than {ctx.get('lt')}")]
-    if kind == "string_pattern_mismatch":
-        return [invalid(where, value, f"must match the regular expression {ctx.get('pattern')!s}")]
-    if kind == "finite_number":
-        return [invalid(where, value, "must be a finite number")]
-    if kind in _TYPE_NAMES:
-        return [invalid(where, value, f"must be {_TYPE_NAMES[kind]}")]
-    return [f"{where}: {msg}"]
-
-
-def validation_errors(e: ValidationError, prefix: str = "") -> list[str]:
-    """One "path: detail" line per problem of a pydantic ValidationError, the path prefixed with
-    ``prefix``. Messages of validators that name a field ("field: detail", or a FieldErrors)
-    get that field joined onto the path."""
-    out: list[str] = []
-    for err in e.errors(include_url=False):
-        out.extend(_line(join_path(prefix, loc_path(err.get("loc", ()))), err))
-    return out
-
-
-def cap_errors(errors: list[str], limit: int = MAX_ERRORS) -> list[str]:
-    """At most ``limit`` errors; the last one kept says how many were left out."""
-    if len(errors) <= limit:
-        return errors
-    kept = errors[:limit]
-    kept[-1] += f" (and {len(errors) - limit} more errors)"
-    return kept
 
 
 # ---------------------------------------------------------------------------------------- regexes

@@ -39,12 +39,13 @@ from typing import Any, Callable, Iterable, Sequence
 from pydantic import ValidationError
 
 from .. import timefmt
-from ..api.models import SchedulingPolicySpec, duration_seconds
 from ..framework.events import METRICS_REFRESH
 from ..framework.interface import ReadsMetrics
 from ..framework.metricview import MetricsView, Sample, SeriesKey, node_key
 from ..framework.registry import Registry
 from ..plugins import default_registry
+from ..policy.fields import duration_seconds
+from ..policy.models import SchedulingPolicySpec
 from .manager import MetricSources
 # QueryError, Unreachable and prometheus_api_query are imported from here by callers (whatif, tests)
 from .promclient import QueryError, Unreachable, clean, prometheus_api_query  # noqa: F401

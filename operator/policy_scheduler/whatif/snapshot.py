@@ -504,8 +504,8 @@ async def read_metrics(policies: list[dict], prometheus_url: str | None, *, quer
     operator makes it."""
     from pydantic import ValidationError
 
-    from ..api.models import SchedulingPolicySpec
     from ..metricsources.prometheus import PrometheusMetricSources, prometheus_api_query
+    from ..policy.models import SchedulingPolicySpec
 
     sources = PrometheusMetricSources(prometheus_url, query_fn=query_fn or prometheus_api_query)
     out: dict[tuple[str, str], dict[str, dict[str, float]]] = {}

@@ -45,8 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from ..api.models import TuningSpec, duration_seconds
 from ..framework.model.podinfo import PodInfo
+from ..policy.fields import duration_seconds
+from ..policy.tuning import TuningSpec
 from . import metrics
 from .simulate import PolicyRun, run_policy
 from .world import World

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from policy_scheduler.api.models import RolloutSpec
+from policy_scheduler.policy.rollout import RolloutSpec
 from policy_scheduler.cache.rollouts import (
     ABORTED,
     CANARY,

@@ -2,7 +2,7 @@
 returns (plain synchronous tests: no client, no loop)."""
 
 from policy_scheduler.cache.state import ASSIGNED, GONE, IGNORED, KINDS, PENDING, ClusterState
-from policy_scheduler.framework.cycle.chain import build_chain
+from policy_scheduler.policy.chain import build_chain
 from policy_scheduler.framework.events import (ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NAMESPACE_LABELS, NODE_ADD,
                                                NODE_DELETE, ActionType)
 from policy_scheduler.framework.interface import CycleState, Handle, PermitPlugin, ReservePlugin

@@ -6,7 +6,7 @@ import asyncio
 import copy
 import logging
 
-from policy_scheduler.api.crd import crd
+from policy_scheduler.policy.crd import crd
 from policy_scheduler.cluster.crdcheck import CRD_PATH, check_crd, compare
 from policy_scheduler.cluster.kubeclient import ApiError
 

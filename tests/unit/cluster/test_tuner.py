@@ -12,7 +12,7 @@ import functools
 import os
 
 from fakeclient import FakeClient
-from policy_scheduler.api.models import TuningSpec
+from policy_scheduler.policy.tuning import TuningSpec
 from policy_scheduler.cluster.engine import Engine
 from policy_scheduler.serve import attach_tuner
 from policy_scheduler.cache.policies import PLURAL_PATH

@@ -9,7 +9,7 @@ import asyncio
 import numpy as np
 
 from policy_scheduler.framework.cycle.binding_cycle import run_binding, run_permit, run_reserve, run_unreserve
-from policy_scheduler.framework.cycle.chain import build_chain, default_chain_spec
+from policy_scheduler.policy.chain import build_chain, default_chain_spec
 from policy_scheduler.framework.instrumentation import NOOP, CycleRecorder, ListRecorder
 from policy_scheduler.framework.interface import CycleState, FilterPlugin, FilterResult, Handle
 from policy_scheduler.framework.model.nodetable import NodeTable

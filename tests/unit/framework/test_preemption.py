@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from policy_scheduler.framework.cycle.chain import DEFAULT_PLUGINS, build_chain
+from policy_scheduler.policy.chain import DEFAULT_PLUGINS, build_chain
 from policy_scheduler.framework.interface import NodeToStatus
 from policy_scheduler.framework.model.labels import LabelSelector
 from policy_scheduler.framework.model.nodetable import NodeTable

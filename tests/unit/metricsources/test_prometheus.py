@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from policy_scheduler.api.models import SchedulingPolicySpec
+from policy_scheduler.policy.models import SchedulingPolicySpec
 from policy_scheduler.framework.metricview import FRESH, MISSING, STALE, estimate_parts
 from policy_scheduler.framework.model.nodetable import NodeTable
 from policy_scheduler.framework.model.podinfo import parse_pod

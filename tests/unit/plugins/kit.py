@@ -43,7 +43,7 @@ def arg_errors(name: str, args) -> list[str]:
     """The problems of ``args`` for the built-in plugin ``name``, as the chain builder reports
     them, with paths relative to the args (``hardPodAffinityWeight: Invalid value: ...``);
     empty when the args are valid."""
-    from policy_scheduler.framework.cycle.chain import ChainError, build_chain
+    from policy_scheduler.policy.chain import ChainError, build_chain
     from policy_scheduler.plugins import default_registry
 
     try:
@@ -98,7 +98,7 @@ def assert_takes_no_args(name: str, args) -> None:
     """A plugin without args: any args are refused with upstream-style wording, empty ones pass."""
     import pytest
 
-    from policy_scheduler.framework.cycle.chain import ChainError, build_chain
+    from policy_scheduler.policy.chain import ChainError, build_chain
     from policy_scheduler.plugins import default_registry
 
     with pytest.raises(ChainError) as e:

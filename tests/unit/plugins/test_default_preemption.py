@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from policy_scheduler.framework.cycle.chain import DEFAULT_PLUGINS, ChainError, build_chain
+from policy_scheduler.policy.chain import DEFAULT_PLUGINS, ChainError, build_chain
 from policy_scheduler.framework.interface import CycleState, Handle, NodeToStatus
 from policy_scheduler.framework.model.nodetable import NodeTable
 from policy_scheduler.framework.model.podinfo import parse_pod

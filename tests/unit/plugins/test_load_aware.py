@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from policy_scheduler.framework.cycle.chain import ChainError, build_chain
+from policy_scheduler.policy.chain import ChainError, build_chain
 from policy_scheduler.plugins import default_registry
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.metricview import MetricsView, estimate_parts

@@ -9,7 +9,7 @@ import random
 
 import pytest
 from policy_scheduler import cli
-from policy_scheduler.api.models import TuningSpec
+from policy_scheduler.policy.tuning import TuningSpec
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.whatif import tune
 from policy_scheduler.whatif.simulate import simulate

@@ -12,7 +12,7 @@ from policy_scheduler.framework.cycle.binding_cycle import (NOMINATED_FOR_EXPECT
                                                             nominate_for_expectation, run_binding, run_permit,
                                                             run_pre_bind_pre_flights, run_reserve, run_unreserve,
                                                             wait_on_permit)
-from policy_scheduler.framework.cycle.chain import build_chain
+from policy_scheduler.policy.chain import build_chain
 from policy_scheduler.framework.interface import (BindPlugin, CycleState, Handle, PermitPlugin, PodGone,
                                                   PostBindPlugin, PreBindPlugin, ReservePlugin)
 from policy_scheduler.framework.model.podinfo import parse_pod

@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from policy_scheduler.framework.cycle.chain import build_chain
+from policy_scheduler.policy.chain import build_chain
 from policy_scheduler.framework.interface import (
     FilterPlugin,
     FilterResult,

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from policy_scheduler.framework.cycle.chain import ChainSpec, build_chain
+from policy_scheduler.policy.chain import ChainSpec, build_chain
 from policy_scheduler.framework.cycle.schedule import SCORES_KEY, schedule_one
 from policy_scheduler.framework.cycle.shadow import Shadow, shares_filters
 from policy_scheduler.framework.interface import CycleState

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from policy_scheduler.framework.cycle.chain import build_chain
+from policy_scheduler.policy.chain import build_chain
 from policy_scheduler.framework.cycle.schedule import schedule_one
 from policy_scheduler.framework.model.nodetable import NodeSpec, NodeTable
 from policy_scheduler.framework.model.nodetree import NodeTree, heap_root_among, zone_key

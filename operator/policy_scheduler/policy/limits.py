@@ -8,7 +8,7 @@ with reason ``Unreadable`` (and a Warning event) and never parses it, and the ad
 refuses it. ``spec_problem`` walks the spec once, iteratively (no recursion, whatever the depth),
 and stops at the first problem; its cost is bounded by the limits themselves.
 
-The CRD carries what the API server can check of them (api/crd.py): ``maxProperties`` on the
+The CRD carries what the API server can check of them (policy/crd.py): ``maxProperties`` on the
 open objects of args; depth, total size and the strings and lists of unknown fields it cannot.
 """
 

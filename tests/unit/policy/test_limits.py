@@ -1,11 +1,11 @@
-"""api/limits.py: a spec's depth, size, strings, lists and keys, checked in one iterative walk
+"""policy/limits.py: a spec's depth, size, strings, lists and keys, checked in one iterative walk
 that stops at the first problem and names where it is."""
 
 from __future__ import annotations
 
 import time
 
-from policy_scheduler.api.limits import MAX_DEPTH, MAX_ITEMS, MAX_KEYS, MAX_SPEC_BYTES, MAX_STRING, spec_problem
+from policy_scheduler.policy.limits import MAX_DEPTH, MAX_ITEMS, MAX_KEYS, MAX_SPEC_BYTES, MAX_STRING, spec_problem
 from policy_scheduler.safejson import UNREADABLE
 
 

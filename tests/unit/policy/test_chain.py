@@ -9,14 +9,8 @@ import pytest
 from pydantic import Field
 
 from policy_scheduler.plugins import default_registry
-from policy_scheduler.framework.cycle.chain import (
-    DEFAULT_PLUGINS,
-    MAX_WEIGHT,
-    ChainError,
-    ChainSpec,
-    build_chain,
-    default_chain_spec,
-)
+from policy_scheduler.policy.chain import (DEFAULT_PLUGINS, MAX_WEIGHT, ChainError, ChainSpec, build_chain,
+                                          default_chain_spec)
 from policy_scheduler.framework.interface import (
     FilterPlugin,
     Handle,
