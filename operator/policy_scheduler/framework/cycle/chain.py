@@ -100,7 +100,7 @@ class Chain:
     events: dict[str, tuple[ClusterEventWithHint, ...]] = field(default_factory=dict)
     # plugins implementing the optional DescribesNodes protocol (checked once here: a runtime
     # protocol check costs microseconds, too much for every cycle)
-    describers: list[Plugin] = field(default_factory=list)
+    describers: list[DescribesNodes] = field(default_factory=list)
     # the plugin whose groups are scheduled in a pod-group cycle (its ``GROUP_CYCLE``:
     # GangScheduling), found once here rather than at every cycle; None without one
     group_cycle: Plugin | None = None
@@ -183,9 +183,11 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
     for j, d in enumerate(spec.disabled):
         if d.name not in seen and d.name not in implicit:
             errors.append(f"disabled[{j}].name: {d.name!r} is not in plugins")
-    first = [(-1, PluginRef(name=n), registry.get(n)) for n in IMPLICIT_FIRST if n in implicit]
-    last = [(-1, PluginRef(name=n), registry.get(n)) for n in IMPLICIT_LAST if n in implicit]
-    classes = first + classes + last  # type: ignore[operator]
+    first = [(-1, PluginRef(name=n), c) for n in IMPLICIT_FIRST
+             if n in implicit and (c := registry.get(n)) is not None]
+    last = [(-1, PluginRef(name=n), c) for n in IMPLICIT_LAST
+            if n in implicit and (c := registry.get(n)) is not None]
+    classes = first + classes + last
 
     instances: list[tuple[int, PluginRef, Plugin]] = []
     total = 0
