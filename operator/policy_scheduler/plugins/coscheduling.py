@@ -87,6 +87,7 @@ class Coscheduling(GroupMachinery, QueueSortPlugin, PreEnqueuePlugin, PreFilterP
                    ReservePlugin, PermitPlugin, EnqueueExtensions):
     NAME = NAME
     Args = CoschedulingArgs
+    args: CoschedulingArgs  # what Args parsed
 
     def __init__(self, args, handle) -> None:
         super().__init__(args, handle)
