@@ -6,7 +6,7 @@ for explain, and what a node without fresh values gets.
 from __future__ import annotations
 
 import re
-from typing import Annotated, ClassVar, Literal, Sequence
+from typing import Annotated, ClassVar, Literal, Protocol, Sequence
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -115,11 +115,17 @@ def describe_rules(view: MetricsView | None, rules: list[MetricRule], nodes: Nod
     return out
 
 
+class _RulesArgs(Protocol):
+    @property
+    def metrics(self) -> Sequence[MetricRule]: ...
+
+
 class RuleSelection:
     """For plugins configured by ``args.metrics`` (a list of rules): the queries their source
     must run, and per cycle the rules that apply to the pod (kept in CycleState)."""
 
     NAME: ClassVar[str] = ""
+    args: _RulesArgs
 
     @classmethod
     def metric_queries(cls, args) -> list[SeriesKey]:
@@ -129,6 +135,6 @@ class RuleSelection:
         key = self.NAME + "/rules"
         rules = state.read(key)
         if rules is None:
-            rules = [r for r in self.args.metrics if r.applies_to(pod)]  # type: ignore[attr-defined]
+            rules = [r for r in self.args.metrics if r.applies_to(pod)]
             state.write(key, rules)
         return rules

@@ -111,6 +111,8 @@ class Chain:
                 return p
         return None
 
+    # points[p] holds only plugins implementing p (build_chain checks each with isinstance): that
+    # is all the ignored return-value errors below (and the arg-type ones of build_chain's Chain(...)) are
     @property
     def pre_enqueue(self) -> list[PreEnqueuePlugin]:
         return self.points["preEnqueue"]  # type: ignore[return-value]
@@ -235,7 +237,7 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
             if weight * MAX_NODE_SCORE > MAX_TOTAL_SCORE - total:
                 errors.append(f"plugins[{i}].weight: total score of Score plugins could overflow")
             total += weight * MAX_NODE_SCORE
-            score.append((plugin, weight))  # type: ignore[arg-type]
+            score.append((plugin, weight))  # type: ignore[arg-type]  # "score" in mine: a ScorePlugin
         if mine or i >= 0:  # an implicit plugin disabled everywhere is not listed
             resolved.append(ResolvedPlugin(ref.name, mine, weight))
     events = {}
@@ -250,6 +252,7 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
                       + ", ".join(p.NAME for p in points["queueSort"]))
     if errors:
         raise ChainError(cap_errors(errors))
+    # each points[p] holds plugins implementing p (the isinstance above): the arg-type ignores below
     return Chain(
         plugins=[p for _, _, p in instances],
         queue_sort=points["queueSort"][0] if points["queueSort"] else None,  # type: ignore[arg-type]

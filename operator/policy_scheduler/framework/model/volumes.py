@@ -519,6 +519,7 @@ class VolumeCache:
 
     def pvs_of_class(self, class_name: str) -> list[PersistentVolume]:
         """Every PV of the storage class (assumed copies included), by name."""
+        # misc ignored: pv() is never None for a name of the index (a PV's, assumed copy or not)
         return [self.pv(n) for n in sorted(self._pvs_by_class.get(class_name, ()))]  # type: ignore[misc]
 
     def storage_class(self, name: str) -> StorageClass | None:
