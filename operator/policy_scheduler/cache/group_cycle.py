@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from time import perf_counter
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..framework.cycle.podgroup import (POD_GROUP_CYCLE, GroupNode, GroupResult, PodGroupCycle, condition,
                                         member_order_key, member_status, validate)
@@ -34,46 +34,13 @@ from ..framework.status import Code
 from ..logs import MAX_MESSAGE_LEN, fields, truncate
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..framework.cycle.chain import Chain
-    from ..framework.cycle.decision import Decision
     from ..framework.group_preemption import GroupPreemption
-    from ..framework.instrumentation import CycleRecorder
-    from ..framework.interface import CycleState
-    from ..framework.cycle.podgroup_result import PodGroupInfo
-    from ..framework.model.podinfo import PodInfo
     from ..framework.queue.nominator import Nominator
     from ..framework.queue.scheduling_queue import SchedulingQueue
     from .policies import PolicyState
     from .state import ClusterState
 
 log = logging.getLogger("policy_scheduler")
-
-
-# The collaborators GroupCycles is handed (the operator's, cluster/; what-if's stand-ins, whatif/).
-class Recorder(Protocol):
-    def failure(self, pod: PodInfo, reason: str, msg: str, code: Code | None, once: bool = False) -> None: ...
-    def nominate(self, pod: PodInfo, node: str | None) -> None: ...
-
-
-class Telemetry(Protocol):
-    def attempt(self, result: str, policy: str, seconds: float | None = None) -> None: ...
-    def cycle_recorder(self, policy: str) -> CycleRecorder: ...
-
-
-class Preemptor(Protocol):
-    def preempt_group(self, info: PodGroupInfo, members: list[PodInfo], victims: list[PodInfo]) -> None: ...
-    def nominate(self, pod: PodInfo, node: str) -> None: ...
-
-
-class BindingTasks(Protocol):
-    def start(self, qpi: QueuedPodInfo, st: PolicyState, chain: Chain, state: CycleState,
-              decision: Decision) -> bool: ...
-
-
-class GroupMetrics(Protocol):
-    def pod_group_attempt(self, result: str, policy: str, seconds: float) -> None: ...
-    def pod_group_algorithm(self, seconds: float) -> None: ...
-    def pod_group_preemption(self, code: Code, seconds: float, victims: int | None) -> None: ...
 
 
 class GroupCycles:
@@ -88,9 +55,8 @@ class GroupCycles:
     ``pod_group_preemption(code, seconds, victims)`` after DefaultPreemption's PodGroupPostFilter."""
 
     def __init__(self, state: "ClusterState", queue: "SchedulingQueue", nominator: "Nominator",
-                 recorder: Recorder, telemetry: Telemetry, preemptor: Preemptor, binding_tasks: BindingTasks,
-                 resolve_policy: Callable[[PodInfo], tuple[PolicyState | None, str]],
-                 rng, group_metrics: GroupMetrics | None = None) -> None:
+                 recorder: Any, telemetry: Any, preemptor: Any, binding_tasks: Any, resolve_policy: Callable,
+                 rng, group_metrics: Any = None) -> None:
         self.state, self.queue, self.nominator, self.recorder = state, queue, nominator, recorder
         self.telemetry, self.preemptor, self.binding_tasks = telemetry, preemptor, binding_tasks
         self.resolve_policy, self.rng, self.metrics = resolve_policy, rng, group_metrics
