@@ -14,7 +14,7 @@ path as their single location, so that ``spec.<path>: <detail>`` reads right.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -28,7 +28,7 @@ from ..framework.validation import (MAX_DISABLED, MAX_METRICS, MAX_PLUGINS, MAX_
 
 GROUP = "policy-scheduler.io"
 VERSION = "v1alpha1"
-KIND = "SchedulingPolicy"
+KIND: Final = "SchedulingPolicy"
 PLURAL = "schedulingpolicies"
 SINGULAR = "schedulingpolicy"
 SHORT_NAMES = ["spol"]
@@ -235,7 +235,7 @@ class CandidateSpec(_Model):
 
     def chain_spec(self) -> ChainSpec:
         return ChainSpec(plugins=self.plugins, disabled=self.disabled,
-                         percentage_of_nodes_to_score=self.percentage_of_nodes_to_score)
+                         percentageOfNodesToScore=self.percentage_of_nodes_to_score)
 
 
 class RolloutAnalysis(_Model):
@@ -372,7 +372,7 @@ class SchedulingPolicySpec(_Model):
 
     def chain_spec(self) -> ChainSpec:
         return ChainSpec(plugins=self.plugins, disabled=self.disabled,
-                         percentage_of_nodes_to_score=self.percentage_of_nodes_to_score)
+                         percentageOfNodesToScore=self.percentage_of_nodes_to_score)
 
 
 class Condition(_Model):
@@ -535,7 +535,8 @@ class SchedulingPolicyStatus(_Model):
 
 
 class SchedulingPolicy(_Model):
-    api_version: Literal["policy-scheduler.io/v1alpha1"] = Field(default=f"{GROUP}/{VERSION}", alias="apiVersion")
+    api_version: Literal["policy-scheduler.io/v1alpha1"] = Field(default="policy-scheduler.io/v1alpha1",
+                                                                 alias="apiVersion")
     kind: Literal["SchedulingPolicy"] = KIND
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: SchedulingPolicySpec
