@@ -6,13 +6,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER_FLAGS := $(if $(KWOK),--kwok,) $(if $(CONTROLLER_MANAGER),--controller-manager,) $(if $(GANGS),--gangs,)
 
-.PHONY: help venv build prometheus chromium zsh cluster-up cluster-down cluster-status test unit e2e demo playground playground-down crd bench-decide bench-load-aware bench clean
+.PHONY: help venv build prometheus chromium zsh cluster-up cluster-down cluster-status test typecheck unit e2e demo playground playground-down crd bench-decide bench-load-aware bench clean
 
 help:
 	@echo "make demo          run the scheduler on a local control plane with simulated nodes and print placements"
 	@echo "make playground    a local cluster left running: kwok nodes, Prometheus, the operator with its webhooks, every example policy"
 	@echo "make playground-down  stop it"
-	@echo "make test          create .venv, build the control plane if needed, run the whole test suite"
+	@echo "make test          create .venv, build the control plane if needed, run the type checker and the whole test suite"
+	@echo "make typecheck     mypy on the pure core (TYPECHECK_PACKAGES; settings: pyproject.toml [tool.mypy])"
 	@echo "make cluster-up    start etcd + kube-apiserver on loopback (KWOK=1, CONTROLLER_MANAGER=1, GANGS=1 for more)"
 	@echo "make cluster-down  stop it"
 	@echo "make build         build the pinned control-plane binaries (cached; see hack/versions.env)"
@@ -99,7 +100,16 @@ cluster-down:
 cluster-status:
 	$(PYTHON) hack/localcluster.py status
 
-test: venv build prometheus chromium helm zsh kueue
+# mypy on the pure core: the packages of TYPECHECK_PACKAGES that exist (its settings: pyproject.toml
+# [tool.mypy]); incremental, with its cache in .mypy_cache/. `make test` runs it first.
+TYPECHECK_PACKAGES := framework cache plugins scheduler policy
+TYPECHECK_ARGS = $(foreach p,$(TYPECHECK_PACKAGES),\
+	$(if $(wildcard operator/policy_scheduler/$(p)/__init__.py),-p policy_scheduler.$(p)))
+
+typecheck: venv
+	$(PY) -m mypy $(TYPECHECK_ARGS)
+
+test: venv typecheck build prometheus chromium helm zsh kueue
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from typing import Any
 
 RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -18,7 +19,7 @@ def rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime(RFC3339)
 
 
-_now = [-1, ""]  # the last second formatted, and its text: a pod's events and status ask several times a second
+_now: list[Any] = [-1, ""]  # [int, str]: the last second formatted, and its text: a pod's events and status ask several times a second
 
 
 def _second(s: int) -> str:

@@ -34,6 +34,7 @@ from ..framework.status import Code
 from ..logs import MAX_MESSAGE_LEN, fields, truncate
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..framework.group_preemption import GroupPreemption
     from ..framework.queue.nominator import Nominator
     from ..framework.queue.scheduling_queue import SchedulingQueue
     from .policies import PolicyState
@@ -162,15 +163,16 @@ class GroupCycles:
         workload-aware preemption; applyPodGroupPostFilterResult): its message is added to every
         result's status of the hierarchy (a status shared by several results gets it once per
         result, as upstream's); a preemption nominates each member and deletes the victims."""
-        runner = getattr(chain.plugin("DefaultPreemption"), "pod_group_post_filter", None)
+        runner: Callable[[PodGroupCycle, GroupResult], GroupPreemption] | None = getattr(
+            chain.plugin("DefaultPreemption"), "pod_group_post_filter", None)
         t = perf_counter()
         out = runner(cycle, res) if runner is not None else None
         status = out.status if out is not None else None
-        if status is not None and self.metrics is not None:
+        if out is not None and status is not None and self.metrics is not None:
             self.metrics.pod_group_preemption(status.code, perf_counter() - t,
                                               len(out.victims) if status.is_success else None)
         members = [m for r in results.values() for m in r.members]
-        if status is not None and status.is_success:
+        if out is not None and status is not None and status.is_success:
             for r in results.values():
                 r.waiting_on_preemption = True
             for m in members:
@@ -212,7 +214,7 @@ class GroupCycles:
                 e.preemptor.nominate(q.pod, r.nominated)
             elif clear and (q.pod.nominated_node_name or e.nominator.node_of(q.key)):
                 e.nominator.remove(q.key)
-                q.pod.nominated_node_name = None
+                q.pod.nominated_node_name = ""
                 e.recorder.nominate(q.pod, None)
         st.dirty = True
         group.cache.set_condition(res.info.key, *condition(res))

@@ -186,7 +186,7 @@ class PolicyStore:
     def on_policy(self, event: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") if isinstance(body, Mapping) else None
         name = meta.get("name") if isinstance(meta, dict) else None
-        if not isinstance(name, str) or not name:
+        if not isinstance(meta, dict) or not isinstance(name, str) or not name:
             log.warning("a SchedulingPolicy %s event without a name: ignored", event)
             return
         if event == "DELETED":
@@ -237,7 +237,7 @@ class PolicyStore:
                 got.chain.next_start_node_index = st.chain.next_start_node_index
             _use(st, got, gen)
             st.errors = []
-        if st.ready:
+        if st.ready and st.chain is not None:  # (ready: a chain and no errors)
             log.info("SchedulingPolicy %s (generation %d) is ready: %s", name, gen,
                      ", ".join(p.name for p in st.chain.resolved))
         elif st.chain is not None:

@@ -132,7 +132,7 @@ class Rollout:
         self.threshold = round((spec.percent or 0) * HASH_BUCKETS / 100)
         self.compared = self.changed = self.became_unschedulable = self.became_schedulable = 0
         self.movers: Counter[str] = Counter()
-        self.samples: deque[dict[str, Any]] = deque(maxlen=MAX_ROLLOUT_SAMPLES)
+        self.samples: deque[Mapping[str, Any]] = deque(maxlen=MAX_ROLLOUT_SAMPLES)
         self.last_measures: dict[str, dict[str, Any]] = {}
         self._counted: set[str] = set()  # UIDs of the bound pods counted (count_bound)
 

@@ -175,7 +175,7 @@ class ClusterState:
             # what preemption reads of a bound pod: its start time, and whether it is terminating
             same_life = old is not None and old.start_time == str(status.get("startTime") or "") \
                 and old.terminating == (meta.get("deletionTimestamp") is not None)
-            if same_life and old.uid == meta.get("uid") and old.labels == labels:
+            if same_life and old is not None and old.uid == meta.get("uid") and old.labels == labels:
                 # our own binding coming back (confirm the assumption), or a status update of a
                 # pod already counted: nothing the state holds changed, no need to parse it again
                 if key in table.assumed:
@@ -183,7 +183,7 @@ class ClusterState:
                     old.raw = None
                     return PodChange(ASSIGNED, [(ASSIGNED_POD_ADD, None, old)])  # bound now
                 return PodChange(ASSIGNED, [])
-            if (same_life and old.uid == meta.get("uid") and not old.spread_constraints
+            if (same_life and old is not None and old.uid == meta.get("uid") and not old.spread_constraints
                     and not meta.get("deletionTimestamp")):
                 # only the labels changed (the API server copies the node's topology labels onto
                 # a pod it binds): nothing else derives from them unless spread constraints merge

@@ -67,8 +67,8 @@ class WorkloadIndex:
             kind = _CONTROLLERS.get((ref.get("apiVersion"), ref.get("kind")))
             if kind is None:
                 continue
-            sel = self.controllers[kind].get((pod.namespace, ref.get("name", "")))
-            if sel is not None and not sel.nothing:
-                reqs.extend(sel.requirements)
+            owner = self.controllers[kind].get((pod.namespace, ref.get("name", "")))
+            if owner is not None and not owner.nothing:
+                reqs.extend(owner.requirements)
             break
         return LabelSelector(tuple(reqs)) if reqs else None

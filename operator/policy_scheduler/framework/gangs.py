@@ -6,7 +6,7 @@ the hints on the group's events, resource amounts for messages. The state is a
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from .events import QueueingHint
 from .interface import CycleState, NodeToStatus
@@ -56,7 +56,7 @@ class GroupMachinery:
     as one (PostFilter, Unreserve), reservations counted (Reserve), the waiting members found.
     A subclass sets ``cache`` and NAME and defines ``group_key``."""
 
-    NAME: str
+    NAME: ClassVar[str]
     cache: PodGroupCache
     handle: Any
 

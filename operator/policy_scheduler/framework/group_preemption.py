@@ -35,7 +35,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from .model.native_podgroups import MAX_DEPTH, NativePodGroupCache, native_group_key
+from .model.native_podgroups import MAX_DEPTH, NativePodGroup, NativePodGroupCache, native_group_key
 from .model.nodetable import NodeTable
 from .model.podinfo import PodInfo
 from .preemption import PDB, charge_pdbs
@@ -82,13 +82,13 @@ def _importance(v: Victim) -> tuple:
     return (-v.priority, -v.rank, -len(v.pods), v.start())
 
 
-def _highest_all(groups: NativePodGroupCache, gkey: str) -> tuple[bool, str, object] | None:
+def _highest_all(groups: NativePodGroupCache, gkey: str) -> tuple[bool, str, NativePodGroup] | None:
     """upstream getHighestAllAncestor: walking up from the PodGroup ``gkey`` through its
     CompositePodGroups, the highest with ``disruptionMode: {all: {}}`` (is a composite, key, object)."""
     ns = gkey.split("/", 1)[0]
     found = None
     composite, key = False, gkey
-    g = groups.groups.get(gkey)
+    g = groups.get(gkey)
     for _ in range(MAX_DEPTH):
         if g is None:
             break
@@ -110,8 +110,8 @@ def victims_of(nodes: NodeTable, groups: NativePodGroupCache) -> list[Victim]:
     for row in range(nodes.n):
         for key, p in nodes.pods[row].items():
             gkey = native_group_key(p)
-            pg = groups.groups.get(gkey) if gkey else None
-            top = _highest_all(groups, gkey) if pg is not None else None
+            pg = groups.get(gkey)
+            top = _highest_all(groups, gkey) if gkey and pg is not None else None
             if top is not None:
                 composite, tkey, obj = top
                 vkey = ("CompositePodGroup/" if composite else "PodGroup/") + tkey
@@ -155,7 +155,7 @@ def pod_group_post_filter(cycle: "PodGroupCycle", res: "GroupResult", pods: Sequ
             continue
         for q in nodes.pods[row].values():
             gk = native_group_key(q)
-            pg = groups.groups.get(gk) if gk else None
+            pg = groups.get(gk)
             prio = pg.priority if pg is not None else q.priority
             if prio < info.priority and _terminating_by_preemption(q):
                 return GroupPreemption(GroupStatus(Code.SUCCESS, [PREFIX + "ongoing preemption on nominated nodes"]),

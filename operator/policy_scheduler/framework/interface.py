@@ -373,6 +373,8 @@ class DescribesNodes(Protocol):
     freshness), kept in the Decision for ``explain``. ``rows``: the top nodes, best first;
     return one dict (or None) per row, or None when there is nothing to say."""
 
+    NAME: ClassVar[str]  # a plugin's (the details are kept under it)
+
     def describe(self, state: CycleState, pod: "PodInfo", nodes: "NodeTable",
                  rows: np.ndarray) -> Sequence[dict | None] | None: ...
 

@@ -6,7 +6,7 @@ for explain, and what a node without fresh values gets.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal, Protocol, Sequence
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -73,7 +73,7 @@ class MetricRule(PluginArgs):
         return not self.pods_requesting or any(pod.requests.get(r, 0) > 0 for r in self.pods_requesting)
 
 
-def unique_names(rules: list[MetricRule]) -> None:
+def unique_names(rules: Sequence[MetricRule]) -> None:
     """Each metric's name at most once (``metrics[i].name: Duplicate value``)."""
     seen: set[str] = set()
     errs = []
@@ -105,6 +105,7 @@ def describe_rules(view: MetricsView | None, rules: list[MetricRule], nodes: Nod
                 d[rule.name] = {"state": "missing", "age": None}
             continue
         s = view.series_for(rule.key)
+        assert slots is not None  # set whenever view is
         age = ages(view, s, slots)
         for j, (st, v) in enumerate(zip(s.state[slots].tolist(), s.values[slots].tolist())):
             d = {"state": STATE_NAMES[st], "age": age[j]}
@@ -114,11 +115,17 @@ def describe_rules(view: MetricsView | None, rules: list[MetricRule], nodes: Nod
     return out
 
 
+class _RulesArgs(Protocol):
+    @property
+    def metrics(self) -> Sequence[MetricRule]: ...
+
+
 class RuleSelection:
     """For plugins configured by ``args.metrics`` (a list of rules): the queries their source
     must run, and per cycle the rules that apply to the pod (kept in CycleState)."""
 
-    NAME = ""
+    NAME: ClassVar[str] = ""
+    args: _RulesArgs
 
     @classmethod
     def metric_queries(cls, args) -> list[SeriesKey]:
@@ -128,6 +135,6 @@ class RuleSelection:
         key = self.NAME + "/rules"
         rules = state.read(key)
         if rules is None:
-            rules = [r for r in self.args.metrics if r.applies_to(pod)]  # type: ignore[attr-defined]
+            rules = [r for r in self.args.metrics if r.applies_to(pod)]
             state.write(key, rules)
         return rules

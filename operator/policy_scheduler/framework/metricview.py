@@ -169,7 +169,7 @@ class MetricsView:
         """Replace every series with ``samples`` (node -> (value, time)), states as of ``now``;
         then drop the in-flight pods the new samples cover (see ``_expire_inflight``). Returns
         how many were dropped."""
-        names = set()
+        names: set[str] = set()
         for per_node in samples.values():
             names.update(per_node)
         new = [nm for nm in names if nm not in self.index]

@@ -296,7 +296,7 @@ def select_victims_on_node(pod: PodInfo, nodes: NodeTable, row: int, pdbs: Seque
             return [], 0, st
         potential.sort(key=importance)
         violating, non_violating = filter_pods_with_pdb_violation(potential, pdbs)
-        victims: list[PodInfo] = []
+        victims = []
         n_violating = 0
         if fast is not None:  # the table keeps every potential victim out; restored below
             victims, n_violating = _reprieve(fast, nodes.allocatable[row], nodes.requested[row].copy(), violating,

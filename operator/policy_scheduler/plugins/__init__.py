@@ -62,7 +62,8 @@ def registry_with(modules: list[str]) -> tuple[Registry, list[str]]:
     reg = Registry()
     base = default_registry()
     for name in base.names():
-        reg.register(base.get(name))  # type: ignore[arg-type]
+        if (cls := base.get(name)) is not None:  # (every name it lists)
+            reg.register(cls)
     return reg, load_plugin_modules(modules, reg)
 
 

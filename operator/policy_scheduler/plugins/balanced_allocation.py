@@ -106,9 +106,9 @@ class NodeResourcesBalancedAllocation(PreScorePlugin, ScorePlugin):
         used = [(name, q) for name, q in zip(self._resources, reqs)
                 if name in _NATIVE or (q != 0 and is_scalar_resource_name(name))]
         cols = [nodes.res_index.get(name) for name, _ in used]
-        used = [(c, q) for c, (_, q) in zip(cols, used) if c is not None]  # no column: allocatable 0
-        want = np.array([q for _, q in used], dtype=np.int64).reshape(-1, 1)
-        idx = (rows[:, None], [c for c, _ in used])  # one gather per array, resources x rows after .T
+        picked = [(c, q) for c, (_, q) in zip(cols, used) if c is not None]  # no column: allocatable 0
+        want = np.array([q for _, q in picked], dtype=np.int64).reshape(-1, 1)
+        idx = (rows[:, None], [c for c, _ in picked])  # one gather per array, resources x rows after .T
         alloc = nodes.allocatable[idx].T
         node_req = nodes.requested[idx].T
         valid = alloc > 0

@@ -87,6 +87,7 @@ class Coscheduling(GroupMachinery, QueueSortPlugin, PreEnqueuePlugin, PreFilterP
                    ReservePlugin, PermitPlugin, EnqueueExtensions):
     NAME = NAME
     Args = CoschedulingArgs
+    args: CoschedulingArgs  # what Args parsed
 
     def __init__(self, args, handle) -> None:
         super().__init__(args, handle)
@@ -189,8 +190,8 @@ class Coscheduling(GroupMachinery, QueueSortPlugin, PreEnqueuePlugin, PreFilterP
             node = nodes.pod_node.get(pod_key)
             row = nodes.index.get(node) if node is not None else None
             p = nodes.pod(pod_key) if row is not None else None
-            if p is not None:
-                own.append((row, p))  # type: ignore[arg-type]
+            if row is not None and p is not None:
+                own.append((row, p))
         gap: dict[str, int] = {}
         for r, q in need.items():
             col = nodes.res_index.get(r)

@@ -79,6 +79,7 @@ class DefaultPreemptionArgs(PluginArgs):
 class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin, EnqueueExtensions):
     NAME = NAME
     Args = DefaultPreemptionArgs
+    args: DefaultPreemptionArgs  # what Args parsed
 
     def pre_enqueue(self, pod: PodInfo) -> Status:
         if pod.uid and self.handle.is_pod_running_preemption(pod.uid):
@@ -93,7 +94,7 @@ class DefaultPreemption(PreEnqueuePlugin, PostFilterPlugin, EnqueueExtensions):
         node_filter = state.read(NODE_FILTER_KEY)
         if node_filter is None:
             return Status.error("no node filter in the cycle state (PostFilter outside schedule_one)"), None
-        args: DefaultPreemptionArgs = self.args  # type: ignore[assignment]
+        args = self.args
         pdbs = [b if isinstance(b, PDB) else PDB.from_dict(b) for b in self.handle.pdbs()]
         result: PreemptionResult = preempt(pod, nodes, statuses, pdbs, node_filter,
                                            args.min_candidate_nodes_percentage,

@@ -34,6 +34,7 @@ class DeviceFragmentationArgs(PluginArgs):
 class DeviceFragmentation(PreScorePlugin, ScorePlugin):
     NAME = NAME
     Args = DeviceFragmentationArgs
+    args: DeviceFragmentationArgs  # what Args parsed
 
     def _state(self, state: CycleState) -> DraState | None:
         st = state.read(DRA_STATE)

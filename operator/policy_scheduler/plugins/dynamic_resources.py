@@ -77,7 +77,7 @@ def claim_path(namespace: str, name: str) -> str:
 
 def resolve_claims(pod: PodInfo, cache: DraCache) -> tuple[list[ResourceClaim], str | None]:
     """upstream foreachPodResourceClaim: the pod's claims in spec order, or the first error."""
-    out = []
+    out: list[ResourceClaim] = []
     ns = pod.namespace
     for name, claim_name, template in pod.resource_claims:
         owned = False
@@ -203,11 +203,11 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         passed = np.ones(n, dtype=bool)
         reasons: dict[str, np.ndarray] = {}
         specs = nodes.specs
-        allocated = [(i, c) for i, c in enumerate(st.claims) if c.allocation is not None
+        allocated = [(i, c.allocation_node_selector) for i, c in enumerate(st.claims) if c.allocation is not None
                      and c.allocation_node_selector is not None]
         for k, row in enumerate(rows.tolist()):
             spec = specs[row]
-            unavailable = [i for i, c in allocated if not c.allocation_node_selector.matches(spec.labels, spec.name)]
+            unavailable = [i for i, sel in allocated if not sel.matches(spec.labels, spec.name)]
             reason = None
             if st.allocator is not None:
                 try:
@@ -271,7 +271,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         base = sum(first_available_score(c) for c in st.claims if c.allocation is not None)
         for k, row in enumerate(rows.tolist()):
             allocs = st.by_node.get(nodes.names[row])
-            if allocs is None:
+            if allocs is None or st.allocator is None:  # (by_node is filled by the allocator)
                 continue
             out[k] = base + sum(first_available_score(st.claims[i], st.allocator.sub_indices(allocs, j))
                                 for j, i in enumerate(st.to_allocate))

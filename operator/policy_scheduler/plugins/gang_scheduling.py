@@ -73,7 +73,7 @@ class GangScheduling(PreEnqueuePlugin, ReservePlugin, PermitPlugin, EnqueueExten
     def group_info(self, key: str, composite: bool = False) -> PodGroupInfo | None:
         """The PodGroup (or CompositePodGroup) as the cycle reads it, with its placed members
         (a composite: every placed member of its leaves); None when it does not exist."""
-        pg = self.cache.composites.get(key) if composite else self.cache.groups.get(key)
+        pg = self.cache.composites.get(key) if composite else self.cache.get(key)
         if pg is None:
             return None
         scheduled = {}
@@ -103,7 +103,7 @@ class GangScheduling(PreEnqueuePlugin, ReservePlugin, PermitPlugin, EnqueueExten
         key = native_group_key(pod)
         if key is None:
             return Status.success()
-        pg = self.cache.groups.get(key)
+        pg = self.cache.get(key)
         if pg is None:
             return self._wait(pod, "missing", f"waiting for pods's pod group {go_quote(pod.pod_group_name)} to "
                                               f"appear in scheduling queue")
@@ -144,7 +144,7 @@ class GangScheduling(PreEnqueuePlugin, ReservePlugin, PermitPlugin, EnqueueExten
         key = native_group_key(pod)
         if key is None:
             return Status.success(), 0.0
-        pg = self.cache.groups.get(key)
+        pg = self.cache.get(key)
         if pg is None:
             return Status.error(f"failed to get podGroup {key}: podgroup {pg_name(key)!r} not found"), 0.0
         if pg.parent:

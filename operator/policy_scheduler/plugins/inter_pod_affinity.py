@@ -188,6 +188,7 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
 
     NAME = "InterPodAffinity"
     Args = InterPodAffinityArgs
+    args: InterPodAffinityArgs  # what Args parsed
 
     _FILTER_KEY = NAME + "/filter"
     _SCORE_KEY = NAME + "/score"

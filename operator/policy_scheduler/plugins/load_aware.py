@@ -328,7 +328,7 @@ class LoadAware(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions):
         if len(r.rids) == 1:  # the usual case: one reason (set) for every rejected node
             return FilterResult(~bad, reasons=[(text, bad) for text in self._reasons(next(iter(r.rids)))])
         ids = r.rid[rows]
-        reasons = []
+        reasons: list[tuple[str, np.ndarray]] = []
         for rid in r.rids:
             mask = ids == rid
             if mask.any():

@@ -68,6 +68,7 @@ def scale(v: np.ndarray, fresh: np.ndarray, prefer: str) -> np.ndarray:
 class MetricScore(RuleSelection, PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):
     NAME = "MetricScore"
     Args = MetricScoreArgs
+    args: MetricScoreArgs  # what Args parsed
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return metric_plugin_events()

@@ -59,6 +59,7 @@ class MetricThresholdArgs(PluginArgs):
 class MetricThreshold(RuleSelection, PreFilterPlugin, FilterPlugin, EnqueueExtensions):
     NAME = "MetricThreshold"
     Args = MetricThresholdArgs
+    args: MetricThresholdArgs  # what Args parsed
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return metric_plugin_events()

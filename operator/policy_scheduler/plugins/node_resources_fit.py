@@ -155,6 +155,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
     def __init__(self, args: NodeResourcesFitArgs, handle) -> None:
         super().__init__(args, handle)
         s = args.scoring_strategy
+        assert s is not None  # the args' validator fills in the default
         self._ignored = frozenset(args.ignored_resources)
         self._ignored_groups = frozenset(args.ignored_resource_groups)
         self._kind = s.type
@@ -163,7 +164,9 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         self._shape = None
         if s.type == REQUESTED_TO_CAPACITY_RATIO:
             scale = MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE
-            self._shape = [(p.utilization, p.score * scale) for p in s.requested_to_capacity_ratio.shape]
+            rtc = s.requested_to_capacity_ratio
+            assert rtc is not None  # the args' validator requires it for this type
+            self._shape = [(p.utilization, p.score * scale) for p in rtc.shape]
 
     # ------------------------------------------------------------------ events
     def events_to_register(self) -> list[ClusterEventWithHint]:
@@ -241,7 +244,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         Go map, so its order among several failing scalar resources is unspecified). Column
         None: no node has the resource (allocatable 0 everywhere)."""
         req = pod.requests
-        checks = [(col, req.get(name, 0), f"Insufficient {name}")
+        checks: list[tuple[int | None, int, str]] = [(col, req.get(name, 0), f"Insufficient {name}")
                   for col, name in ((CPU, "cpu"), (MEMORY, "memory"), (EPHEMERAL, "ephemeral-storage"))]
         for name in sorted(req):
             if req[name] <= 0 or not is_scalar_resource_name(name):

@@ -273,7 +273,7 @@ def _tolerated_mask(nodes: NodeTable, pod: PodInfo) -> np.ndarray:
     """Per row: the pod tolerates every NoSchedule/NoExecute taint of the node."""
     tolerations = pod.tolerations
 
-    def tainted():  # rows as arrays: compact in the byte-bounded memo
+    def tainted() -> dict[tuple, np.ndarray]:  # rows as arrays: compact in the byte-bounded memo
         groups: dict[tuple, list[int]] = {}
         for row in range(nodes.n):
             taints = tuple(t for t in nodes.specs[row].taints if t.effect in _DO_NOT_SCHEDULE_TAINTS)

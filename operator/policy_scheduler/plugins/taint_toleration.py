@@ -47,7 +47,7 @@ def taint_groups(nodes: NodeTable, effects: tuple[str, ...]) -> list[tuple[tuple
     """Rows grouped by their taints with one of ``effects`` (node order kept); rows without any
     such taint are left out. Cached until the node set or any node's taints change."""
 
-    def build():
+    def build() -> list[tuple[tuple[Taint, ...], np.ndarray]]:
         groups: dict[tuple[Taint, ...], list[int]] = {}
         for row in range(nodes.n):
             taints = tuple(t for t in nodes.specs[row].taints if t.effect in effects)

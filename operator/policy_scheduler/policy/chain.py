@@ -125,9 +125,11 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
     for j, d in enumerate(spec.disabled):
         if d.name not in seen and d.name not in implicit:
             errors.append(f"disabled[{j}].name: {d.name!r} is not in plugins")
-    first = [(-1, PluginRef(name=n), registry.get(n)) for n in IMPLICIT_FIRST if n in implicit]
-    last = [(-1, PluginRef(name=n), registry.get(n)) for n in IMPLICIT_LAST if n in implicit]
-    classes = first + classes + last  # type: ignore[operator]
+    first = [(-1, PluginRef(name=n), c) for n in IMPLICIT_FIRST
+             if n in implicit and (c := registry.get(n)) is not None]
+    last = [(-1, PluginRef(name=n), c) for n in IMPLICIT_LAST
+            if n in implicit and (c := registry.get(n)) is not None]
+    classes = first + classes + last
 
     instances: list[tuple[int, PluginRef, Plugin]] = []
     total = 0
@@ -175,7 +177,7 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
             if weight * MAX_NODE_SCORE > MAX_TOTAL_SCORE - total:
                 errors.append(f"plugins[{i}].weight: total score of Score plugins could overflow")
             total += weight * MAX_NODE_SCORE
-            score.append((plugin, weight))  # type: ignore[arg-type]
+            score.append((plugin, weight))  # type: ignore[arg-type]  # "score" in mine: a ScorePlugin
         if mine or i >= 0:  # an implicit plugin disabled everywhere is not listed
             resolved.append(ResolvedPlugin(ref.name, mine, weight))
     events = {}

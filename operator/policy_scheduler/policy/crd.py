@@ -53,10 +53,10 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         nullable = len(branches) != len(node["anyOf"])
         rest = {k: v for k, v in node.items() if k != "anyOf"}
         if len(branches) == 1:
-            out = _structural({**branches[0], **rest}, defs)
+            one = _structural({**branches[0], **rest}, defs)
             if nullable:
-                out["nullable"] = True
-            return out
+                one["nullable"] = True
+            return one
         raise ValueError(f"cannot express anyOf with several non-null branches structurally: {node}")
     out: dict[str, Any] = {}
     for k, v in node.items():

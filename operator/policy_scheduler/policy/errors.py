@@ -12,7 +12,7 @@ full paths.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sized
 
 from pydantic import ValidationError
 
@@ -84,7 +84,7 @@ def _expected_literals(expected: str) -> list[str]:
     return [p.strip().strip("'") for p in parts if p.strip()]
 
 
-def _line(path: str, err: dict[str, Any]) -> list[str]:
+def _line(path: str, err: Mapping[str, Any]) -> list[str]:
     kind = err.get("type", "")
     ctx = err.get("ctx") or {}
     value = err.get("input")
@@ -104,7 +104,7 @@ def _line(path: str, err: dict[str, Any]) -> list[str]:
     if kind == "literal_error":
         return [not_supported(where, value, _expected_literals(str(ctx.get("expected", ""))))]
     if kind == "too_long":
-        actual = ctx.get("actual_length") or (len(value) if hasattr(value, "__len__") else 0)
+        actual = ctx.get("actual_length") or (len(value) if isinstance(value, Sized) else 0)
         return [too_many(where, int(actual), int(ctx.get("max_length") or 0))]
     if kind == "string_too_long":
         return [too_long(where, int(ctx.get("max_length") or 0))]

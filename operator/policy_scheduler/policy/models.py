@@ -15,7 +15,7 @@ path as their single location, so that ``spec.<path>: <detail>`` reads right.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -32,7 +32,7 @@ from .tuning import TuningSpec, listed_problems
 
 GROUP = "policy-scheduler.io"
 VERSION = "v1alpha1"
-KIND = "SchedulingPolicy"
+KIND: Final = "SchedulingPolicy"
 PLURAL = "schedulingpolicies"
 SINGULAR = "schedulingpolicy"
 SHORT_NAMES = ["spol"]
@@ -160,11 +160,12 @@ class SchedulingPolicySpec(Model):
 
     def chain_spec(self) -> ChainSpec:
         return ChainSpec(plugins=self.plugins, disabled=self.disabled,
-                         percentage_of_nodes_to_score=self.percentage_of_nodes_to_score)
+                         percentageOfNodesToScore=self.percentage_of_nodes_to_score)
 
 
 class SchedulingPolicy(Model):
-    api_version: Literal["policy-scheduler.io/v1alpha1"] = Field(default=f"{GROUP}/{VERSION}", alias="apiVersion")
+    api_version: Literal["policy-scheduler.io/v1alpha1"] = Field(default="policy-scheduler.io/v1alpha1",
+                                                                 alias="apiVersion")
     kind: Literal["SchedulingPolicy"] = KIND
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: SchedulingPolicySpec

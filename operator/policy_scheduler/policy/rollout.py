@@ -34,7 +34,7 @@ class CandidateSpec(Model):
 
     def chain_spec(self) -> ChainSpec:
         return ChainSpec(plugins=self.plugins, disabled=self.disabled,
-                         percentage_of_nodes_to_score=self.percentage_of_nodes_to_score)
+                         percentageOfNodesToScore=self.percentage_of_nodes_to_score)
 
 
 class RolloutAnalysis(Model):

@@ -227,8 +227,8 @@ async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: s
     rec.point(PRE_BIND, Code.SUCCESS, t1 - t0)
     bound = False
     try:
-        for p in chain.bind:
-            st = await _guarded(BIND, p.NAME, p.bind, state, pod, node)
+        for bp in chain.bind:
+            st = await _guarded(BIND, bp.NAME, bp.bind, state, pod, node)
             if st.is_skip:
                 continue
             if st.code == Code.ERROR:
@@ -244,7 +244,7 @@ async def run_binding(chain: "Chain", state: CycleState, pod: "PodInfo", node: s
     finally:
         rec.point(BIND, st.code, perf_counter() - t1)
     t2 = perf_counter()
-    for p in chain.post_bind:  # informational: a failing PostBind does not undo the binding
-        call_informational(rec, p.NAME, POST_BIND, p.post_bind, state, pod, node, log_key=pod.key)
+    for pb in chain.post_bind:  # informational: a failing PostBind does not undo the binding
+        call_informational(rec, pb.NAME, POST_BIND, pb.post_bind, state, pod, node, log_key=pod.key)
     rec.point(POST_BIND, Code.SUCCESS, perf_counter() - t2)
     return Status.success()

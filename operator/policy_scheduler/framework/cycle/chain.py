@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..events import ClusterEventWithHint
-from ..interface import (BindPlugin, FilterPlugin, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin,
+from ..interface import (BindPlugin, DescribesNodes, FilterPlugin, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin,
                          PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin, QueueSortPlugin,
                          ReservePlugin, ScorePlugin)
 
@@ -44,7 +44,7 @@ class Chain:
     events: dict[str, tuple[ClusterEventWithHint, ...]] = field(default_factory=dict)
     # plugins implementing the optional DescribesNodes protocol (checked once here: a runtime
     # protocol check costs microseconds, too much for every cycle)
-    describers: list[Plugin] = field(default_factory=list)
+    describers: list[DescribesNodes] = field(default_factory=list)
     # the plugin whose groups are scheduled in a pod-group cycle (its ``GROUP_CYCLE``:
     # GangScheduling), found once here rather than at every cycle; None without one
     group_cycle: Plugin | None = None

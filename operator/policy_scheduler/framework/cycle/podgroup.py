@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import functools
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Final
 
 import numpy as np
 
@@ -65,7 +65,8 @@ PODS_COUNT = "PodGroupPodsCount"
 # CycleState key set on a member's state while the group cycle evaluates it (upstream
 # IsPodGroupSchedulingCycle): plugins may read it
 POD_GROUP_CYCLE = "framework/pod-group-cycle"
-UPSTREAM, TIGHTEST = "Upstream", "Tightest"
+UPSTREAM: Final = "Upstream"
+TIGHTEST: Final = "Tightest"
 
 
 def placement_feasible(info: PodGroupInfo, remaining: int, scheduled: int) -> GroupStatus:
@@ -102,7 +103,7 @@ def generate_placements(info: PodGroupInfo, nodes: NodeTable,
             return GroupStatus.error(f"cannot determine domain for already scheduled pods: more than 1 domain "
                                      f"found for pod group: {required}, {value}")
         required = value
-    out = []
+    out: list[tuple[str, np.ndarray | None]] = []
     values = nodes.label_values(key)
     allowed = set(parent.tolist()) if parent is not None else set()
     for value in sorted(values):
@@ -140,8 +141,8 @@ class PodGroupCycle:
                          post_filter=False)
         if not d.scheduled:
             code = d.status.code
-            st = GroupStatus(code if code != Code.SUCCESS else Code.ERROR, [], d.message or d.status.message())
-            return MemberResult(pod, state, d, st, set(d.unschedulable_plugins), set(d.pending_plugins)), None
+            gst = GroupStatus(code if code != Code.SUCCESS else Code.ERROR, [], d.message or d.status.message())
+            return MemberResult(pod, state, d, gst, set(d.unschedulable_plugins), set(d.pending_plugins)), None
         node = d.node
         assert node is not None
         placement_info = {"podGroup": info.key, "minCount": info.min_count if info.gang else None}

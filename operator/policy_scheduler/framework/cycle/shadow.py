@@ -89,7 +89,7 @@ class Shadow:
             return ShadowResult(pod.key, node, node, False)
         feasible, _, mat, scored = scores
         row = nodes.index.get(node)
-        at = np.flatnonzero(feasible == row) if row is not None else ()
+        at = np.flatnonzero(feasible == row) if row is not None else np.empty(0, dtype=np.intp)
         if len(at) == 0:  # the stable node was not scored (a replay following another run)
             return ShadowResult(pod.key, node, None, True)
         i_s = int(at[0])
@@ -121,7 +121,7 @@ class Shadow:
             return ShadowResult(pod.key, node, d.node, d.node != node)
         feasible, total, mat, scored = scores
         row = nodes.index.get(node)
-        at = np.flatnonzero(feasible == row) if row is not None else ()
+        at = np.flatnonzero(feasible == row) if row is not None else np.empty(0, dtype=np.intp)
         if len(at) == 0:  # the candidate filtered the stable node out (or did not reach it)
             return ShadowResult(pod.key, node, d.node, True)
         i_s = int(at[0])

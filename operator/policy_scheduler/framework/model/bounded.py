@@ -26,7 +26,6 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
-_MISSING = object()
 _getsizeof = sys.getsizeof
 _SLOT_OBJECT = 56  # a small object with slots, its own header
 
@@ -80,11 +79,11 @@ class BoundedCache:
         return key in self._data
 
     def get(self, key: Hashable, default: Any = None) -> Any:
-        hit = self._data.get(key, _MISSING)
-        if hit is _MISSING:
+        hit = self._data.get(key)
+        if hit is None:
             return default
         self._data.move_to_end(key)
-        return hit[0]  # type: ignore[index]
+        return hit[0]
 
     def put(self, key: Hashable, value: Any, size: int | None = None) -> bool:
         """Keep ``value`` under ``key`` (charged ``size`` bytes, estimated when None); False when it
@@ -114,10 +113,10 @@ class BoundedCache:
 
     def get_or_build(self, key: Hashable, build: Callable[[], Any]) -> Any:
         """The cached value for ``key``, else ``build()`` (kept if it fits)."""
-        hit = self._data.get(key, _MISSING)
-        if hit is not _MISSING:
+        hit = self._data.get(key)
+        if hit is not None:
             self._data.move_to_end(key)
-            return hit[0]  # type: ignore[index]
+            return hit[0]
         value = build()
         self.put(key, value)
         return value

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..events import ActionType, ClusterEvent, Resource
 from .labels import NodeSelector, SelectorError
@@ -180,7 +180,7 @@ class ResourceSlice:
         devices = []
         for i, d in enumerate(_list(spec.get("devices"), "spec.devices")):
             d = _obj(d, f"spec.devices[{i}]")
-            attrs = {}
+            attrs: dict[str, tuple[str, Any]] = {}
             raw_attrs = _obj(d.get("attributes"), f"spec.devices[{i}].attributes")
             for n, v in raw_attrs.items():
                 q = n if "/" in n else f"{driver}/{n}"
@@ -387,7 +387,8 @@ class ResourceClaim:
                        reserved_for=tuple(reserved_for), finalizers=fins, raw=raw)
 
 
-_PARSERS = {RESOURCE_CLAIMS: ResourceClaim.from_dict, RESOURCE_SLICES: ResourceSlice.from_dict,
+# each parser returns its kind's object; apply() reads the fields of the kind it was given
+_PARSERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {RESOURCE_CLAIMS: ResourceClaim.from_dict, RESOURCE_SLICES: ResourceSlice.from_dict,
             DEVICE_CLASSES: DeviceClass.from_dict}
 
 

@@ -236,7 +236,7 @@ class Allocator:
         taking: dict[DeviceID, set[int]] = {}
         results: list[list[tuple[_Req, Device, ResourceSlice]]] = [[] for _ in claims]
         chosen: dict[tuple[int, int], int] = {}
-        cons = [[[c, None, 0] for c in claim.constraints] for claim in claims]  # [constraint, value, n]
+        cons: list[list[list[Any]]] = [[[c, None, 0] for c in claim.constraints] for claim in claims]  # [constraint, value, n]
         devices = nd.devices
 
         # All-mode requests: their devices, fixed per node
@@ -257,7 +257,7 @@ class Allocator:
 
         def attr_ok(ci: int, rq: _Req, dev: Device) -> list | None:
             """Add ``dev`` to the claim's constraints; the list of entries touched, or None."""
-            touched = []
+            touched: list[list[Any]] = []
             for entry in cons[ci]:
                 c = entry[0]
                 if c.requests and rq.base not in c.requests and (not rq.sub or rq.name not in c.requests):

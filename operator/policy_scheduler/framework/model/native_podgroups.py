@@ -17,7 +17,7 @@ reason ``Unschedulable`` or ``SchedulerError`` and the cycle's message otherwise
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from ..events import ActionType, ClusterEvent, Resource
 from .podgroups import PodGroup, PodGroupCache, PodGroupChange
@@ -110,10 +110,10 @@ class NativePodGroup(PodGroup):
                    gang=gang is not None, topology_key=key, api_version=str(body.get("apiVersion") or ""),
                    generation=int(meta.get("generation") or 0), priority=int(priority or 0),
                    preemption_policy=str(pp or "PreemptLowerPriority"), preemption_policy_set=pp is not None,
-                   disruption_all=bool(dm) and dm.get("all") is not None,
+                   disruption_all=dm is not None and dm.get("all") is not None,
                    parent=str(spec.get("parentCompositePodGroupName") or ""))
 
-    def same_spec(self, other: PodGroup) -> bool:  # type: ignore[override]
+    def same_spec(self, other: PodGroup) -> bool:
         return PodGroup.same_spec(self, other) and isinstance(other, NativePodGroup) and \
             (self.gang, self.topology_key, self.priority, self.preemption_policy, self.disruption_all, self.parent) == \
             (other.gang, other.topology_key, other.priority, other.preemption_policy, other.disruption_all,
@@ -126,7 +126,7 @@ class CompositePodGroup(NativePodGroup):
     the gang's ``minGroupCount`` (1 for basic): how many child groups must be satisfied."""
 
     @classmethod
-    def from_dict(cls, body: Mapping[str, Any]) -> "CompositePodGroup":  # type: ignore[override]
+    def from_dict(cls, body: Mapping[str, Any]) -> "CompositePodGroup":
         spec = dict(body.get("spec") or {})
         policy = spec.get("schedulingPolicy") or {}
         if not isinstance(policy, Mapping):
@@ -153,6 +153,9 @@ class NativePodGroupCache(PodGroupCache):
         self._cond: dict[str, dict[str, Any]] = {}  # group -> the condition last computed
         self.requests: dict[str, dict[str, int]] = {}  # member pod key -> its requests
         self.composites: dict[str, CompositePodGroup] = {}  # ns/name -> CompositePodGroup
+
+    def get(self, key: str | None) -> NativePodGroup | None:
+        return cast("NativePodGroup | None", self.groups.get(key) if key else None)  # parse() makes every group one
 
     # ------------------------------------------------------------------ CompositePodGroups
     def apply_composite(self, event: str, body: Mapping[str, Any]) -> list[tuple[ClusterEvent, Any, Any]]:
@@ -289,7 +292,7 @@ class NativePodGroupCache(PodGroupCache):
         """The group's status with upstream's condition ``PodGroupInitiallyScheduled`` as its last
         cycle left it; ``observedGeneration`` the group's. A True condition is never changed; the
         other conditions are kept; a group with nothing to say keeps its status."""
-        pg = self.groups.get(gkey)
+        pg = self.get(gkey)
         if pg is None:
             return {}
         conditions = [c for c in (pg.status.get("conditions") or []) if isinstance(c, Mapping)]

@@ -297,17 +297,19 @@ class NodeTable:
         vals = self._label_index.get(key)
         if vals is None:
             return self.no_nodes()
+        groups: Iterable[set[str]] = vals.values()
         if value is not None:
             names = vals.get(value)
             if names is None:
                 return self.no_nodes()
+            groups = (names,)
         ck = ("label", key, value)
         m = self._mask_cache.get(ck)
         if m is not None:
             return m
         m = np.zeros(self.n, dtype=bool)
         index = self.index
-        for group in (vals.values() if value is None else (names,)):
+        for group in groups:
             for nm in group:
                 m[index[nm]] = True
         self._mask_cache.put(ck, m, m.nbytes + 200 + len(key) + len(value or ""))
@@ -342,7 +344,7 @@ class NodeTable:
         ck = ("col", key)
         c = self._mask_cache.get(ck)
         if c is not None:
-            return c  # type: ignore[return-value]
+            return c
         col: list[str | None] = [None] * self.n
         index = self.index
         for v, names in vals.items():
@@ -423,10 +425,13 @@ class NodeTable:
 
     def _index_terms(self, pod: PodInfo, labels: Mapping[str, str], sign: int) -> None:
         """Add (sign 1) or take back (sign -1) the pod's terms on a node with ``labels``."""
-        for index, terms in ((self.required_affinity_terms, pod.required_affinity),
-                             (self.required_anti_affinity_terms, pod.required_anti_affinity),
-                             (self.preferred_affinity_terms, pod.preferred_affinity),
-                             (self.preferred_anti_affinity_terms, pod.preferred_anti_affinity)):
+        # each index is keyed by its own kind of term
+        indexes: tuple[tuple[dict[Any, dict[TopologyPair, int]], Iterable[AffinityTerm | WeightedAffinityTerm]],
+                       ...] = ((self.required_affinity_terms, pod.required_affinity),
+                               (self.required_anti_affinity_terms, pod.required_anti_affinity),
+                               (self.preferred_affinity_terms, pod.preferred_affinity),
+                               (self.preferred_anti_affinity_terms, pod.preferred_anti_affinity))
+        for index, terms in indexes:
             for t in terms:
                 key = t.term.topology_key if isinstance(t, WeightedAffinityTerm) else t.topology_key
                 value = labels.get(key)

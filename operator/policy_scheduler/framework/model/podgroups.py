@@ -322,11 +322,11 @@ class PodGroupCache:
         every other group. True when it was reserved."""
         gkey = self._pod_group.get(pod_key)
         m = self._members.get(gkey or "", {}).get(pod_key)
-        if m is None or not m.assumed:
+        if gkey is None or m is None or not m.assumed:
             return False
         m.assumed = False
-        self._counts.pop(gkey, None)  # type: ignore[arg-type]
-        self._after_member_change(gkey)  # type: ignore[arg-type]
+        self._counts.pop(gkey, None)
+        self._after_member_change(gkey)
         self.capacity_changed(gkey)
         return True
 

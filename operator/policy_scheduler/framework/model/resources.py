@@ -97,6 +97,7 @@ def score_resources(kind: str, shape: list[tuple[int, int]] | None, requested: n
     elif kind == MOST_ALLOCATED:
         s = np.minimum(requested, alloc) * MAX_NODE_SCORE // alloc
     else:
+        assert shape is not None, "RequestedToCapacityRatio needs its shape"
         util = np.where(requested > alloc, MAX_UTILIZATION, requested * MAX_UTILIZATION // alloc)
         s = broken_linear(shape, util)
         valid &= s > 0  # RequestedToCapacityRatio counts only resources scoring above 0

@@ -14,7 +14,7 @@ Pure: no I/O. Empty by default and cheap: a cluster without storage objects cost
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..events import ActionType, ClusterEvent, Resource
 from .labels import LabelSelector, NodeSelector, SelectorError
@@ -350,7 +350,8 @@ class CSIDriver:
         )
 
 
-_PARSERS = {
+# each parser returns its kind's object; apply() reads the fields of the kind it was given
+_PARSERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     PERSISTENT_VOLUMES: PersistentVolume.from_dict,
     PERSISTENT_VOLUME_CLAIMS: PersistentVolumeClaim.from_dict,
     STORAGE_CLASSES: StorageClass.from_dict,
@@ -470,8 +471,10 @@ class VolumeCache:
         return [(ClusterEvent(_RESOURCES[kind], ActionType.ADD if old is None else ActionType.UPDATE), old, new)]
 
     def _store(self, kind: str) -> dict[str, Any]:
-        return {PERSISTENT_VOLUMES: self._pvs, PERSISTENT_VOLUME_CLAIMS: self._pvcs, STORAGE_CLASSES: self._classes,
-                CSI_NODES: self._csinodes, CSI_DRIVERS: self._csidrivers}[kind]
+        stores: dict[str, dict[str, Any]] = {
+            PERSISTENT_VOLUMES: self._pvs, PERSISTENT_VOLUME_CLAIMS: self._pvcs, STORAGE_CLASSES: self._classes,
+            CSI_NODES: self._csinodes, CSI_DRIVERS: self._csidrivers}
+        return stores[kind]
 
     def _remove(self, kind: str, key: str, old: Any) -> None:
         del self._store(kind)[key]
@@ -516,6 +519,7 @@ class VolumeCache:
 
     def pvs_of_class(self, class_name: str) -> list[PersistentVolume]:
         """Every PV of the storage class (assumed copies included), by name."""
+        # misc ignored: pv() is never None for a name of the index (a PV's, assumed copy or not)
         return [self.pv(n) for n in sorted(self._pvs_by_class.get(class_name, ()))]  # type: ignore[misc]
 
     def storage_class(self, name: str) -> StorageClass | None:
