@@ -515,7 +515,7 @@ DRA_DRIVER = "test-driver.cdi.k8s.io"
 
 
 def _dra_world(table: NodeTable, devices: int):
-    from policy_scheduler.framework.model.dra import DraCache
+    from policy_scheduler.plugins.dynamicresources.cache import DraCache
 
     class DraBench(BenchHandle):
         def __init__(self) -> None:
@@ -554,7 +554,7 @@ def dra_pass(table: NodeTable, stream: PodStream, count: int, warmup: int, rng: 
              devices: int) -> dict[str, Any]:
     """Decision time of pods with one claim each (module docstring, ``--dra``)."""
     from policy_scheduler.framework.instrumentation import CycleRecorder
-    from policy_scheduler.framework.model.dra_allocator import STATE_KEY
+    from policy_scheduler.plugins.dynamicresources.allocator import STATE_KEY
 
     h = _dra_world(table, devices)
     chain = build_chain(default_chain_spec(), default_registry(), handle=h)

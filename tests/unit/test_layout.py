@@ -53,47 +53,100 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_framework_and_plugins_import_no_client_and_do_no_io():
-    files = sorted((PKG / "framework").rglob("*.py")) + sorted((PKG / "plugins").glob("*.py"))
+    files = sorted((PKG / "framework").rglob("*.py")) + sorted((PKG / "plugins").rglob("*.py"))
     assert {"cycle", "queue", "model"} <= {f.parent.name for f in files}  # framework's subpackages
+    assert set(FAMILIES) <= {f.parent.name for f in files}  # the plugin families' folders
     assert len(files) > 5
     for f in files:
         bad = _imports(f) & set(FORBIDDEN)
         assert not bad, f"{f.relative_to(PKG)} imports {bad}"
 
 
+# A plugin family: a folder under plugins/ whose modules count as one plugin (they may import each
+# other), with a README.md naming each plugin it registers.
+FAMILIES = ("dynamicresources", "podgroups", "volumes")
+
+
+def plugin_units(plugins_dir: Path) -> dict[str, str]:
+    """Each module under plugins/ (dotted, below the plugins package) -> its unit: the module's own
+    name for a plugin module flat in plugins/, the folder's name for a module of a family;
+    plugins/__init__.py (the registry) is in no unit."""
+    units = {}
+    for name in module_files(plugins_dir):
+        if name != "__init__":
+            units[name] = name.split(".")[0]
+    return units
+
+
+def plugin_leaf_violations(root: Path, package: str, plugins: str = "plugins",
+                           allowed: tuple[str, ...] = ("framework",)) -> list[str]:
+    """Imports by a plugin module or family module (`root/plugins/...`) of another plugin module
+    or family, or of anything of the package outside `plugins` itself and `allowed` (the core)."""
+    graph = import_graph(root, package)
+    units = plugin_units(root / plugins)
+    bad = []
+    for mod, edges in sorted(graph.items()):
+        parts = mod.split(".")
+        if parts[0] != plugins or len(parts) == 1:
+            continue
+        own = units[".".join(parts[1:])]
+        for target, line in sorted(edges.items()):
+            tparts = target.split(".")
+            if tparts[0] == plugins:
+                unit = units.get(".".join(tparts[1:])) if len(tparts) > 1 else None
+                if unit is not None and unit != own:
+                    bad.append(f"{mod}:{line} imports {target}: another plugin or family than {own}")
+            elif tparts[0] not in allowed:
+                bad.append(f"{mod}:{line} imports {target}: outside the core")
+    return bad
+
+
 def test_plugins_do_not_reach_outside_the_core():
-    for f in sorted((PKG / "plugins").glob("*.py")):
-        for node in import_statements(_tree(f)):
-            if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module:
-                assert node.module.split(".")[0] in ("framework",), f"{f.name} imports ..{node.module}"
+    bad = [b for b in plugin_leaf_violations(PKG, "policy_scheduler") if b.endswith("outside the core")]
+    assert not bad, "\n".join(bad)
 
 
 def test_a_plugin_module_imports_nothing_from_a_sibling_plugin_module():
-    """Shared helpers live in framework/: plugin modules are leaves, so that one plugin can be
-    moved, replaced or dropped without touching another."""
-    plugin_dir = PKG / "plugins"
-    siblings = {f.stem for f in plugin_dir.glob("*.py") if f.stem != "__init__"}
-    assert {"node_resources_fit", "load_aware", "metric_threshold"} <= siblings
-    for f in sorted(plugin_dir.glob("*.py")):
-        if f.stem == "__init__":
-            continue
-        for node in import_statements(_tree(f)):
-            if isinstance(node, ast.ImportFrom):
-                if node.level == 1:  # from .x import ..., or from . import x
-                    targets = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-                elif node.level == 0 and node.module and node.module.startswith("policy_scheduler.plugins."):
-                    targets = [node.module.split(".")[2]]
-                elif node.level == 0 and node.module == "policy_scheduler.plugins":
-                    targets = [a.name for a in node.names]
-                else:
-                    continue
-                bad = [t for t in targets if t in siblings]
-                assert not bad, f"plugins/{f.name} imports from sibling plugin module(s) {bad}"
-            elif isinstance(node, ast.Import):
-                for a in node.names:
-                    parts = a.name.split(".")
-                    assert not (parts[:2] == ["policy_scheduler", "plugins"] and len(parts) > 2
-                                and parts[2] in siblings), f"plugins/{f.name} imports {a.name}"
+    """Shared helpers live in framework/, or in the family's folder for the plugins of one family:
+    plugin modules and families are leaves, so that one can be moved, replaced or dropped without
+    touching another."""
+    units = plugin_units(PKG / "plugins")
+    assert {"node_resources_fit", "load_aware", "metric_threshold", *FAMILIES} <= set(units.values())
+    assert units["volumes.volume_binding"] == units["volumes.cache"] == "volumes"
+    bad = plugin_leaf_violations(PKG, "policy_scheduler")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_registry_finds_every_plugin_module_and_only_those():
+    """PLUGIN_MODULES names, dotted below plugins/, every module that exports a PLUGIN, the ones in
+    family folders included."""
+    from policy_scheduler.plugins import PLUGIN_MODULES
+
+    exporting = set()
+    for name, f in module_files(PKG / "plugins").items():
+        tree = _tree(f)
+        if any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PLUGIN" for t in n.targets)
+               for n in tree.body):
+            exporting.add(name)
+    assert {"volumes.volume_binding", "podgroups.gang_scheduling", "dynamicresources.dynamic_resources"} <= exporting
+    assert sorted(PLUGIN_MODULES) == sorted(exporting)
+    assert len(set(PLUGIN_MODULES)) == len(PLUGIN_MODULES)
+
+
+def test_each_family_folder_has_a_readme_naming_each_plugin_it_registers():
+    from policy_scheduler.plugins import PLUGIN_MODULES
+
+    folders = sorted(d.name for d in (PKG / "plugins").iterdir() if (d / "__init__.py").exists())
+    assert folders == sorted(FAMILIES)
+    for family in FAMILIES:
+        readme = PKG / "plugins" / family / "README.md"
+        assert readme.exists(), f"plugins/{family}/ has no README.md"
+        text = readme.read_text()
+        names = [importlib.import_module(f"policy_scheduler.plugins.{m}").PLUGIN.NAME for m in PLUGIN_MODULES
+                 if m.split(".")[0] == family]
+        assert names, f"plugins/{family}/ registers no plugin"
+        missing = [n for n in names if not re.search(rf"\b{n}\b", text)]
+        assert not missing, f"plugins/{family}/README.md does not name {missing}"
 
 
 def test_every_builtin_plugin_that_can_reject_declares_its_events():
@@ -506,6 +559,33 @@ def test_an_upward_import_is_reported(tmp_path):
     assert layer_violations(import_graph(tmp_path / "synth", "synth"), layers) == [
         "leaf:1 imports low: layer low is above ground",
         "low.l:5 imports top.t: layer top is above low",
+    ]
+
+
+def test_a_plugin_importing_another_plugin_or_family_is_reported(tmp_path):
+    files = {
+        "__init__.py": "",
+        "framework/__init__.py": "",
+        "framework/core.py": "X = 1\n",
+        "cache.py": "X = 2\n",
+        "plugins/__init__.py": "import importlib\n",
+        "plugins/alone.py": "from ..framework.core import X\n",
+        "plugins/fam/__init__.py": "from .model import M\n",
+        "plugins/fam/model.py": "from ...framework import core\nM = 1\n",
+        "plugins/fam/plugin.py": "from .model import M\nfrom . import model\nfrom synth.plugins.fam.model import M\n",
+    }
+    root = _write(tmp_path / "synth", files)
+    assert plugin_units(root / "plugins") == {"alone": "alone", "fam": "fam", "fam.model": "fam", "fam.plugin": "fam"}
+    assert plugin_leaf_violations(root, "synth") == []
+
+    _write(root, {"plugins/alone.py": "from .fam.model import M\n",
+                  "plugins/fam/plugin.py": "from .. import alone\n\n\ndef f():\n    from ...cache import X\n",
+                  "plugins/fam/model.py": "import synth.plugins.alone\n"})
+    assert plugin_leaf_violations(root, "synth") == [
+        "plugins.alone:1 imports plugins.fam.model: another plugin or family than alone",
+        "plugins.fam.model:1 imports plugins.alone: another plugin or family than fam",
+        "plugins.fam.plugin:5 imports cache: outside the core",
+        "plugins.fam.plugin:1 imports plugins.alone: another plugin or family than fam",
     ]
 
 

@@ -2,7 +2,7 @@
 (upstream scheduleOnePodGroup and submitPodGroupAlgorithmResult): the engine hands over a popped pod whose policy schedules its
 group as one (GangScheduling); every queued member of the group comes out of the queue with it,
 the members are validated, the group cycle runs on the live table
-(framework/cycle/podgroup.py), PodGroupPostFilter (group preemption,
+(plugins/podgroups/cycle.py), PodGroupPostFilter (group preemption,
 framework/group_preemption.py) when it is unschedulable, then:
 
 - the chosen placement's members go through the binding cycle as any pod (cluster/binding_tasks.py:
@@ -27,8 +27,8 @@ import logging
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..framework.cycle.podgroup import (POD_GROUP_CYCLE, GroupNode, GroupResult, PodGroupCycle, condition,
-                                        member_order_key, member_status, validate)
+from ..plugins.podgroups.cycle import (POD_GROUP_CYCLE, GroupNode, GroupResult, PodGroupCycle, condition,
+                                       member_order_key, member_status, validate)
 from ..framework.queue.scheduling_queue import QueuedPodInfo
 from ..framework.status import Code
 from ..logs import MAX_MESSAGE_LEN, fields, truncate

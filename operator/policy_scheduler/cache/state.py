@@ -30,14 +30,15 @@ from ..framework.cycle.chain import Chain
 from ..framework.events import (ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, NAMESPACE_LABELS, NODE_ADD, NODE_DELETE,
                                 ClusterEvent, NamespaceChange, node_change_events, pod_change_events)
 from ..framework.interface import CycleState
-from ..framework.model.native_podgroups import GROUP as NATIVE_GROUP, NativePodGroupCache
+from ..plugins.podgroups.native_cache import GROUP as NATIVE_GROUP, NativePodGroupCache
 from ..framework.model.nodetable import NodeSpec, NodeTable
-from ..framework.model.podgroups import PodGroupCache
+from ..plugins.podgroups.cache import PodGroupCache
 from ..framework.model.podinfo import PodInfo, parse_pod
 from ..framework.preemption import PDB
 from ..framework.status import Status
-from ..framework.model.dra import KINDS as DRA_KIND_NAMES, PATHS as DRA_PATHS, DraCache
-from ..framework.model.volumes import VolumeCache
+from ..plugins.dynamicresources.objects import KINDS as DRA_KIND_NAMES, PATHS as DRA_PATHS
+from ..plugins.dynamicresources.cache import DraCache
+from ..plugins.volumes.cache import VolumeCache
 from ..framework.cycle.binding_cycle import WaitingPods  # framework/waiting.py once split
 from .workloads import WorkloadIndex
 

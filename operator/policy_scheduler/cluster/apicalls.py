@@ -27,8 +27,8 @@ from typing import Any, Callable, Mapping, Sequence
 from ..cache.policies import PLURAL_PATH as POLICIES_PATH
 from ..cache.revisions import collection_path as revisions_path
 from ..framework.interface import PodGone
-from ..framework.model.native_podgroups import api_path as native_pod_groups_path
-from ..framework.model.podgroups import API_PATH as POD_GROUPS_PATH
+from ..plugins.podgroups.native_cache import api_path as native_pod_groups_path
+from ..plugins.podgroups.cache import API_PATH as POD_GROUPS_PATH
 from ..framework.model.podinfo import PodInfo
 from ..framework.status import Code, Status
 from .kubeclient import REQUEST_ERRORS, TRANSPORT_ERRORS, ApiError, Fenced, KubeClient

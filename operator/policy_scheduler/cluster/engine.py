@@ -46,7 +46,7 @@ from ..cache.handle import StateHandle
 from ..cache.policies import DEFAULT_POLICY, POLICY_SELECTION, PolicyState, PolicyStore
 from ..cache.revisions import DEFAULT_HISTORY_LIMIT
 from ..cache.state import ASSIGNED, DRA_KINDS, GONE, PENDING, VOLUME_KINDS, WORKLOAD_KINDS, Change, ClusterState
-from ..framework.cycle.podgroup import group_plugin
+from ..framework.cycle.podgroup_result import group_plugin
 from ..framework.events import (NAMESPACE_LABELS, ActionType, ClusterEvent, ClusterEventWithHint, NamespaceChange,
                                 Resource)
 from ..framework.interface import CycleState, Handle

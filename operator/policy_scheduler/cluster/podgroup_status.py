@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable
 
 
 from ..framework.interface import Handle
-from ..framework.model.podgroups import PodGroupCache
+from ..plugins.podgroups.cache import PodGroupCache
 from .kubeclient import TRANSPORT_ERRORS, ApiError, Fenced
 
 log = logging.getLogger("policy_scheduler")

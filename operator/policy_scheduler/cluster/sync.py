@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Mapping
 
 from ..cache.policies import PLURAL_PATH
 from ..cache.state import DRA_KINDS, KINDS
-from ..framework.model.native_podgroups import DEFAULT_VERSION as NATIVE_DEFAULT_VERSION, GROUP as NATIVE_GROUP
-from ..framework.model.native_podgroups import VERSIONS as NATIVE_VERSIONS
-from ..framework.model.native_podgroups import COMPOSITE_PATH
-from ..framework.model.native_podgroups import api_path as native_pod_groups_path
-from ..framework.model.podgroups import API_PATH as POD_GROUPS_PATH
+from ..plugins.podgroups.native_cache import DEFAULT_VERSION as NATIVE_DEFAULT_VERSION, GROUP as NATIVE_GROUP
+from ..plugins.podgroups.native_cache import VERSIONS as NATIVE_VERSIONS
+from ..plugins.podgroups.native_cache import COMPOSITE_PATH
+from ..plugins.podgroups.native_cache import api_path as native_pod_groups_path
+from ..plugins.podgroups.cache import API_PATH as POD_GROUPS_PATH
 from ..logs import fields
 from . import objdecode
 from .informer import Informer

@@ -76,7 +76,8 @@ class ContentCaches:
         self.table = table
 
     def _stats(self) -> list[tuple[str, Mapping[str, int]]]:
-        from ..framework import cel, validation
+        from ..framework import validation
+        from ..plugins.dynamicresources import cel
 
         out = []
         table = self.table() if self.table is not None else None

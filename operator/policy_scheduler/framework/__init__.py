@@ -9,8 +9,13 @@ groups:
   plugins, ``schedule_one`` and its Decision, the binding cycle's plugin runs);
 - ``queue/``: the scheduling queue, its sub-queues and the nominator;
 - ``model/``: the parsed cluster objects the state holds and plugins read (the NodeTable,
-  PodInfo, labels, quantities, taints, volumes, pod groups, resources);
-- flat in framework/, helpers that plugin families share: ``preemption.py``, ``gangs.py``,
+  PodInfo, labels, quantities, taints, resources);
+- flat in framework/, helpers that plugins share: ``preemption.py``, ``group_preemption.py``,
   ``metricrules.py``, ``metricview.py``, ``podcount.py``, ``validation.py`` and
   ``instrumentation.py``.
+
+The plugin families' own code (DRA, pod groups, volumes: their objects, caches, allocator, CEL,
+the pod-group cycle) lives with their plugins under plugins/<family>/; the Handle names their
+caches (``volumes()``, ``dra()``, ``pod_groups()``, ``native_pod_groups()``) without their types,
+and each family registers its empty default (``interface.register_default_cache``).
 """

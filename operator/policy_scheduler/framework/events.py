@@ -9,9 +9,9 @@ plugin's hint says QUEUE.
 
 Objects handed to hints: for node events ``NodeSpec`` (old is None on Add, new is None on
 Delete); for pod events ``PodInfo``; for PersistentVolume, PersistentVolumeClaim, StorageClass,
-CSINode and CSIDriver events the parsed objects of ``framework/model/volumes.py`` (from
+CSINode and CSIDriver events the parsed objects of ``plugins/volumes/`` (from
 ``VolumeCache.apply``; old None on Add, new None on Delete); for PodGroup events
-``framework.model.podgroups.PodGroupChange`` (the same convention); for namespace events
+``plugins.podgroups.cache.PodGroupChange`` (the same convention); for namespace events
 ``NamespaceChange`` as new (old is None); policy and metrics events carry nothing (None, None:
 the engine narrows them to the policy's pods itself). Hints must be cheap and must not raise;
 one that raises counts as QUEUE, so a buggy hint cannot strand a pod.
@@ -82,9 +82,9 @@ class Resource:
     NAMESPACE = "Namespace"  # ours: a namespace's labels changed
     POLICY = "SchedulingPolicy"  # ours: a policy was created, changed or deleted
     METRICS = "Metrics"  # ours: a policy's metric source published new values
-    POD_GROUP = "scheduling.x-k8s.io/PodGroup"  # scheduler-plugins' PodGroup (framework/model/podgroups.py)
-    NATIVE_POD_GROUP = "scheduling.k8s.io/PodGroup"  # Kubernetes' own PodGroup (framework/model/native_podgroups.py)
-    RESOURCE_CLAIM = "resource.k8s.io/ResourceClaim"  # DRA (framework/model/dra.py)
+    POD_GROUP = "scheduling.x-k8s.io/PodGroup"  # scheduler-plugins' PodGroup (plugins/podgroups/cache.py)
+    NATIVE_POD_GROUP = "scheduling.k8s.io/PodGroup"  # Kubernetes' own PodGroup (plugins/podgroups/native_cache.py)
+    RESOURCE_CLAIM = "resource.k8s.io/ResourceClaim"  # DRA (plugins/dynamicresources/)
     RESOURCE_SLICE = "resource.k8s.io/ResourceSlice"
     DEVICE_CLASS = "resource.k8s.io/DeviceClass"
     WILDCARD = "*"

@@ -1,5 +1,5 @@
 """Workload-aware preemption: DefaultPreemption's PodGroupPostFilter in kube-scheduler 1.37
-(framework/preemption/podgrouppreemption.go), run when a pod-group cycle (cycle/podgroup.py)
+(framework/preemption/podgrouppreemption.go), run when a pod-group cycle (plugins/podgroups/cycle.py)
 found the group unschedulable.
 
 - The preemptor is the group's queued members with the **PodGroup's** priority. A group whose
@@ -33,16 +33,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from .model.native_podgroups import MAX_DEPTH, NativePodGroup, NativePodGroupCache, native_group_key
+from .cycle.podgroup_result import MAX_DEPTH, GroupCycleRunner, GroupResult, GroupStatus, native_group_key
 from .model.nodetable import NodeTable
 from .model.podinfo import PodInfo
 from .preemption import PDB, charge_pdbs
 from .status import Code
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .cycle.podgroup import GroupResult, GroupStatus, PodGroupCycle
 
 PREFIX = "pod group preemption: "
 
@@ -82,7 +79,7 @@ def _importance(v: Victim) -> tuple:
     return (-v.priority, -v.rank, -len(v.pods), v.start())
 
 
-def _highest_all(groups: NativePodGroupCache, gkey: str) -> tuple[bool, str, NativePodGroup] | None:
+def _highest_all(groups: Any, gkey: str) -> tuple[bool, str, object] | None:
     """upstream getHighestAllAncestor: walking up from the PodGroup ``gkey`` through its
     CompositePodGroups, the highest with ``disruptionMode: {all: {}}`` (is a composite, key, object)."""
     ns = gkey.split("/", 1)[0]
@@ -101,7 +98,7 @@ def _highest_all(groups: NativePodGroupCache, gkey: str) -> tuple[bool, str, Nat
     return found
 
 
-def victims_of(nodes: NodeTable, groups: NativePodGroupCache) -> list[Victim]:
+def victims_of(nodes: NodeTable, groups: Any) -> list[Victim]:
     """upstream getCrossNodesVictims: every pod on every node; a pod whose hierarchy has
     ``disruptionMode: all`` is one victim with every placed pod of its highest such group (a
     PodGroup, or a CompositePodGroup's leaves), across nodes."""
@@ -135,13 +132,12 @@ def _terminating_by_preemption(p: PodInfo) -> bool:
     return bool(p.terminating_by_preemption)
 
 
-def pod_group_post_filter(cycle: "PodGroupCycle", res: "GroupResult", pods: Sequence[PodInfo],
-                          groups: NativePodGroupCache, pdbs: Sequence[PDB],
+def pod_group_post_filter(cycle: GroupCycleRunner, res: GroupResult, pods: Sequence[PodInfo],
+                          groups: Any, pdbs: Sequence[PDB],
                           node_filter: Callable[[PodInfo, NodeTable, int], Any]) -> GroupPreemption:
     """The PodGroupPostFilter for ``res`` (an unschedulable group) whose queued members are
     ``pods``. ``node_filter(pod, nodes, row)``: the policy's PreFilter and Filter on one node
     (schedule.NodeFilter)."""
-    from .cycle.podgroup import GroupStatus
 
     info = res.info
     nodes = cycle.nodes

@@ -13,7 +13,7 @@ the rows that every earlier plugin accepted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -24,15 +24,21 @@ from .status import Code, Status
 from .waiting import WaitingPods
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .model.dra import DraCache
-    from .model.native_podgroups import NativePodGroupCache
     from .model.nodetable import NodeTable
-    from .model.podgroups import PodGroupCache
     from .model.podinfo import PodInfo
-    from .model.volumes import VolumeCache
 
 MAX_NODE_SCORE = 100
 MIN_NODE_SCORE = 0
+
+# The caches a plugin family keeps (Handle.volumes, dra, pod_groups, native_pod_groups), by that
+# method's name: the factory of the empty one a Handle builds on first use. Each family registers
+# its own (plugins/<family>/__init__.py): the contract names no family's types.
+DEFAULT_CACHES: dict[str, Callable[[], Any]] = {}
+
+
+def register_default_cache(name: str, factory: Callable[[], Any]) -> None:
+    """A family's cache: ``Handle.<name>()`` builds ``factory()`` when the handle has none."""
+    DEFAULT_CACHES[name] = factory
 
 
 class PluginArgs(BaseModel):
@@ -156,58 +162,51 @@ class Handle:
         requeued). Raises PodGone when no binding is needed any more."""
         return Status.error("this handle cannot bind pods")
 
-    def volumes(self) -> "VolumeCache":
+    def _family_cache(self, name: str) -> Any:
+        """The empty cache of a plugin family this handle owns, built on first use
+        (``DEFAULT_CACHES``); a handle fed by the operator overrides the method instead."""
+        attr = "_" + name
+        c = getattr(self, attr, None)
+        if c is None:
+            factory = DEFAULT_CACHES.get(name)
+            if factory is None:
+                raise LookupError(f"no plugin family registered a {name} cache (import policy_scheduler.plugins)")
+            c = factory()
+            setattr(self, attr, c)
+        return c
+
+    def volumes(self) -> Any:
         """The PersistentVolumes, PersistentVolumeClaims, StorageClasses, CSINodes and CSIDrivers
-        (``framework.model.volumes.VolumeCache``) the volume plugins read, with VolumeBinding's
+        (``plugins.volumes.cache.VolumeCache``) the volume plugins read, with VolumeBinding's
         assumed PV/PVC copies. The operator feeds it from its informers
         (``VolumeCache.apply``) and hands the returned events to the queue. Default: an empty
         cache owned by this handle."""
-        v = getattr(self, "_volumes", None)
-        if v is None:
-            from .model.volumes import VolumeCache
+        return self._family_cache("volumes")
 
-            v = self._volumes = VolumeCache()
-        return v
-
-    def dra(self) -> "DraCache":
-        """The DeviceClasses, ResourceSlices and ResourceClaims (``framework.model.dra.DraCache``)
+    def dra(self) -> Any:
+        """The DeviceClasses, ResourceSlices and ResourceClaims (``plugins.dynamicresources.cache.DraCache``)
         DynamicResources reads, with its in-flight allocations. The operator feeds it from its
         informers. Default: an empty cache owned by this handle."""
-        c = getattr(self, "_dra", None)
-        if c is None:
-            from .model.dra import DraCache
-
-            c = self._dra = DraCache()
-        return c
+        return self._family_cache("dra")
 
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` (API writes a plugin starts outside the binding cycle: DynamicResources'
         PostFilter and Unreserve) in the background; failures are logged. Default: nothing runs."""
         coro.close()
 
-    def pod_groups(self) -> "PodGroupCache":
+    def pod_groups(self) -> Any:
         """scheduler-plugins' PodGroups and their members
-        (``framework.model.podgroups.PodGroupCache``), fed by the operator's informers;
+        (``plugins.podgroups.cache.PodGroupCache``), fed by the operator's informers;
         Coscheduling reads it and records reservations and group rejections in it. Default: an
         empty cache owned by this handle."""
-        c = getattr(self, "_pod_groups", None)
-        if c is None:
-            from .model.podgroups import PodGroupCache
+        return self._family_cache("pod_groups")
 
-            c = self._pod_groups = PodGroupCache()
-        return c
-
-    def native_pod_groups(self) -> "NativePodGroupCache":
+    def native_pod_groups(self) -> Any:
         """Kubernetes' own PodGroups (``scheduling.k8s.io``) and their members
-        (``framework.model.native_podgroups.NativePodGroupCache``), fed by the operator's
+        (``plugins.podgroups.native_cache.NativePodGroupCache``), fed by the operator's
         informers; GangScheduling reads it, records reservations, rejections and topology domains
         in it. Default: an empty cache owned by this handle."""
-        c = getattr(self, "_native_pod_groups", None)
-        if c is None:
-            from .model.native_podgroups import NativePodGroupCache
-
-            c = self._native_pod_groups = NativePodGroupCache()
-        return c
+        return self._family_cache("native_pod_groups")
 
     async def patch_pod_group_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Write a PodGroup's status (merge PATCH of its status subresource). The operator's

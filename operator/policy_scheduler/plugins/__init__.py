@@ -3,6 +3,12 @@
 The class carries ``NAME`` (the registry name used in policies) and ``Args`` (a pydantic model
 with ``extra="forbid"``, or None when the plugin takes no args). Adding a plugin: its module
 here, its name in PLUGIN_MODULES, its test module under tests/unit/plugins/.
+
+A plugin family is a folder (``dynamicresources/``, ``podgroups/``, ``volumes/``): its plugin
+modules, the code they share (objects, caches, helpers) and a README.md saying what of upstream
+it implements. Its plugins are named in PLUGIN_MODULES by their dotted path below this package
+(``volumes.volume_binding``). Modules of one family import each other; a plugin module or family
+imports no other plugin module or family (tests/unit/test_layout.py).
 """
 
 from __future__ import annotations
@@ -19,10 +25,10 @@ PLUGIN_MODULES = (
     "node_affinity",
     "node_ports",
     "node_resources_fit",
-    "volume_restrictions",
-    "node_volume_limits",
-    "volume_binding",
-    "volume_zone",
+    "volumes.volume_restrictions",
+    "volumes.node_volume_limits",
+    "volumes.volume_binding",
+    "volumes.volume_zone",
     "pod_topology_spread",
     "inter_pod_affinity",
     "balanced_allocation",
@@ -33,10 +39,10 @@ PLUGIN_MODULES = (
     "metric_score",
     "scheduling_gates",
     "default_preemption",
-    "coscheduling",
-    "gang_scheduling",
-    "dynamic_resources",
-    "device_fragmentation",
+    "podgroups.coscheduling",
+    "podgroups.gang_scheduling",
+    "dynamicresources.dynamic_resources",
+    "dynamicresources.device_fragmentation",
     "default_binder",
 )
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..explain import NOT_RUN, PASSED, SKIPPED, plugin_table
-from ..framework.cycle.podgroup import group_plugin
+from ..framework.cycle.podgroup_result import group_plugin
 from ..framework.cycle.schedule import SCORES_KEY, NodeFilter, schedule_one
 from ..framework.interface import CycleState
 from ..framework.model.podinfo import PodInfo

@@ -14,13 +14,13 @@ from typing import Any, Callable, Mapping
 from ..cache.group_cycle import GroupCycles
 from ..explain import failure_message
 from ..framework.cycle.chain import Chain
-from ..framework.cycle.podgroup import group_plugin
+from ..framework.cycle.podgroup_result import group_plugin
 from ..framework.cycle.schedule import Decision, schedule_one
 from ..framework.cycle.shadow import Shadow, ShadowResult
 from ..framework.events import ASSIGNED_POD_DELETE
 from ..framework.instrumentation import NOOP
 from ..framework.interface import DEVICE_ALLOCATION, CycleState, Handle
-from ..framework.model.native_podgroups import CONDITION
+from ..plugins.podgroups.native_cache import CONDITION
 from ..framework.model.nodetable import NodeTable
 from ..framework.model.podinfo import PodInfo
 from ..framework.queue.nominator import Nominator
@@ -258,7 +258,7 @@ class QueueRun:
     def _group_cycle(self, qpi: QueuedPodInfo, group) -> None:
         """The operator's own pod-group cycle (cache/group_cycle.py GroupCycles, as the engine
         calls it): the popped pod's queued group members come out of the queue with it, are
-        validated, go through the cycle (framework/cycle/podgroup.py) as one entity, group
+        validated, go through the cycle (plugins/podgroups/cycle.py) as one entity, group
         preemption (PodGroupPostFilter) when the group is unschedulable, then the winners go
         through assume, Reserve and Permit (and are bound once allowed), the others are requeued
         with their statuses, and the PodGroup gets its PodGroupInitiallyScheduled condition. Its

@@ -21,7 +21,7 @@ snapshot (neither) still loads, as a cluster without storage objects. The DRA li
 PodGroup lists are optional within v2: a snapshot without them loads as a cluster without them.
 
 PodGroups (snapshot_groups.py: ``scheduling.k8s.io``, in the version the API serves, found by
-discovery as the operator finds it: framework/model/native_podgroups.py VERSIONS) and CompositePodGroups
+discovery as the operator finds it: plugins/podgroups/native_cache.py VERSIONS) and CompositePodGroups
 (``scheduling.k8s.io/v1alpha3``) are captured when the API serves them. A PodGroup the scheduler
 cannot read (the GangScheduling cache refuses it) is not a reason to refuse the snapshot: it is
 reported on itself (``Snapshot.warnings``) and skipped, as the operator ignores it.
@@ -44,10 +44,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cache.state import KINDS
-from ..framework.model.dra import DEVICE_CLASSES, PATHS as DRA_PATHS, RESOURCE_CLAIMS, RESOURCE_SLICES, DraCache
+from ..plugins.dynamicresources.objects import DEVICE_CLASSES, PATHS as DRA_PATHS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from ..plugins.dynamicresources.cache import DraCache
 from ..framework.model.podinfo import _VOLUME_SOURCES
-from ..framework.model.volumes import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
-                                       STORAGE_CLASSES, VolumeCache)
+from ..plugins.volumes.objects import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
+                                       STORAGE_CLASSES)
+from ..plugins.volumes.cache import VolumeCache
 from ..timefmt import parse_rfc3339, rfc3339
 from .snapshot_groups import check_groups, take_pod_groups, trim_pod_group  # noqa: F401 (trim_pod_group: API)
 
@@ -67,7 +69,7 @@ LISTS: dict[str, str] = {
     "statefulSets": KINDS["statefulsets"],
     "podDisruptionBudgets": KINDS["poddisruptionbudgets"],
 }
-# the storage lists (v2): snapshot field -> the VolumeCache kind (framework/model/volumes.py),
+# the storage lists (v2): snapshot field -> the VolumeCache kind (plugins/volumes/),
 # which is also the kind's name in KINDS
 VOLUME_LISTS: dict[str, str] = {
     "persistentVolumes": PERSISTENT_VOLUMES,
@@ -77,7 +79,7 @@ VOLUME_LISTS: dict[str, str] = {
     "csiDrivers": CSI_DRIVERS,
 }
 # the DRA lists (resource.k8s.io/v1; optional, absent from older snapshots): snapshot field -> the
-# DraCache kind (framework/model/dra.py)
+# DraCache kind (plugins/dynamicresources/)
 DRA_LISTS: dict[str, str] = {
     "resourceClaims": RESOURCE_CLAIMS,
     "resourceSlices": RESOURCE_SLICES,
@@ -236,7 +238,7 @@ def trim_policy(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trim_storage(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A PV, PVC, StorageClass, CSINode or CSIDriver: what framework/model/volumes.py parses of it
+    """A PV, PVC, StorageClass, CSINode or CSIDriver: what plugins/volumes/ parses of it
     (metadata, spec, status.phase; a StorageClass's top-level fields)."""
     meta = _meta(obj, "name", "namespace", "uid", "resourceVersion", "labels", "annotations", "ownerReferences",
                  "deletionTimestamp")
@@ -257,7 +259,7 @@ def trim_storage(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trim_dra(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A ResourceClaim, ResourceSlice or DeviceClass: what framework/model/dra.py parses of it."""
+    """A ResourceClaim, ResourceSlice or DeviceClass: what plugins/dynamicresources/ parses of it."""
     meta = _meta(obj, "name", "namespace", "uid", "resourceVersion", "ownerReferences", "deletionTimestamp",
                  "creationTimestamp", "finalizers")
     out: dict[str, Any] = {"metadata": meta, "spec": obj.get("spec") or {}}

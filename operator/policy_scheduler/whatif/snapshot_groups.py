@@ -1,6 +1,6 @@
 """The PodGroups of a snapshot (snapshot.py): ``scheduling.k8s.io`` PodGroups, the ones
 GangScheduling reads, listed in the version the API serves (found by discovery, as the operator's
-informer finds it: framework/model/native_podgroups.py VERSIONS), and CompositePodGroups
+informer finds it: plugins/podgroups/native_cache.py VERSIONS), and CompositePodGroups
 (``scheduling.k8s.io/v1alpha3``) when served; trimmed to what is read; and, at loading, each one
 checked on its own: an object the GangScheduling cache cannot read is reported (the snapshot's
 ``warnings``) and skipped, never the whole snapshot (the operator ignores such a group the same way).
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..framework.model.native_podgroups import GROUP as POD_GROUP_API, VERSIONS as POD_GROUP_VERSIONS
-from ..framework.model.native_podgroups import NativePodGroup, api_path as pod_groups_path
+from ..plugins.podgroups.native_cache import GROUP as POD_GROUP_API, VERSIONS as POD_GROUP_VERSIONS
+from ..plugins.podgroups.native_cache import NativePodGroup, api_path as pod_groups_path
 
 # CompositePodGroups (scheduling.k8s.io, alpha in 1.37: only v1alpha3)
 COMPOSITE_VERSION = "v1alpha3"

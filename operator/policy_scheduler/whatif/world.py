@@ -36,8 +36,8 @@ from ..cache.workloads import WorkloadIndex
 from ..framework.model.nodetable import NodeSpec, NodeTable
 from ..framework.model.podinfo import PodInfo, parse_pod
 from ..framework.registry import Registry
-from ..framework.model.dra import DraCache
-from ..framework.model.volumes import VolumeCache
+from ..plugins.dynamicresources.cache import DraCache
+from ..plugins.volumes.cache import VolumeCache
 from ..metricsources.prometheus import PrometheusMetricSources
 from .snapshot import Snapshot, rfc3339
 

@@ -16,7 +16,7 @@ from policy_scheduler.cache.handle import StateHandle
 from policy_scheduler.cache.state import ClusterState
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.model.podinfo import parse_pod
-from policy_scheduler.plugins.dynamic_resources import DynamicResources
+from policy_scheduler.plugins.dynamicresources.dynamic_resources import DynamicResources
 
 DRIVER = "gpu.example.com"
 CLASS = {"metadata": {"name": "gpu", "resourceVersion": "1"},

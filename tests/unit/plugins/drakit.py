@@ -9,7 +9,7 @@ import copy
 import numpy as np
 
 from policy_scheduler.framework.interface import CycleState, Handle
-from policy_scheduler.framework.model.dra import DraCache
+from policy_scheduler.plugins.dynamicresources.cache import DraCache
 from policy_scheduler.framework.model.nodetable import NodeSpec, NodeTable
 from policy_scheduler.framework.model.podinfo import parse_pod
 

@@ -1,4 +1,4 @@
-"""Coscheduling (plugins/coscheduling.py): its args, QueueSort, PreEnqueue, PreFilter (members,
+"""Coscheduling (plugins/podgroups/coscheduling.py): its args, QueueSort, PreEnqueue, PreFilter (members,
 gates, minResources), PostFilter and the hints; then whole groups in the operator's engine
 (in-memory client): two groups that fit alone but not together (one placed whole, the other
 holding nothing, then placed once the first is gone), and a Permit timeout that releases every
@@ -19,10 +19,10 @@ from policy_scheduler.cluster.engine import Engine  # noqa: E402
 from policy_scheduler.cluster.podgroup_status import PodGroupStatusWriter  # noqa: E402
 from policy_scheduler.framework.events import ASSIGNED_POD_DELETE, call_hint  # noqa: E402
 from policy_scheduler.framework.interface import CycleState, Handle, NodeToStatus  # noqa: E402
-from policy_scheduler.framework.model.podgroups import POD_GROUP_LABEL, POD_GROUP_MEMBERS, PodGroupChange  # noqa: E402
+from policy_scheduler.plugins.podgroups.cache import POD_GROUP_LABEL, POD_GROUP_MEMBERS, PodGroupChange  # noqa: E402
 from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
 from policy_scheduler.framework.status import Code, Status  # noqa: E402
-from policy_scheduler.plugins.coscheduling import Coscheduling, format_amount  # noqa: E402
+from policy_scheduler.plugins.podgroups.coscheduling import Coscheduling, format_amount  # noqa: E402
 
 NS = "ns"
 

@@ -8,8 +8,8 @@ from kit import instance
 
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.status import Code
-from policy_scheduler.plugins.device_fragmentation import DeviceFragmentation
-from policy_scheduler.plugins.dynamic_resources import DynamicResources
+from policy_scheduler.plugins.dynamicresources.device_fragmentation import DeviceFragmentation
+from policy_scheduler.plugins.dynamicresources.dynamic_resources import DynamicResources
 
 
 def test_packs_devices_onto_the_fullest_node():

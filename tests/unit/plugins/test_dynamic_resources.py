@@ -15,10 +15,10 @@ from kit import QUEUE, SKIP, instance
 
 from policy_scheduler.framework.events import ActionType, Resource
 from policy_scheduler.framework.interface import CycleState
-from policy_scheduler.framework.model.dra import FINALIZER, ResourceClaim
+from policy_scheduler.plugins.dynamicresources.objects import FINALIZER, ResourceClaim
 from policy_scheduler.framework.status import Code
-from policy_scheduler.plugins.dynamic_resources import (CANNOT_ALLOCATE, DEALLOCATED, NOT_AVAILABLE, STATE_KEY,
-                                                        DynamicResources)
+from policy_scheduler.plugins.dynamicresources.dynamic_resources import (CANNOT_ALLOCATE, DEALLOCATED, NOT_AVAILABLE,
+                                                                         STATE_KEY, DynamicResources)
 
 C, S, D = "resourceclaims", "resourceslices", "deviceclasses"
 

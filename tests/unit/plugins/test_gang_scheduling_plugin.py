@@ -1,6 +1,6 @@
-"""GangScheduling (plugins/gang_scheduling.py): PreEnqueue with upstream's messages, Permit, the
+"""GangScheduling (plugins/podgroups/gang_scheduling.py): PreEnqueue with upstream's messages, Permit, the
 hints (a member added, the group added, minCount decreased); then whole groups in the operator's
-engine (in-memory client), in the pod-group cycle (framework/cycle/podgroup.py): two groups that fit
+engine (in-memory client), in the pod-group cycle (plugins/podgroups/cycle.py): two groups that fit
 alone but not together, racks (the fuller placement; a group no rack can hold fails with
 upstream's message), a member added later joins its placed siblings' rack, pod affinity decides
 the rack, Tightest scoring, minCount lowered, and group preemption (disruptionMode Single and All,
@@ -21,11 +21,11 @@ from policy_scheduler.cluster.engine import DECISION_ANNOTATION, Engine  # noqa:
 from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402
 from policy_scheduler.framework.events import call_hint  # noqa: E402
 from policy_scheduler.framework.interface import CycleState, Handle  # noqa: E402
-from policy_scheduler.framework.model.native_podgroups import NATIVE_POD_GROUP_MEMBERS, NativePodGroup  # noqa: E402
-from policy_scheduler.framework.model.podgroups import PodGroupChange  # noqa: E402
+from policy_scheduler.plugins.podgroups.native_cache import NATIVE_POD_GROUP_MEMBERS, NativePodGroup  # noqa: E402
+from policy_scheduler.plugins.podgroups.cache import PodGroupChange  # noqa: E402
 from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
 from policy_scheduler.framework.status import Code  # noqa: E402
-from policy_scheduler.plugins.gang_scheduling import GangScheduling, GangSchedulingArgs  # noqa: E402
+from policy_scheduler.plugins.podgroups.gang_scheduling import GangScheduling, GangSchedulingArgs  # noqa: E402
 
 NS = "ns"
 
@@ -587,7 +587,7 @@ def test_composite_pre_enqueue_waits_for_the_tree_and_its_parent():
     p.cache.on_pod("ADDED", pod_body("a-1", "a"))
     assert p.pre_enqueue(a0).is_success
     (reg,) = p.events_to_register()
-    from policy_scheduler.framework.model.native_podgroups import CompositePodGroup
+    from policy_scheduler.plugins.podgroups.native_cache import CompositePodGroup
     assert call_hint(reg, a0, None, PodGroupChange("ns/c", CompositePodGroup.from_dict(cpg("c", 2)))) == QUEUE
     assert call_hint(reg, a0, None, PodGroupChange("ns/b")) == QUEUE  # a sibling's member added
     assert call_hint(reg, a0, None, PodGroupChange("ns/other")) == SKIP
@@ -596,7 +596,7 @@ def test_composite_pre_enqueue_waits_for_the_tree_and_its_parent():
 def test_a_failing_group_cycle_stops_nothing_and_strands_no_member(monkeypatch):
     """A bug in the pod-group cycle (here: the algorithm raises) is reported on the group's
     members, which are requeued with backoff; other pods go on being scheduled."""
-    from policy_scheduler.framework.cycle import podgroup
+    from policy_scheduler.plugins.podgroups import cycle as podgroup
 
     def boom(self, root):
         raise RuntimeError("kaboom")

@@ -10,8 +10,8 @@ from volkit import VolHandle, csinode, nodes, pod, pv, pvc, run_filter, sc
 from policy_scheduler.framework.events import ActionType, Resource
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.status import Code
-from policy_scheduler.framework.model.volumes import CSINode, PersistentVolumeClaim
-from policy_scheduler.plugins.node_volume_limits import ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED, NodeVolumeLimits
+from policy_scheduler.plugins.volumes.objects import CSINode, PersistentVolumeClaim
+from policy_scheduler.plugins.volumes.node_volume_limits import ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED, NodeVolumeLimits
 
 PV, PVC, SC, CN, CD = "persistentvolumes", "persistentvolumeclaims", "storageclasses", "csinodes", "csidrivers"
 DRV = "ebs.csi.aws.com"

@@ -15,16 +15,11 @@ from policy_scheduler.framework.events import ActionType, Resource
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
-from policy_scheduler.framework.model.volumes import ANN_SELECTED_NODE, PersistentVolumeClaim, StorageClass
+from policy_scheduler.plugins.volumes.objects import ANN_SELECTED_NODE, PersistentVolumeClaim, StorageClass
 from policy_scheduler.plugins import default_registry
-from policy_scheduler.plugins.volume_binding import (
-    ERR_REASON_BIND_CONFLICT,
-    ERR_REASON_NODE_CONFLICT,
-    ERR_REASON_PV_NOT_EXIST,
-    ERR_UNBOUND_IMMEDIATE,
-    STATE_KEY,
-    VolumeBinding,
-)
+from policy_scheduler.plugins.volumes.volume_binding import (ERR_REASON_BIND_CONFLICT, ERR_REASON_NODE_CONFLICT,
+                                                             ERR_REASON_PV_NOT_EXIST, ERR_UNBOUND_IMMEDIATE, STATE_KEY,
+                                                             VolumeBinding)
 
 PV, PVC, SC = "persistentvolumes", "persistentvolumeclaims", "storageclasses"
 
@@ -424,7 +419,7 @@ def test_events_and_hints():
     assert pl.storage_class_hint(p, None, a) == QUEUE
     assert pl.storage_class_hint(p, a, b) == QUEUE
     assert pl.storage_class_hint(p, a, a) == SKIP
-    from policy_scheduler.framework.model.volumes import CSINode
+    from policy_scheduler.plugins.volumes.objects import CSINode
 
     n1 = CSINode.from_dict(csinode("a", {"d": 1}))
     assert pl.csinode_hint(p, None, n1) == QUEUE and pl.csinode_hint(p, n1, n1) == SKIP

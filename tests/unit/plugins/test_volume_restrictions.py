@@ -9,12 +9,10 @@ from volkit import VolHandle, nodes, pod, pvc, run_filter
 
 from policy_scheduler.framework.events import ActionType, Resource
 from policy_scheduler.framework.status import Code
-from policy_scheduler.framework.model.volumes import PersistentVolumeClaim
-from policy_scheduler.plugins.volume_restrictions import (
-    ERR_REASON_DISK_CONFLICT,
-    ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT,
-    VolumeRestrictions,
-)
+from policy_scheduler.plugins.volumes.objects import PersistentVolumeClaim
+from policy_scheduler.plugins.volumes.volume_restrictions import (ERR_REASON_DISK_CONFLICT,
+                                                                  ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT,
+                                                                  VolumeRestrictions)
 
 PVC = "persistentvolumeclaims"
 

@@ -9,8 +9,8 @@ from volkit import VolHandle, nodes, pod, pv, pvc, run_filter, sc
 from policy_scheduler.framework.events import ActionType, Resource
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.status import Code
-from policy_scheduler.framework.model.volumes import PersistentVolume, PersistentVolumeClaim, StorageClass
-from policy_scheduler.plugins.volume_zone import ERR_REASON_CONFLICT, VolumeZone
+from policy_scheduler.plugins.volumes.objects import PersistentVolume, PersistentVolumeClaim, StorageClass
+from policy_scheduler.plugins.volumes.volume_zone import ERR_REASON_CONFLICT, VolumeZone
 
 PV, PVC, SC = "persistentvolumes", "persistentvolumeclaims", "storageclasses"
 ZONE, REGION = "topology.kubernetes.io/zone", "topology.kubernetes.io/region"

@@ -8,7 +8,8 @@ import numpy as np
 from policy_scheduler.framework.interface import CycleState, Handle
 from policy_scheduler.framework.model.nodetable import NodeTable
 from policy_scheduler.framework.model.podinfo import parse_pod
-from policy_scheduler.framework.model.volumes import ANN_BIND_COMPLETED, VolumeCache
+from policy_scheduler.plugins.volumes.objects import ANN_BIND_COMPLETED
+from policy_scheduler.plugins.volumes.cache import VolumeCache
 
 HOSTNAME = "kubernetes.io/hostname"
 

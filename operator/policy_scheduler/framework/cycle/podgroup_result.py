@@ -1,18 +1,22 @@
-"""The pod-group cycle's data (framework/cycle/podgroup.py): upstream's fwk.Status as the cycle
-uses it (GroupStatus), a PodGroup as the cycle reads it (PodGroupInfo), a hierarchy node
-(GroupNode), the results per member, placement and group; and what a caller does with a result:
-the members' statuses (``member_status``, upstream's submitPodGroupAlgorithmResult), the PodGroup
-condition (``condition``), the checks before the cycle (``validate``), member order. Pure.
+"""The pod-group cycle's data, the contract between the cycle (plugins/podgroups/cycle.py), its
+callers and DefaultPreemption's PodGroupPostFilter (framework/group_preemption.py): upstream's
+fwk.Status as the cycle uses it (GroupStatus), a PodGroup as the cycle reads it (PodGroupInfo), a
+hierarchy node (GroupNode), the results per member, placement and group, what a PodGroupPostFilter
+reads of the cycle (``GroupCycleRunner``) and of a pod (``native_group_key``); and what a caller
+does with a result: the members' statuses (``member_status``, upstream's
+submitPodGroupAlgorithmResult), the PodGroup condition (``condition``), the checks before the
+cycle (``validate``), member order. Pure.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
 from ..interface import CycleState
+from ..model.nodetable import NodeTable
 from ..model.podinfo import PodInfo
 from ..status import Code
 from .decision import Decision
@@ -21,6 +25,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from .chain import Chain
 
 POD_GROUP_UNSCHEDULABLE = "pod group is unschedulable"
+MAX_DEPTH = 16  # a PodGroup hierarchy deeper than this (or a cycle of parents) has no root
+
+
+def native_group_key(pod: Any) -> str | None:
+    """"<namespace>/<spec.schedulingGroup.podGroupName>" of a PodInfo, or None."""
+    name = getattr(pod, "pod_group_name", "")
+    return f"{pod.namespace}/{name}" if name else None
 
 
 @dataclass
@@ -142,6 +153,17 @@ class GroupNode:
 
     def leaves(self) -> list["GroupNode"]:
         return [leaf for c in self.children for leaf in c.leaves()] if self.composite else [self]
+
+
+class GroupCycleRunner(Protocol):
+    """What a PodGroupPostFilter reads of the pod-group cycle (plugins/podgroups/cycle.py's
+    PodGroupCycle): its chain, table and nominator, and one more run of a group."""
+
+    chain: "Chain"
+    nodes: NodeTable
+    nominator: Any
+
+    def run(self, info: "PodGroupInfo", pods: list[PodInfo]) -> "GroupResult": ...
 
 
 def validate(info: PodGroupInfo, pods: list[PodInfo], placed: list[PodInfo],

@@ -475,7 +475,7 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
                  recorder: CycleRecorder | None = None, placement: np.ndarray | None = None,
                  post_filter: bool = True) -> Decision:
     """One scheduling cycle; extension points (and sampled plugin calls) reported to ``recorder``
-    (default: the state's). A pod-group cycle (podgroup.py) passes its ``placement`` (its rows: the
+    (default: the state's). A pod-group cycle (plugins/podgroups/cycle.py) passes its ``placement`` (its rows: the
     nodes scanned, the N of "0/N nodes") and ``post_filter=False`` (none per member). ``rng`` is
     not drawn from: node ties are upstream's heap order (select_host); the group cycle's are random."""
     start = time.perf_counter()

@@ -173,7 +173,7 @@ class PodInfo:
     terminating_by_preemption: bool = False
     scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names, in spec order
     # spec.schedulingGroup.podGroupName: the native PodGroup (scheduling.k8s.io) the pod belongs to,
-    # in its namespace; "" for a pod in no group (GangScheduling, framework/model/native_podgroups.py)
+    # in its namespace; "" for a pod in no group (GangScheduling, plugins/podgroups/native_cache.py)
     pod_group_name: str = ""
     # spec.volumes the volume plugins read (PodVolume); empty for pods with none of those
     volumes: tuple[PodVolume, ...] = ()

@@ -8,8 +8,8 @@ controlled by the pod; else the pod waits with upstream's text, and nothing is w
 PreFilter: the same resolution (UnschedulableAndUnresolvable); a pod without claims is Skipped.
 An allocated claim restricts the pod to its allocation's nodeSelector; an unallocated one must
 not be in flight for another pod (``resource claim <ns>/<c> is in the process of being
-allocated``) and its classes must exist. An Allocator (framework/model/dra_allocator.py) is
-prepared for the unallocated claims.
+allocated``) and its classes must exist. An Allocator (allocator.py) is prepared for the
+unallocated claims.
 
 Filter, per node: the allocator's first solution there (``cannot allocate all claims`` when there
 is none), and every allocated claim available on the node (``resourceclaim not available on the
@@ -46,16 +46,16 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
-from ..framework.interface import (DEVICE_ALLOCATION, CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PluginArgs,
-                                   PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreScorePlugin,
-                                   ReservePlugin, ScorePlugin, default_normalize_score)
-from ..framework.model.dra import FINALIZER, DraCache, ResourceClaim
-from ..framework.model.dra_allocator import (STATE_KEY, AllocationError, Allocator, DraState,
-                                             NodeAllocationError, first_available_score)
-from ..framework.model.nodetable import NodeTable
-from ..framework.model.podinfo import PodInfo
-from ..framework.status import Code, Status
+from ...framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ...framework.interface import (DEVICE_ALLOCATION, CycleState, EnqueueExtensions, FilterPlugin, FilterResult,
+                                    PluginArgs, PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
+                                    PreScorePlugin, ReservePlugin, ScorePlugin, default_normalize_score)
+from ...framework.model.nodetable import NodeTable
+from ...framework.model.podinfo import PodInfo
+from ...framework.status import Code, Status
+from .allocator import STATE_KEY, AllocationError, Allocator, DraState, NodeAllocationError, first_available_score
+from .cache import DraCache
+from .objects import FINALIZER, ResourceClaim
 
 NAME = "DynamicResources"
 CANNOT_ALLOCATE = "cannot allocate all claims"

@@ -44,20 +44,20 @@ from typing import TYPE_CHECKING, Callable, Final
 
 import numpy as np
 
-from ..interface import GROUP_PLACEMENT, CycleState
-from ..model.nodetable import BASE_RESOURCES, CPU, MEMORY, NodeTable
-from ..model.podinfo import PodInfo
-from ..status import Code
-from .binding_cycle import run_reserve, run_unreserve
-from .podgroup_result import (POD_GROUP_UNSCHEDULABLE, GroupNode, GroupResult, GroupStatus,  # noqa: F401 (re-exported)
-                              MemberResult, PlacementResult, PodGroupInfo, condition, group_plugin,
-                              member_order_key, member_status, validate)
-from .schedule import schedule_one
+from ...framework.cycle.binding_cycle import run_reserve, run_unreserve
+from ...framework.cycle.podgroup_result import (POD_GROUP_UNSCHEDULABLE, GroupNode, GroupResult, GroupStatus,
+                                                MemberResult, PlacementResult, PodGroupInfo, condition, group_plugin,
+                                                member_order_key, member_status, validate)
+from ...framework.cycle.schedule import schedule_one
+from ...framework.interface import GROUP_PLACEMENT, CycleState
+from ...framework.model.nodetable import BASE_RESOURCES, CPU, MEMORY, NodeTable
+from ...framework.model.podinfo import PodInfo
+from ...framework.status import Code
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..instrumentation import CycleRecorder
-    from ..queue.nominator import Nominator
-    from .chain import Chain
+    from ...framework.instrumentation import CycleRecorder
+    from ...framework.queue.nominator import Nominator
+    from ...framework.cycle.chain import Chain
 
 GANG = "GangScheduling"
 PLACEMENT_GENERATOR = "TopologyPlacementGenerator"

@@ -1,11 +1,11 @@
 """Kubernetes' own PodGroups (``scheduling.k8s.io``, behind the ``GenericWorkload`` feature gate;
 ``v1beta1`` and ``v1alpha3`` in 1.37, kube-scheduler reads v1beta1), as GangScheduling
-(plugins/gang_scheduling.py) reads them: the policy
+(gang_scheduling.py) reads them: the policy
 (``spec.schedulingPolicy.gang.minCount``, or ``basic``), the topology constraint
 (``spec.schedulingConstraints.topology[0].key``, behind ``TopologyAwareWorkloadScheduling``), and
 the members: pods whose ``spec.schedulingGroup.podGroupName`` names the group, in its namespace.
 
-The machinery is scheduler-plugins' (framework/model/podgroups.py): counts, reservations, events
+The machinery is scheduler-plugins' (cache.py): counts, reservations, events
 for the queue (here on the ``scheduling.k8s.io/PodGroup`` resource). On top of it: the node each
 member was assumed on (the placed members' domain), the group's priority, preemption policy and
 disruption mode (group preemption), and the status upstream keeps: the
@@ -19,10 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, cast
 
-from ..events import ActionType, ClusterEvent, Resource
-from .podgroups import PodGroup, PodGroupCache, PodGroupChange
-from .podinfo import PodSpecError, compute_requests, scheduling_group_name
-from .quantity import QuantityError
+from ...framework.cycle.podgroup_result import MAX_DEPTH, native_group_key  # noqa: F401 (native_group_key re-exported)
+from ...framework.events import ActionType, ClusterEvent, Resource
+from ...framework.model.podinfo import PodSpecError, compute_requests, scheduling_group_name
+from ...framework.model.quantity import QuantityError
+from .cache import PodGroup, PodGroupCache, PodGroupChange
 
 GROUP, PLURAL = "scheduling.k8s.io", "podgroups"
 # served versions, the one to use first; the operator reads the API's discovery (engine.py)
@@ -39,7 +40,6 @@ def api_path(version: str = DEFAULT_VERSION) -> str:
 # CompositePodGroups (multi-level gangs): v1alpha3 only in 1.37, behind the CompositePodGroup gate
 COMPOSITE_VERSION, COMPOSITE_PLURAL = "v1alpha3", "compositepodgroups"
 COMPOSITE_PATH = f"/apis/{GROUP}/{COMPOSITE_VERSION}/{COMPOSITE_PLURAL}"
-MAX_DEPTH = 16  # a hierarchy deeper than this (or a cycle of parents) has no root
 
 
 NATIVE_POD_GROUP_ADD = ClusterEvent(Resource.NATIVE_POD_GROUP, ActionType.ADD)
@@ -48,12 +48,6 @@ NATIVE_POD_GROUP_DELETE = ClusterEvent(Resource.NATIVE_POD_GROUP, ActionType.DEL
 # ours: a group's membership changed (a pod naming it added, removed, bound, or its gates gone);
 # upstream's GangScheduling registers UnscheduledPod/Add and AssignedPod/Add for the same purpose
 NATIVE_POD_GROUP_MEMBERS = ClusterEvent(Resource.NATIVE_POD_GROUP, ActionType.UPDATE, "NativePodGroupMembersChange")
-
-
-def native_group_key(pod: Any) -> str | None:
-    """"<namespace>/<spec.schedulingGroup.podGroupName>" of a PodInfo, or None."""
-    name = getattr(pod, "pod_group_name", "")
-    return f"{pod.namespace}/{name}" if name else None
 
 
 @dataclass(slots=True)

@@ -25,12 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
-from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreFilterPlugin
-from ..framework.model.nodetable import NodeTable
-from ..framework.model.podinfo import PodInfo
-from ..framework.status import Code, Status
-from ..framework.model.volumes import CSINode, PersistentVolumeClaim, VolumeCache
+from ...framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ...framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreFilterPlugin
+from ...framework.model.nodetable import NodeTable
+from ...framework.model.podinfo import PodInfo
+from ...framework.status import Code, Status
+from .cache import VolumeCache
+from .objects import CSINode, PersistentVolumeClaim
 
 NAME = "NodeVolumeLimits"
 ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED = "node(s) exceed max volume count"

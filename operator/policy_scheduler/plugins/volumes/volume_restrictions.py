@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
-from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreFilterPlugin
-from ..framework.model.nodetable import NodeTable
-from ..framework.model.podinfo import PodInfo, PodVolume
-from ..framework.status import Code, Status
-from ..framework.model.volumes import READ_WRITE_ONCE_POD, PersistentVolumeClaim
+from ...framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ...framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreFilterPlugin
+from ...framework.model.nodetable import NodeTable
+from ...framework.model.podinfo import PodInfo, PodVolume
+from ...framework.status import Code, Status
+from .objects import READ_WRITE_ONCE_POD, PersistentVolumeClaim
 
 NAME = "VolumeRestrictions"
 ERR_REASON_DISK_CONFLICT = "node(s) had no available disk"

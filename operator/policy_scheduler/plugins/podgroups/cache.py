@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..events import ActionType, ClusterEvent, Resource
-from .quantity import QuantityError, resource_value
+from ...framework.events import ActionType, ClusterEvent, Resource
+from ...framework.model.quantity import QuantityError, resource_value
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 GROUP, VERSION, PLURAL = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
@@ -135,7 +135,7 @@ class Counts:
 
 
 class PodGroupCache:
-    """The groups of one API and their members. Subclasses (framework/model/native_podgroups.py)
+    """The groups of one API and their members. Subclasses (plugins/podgroups/native_cache.py)
     change the API: ``parse`` (the group object), ``member_group`` (a pod's group key) and
     ``EVENTS`` (the cluster events' resource), and ``status``."""
 

@@ -1,20 +1,20 @@
-"""What the gang plugins share (Coscheduling, plugins/coscheduling.py, for scheduler-plugins'
-PodGroups; GangScheduling, plugins/gang_scheduling.py, for Kubernetes' own): a group rejected as
-one (PostFilter, Unreserve) with its waiting members released, reservations counted (Reserve),
-the hints on the group's events, resource amounts for messages. The state is a
-``framework.model.podgroups.PodGroupCache`` (or its subclass for the native API)."""
+"""What the gang plugins share (Coscheduling, coscheduling.py, for scheduler-plugins' PodGroups;
+GangScheduling, gang_scheduling.py, for Kubernetes' own): a group rejected as one (PostFilter,
+Unreserve) with its waiting members released, reservations counted (Reserve), the hints on the
+group's events, resource amounts for messages. The state is a ``PodGroupCache`` (cache.py; or its
+subclass for the native API, native_cache.py)."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, ClassVar
 
-from .events import QueueingHint
-from .interface import CycleState, NodeToStatus
-from .model.nodetable import NodeTable
-from .model.podgroups import PodGroupCache, PodGroupChange
-from .model.podinfo import PodInfo
-from .cycle.decision import fit_error_message
-from .status import Code, Status
+from ...framework.cycle.decision import fit_error_message
+from ...framework.events import QueueingHint
+from ...framework.interface import CycleState, NodeToStatus
+from ...framework.model.nodetable import NodeTable
+from ...framework.model.podinfo import PodInfo
+from ...framework.status import Code, Status
+from .cache import PodGroupCache, PodGroupChange
 
 
 def format_amount(resource: str, v: int) -> str:
@@ -52,7 +52,7 @@ def not_own_release(key_of: Callable[[Any], str | None]) -> Callable[[PodInfo, A
 
 
 class GroupMachinery:
-    """What Coscheduling and GangScheduling (plugins/gang_scheduling.py) share: a group rejected
+    """What Coscheduling and GangScheduling (plugins/podgroups/gang_scheduling.py) share: a group rejected
     as one (PostFilter, Unreserve), reservations counted (Reserve), the waiting members found.
     A subclass sets ``cache`` and NAME and defines ``group_key``."""
 

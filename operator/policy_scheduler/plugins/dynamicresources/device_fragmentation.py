@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from ..framework.interface import MAX_NODE_SCORE, CycleState, PluginArgs, PreScorePlugin, ScorePlugin
-from ..framework.model.dra_allocator import STATE_KEY as DRA_STATE, DraState, class_matches, node_devices
-from ..framework.model.nodetable import NodeTable
-from ..framework.model.podinfo import PodInfo
-from ..framework.status import Status
+from ...framework.interface import MAX_NODE_SCORE, CycleState, PluginArgs, PreScorePlugin, ScorePlugin
+from ...framework.model.nodetable import NodeTable
+from ...framework.model.podinfo import PodInfo
+from ...framework.status import Status
+from .allocator import STATE_KEY as DRA_STATE, DraState, class_matches, node_devices
 
 NAME = "DeviceFragmentation"
 

@@ -14,7 +14,7 @@ claim gets:
 - within one ExactCount request, device k+1 is searched after device k's position;
 - a device is acceptable when it is not in use (allocated in the cluster, in flight, or taken
   in this attempt; admin access only needs it unused by the same claim), the class selectors
-  and then the request's selectors accept it (CEL, framework/cel.py; results cached on the
+  and then the request's selectors accept it (CEL, cel.py; results cached on the
   device across cycles), no NoSchedule/NoExecute taint is left untolerated, and every
   ``matchAttribute`` constraint of the claim accepts it;
 - ``allocationMode: All`` fixes its devices up front (every selectable device of the node's
@@ -32,9 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..cel import CELError, compile_selector
-from .dra import (FIRST_AVAILABLE_MAX, MAX_RESULTS, Device, DeviceClass, DeviceID, DraCache, ResourceClaim,
-                  ResourceSlice, SubRequest)
+from .cache import DraCache
+from .cel import CELError, compile_selector
+from .objects import (FIRST_AVAILABLE_MAX, MAX_RESULTS, Device, DeviceClass, DeviceID, ResourceClaim, ResourceSlice,
+                      SubRequest)
 
 
 class AllocationError(Exception):

@@ -4,7 +4,7 @@
 A pod belongs to the PodGroup named by its label ``scheduling.x-k8s.io/pod-group`` in its
 namespace. No member binds unless ``spec.minMember`` members are placed together; pods without
 the label are scheduled as usual. The state (groups, members, reservations, rejections) lives in
-the shared ``framework.model.podgroups.PodGroupCache`` (``handle.pod_groups()``).
+the shared ``plugins.podgroups.cache.PodGroupCache`` (``handle.pod_groups()``).
 
 - QueueSort: priority, then the group's creation time (a pod in no group: its own creation
   time), then the group's key (a pod in no group: its own), then the time queued. A group's pods
@@ -38,16 +38,15 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, Resource
-from ..framework.gangs import GroupMachinery, format_amount, membership_hint, not_own_release
-from ..framework.interface import (CycleState, EnqueueExtensions, PermitPlugin, PluginArgs,
-                                   PostFilterPlugin, PreEnqueuePlugin, PreFilterPlugin, QueueSortPlugin,
-                                   ReservePlugin)
-from ..framework.model.nodetable import NodeTable
-from ..framework.model.podgroups import POD_GROUP_LABEL, PodGroup, PodGroupCache, group_key_of
-from ..framework.model.podinfo import PodInfo
-from ..framework.status import Code, Status
-from ..framework.validation import int32_errors, invalid, raise_if
+from ...framework.events import ActionType, ClusterEvent, ClusterEventWithHint, Resource
+from ...framework.interface import (CycleState, EnqueueExtensions, PermitPlugin, PluginArgs, PostFilterPlugin,
+                                    PreEnqueuePlugin, PreFilterPlugin, QueueSortPlugin, ReservePlugin)
+from ...framework.model.nodetable import NodeTable
+from ...framework.model.podinfo import PodInfo
+from ...framework.status import Code, Status
+from ...framework.validation import int32_errors, invalid, raise_if
+from .cache import POD_GROUP_LABEL, PodGroup, PodGroupCache, group_key_of
+from .gangs import GroupMachinery, format_amount, membership_hint, not_own_release
 
 NAME = "Coscheduling"
 DEFAULT_WAIT_SECONDS = 60  # upstream DefaultWaitTime

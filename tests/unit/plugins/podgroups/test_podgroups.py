@@ -1,13 +1,13 @@
-"""framework/model/podgroups.py: PodGroups parsed, membership by label, counts, the events handed
+"""plugins/podgroups/cache.py: PodGroups parsed, membership by label, counts, the events handed
 to the queue, group rejection by epoch, and the status the operator writes."""
 
 from __future__ import annotations
 
 import pytest
 
-from policy_scheduler.framework.model.podgroups import (POD_GROUP_ADD, POD_GROUP_DELETE, POD_GROUP_LABEL,
-                                                        POD_GROUP_MEMBERS, POD_GROUP_UPDATE, PodGroup, PodGroupCache,
-                                                        group_key_of)
+from policy_scheduler.plugins.podgroups.cache import (POD_GROUP_ADD, POD_GROUP_DELETE, POD_GROUP_LABEL,
+                                                      POD_GROUP_MEMBERS, POD_GROUP_UPDATE, PodGroup, PodGroupCache,
+                                                      group_key_of)
 
 
 def pg(name="g", ns="ns", min_member=2, **spec):

@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
-from ..framework.interface import (
+from ...framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ...framework.interface import (
     MAX_NODE_SCORE,
     CycleState,
     EnqueueExtensions,
@@ -53,26 +53,16 @@ from ..framework.interface import (
     ReservePlugin,
     ScorePlugin,
 )
-from ..framework.model.nodetable import NodeTable
-from ..framework.model.podinfo import PodInfo
-from ..framework.model.resources import (MAX_CUSTOM_PRIORITY_SCORE, MAX_UTILIZATION, UtilizationShapePoint,
+from ...framework.model.nodetable import NodeTable
+from ...framework.model.podinfo import PodInfo
+from ...framework.model.resources import (MAX_CUSTOM_PRIORITY_SCORE, MAX_UTILIZATION, UtilizationShapePoint,
                                          broken_linear, shape_errors)
-from ..framework.status import Code, Status
-from ..framework.validation import MAX_SHAPE_POINTS, invalid, raise_if
-from ..framework.model.volumes import (
-    CLAIM_LOST,
-    NO_PROVISIONER,
-    VOLUME_AVAILABLE,
-    WAIT_FOR_FIRST_CONSUMER,
-    AssumeError,
-    PersistentVolume,
-    PersistentVolumeClaim,
-    StorageClass,
-    VolumeCache,
-    bind_volume_to_claim,
-    resource_version_newer,
-    with_selected_node,
-)
+from ...framework.status import Code, Status
+from ...framework.validation import MAX_SHAPE_POINTS, invalid, raise_if
+from .binder import (all_bound, bind_volume_to_claim, check_bindings, find_matching_volume, is_delay_binding_mode,
+                     resource_version, with_selected_node)
+from .cache import AssumeError, VolumeCache
+from .objects import CLAIM_LOST, NO_PROVISIONER, PersistentVolume, PersistentVolumeClaim, StorageClass
 
 NAME = "VolumeBinding"
 STATE_KEY = NAME  # CycleState: VolumeBindingState
@@ -137,53 +127,6 @@ class VolumeBindingState:
 
 class _FilterError(Exception):
     pass
-
-
-def check_access_modes(pvc: PersistentVolumeClaim, pv: PersistentVolume) -> bool:
-    """upstream CheckAccessModes: the PV offers every mode the claim asks for."""
-    return pvc.access_modes <= pv.access_modes
-
-
-def is_volume_bound_to_claim(pv: PersistentVolume, pvc: PersistentVolumeClaim) -> bool:
-    ref = pv.claim_ref
-    if ref is None or ref.name != pvc.name or ref.namespace != pvc.namespace:
-        return False
-    return not ref.uid or ref.uid == pvc.uid
-
-
-def find_matching_volume(pvc: PersistentVolumeClaim, pvs: list[PersistentVolume], node_labels: dict[str, str],
-                         excluded: set[str]) -> PersistentVolume | None:
-    """upstream FindMatchingVolume (scheduler path, delayBinding): a PV pre-bound to the claim
-    wins if its node affinity matches (else none); otherwise the smallest Available PV of the
-    claim's class that fits."""
-    smallest: PersistentVolume | None = None
-    for pv in pvs:
-        if pv.name in excluded:
-            continue
-        if pv.claim_ref is not None and not is_volume_bound_to_claim(pv, pvc):
-            continue
-        if pv.capacity < pvc.request:
-            continue
-        if pv.volume_mode != pvc.volume_mode:
-            continue
-        if pv.deleting:
-            continue
-        affinity_ok = pv.matches_node(node_labels)
-        if is_volume_bound_to_claim(pv, pvc):
-            return pv if affinity_ok else None
-        if pv.phase != VOLUME_AVAILABLE:
-            continue
-        if pvc.selector is not None and not pvc.selector.matches(pv.labels):
-            continue
-        if pv.storage_class != pvc.storage_class:
-            continue
-        if not affinity_ok:
-            continue
-        if not check_access_modes(pvc, pv):
-            continue
-        if smallest is None or smallest.capacity > pv.capacity:
-            smallest = pv
-    return smallest
 
 
 def _claim_hint_names(pod: PodInfo) -> set[str]:
@@ -281,7 +224,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, 
                 st.bound.append(pvc)
                 continue
             try:
-                delay = _is_delay_binding_mode(pvc, cache)
+                delay = is_delay_binding_mode(pvc, cache)
             except ValueError as e:
                 return Status.error(str(e)), None
             if delay and not pvc.volume_name:
@@ -415,7 +358,7 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, 
             st.all_bound = True
             return Status.success()
         cache = self.handle.volumes()
-        if _all_bound(pod, cache):
+        if all_bound(pod, cache):
             st.all_bound = True
             return Status.success()
         bindings, assumed_pvs = [], []
@@ -461,11 +404,11 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, 
         try:  # bindAPIUpdate: no rollback of what was written
             for pvc, pv in st.bindings:
                 resp = await self.handle.api_request("PUT", f"/api/v1/persistentvolumes/{pv.name}", pv.raw)
-                written_pvs.append((pvc, pv.name, _resource_version(resp, pv.resource_version)))
+                written_pvs.append((pvc, pv.name, resource_version(resp, pv.resource_version)))
             for pvc in st.provisions:
                 resp = await self.handle.api_request(
                     "PUT", f"/api/v1/namespaces/{pvc.namespace}/persistentvolumeclaims/{pvc.name}", pvc.raw)
-                written_pvcs.append((pvc, _resource_version(resp, pvc.resource_version)))
+                written_pvcs.append((pvc, resource_version(resp, pvc.resource_version)))
         except Exception as e:  # noqa: BLE001 - the request's failure is the status
             return Status.error(str(e) or type(e).__name__)
         loop = asyncio.get_running_loop()
@@ -478,86 +421,12 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, 
             if loop.time() >= deadline:
                 return Status.error("binding volumes: context deadline exceeded")
             try:
-                done = _check_bindings(cache, node_name, pvols.node_labels, written_pvs, written_pvcs)
+                done = check_bindings(cache, node_name, pvols.node_labels, written_pvs, written_pvcs)
             except ValueError as e:
                 return Status.error(f"binding volumes: {e}")
             if done:
                 cache.forget(pod.key)
                 return Status.success()
-
-
-def _resource_version(resp: Any, default: str) -> str:
-    if isinstance(resp, dict):
-        rv = (resp.get("metadata") or {}).get("resourceVersion")
-        if rv:
-            return str(rv)
-    return default
-
-
-def _check_bindings(cache: VolumeCache, node_name: str, labels: dict[str, str],
-                    pvs: list[tuple[PersistentVolumeClaim, str, str]],
-                    pvcs: list[tuple[PersistentVolumeClaim, str]]) -> bool:
-    """upstream checkBindings, on the informer's objects: True when every claim is fully bound;
-    ValueError when binding must be retried."""
-    for claim, pv_name, written in pvs:
-        pv = cache.api_pv(pv_name)
-        if pv is None:
-            raise ValueError(f'failed to check binding: persistentvolume "{pv_name}" not found')
-        pvc = cache.api_pvc(claim.namespace, claim.name)
-        if pvc is None:
-            raise ValueError(f'failed to check binding: persistentvolumeclaim "{claim.key}" not found')
-        if not resource_version_newer(pv.resource_version, written):
-            return False  # the informer has not seen our write yet
-        if not pv.matches_node(labels):
-            raise ValueError(f'pv "{pv.name}" node affinity doesn\'t match node "{node_name}": '
-                             "no matching NodeSelectorTerms")
-        if pv.claim_ref is None or not pv.claim_ref.uid:
-            raise ValueError(f'ClaimRef got reset for pv "{pv.name}"')
-        if not pvc.fully_bound:
-            return False
-    for claim, written in pvcs:
-        pvc = cache.api_pvc(claim.namespace, claim.name)
-        if pvc is None:
-            raise ValueError(f'failed to check provisioning pvc: persistentvolumeclaim "{claim.key}" not found')
-        if not resource_version_newer(pvc.resource_version, written):
-            return False
-        if not pvc.annotations:
-            raise ValueError(f'selectedNode annotation reset for PVC "{pvc.name}"')
-        if pvc.selected_node != node_name:
-            raise ValueError(f'provisioning failed for PVC "{pvc.name}"')
-        if pvc.volume_name:
-            pv = cache.api_pv(pvc.volume_name)
-            if pv is None:
-                return False  # not seen yet
-            if not pv.matches_node(labels):
-                raise ValueError(f'pv "{pv.name}" node affinity doesn\'t match node "{node_name}": '
-                                 "no matching NodeSelectorTerms")
-        if not pvc.fully_bound:
-            return False
-    return True
-
-
-def _is_delay_binding_mode(pvc: PersistentVolumeClaim, cache: VolumeCache) -> bool:
-    """upstream IsDelayBindingMode: the claim's class exists and is WaitForFirstConsumer; a
-    class without volumeBindingMode is an error."""
-    if not pvc.storage_class:
-        return False
-    sc = cache.storage_class(pvc.storage_class)
-    if sc is None:
-        return False
-    if sc.binding_mode is None:
-        raise ValueError(f'VolumeBindingMode not set for StorageClass "{sc.name}"')
-    return sc.binding_mode == WAIT_FOR_FIRST_CONSUMER
-
-
-def _all_bound(pod: PodInfo, cache: VolumeCache) -> bool:
-    """upstream arePodVolumesBound: every claim of the pod is fully bound (assumed copies count)."""
-    for v in pod.volumes:
-        if v.has_claim:
-            pvc = cache.pvc(pod.namespace, v.claim)
-            if pvc is None or not pvc.fully_bound:
-                return False
-    return True
 
 
 PLUGIN = VolumeBinding

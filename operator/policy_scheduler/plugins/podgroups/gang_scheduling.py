@@ -1,6 +1,6 @@
 """GangScheduling: Kubernetes 1.37's own gangs (``scheduling.k8s.io`` PodGroups, the
 ``GenericWorkload`` feature gate), scheduled in kube-scheduler 1.37's pod-group cycle
-(framework/cycle/podgroup.py), with the topology constraint of ``TopologyAwareWorkloadScheduling``
+(plugins/podgroups/cycle.py), with the topology constraint of ``TopologyAwareWorkloadScheduling``
 (upstream's GangScheduling, TopologyPlacementGenerator and PodGroupPodsCount).
 
 A pod belongs to the PodGroup named by its ``spec.schedulingGroup.podGroupName``, in its
@@ -8,7 +8,7 @@ namespace. When a policy lists GangScheduling, its pods in a group are not sched
 time: the engine takes every queued member of the group and runs the group cycle (placements,
 every Filter per placement, the best placement's members assumed together, group preemption
 when none fits). Pods in no group are scheduled as usual. The state lives in the operator's
-``framework.model.native_podgroups.NativePodGroupCache`` (``handle.native_pod_groups()``).
+``plugins.podgroups.native_cache.NativePodGroupCache`` (``handle.native_pod_groups()``).
 
 - PreEnqueue (upstream's, v1.37.1's spelling): the group does not exist: ``waiting for pods's pod
   group "<name>" to appear in scheduling queue``; fewer than minCount members exist: ``waiting for
@@ -36,15 +36,14 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..framework.cycle.podgroup import POD_GROUP_CYCLE, UPSTREAM, PodGroupInfo
-from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
-from ..framework.interface import (GROUP_PLACEMENT, CycleState, EnqueueExtensions, PermitPlugin, PluginArgs,
-                                   PreEnqueuePlugin, ReservePlugin)
-from ..framework.model.native_podgroups import (CompositePodGroup, NativePodGroup, NativePodGroupCache,
-                                                native_group_key)
-from ..framework.model.podgroups import PodGroupChange
-from ..framework.model.podinfo import PodInfo
-from ..framework.status import Code, Status
+from ...framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ...framework.interface import (GROUP_PLACEMENT, CycleState, EnqueueExtensions, PermitPlugin, PluginArgs,
+                                    PreEnqueuePlugin, ReservePlugin)
+from ...framework.model.podinfo import PodInfo
+from ...framework.status import Code, Status
+from .cache import PodGroupChange
+from .cycle import POD_GROUP_CYCLE, UPSTREAM, PodGroupInfo
+from .native_cache import CompositePodGroup, NativePodGroup, NativePodGroupCache, native_group_key
 
 NAME = "GangScheduling"
 PERMIT_TIMEOUT_SECONDS = 300.0  # upstream permitTimeoutDuration

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from policy_scheduler.framework import cel
-from policy_scheduler.framework.cel import CELError, Device, compile_selector, matches
+from policy_scheduler.plugins.dynamicresources import cel
+from policy_scheduler.plugins.dynamicresources.cel import CELError, Device, compile_selector, matches
 
 GPU = {
     "driver": "gpu.example.com",

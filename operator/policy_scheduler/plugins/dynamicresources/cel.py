@@ -41,8 +41,8 @@ from functools import lru_cache
 from threading import Lock
 from typing import Any
 
-from .model.bounded import BoundedCache
-from .model.quantity import QuantityError, parse_quantity
+from ...framework.model.bounded import BoundedCache
+from ...framework.model.quantity import QuantityError, parse_quantity
 
 MAX_COST = 1_000_000  # upstream's CELSelectorExpressionMaxCost
 MAX_EXPRESSION_LENGTH = 10 * 1024  # upstream's DeviceSelector expression limit, in bytes

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from policy_scheduler.framework import cel
-from policy_scheduler.framework.cel import CELError, Device, compile_selector
+from policy_scheduler.plugins.dynamicresources import cel
+from policy_scheduler.plugins.dynamicresources.cel import CELError, Device, compile_selector
 
 NESTED = "device.attributes['d'].all(x, [1, 2].all(y, [3].all(z, [4].all(w, true))))"
 

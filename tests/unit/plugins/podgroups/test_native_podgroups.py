@@ -1,4 +1,4 @@
-"""framework/model/native_podgroups.py: scheduling.k8s.io PodGroups parsed (gang minCount, basic,
+"""plugins/podgroups/native_cache.py: scheduling.k8s.io PodGroups parsed (gang minCount, basic,
 the topology key, priority, preemption policy, disruption mode), membership by
 spec.schedulingGroup.podGroupName, the events for the queue, the nodes members were assumed on,
 and the PodGroupInitiallyScheduled condition as the last pod-group cycle left it."""
@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from policy_scheduler.framework.model.native_podgroups import (CONDITION, NATIVE_POD_GROUP_ADD,
-                                                               NATIVE_POD_GROUP_MEMBERS, NATIVE_POD_GROUP_UPDATE,
-                                                               NativePodGroup, NativePodGroupCache,
-                                                               native_group_key)
+from policy_scheduler.plugins.podgroups.native_cache import (CONDITION, NATIVE_POD_GROUP_ADD, NATIVE_POD_GROUP_MEMBERS,
+                                                             NATIVE_POD_GROUP_UPDATE, NativePodGroup,
+                                                             NativePodGroupCache, native_group_key)
 from policy_scheduler.framework.model.podinfo import parse_pod
 
 

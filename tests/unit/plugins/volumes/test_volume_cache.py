@@ -1,4 +1,4 @@
-"""framework/model/volumes.py: the parsed storage objects, VolumeCache (informer events and the
+"""plugins/volumes/: the parsed storage objects, VolumeCache (informer events and the
 cluster events it returns, the assume overlay), PodInfo.volumes, the NodeTable volume
 indexes, and the Handle's volume contract."""
 
@@ -12,20 +12,11 @@ from policy_scheduler.framework.events import ActionType, ClusterEvent, Resource
 from policy_scheduler.framework.interface import Handle
 from policy_scheduler.framework.model.nodetable import NodeTable
 from policy_scheduler.framework.model.podinfo import PodVolume, parse_pod
-from policy_scheduler.framework.model.volumes import (
-    ANN_BOUND_BY_CONTROLLER,
-    AssumeError,
-    ClaimRef,
-    CSIDriver,
-    CSINode,
-    PersistentVolume,
-    PersistentVolumeClaim,
-    StorageClass,
-    VolumeCache,
-    bind_volume_to_claim,
-    label_zones_to_set,
-    with_selected_node,
-)
+from policy_scheduler.plugins.volumes.objects import (ANN_BOUND_BY_CONTROLLER, ClaimRef, CSIDriver, CSINode,
+                                                      PersistentVolume, PersistentVolumeClaim, StorageClass,
+                                                      label_zones_to_set)
+from policy_scheduler.plugins.volumes.cache import AssumeError, VolumeCache
+from policy_scheduler.plugins.volumes.binder import bind_volume_to_claim, with_selected_node
 
 GI = 2**30
 

@@ -19,22 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ..framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
-from ..framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreFilterPlugin
-from ..framework.model.nodetable import NodeTable
-from ..framework.model.podinfo import PodInfo
-from ..framework.status import Code, Status
-from ..framework.model.volumes import (
-    REGION_LABEL,
-    REGION_LABEL_BETA,
-    TOPOLOGY_LABELS,
-    WAIT_FOR_FIRST_CONSUMER,
-    ZONE_LABEL,
-    ZONE_LABEL_BETA,
-    PersistentVolume,
-    PersistentVolumeClaim,
-    StorageClass,
-)
+from ...framework.events import ActionType, ClusterEvent, ClusterEventWithHint, QueueingHint, Resource
+from ...framework.interface import CycleState, EnqueueExtensions, FilterPlugin, FilterResult, PreFilterPlugin
+from ...framework.model.nodetable import NodeTable
+from ...framework.model.podinfo import PodInfo
+from ...framework.status import Code, Status
+from .objects import (REGION_LABEL, REGION_LABEL_BETA, TOPOLOGY_LABELS, WAIT_FOR_FIRST_CONSUMER, ZONE_LABEL,
+                      ZONE_LABEL_BETA, PersistentVolume, PersistentVolumeClaim, StorageClass)
 
 NAME = "VolumeZone"
 ERR_REASON_CONFLICT = "node(s) had no available volume zone"
