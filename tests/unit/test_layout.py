@@ -317,6 +317,7 @@ LAYERS = (
     ("handlers", {"handlers"}),
     ("cluster", {"cluster"}),
     ("whatif", {"whatif"}),
+    ("scheduler", {"scheduler"}),  # the scheduling driver: ScheduleOne, the pod-group cycle, their ports
     ("cache", {"cache"}),  # the pure ClusterState, policies, workloads, StateHandle
     ("metricsources", {"metricsources"}),
     ("api", {"api"}),
