@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from ..framework.instrumentation import NOOP
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..cache.policies import PolicyState
     from ..framework.cycle.chain import Chain
@@ -53,6 +55,34 @@ class Attempts(Protocol):
     def pod_group_algorithm(self, seconds: float) -> None: ...
 
     def pod_group_preemption(self, code: Code, seconds: float, victims: int | None) -> None: ...
+
+
+class NoAttempts:
+    """Attempts that counts nothing (what-if, tests)."""
+
+    def attempt(self, result: str, policy: str | None, seconds: float | None = None) -> None:
+        pass
+
+    def cycle_recorder(self, policy: str | None) -> CycleRecorder:
+        return NOOP
+
+    def algorithm(self, policy: str | None, chain: Chain, state: CycleState, decision: Decision) -> None:
+        pass
+
+    def scheduled(self, attempts: int, seconds: float) -> None:
+        pass
+
+    def preemption_attempt(self) -> None:
+        pass
+
+    def pod_group_attempt(self, result: str, policy: str | None, seconds: float) -> None:
+        pass
+
+    def pod_group_algorithm(self, seconds: float) -> None:
+        pass
+
+    def pod_group_preemption(self, code: Code, seconds: float, victims: int | None) -> None:
+        pass
 
 
 class Binder(Protocol):

@@ -21,7 +21,6 @@ from ..framework.cycle.chain import Chain
 from ..framework.cycle.podgroup_result import PodGroupInfo
 from ..framework.cycle.schedule import Decision
 from ..framework.cycle.shadow import Shadow, ShadowResult
-from ..framework.instrumentation import NOOP, CycleRecorder
 from ..framework.interface import DEVICE_ALLOCATION, CycleState, Handle
 from ..framework.model.native_podgroups import CONDITION
 from ..framework.model.nodetable import NodeTable
@@ -34,6 +33,7 @@ from ..framework.status import Code, Status
 from ..framework.waiting import WaitingPod, go_duration
 from ..plugins.default_preemption import NAME as PREEMPTION
 from ..plugins.priority_sort import PrioritySort
+from ..scheduler.ports import NoAttempts
 from ..scheduler.schedule_one import Scheduler
 from .world import World
 
@@ -144,8 +144,8 @@ class QueueRun:
         # group preemptions of the cycle in progress, carried out once it is over
         self.group_preemptions: list[tuple[PodGroupInfo, list[PodInfo], list[PodInfo]]] = []
         ports = _SimPorts(self)
-        self.driver = _SimDriver(self, world.state, self.queue, self.nominator, lambda pod: (st, ""), ports, ports,
-                                 ports, ports, ports, self.rng, _nothing, clock=self.clock, logger=QUIET)
+        self.driver = _SimDriver(self, world.state, self.queue, self.nominator, lambda pod: (st, ""), ports,
+                                 NoAttempts(), ports, ports, ports, self.rng, _nothing, clock=self.clock, logger=QUIET)
         self.driver.follow = follow
 
     # ------------------------------------------------------------------ the loop
@@ -395,9 +395,9 @@ class _SimDriver(Scheduler):
 
 
 class _SimPorts:
-    """The driver's ports (scheduler/ports.py) answered by a simulation. Recorder: a failure is
-    the pod's result; nominations are the driver's nominator's only. Attempts: nothing counted.
-    Binder: bound at once, or parked at Permit. Victims: gone from the state at once; a group's
+    """The driver's ports (scheduler/ports.py) answered by a simulation (nothing is counted:
+    NoAttempts). Recorder: a failure is the pod's result; nominations are the driver's
+    nominator's only. Binder: bound at once, or parked at Permit. Victims: gone from the state at once; a group's
     kept for QueueRun._cycle to carry out after the cycle. Rollouts: the stable chain decides;
     spec.rollout's candidate decides beside it (the shadow), before the pod is assumed."""
 
@@ -423,31 +423,6 @@ class _SimPorts:
         pass
 
     def forget(self, pod_key: str) -> None:
-        pass
-
-    # Attempts
-    def attempt(self, result: str, policy: str | None, seconds: float | None = None) -> None:
-        pass
-
-    def cycle_recorder(self, policy: str | None) -> CycleRecorder:
-        return NOOP
-
-    def algorithm(self, policy: str | None, chain: Chain, state: CycleState, decision: Decision) -> None:
-        pass
-
-    def scheduled(self, attempts: int, seconds: float) -> None:
-        pass
-
-    def preemption_attempt(self) -> None:
-        pass
-
-    def pod_group_attempt(self, result: str, policy: str | None, seconds: float) -> None:
-        pass
-
-    def pod_group_algorithm(self, seconds: float) -> None:
-        pass
-
-    def pod_group_preemption(self, code: Code, seconds: float, victims: int | None) -> None:
         pass
 
     # Binder
