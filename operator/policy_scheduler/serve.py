@@ -13,15 +13,17 @@ import random
 import signal
 import threading
 import time
-from urllib.parse import urlsplit
-
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from . import SCHEDULER_NAME, __version__
 from .cluster.leader import ElectionConfig
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .cache.policies import PolicyStore
+    from .cluster.engine import Engine
     from .cluster.kubeclient import KubeClient
+    from .cluster.sync import Sync
     from .cluster.leader import Leadership
     from .cluster.telemetry import Telemetry
     from .framework.registry import Registry
@@ -52,7 +54,7 @@ def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, na
     from .cache.state import ClusterState
     from .cluster.apicalls import ApiCalls, OperatorActions
     from .cluster.binding_tasks import BindingTasks
-    from .cluster.engine import Engine
+    from .cluster import engine as engine_module
     from .cluster.leader import Leadership
     from .cluster.podgroup_status import PodGroupStatusWriter
     from .cluster.policy_status import PolicyStatusWriter
@@ -72,7 +74,10 @@ def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, na
     from .scheduler.pending import PendingPods
     from .scheduler.schedule_one import PSEUDO_EVENTS, Scheduler
 
-    engine: Engine  # bound at the end: the callbacks below run only once it is
+    # bound further down: the callbacks below run only once they are
+    engine: Engine
+    store: PolicyStore
+    informers: Sync
     leadership = leadership or Leadership()  # who may act: the elected leader only; without election, always
     state = ClusterState()
     tasks, wake_event = Tasks(), asyncio.Event()
@@ -132,15 +137,15 @@ def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, na
                        rollouts, rng or random.Random(), wake, pending_policy=pending.policy_of)
     binding_tasks.attach(driver)
     informers = Sync(client, lambda kind: tel.timed_handler(kind, engine.route(kind)), spawn, sync_timeout, tel)
-    engine = Engine(client, scheduler_name=scheduler_name, scope=namespaces, leadership=leadership, state=state,
-                    queue=queue, nominator=nominator, pending=pending, driver=driver, sources=sources, telemetry=tel,
-                    tasks=tasks, wake=wake_event, recorder=recorder, api=api, preemptor=preemptor,
-                    binding_tasks=binding_tasks, policy_store=store, handle=handle, status_writer=status_writer,
-                    revisions=revisions, rollouts=rollouts,
-                    pod_group_status=PodGroupStatusWriter(state.pod_groups, handle),
-                    native_pod_group_status=PodGroupStatusWriter(state.native_pod_groups, handle,
-                                                                 patch=api.patch_native_pod_group_status),
-                    informers=informers)
+    engine = engine_module.Engine(
+        client, scheduler_name=scheduler_name, scope=namespaces, leadership=leadership, state=state, queue=queue,
+        nominator=nominator, pending=pending, driver=driver, sources=sources, telemetry=tel, tasks=tasks,
+        wake=wake_event, recorder=recorder, api=api, preemptor=preemptor, binding_tasks=binding_tasks,
+        policy_store=store, handle=handle, status_writer=status_writer, revisions=revisions, rollouts=rollouts,
+        pod_group_status=PodGroupStatusWriter(state.pod_groups, handle),
+        native_pod_group_status=PodGroupStatusWriter(state.native_pod_groups, handle,
+                                                     patch=api.patch_native_pod_group_status),
+        informers=informers)
     return engine
 
 
