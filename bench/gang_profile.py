@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT / "tests" / "unit" / "cluster"))
 from fakeclient import FakeClient  # noqa: E402
 from policy_scheduler.cluster.engine import Engine  # noqa: E402
+from policy_scheduler.serve import build_engine  # noqa: E402
 from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402
 
 NS = "bench"
@@ -69,7 +70,7 @@ def pod_group(name: str, min_count: int, priority: int | None = None) -> dict:
 
 
 def engine(nodes: int) -> Engine:
-    e = Engine(FakeClient())
+    e = build_engine(FakeClient())
     plugins = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())["spec"]["plugins"]
     e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1}, "spec": {"plugins": plugins}})
     for i in range(nodes):

@@ -13,10 +13,21 @@ import random
 import signal
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from . import __version__
+from . import SCHEDULER_NAME, __version__
 from .cluster.leader import ElectionConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache.policies import PolicyStore
+    from .cluster.engine import Engine
+    from .cluster.kubeclient import KubeClient
+    from .cluster.sync import Sync
+    from .cluster.leader import Leadership
+    from .cluster.telemetry import Telemetry
+    from .framework.registry import Registry
+    from .metricsources.manager import MetricSources
 
 
 def election_config(a: argparse.Namespace) -> ElectionConfig:
@@ -26,6 +37,116 @@ def election_config(a: argparse.Namespace) -> ElectionConfig:
                           namespace=a.leader_elect_resource_namespace,
                           lease_duration=a.leader_elect_lease_duration, renew_deadline=a.leader_elect_renew_deadline,
                           retry_period=a.leader_elect_retry_period)
+
+
+def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, namespaces: set[str] | None = None,
+                 bind_concurrency: int = 64, status_interval: float = 2.0, telemetry: Telemetry | None = None,
+                 rng: random.Random | None = None, sources: MetricSources | None = None,
+                 registry: Registry | None = None, plugin_metrics_sample_percent: float | None = None,
+                 leadership: Leadership | None = None, sync_timeout: float = 60.0, default_policy: str | None = None,
+                 revision_namespace: str | None = None, revision_history_limit: int | None = None) -> Engine:
+    """The engine and its parts, each handed only what it uses (unit tests pass an in-memory
+    client). The parts that call back into the loop (policy changes, requeues, routing) are
+    handed the engine's methods once it is built."""
+    from .cache.handle import StateHandle
+    from .cache.policies import DEFAULT_POLICY, PolicyStore
+    from .cache.revisions import DEFAULT_HISTORY_LIMIT
+    from .cache.state import ClusterState
+    from .cluster.apicalls import ApiCalls, OperatorActions
+    from .cluster.binding_tasks import BindingTasks
+    from .cluster import engine as engine_module
+    from .cluster.leader import Leadership
+    from .cluster.podgroup_status import PodGroupStatusWriter
+    from .cluster.policy_status import PolicyStatusWriter
+    from .cluster.preemptor import Preemptor
+    from .cluster.recorder import EventRecorder
+    from .cluster.revisions import Revisions
+    from .cluster.rollout_controller import RolloutController
+    from .cluster.sync import Sync
+    from .cluster.tasks import Tasks
+    from .cluster.telemetry import Telemetry
+    from .policy.chain import build_chain
+    from .framework.interface import Handle
+    from .framework.queue.nominator import Nominator
+    from .framework.queue.scheduling_queue import SchedulingQueue
+    from .metricsources.manager import MetricSources
+    from .plugins.priority_sort import PrioritySort
+    from .scheduler.pending import PendingPods
+    from .scheduler.schedule_one import PSEUDO_EVENTS, Scheduler
+
+    # bound further down: the callbacks below run only once they are
+    engine: Engine
+    store: PolicyStore
+    informers: Sync
+    leadership = leadership or Leadership()  # who may act: the elected leader only; without election, always
+    state = ClusterState()
+    tasks, wake_event = Tasks(), asyncio.Event()
+    spawn, wake = tasks.spawn, wake_event.set
+
+    def chain_of(policy: str) -> Any:  # the queue's profile (QueueSort) of a policy's pods
+        st = store.policies.get(policy)
+        return st.chain if st is not None else None
+
+    queue = SchedulingQueue(less=PrioritySort(None, Handle()).less, profile_of=chain_of, pseudo_events=PSEUDO_EVENTS)
+    nominator = Nominator()
+    sources = sources or MetricSources()
+    sources.attach(lambda: state.table.names, lambda event, pre_check=None: engine.move_for_source(event, pre_check))
+    tel = telemetry or Telemetry()
+    side_sem = asyncio.Semaphore(32)  # condition and status patches
+    may_write, fence = leadership.valid, leadership.time_left  # a standby writes nothing; fenced
+    recorder = EventRecorder(client, scheduler_name=scheduler_name, telemetry=tel, side_sem=side_sem,
+                             may_write=may_write, fence=fence)
+    api = ApiCalls(client, leadership, tel, lambda: informers.native_version)
+    preemptor = Preemptor(state, queue, recorder, api, tel, spawn, wake, scheduler_name)
+    actions = OperatorActions(api, lambda keys: engine.activate(keys),
+                              lambda pod, reason, msg, code: recorder.failure(pod, reason, msg, code=code),
+                              preemptor.is_running, spawn)
+
+    def count_policies(ready: int, not_ready: int) -> None:
+        tel.policies.labels("true").set(ready)
+        tel.policies.labels("false").set(not_ready)
+
+    store = PolicyStore(sources, lambda name: StateHandle(state, store, sources, name, actions), registry=registry,
+                        namespaces=state.namespaces, on_counts=count_policies,
+                        on_change=lambda st: engine.policy_changed(st), scheduler_name=scheduler_name,
+                        default_policy=default_policy or DEFAULT_POLICY)
+    # the Handle of the implicit plugins (pods without a usable policy) and of the status writers
+    handle = StateHandle(state, store, sources, None, actions)
+    # metrics: profile labels of existing policies; queue and cache read at scrape time; leader-only series
+    tel.attach(store.policies, lambda: queue.incoming, lambda: state.table, lambda: leadership.leading, client)
+    if plugin_metrics_sample_percent is not None:
+        tel.plugin_sample_percent = plugin_metrics_sample_percent
+    # pods without a usable policy still get the implicit plugins (SchedulingGates holds them)
+    queue.fallback = build_chain({"plugins": []}, store.registry, handle)
+    status_writer = PolicyStatusWriter(client, store.policies, queue, sources, tel, interval=status_interval,
+                                       side_sem=side_sem, may_write=may_write,
+                                       admitted_namespaces=store.admitted_namespaces, fence=fence)
+    binding_tasks = BindingTasks(state, spawn, bind_concurrency)
+    # every valid generation recorded as a ControllerRevision; the last valid one read back at the
+    # sync point (cluster/revisions.py); off without a namespace
+    history = DEFAULT_HISTORY_LIMIT if revision_history_limit is None else revision_history_limit
+    revisions = Revisions(client, store, api, namespace=revision_namespace, history_limit=history, may_write=may_write,
+                          on_recorded=status_writer.write_soon)
+    # spec.rollout: the candidate's shadow, canary, analysis, rollback and promotion
+    rollouts = RolloutController(state, store.policies, nominator, recorder, tel, api.patch_policy,
+                                 lambda name: engine.requeue_policy(name), status_writer.write_soon, may_write,
+                                 key=binding_tasks.key, read=lambda p: client.get(p))
+    pending = PendingPods(queue, nominator, store.policy_name, store.policies, recorder.forget, wake)
+    # the scheduling driver (scheduler/schedule_one.py) with the operator's ports
+    driver = Scheduler(state, queue, nominator, store.resolve_policy, recorder, tel, binding_tasks, preemptor,
+                       rollouts, rng or random.Random(), wake, pending_policy=pending.policy_of)
+    binding_tasks.attach(driver)
+    informers = Sync(client, lambda kind: tel.timed_handler(kind, engine.route(kind)), spawn, sync_timeout, tel)
+    engine = engine_module.Engine(
+        client, scheduler_name=scheduler_name, scope=namespaces, leadership=leadership, state=state, queue=queue,
+        nominator=nominator, pending=pending, driver=driver, sources=sources, telemetry=tel, tasks=tasks,
+        wake=wake_event, recorder=recorder, api=api, preemptor=preemptor, binding_tasks=binding_tasks,
+        policy_store=store, handle=handle, status_writer=status_writer, revisions=revisions, rollouts=rollouts,
+        pod_group_status=PodGroupStatusWriter(state.pod_groups, handle),
+        native_pod_group_status=PodGroupStatusWriter(state.native_pod_groups, handle,
+                                                     patch=api.patch_native_pod_group_status),
+        informers=informers)
+    return engine
 
 
 async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Event | None = None,
@@ -40,7 +161,6 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
     from .handlers import run_operator
     from .health import HealthServer
     from .metricsources.prometheus import PrometheusMetricSources
-    from .cluster.engine import Engine
     from .cluster.kubeclient import KubeClient
     from .cluster.leader import LeaderElector
 
@@ -52,13 +172,13 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
     sources.registry = registry
     leadership = LeaderElector(client, election_config(a)) if a.leader_elect else None
     seed = getattr(a, "seed", None)
-    engine = Engine(client, scheduler_name=a.scheduler_name, namespaces=set(a.namespace) if a.namespace else None,
-                    bind_concurrency=a.bind_concurrency, sources=sources, registry=registry,
-                    rng=random.Random(seed) if seed is not None else None,
-                    plugin_metrics_sample_percent=a.plugin_metrics_sample_percent, leadership=leadership,
-                    sync_timeout=a.cache_sync_timeout, default_policy=a.default_policy,
-                    revision_namespace=getattr(a, "revision_namespace", None),
-                    revision_history_limit=getattr(a, "revision_history_limit", 10))
+    engine = build_engine(client, scheduler_name=a.scheduler_name, namespaces=set(a.namespace) if a.namespace else None,
+                          bind_concurrency=a.bind_concurrency, sources=sources, registry=registry,
+                          rng=random.Random(seed) if seed is not None else None,
+                          plugin_metrics_sample_percent=a.plugin_metrics_sample_percent, leadership=leadership,
+                          sync_timeout=a.cache_sync_timeout, default_policy=a.default_policy,
+                          revision_namespace=getattr(a, "revision_namespace", None),
+                          revision_history_limit=getattr(a, "revision_history_limit", 10))
     tuner = attach_tuner(engine, plugin_modules=list(getattr(a, "plugin_module", None) or []))  # spec.tuning
     if on_engine is not None:
         on_engine(engine)

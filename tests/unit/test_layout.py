@@ -370,6 +370,7 @@ LAYERS = (
     ("handlers", {"handlers"}),
     ("cluster", {"cluster"}),
     ("whatif", {"whatif"}),
+    ("scheduler", {"scheduler"}),  # the scheduling driver: ScheduleOne, the pod-group cycle, their ports
     ("cache", {"cache"}),  # the pure ClusterState, policies, workloads, StateHandle
     ("metricsources", {"metricsources"}),
     ("policy", {"policy"}),  # the SchedulingPolicy: models, limits, chain builder, validate()
@@ -464,7 +465,6 @@ def test_the_cache_is_pure():
     assert not bad, "\n".join(bad)
 
 
-
 def test_the_policy_is_pure_and_judged_in_one_place():
     """policy/ (the SchedulingPolicy's models, limits, chain builder and ``validate``) does no I/O,
     and the policy store and the admission webhook both judge a spec by ``policy.validate``."""
@@ -477,6 +477,108 @@ def test_the_policy_is_pure_and_judged_in_one_place():
         calls = [n for n in ast.walk(_tree(module_files(PKG)[mod])) if isinstance(n, ast.Call)
                  and isinstance(n.func, ast.Name) and n.func.id == "validate"]
         assert "policy" in graph[mod] and calls, f"{mod} does not call policy.validate"
+
+
+def test_the_driver_is_pure():
+    """scheduler/ (the scheduling driver) reaches the world through its ports only: it imports
+    neither the operator (cluster/), what-if, nor a client or kopf."""
+    above = {"cluster", "whatif", "cli", "serve", "handlers", "commands"}
+    bad = [f"{m}:{line} imports {t}" for m, edges in sorted(package_graph().items()) if m.split(".")[0] == "scheduler"
+           for t, line in sorted(edges.items()) if t.split(".")[0] in above]
+    files = sorted((PKG / "scheduler").glob("**/*.py"))
+    assert {f.name for f in files} >= {"ports.py", "schedule_one.py", "group_cycle.py"}
+    bad += [f"scheduler/{f.relative_to(PKG / 'scheduler')} imports {x}" for f in files
+            for x in sorted(_imports(f) & {*CACHE_FORBIDDEN, *FORBIDDEN})]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_operator_and_whatif_run_the_same_driver():
+    graph = package_graph()
+    for m in ("whatif.queue_run", "cluster.engine"):
+        assert "scheduler.schedule_one" in graph[m], f"{m} does not import scheduler.schedule_one"
+
+
+def test_the_cache_imports_nothing_from_the_driver():
+    bad = [f"{m}:{line} imports {t}" for m, edges in sorted(package_graph().items()) if m.split(".")[0] == "cache"
+           for t, line in sorted(edges.items()) if t.split(".")[0] == "scheduler"]
+    assert not bad, "\n".join(bad)
+
+
+# The plugin runtime's cycle entry points: one cycle (framework/cycle/schedule.py schedule_one),
+# assume-Reserve-Permit and its undoing (ClusterState.reserve / unreserve, four arguments), the
+# pod-group cycle (PodGroupCycle) and the binding cycle (run_binding). Only the driver runs a
+# pod's cycle; the framework runs its own parts; the rest asks the driver.
+CYCLE_ENTRIES = frozenset({"schedule_one", "reserve", "unreserve", "PodGroupCycle", "run_binding"})
+CYCLE_CALLERS = {
+    "scheduler/": CYCLE_ENTRIES,  # the driver
+    "framework/": CYCLE_ENTRIES,  # the runtime itself (cycle/shadow.py: the rollout's candidate beside the chain)
+    "plugins/podgroups/": frozenset({"schedule_one", "PodGroupCycle"}),  # the pod-group cycle's own family
+    "whatif/drilldown.py": frozenset({"schedule_one"}),  # the explain-only re-run (post_filter=False, below)
+    "cluster/binding_tasks.py": frozenset({"run_binding"}),  # the operator's Binder: the async binding task
+}
+EXPLAIN_ONLY = {"whatif/drilldown.py"}  # their schedule_one calls run no PostFilter (no preemption)
+
+
+def cycle_entry_calls(root: Path) -> dict[str, list[tuple[int, str, ast.Call]]]:
+    """Every call of a cycle entry point, by module path under `root`: a name or an attribute
+    named as one (or imported under another name), ``reserve``/``unreserve`` with ClusterState's
+    four positional arguments (the gang caches' take one or two)."""
+    found: dict[str, list[tuple[int, str, ast.Call]]] = {}
+    for f in sorted(root.rglob("*.py")):
+        tree = _tree(f)
+        alias = {a.asname: a.name for node in import_statements(tree) if isinstance(node, ast.ImportFrom)
+                 for a in node.names if a.asname and a.name in CYCLE_ENTRIES}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            fn = node.func
+            name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else None
+            name = alias.get(name, name)
+            if name not in CYCLE_ENTRIES or (name in ("reserve", "unreserve") and len(node.args) != 4):
+                continue
+            found.setdefault(f.relative_to(root).as_posix(), []).append((node.lineno, name, node))
+    return found
+
+
+def cycle_entry_violations(root: Path) -> list[str]:
+    bad = []
+    for rel, calls in sorted(cycle_entry_calls(root).items()):
+        allowed = next((names for prefix, names in CYCLE_CALLERS.items() if rel.startswith(prefix)), frozenset())
+        for line, name, call in calls:
+            if name not in allowed:
+                bad.append(f"{rel}:{line} calls {name}")
+            elif rel in EXPLAIN_ONLY and name == "schedule_one" and not any(
+                    k.arg == "post_filter" and isinstance(k.value, ast.Constant) and k.value.value is False
+                    for k in call.keywords):
+                bad.append(f"{rel}:{line} calls {name} with its PostFilter")
+    return bad
+
+
+def test_only_the_driver_runs_a_pods_cycle():
+    calls = cycle_entry_calls(PKG)
+    assert {"scheduler/schedule_one.py", "scheduler/group_cycle.py", "cluster/binding_tasks.py"} <= set(calls)
+    bad = cycle_entry_violations(PKG)
+    assert not bad, "cycle entry points called outside the driver:\n  " + "\n  ".join(bad)
+
+
+def test_a_cycle_run_outside_the_driver_is_reported(tmp_path):
+    root = _write(tmp_path / "synth", {
+        "scheduler/schedule_one.py": "def f(s, c, st, p, n):\n    s.reserve(c, st, p, n)\n    schedule_one(c)\n",
+        "framework/gangs.py": "def g(cache, p):\n    cache.reserve(p, 'n')\n",
+        "cluster/engine.py": ("from x import schedule_one as so\n\n\ndef h(state, c, st, p, n):\n"
+                              "    so(c, p)\n    state.unreserve(c, st, p, n)\n"),
+        "cluster/binding_tasks.py": "async def b(c):\n    await run_binding(c)\n    PodGroupCycle(c)\n",
+        "whatif/drilldown.py": ("def d(c):\n    schedule_one(c, post_filter=False)\n"
+                                "    schedule_one(c)\n"),
+        "plugins/spread.py": "def s(cache, p):\n    cache.unreserve(p)\n",
+    })
+    assert cycle_entry_violations(root) == [
+        "cluster/binding_tasks.py:3 calls PodGroupCycle",
+        "cluster/engine.py:5 calls schedule_one",
+        "cluster/engine.py:6 calls unreserve",
+        "whatif/drilldown.py:3 calls schedule_one with its PostFilter",
+    ]
+
 
 # ---- the checks above can fail: a small package written for the purpose -------------------------
 

@@ -1,9 +1,11 @@
-"""Acting on DefaultPreemption's choice: nominations, DisruptionTarget, the victims' DELETEs and
-the Preempted events, off the scheduling loop; and whether a preemptor is still waiting for its
-victims to go (DefaultPreemption's PreEnqueue asks, through the Handle).
+"""The operator's Victims (scheduler/ports.py): a preemption the scheduling driver decided
+(scheduler/schedule_one.py: the nominations, the victims parked at Permit) carried out off the
+scheduling loop: the Preempting event, DisruptionTarget, the victims' DELETEs and the Preempted
+events; and whether a preemptor is still waiting for its victims to go (DefaultPreemption's
+PreEnqueue asks, through the Handle).
 
 upstream: ``framework/preemption/executor.go`` (prepareCandidateAsync, IsPodRunningPreemption,
-``preempting`` and ``lastVictimsPendingPreemption``) and the scheduler's nominator updates.
+``preempting`` and ``lastVictimsPendingPreemption``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from typing import Callable, Coroutine
 
 from ..cache.state import ClusterState
-from ..framework.queue.nominator import Nominator
+from ..framework.cycle.podgroup_result import PodGroupInfo
 from ..framework.model.podinfo import PodInfo
 from ..framework.preemption import PreemptionResult
 from ..framework.queue.scheduling_queue import GATED, SchedulingQueue
@@ -33,12 +35,11 @@ class Preemptor:
     """Preemptions in progress: preemptor uid -> its last victim's key once only that one is
     left to delete (None before)."""
 
-    def __init__(self, state: ClusterState, queue: SchedulingQueue, nominator: Nominator, recorder: EventRecorder,
+    def __init__(self, state: ClusterState, queue: SchedulingQueue, recorder: EventRecorder,
                  api: ApiCalls, telemetry: Telemetry, spawn: Callable[[Coroutine], asyncio.Task],
                  wake: Callable[[], None], scheduler_name: str) -> None:
         self.state = state
         self.queue = queue
-        self.nominator = nominator
         self.recorder = recorder
         self.api = api
         self.telemetry = telemetry
@@ -48,14 +49,6 @@ class Preemptor:
         self.preempting: dict[str, str | None] = {}
         # a pod group's members after its victims' deletions: uid -> (victim keys, deadline)
         self.group_waits: dict[str, tuple[list[str], float]] = {}
-
-    def victims_to_delete(self, pod: PodInfo, result: PreemptionResult) -> list[PodInfo]:
-        """The victims that need an API call: not those parked at Permit (rejected there, never
-        bound) nor those already terminating (upstream: no second DELETE)."""
-        if not result.nominated_node or not result.victims:
-            return []
-        waiting = self.state.waiting
-        return [v for v in result.victims if not v.terminating and not (v.uid and waiting.get(v.uid) is not None)]
 
     def start(self, pod: PodInfo, victims: list[PodInfo]) -> None:
         """Mark ``pod`` as preempting before it is requeued: its PreEnqueue must see it so."""
@@ -78,37 +71,14 @@ class Preemptor:
         last = self.preempting[uid]
         return last is None or not self.state.victim_gone(last)
 
-    def nominate(self, pod: PodInfo, node: str) -> None:
-        """A PostFilter nominated ``node``: the pod counts there for pods of lower or equal
-        priority, is tried there first next time, and status.nominatedNodeName says so."""
-        self.nominator.add(pod, node)
-        pod.nominated_node_name = node
-        self.recorder.nominate(pod, node)
-
-    def preempt(self, pod: PodInfo, result: PreemptionResult, victims: list[PodInfo]) -> None:
-        """Act on DefaultPreemption's choice (upstream prepareCandidateAsync), off the loop: the
-        preemptor is nominated to the node, lower-priority pods nominated there lose their
-        nomination, and each victim gets the DisruptionTarget condition, is deleted and gets a
-        Preempted event. Until the victims' deletions are done the preemptor is held by
-        DefaultPreemption's PreEnqueue (``is_running``); the deletion events then requeue it,
-        and it is tried on its nominated node first."""
+    def delete(self, pod: PodInfo, result: PreemptionResult, victims: list[PodInfo]) -> None:
+        """The Victims port (scheduler/ports.py): DefaultPreemption's choice, decided by the
+        driver (scheduler/schedule_one.py ``preempt``: nominations written, victims parked at
+        Permit rejected), carried out off the loop: the Preempting event, then each of ``victims``
+        gets the DisruptionTarget condition, is deleted and gets a Preempted event. Until the
+        deletions are done the preemptor is held by DefaultPreemption's PreEnqueue (``is_running``)."""
         node = result.nominated_node
-        if node is None:
-            return  # not eligible, or an error: the nomination stays as it is
-        self.telemetry.preemption_attempts.inc()
-        if node == "":
-            if pod.nominated_node_name or self.nominator.node_of(pod.key):  # no candidate: clear an old one
-                self.nominator.remove(pod.key)
-                pod.nominated_node_name = None
-                self.recorder.nominate(pod, None)
-            return
-        for other in result.clear_nominations:
-            self.nominator.remove(other.key)
-            other.nominated_node_name = None
-            self.recorder.nominate(other, None)
-        self.nominate(pod, node)
-        if not result.victims:
-            return
+        assert node
         log.info("pod %s preempts %d pods on node %s: %s", pod.key, len(result.victims), node,
                  ", ".join(result.victim_keys), extra=fields(pod=pod.key, node=node, victims=result.victim_keys))
         top = result.victims[0]
@@ -118,13 +88,10 @@ class Preemptor:
             f"PDB violation(s), highest victim priority {top.priority}, priority sum "
             f"{sum(v.priority for v in result.victims)}, {len(result.victims)} victim(s))", MAX_MESSAGE_LEN))
         self.telemetry.preemption_victims.observe(len(result.victims))
-        for v in result.victims:
-            if v.uid:
-                self.state.waiting.reject(v.uid, PREEMPTION, "preempted")  # a pod parked at Permit: never bound
         if victims:
             self.spawn(self._delete_victims(pod, victims, node))  # the loop yields next: they start now
 
-    def preempt_group(self, info, members: list[PodInfo], victims: list[PodInfo]) -> None:
+    def preempt_group(self, info: PodGroupInfo, members: list[PodInfo], victims: list[PodInfo]) -> None:
         """Act on a pod group's preemption (upstream actuatePodGroupPreemption), off the loop: a
         victim parked at Permit is rejected in memory; the others get the DisruptionTarget
         condition, are deleted and get a ``Preempted`` event (``Preempted by podgroup <uid> on
@@ -151,7 +118,7 @@ class Preemptor:
                 self.preempting[m.uid] = None
         self.spawn(self._delete_group_victims(info, members, to_delete))
 
-    async def _delete_group_victims(self, info, members: list[PodInfo], victims: list[PodInfo]) -> None:
+    async def _delete_group_victims(self, info: PodGroupInfo, members: list[PodInfo], victims: list[PodInfo]) -> None:
         """The victims' deletions, in parallel. The members stay held at PreEnqueue until every
         victim is gone from the state (its DELETED event, which moves them), at most
         GROUP_VICTIMS_WAIT seconds: tried before, they would find the victims still counted and
@@ -183,7 +150,7 @@ class Preemptor:
         if any(m.uid in self.group_waits and self.group_waits[m.uid][1] == deadline for m in members):
             self._release_group(members)
 
-    async def _delete_group_victim(self, victim: PodInfo, info) -> bool:
+    async def _delete_group_victim(self, victim: PodInfo, info: PodGroupInfo) -> bool:
         return await self._delete(victim, "podgroup", f"Preempted by podgroup {info.uid} on node cluster")
 
     async def _delete_victims(self, pod: PodInfo, victims: list[PodInfo], node: str) -> None:

@@ -418,6 +418,10 @@ class Telemetry:
         self.plugin_evaluations.cycle(self.profile(policy), chain, state.skip_filter, state.skip_score,
                                       decision.evaluated, decision.feasible)
 
+    def preemption_attempt(self) -> None:
+        """DefaultPreemption chose (or found no) node for a pod: one preemption attempt."""
+        self.preemption_attempts.inc()
+
     def pod_group_attempt(self, result: str, policy: str | None, seconds: float) -> None:
         """A pod-group cycle ended (upstream podGroupCycle): ``result`` scheduled, unschedulable,
         waiting_on_preemption or error, ``seconds`` since the cycle started."""

@@ -79,7 +79,7 @@ def _importance(v: Victim) -> tuple:
     return (-v.priority, -v.rank, -len(v.pods), v.start())
 
 
-def _highest_all(groups: Any, gkey: str) -> tuple[bool, str, object] | None:
+def _highest_all(groups: Any, gkey: str) -> tuple[bool, str, Any] | None:
     """upstream getHighestAllAncestor: walking up from the PodGroup ``gkey`` through its
     CompositePodGroups, the highest with ``disruptionMode: {all: {}}`` (is a composite, key, object)."""
     ns = gkey.split("/", 1)[0]

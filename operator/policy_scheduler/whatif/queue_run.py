@@ -1,36 +1,45 @@
 """The queue-driven run of one policy (simulate.py's ``run_policy``): the operator's own
-SchedulingQueue on a virtual clock, the scheduling cycles and pod-group cycles, the binding cycle's
-Permit wait, preemptions carried out. simulate.py's docstring says what it does and why; this
-module is the loop and its per-pod result (``PodResult``).
+SchedulingQueue and scheduling driver (scheduler/schedule_one.py: the cycles, the pod-group
+cycles, Reserve and Permit, preemption) on a virtual clock, with in-memory ports (``_SimPorts``):
+a binding is counted at once, a Permit wait parks the pod until a plugin allows or rejects it (or
+its timeout passes on the virtual clock), victims leave the state as their DELETED events would
+make them. simulate.py's docstring says what it does and why; this module is the loop, the ports
+and the per-pod result (``PodResult``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..cache.group_cycle import GroupCycles
-from ..explain import failure_message
+from ..cache.policies import PolicyState
+from ..cache.rollouts import STABLE
 from ..framework.cycle.chain import Chain
-from ..framework.cycle.podgroup_result import group_plugin
-from ..framework.cycle.schedule import Decision, schedule_one
+from ..framework.cycle.podgroup_result import PodGroupInfo
+from ..framework.cycle.schedule import Decision
 from ..framework.cycle.shadow import Shadow, ShadowResult
-from ..framework.events import ASSIGNED_POD_DELETE
-from ..framework.instrumentation import NOOP
 from ..framework.interface import DEVICE_ALLOCATION, CycleState, Handle
 from ..plugins.podgroups.native_cache import CONDITION
 from ..framework.model.nodetable import NodeTable
 from ..framework.model.podinfo import PodInfo
+from ..framework.preemption import PreemptionResult
 from ..framework.queue.nominator import Nominator
 from ..framework.queue.scheduling_queue import SchedulingQueue
 from ..framework.queue.subqueues import QueuedPodInfo
 from ..framework.status import Code, Status
-from ..framework.waiting import go_duration
-from ..plugins.default_preemption import NAME as PREEMPTION, RESULT_KEY as PREEMPTION_RESULT
+from ..framework.waiting import WaitingPod, go_duration
+from ..plugins.default_preemption import NAME as PREEMPTION
 from ..plugins.priority_sort import PrioritySort
+from ..scheduler.ports import NoAttempts
+from ..scheduler.schedule_one import Scheduler
 from .world import World
+
+# the driver's log lines are the operator's; a simulation keeps only its errors
+QUIET = logging.getLogger("policy_scheduler.whatif.cycles")
+QUIET.setLevel(logging.ERROR)
 
 MAX_ROUNDS = 10  # scheduling cycles one pod may get in a run (then it is given up)
 ADD_SECONDS = 1e-6  # virtual time between two pods added to the queue (input order = queueing order)
@@ -94,10 +103,11 @@ class VirtualClock:
 
 @dataclass
 class _Parked:
-    """A pod a Permit plugin parked: its cycle, node and the virtual time its first timeout ends."""
+    """A pod a Permit plugin parked: its cycle, its assumed copy (on its node) and the virtual
+    time its first timeout ends."""
 
     qpi: QueuedPodInfo
-    node: str
+    assumed: PodInfo
     state: CycleState
     decision: Decision
     deadline: float
@@ -105,11 +115,13 @@ class _Parked:
 
 
 class QueueRun:
-    """One policy's run: the queue, the cycles, the binding cycle's Permit wait, preemptions."""
+    """One policy's run: the queue, the driver's cycles, the binding cycle's Permit wait,
+    preemptions."""
 
-    def __init__(self, world: World, policy: str, st, table: NodeTable, seed: int, keep: bool,
+    def __init__(self, world: World, policy: str, st: PolicyState, table: NodeTable, seed: int, keep: bool,
                  follow: Mapping[str, str] | None, rounds: int, progress: Callable[[int], None] | None) -> None:
         self.world, self.policy, self.st, self.table = world, policy, st, table
+        assert st.chain is not None
         self.chain: Chain = st.chain
         self.rng = random.Random(seed)  # as the engine's rng under `run --seed`
         self.nominator = Nominator()
@@ -127,10 +139,14 @@ class QueueRun:
         self.bodies: dict[str, Mapping[str, Any]] = {}
         self.cycles = 0
         self.reported: set[str] = set()
-        self.group_actions = _GroupActions(self)
-        a = self.group_actions
-        self.group_cycles = GroupCycles(world.state, self.queue, self.nominator, a, a, a, a,
-                                        lambda pod: (st, ""), self.rng)
+        # the decision a failure reported now belongs to (its result shows it), by pod key
+        self.deciding: dict[str, Decision] = {}
+        # group preemptions of the cycle in progress, carried out once it is over
+        self.group_preemptions: list[tuple[PodGroupInfo, list[PodInfo], list[PodInfo]]] = []
+        ports = _SimPorts(self)
+        self.driver = _SimDriver(self, world.state, self.queue, self.nominator, lambda pod: (st, ""), ports,
+                                 NoAttempts(), ports, ports, ports, self.rng, _nothing, clock=self.clock, logger=QUIET)
+        self.driver.follow = follow
 
     # ------------------------------------------------------------------ the loop
     def run(self, pods: list[PodInfo]) -> None:
@@ -204,71 +220,13 @@ class QueueRun:
 
     # ------------------------------------------------------------------ one cycle
     def _cycle(self, qpi: QueuedPodInfo) -> None:
-        pod = qpi.pod
-        group = group_plugin(self.chain)
-        if group is not None and group.group_key(pod) is not None:
-            self._group_cycle(qpi, group)
-            return
-        state = CycleState()
-        d = schedule_one(self.chain, pod, self.table, self.rng, state, self.nominator)
-        follow = None if self.follow is None else self.follow.get(pod.key)
-        if self.shadow is not None and self.compared is not None:
-            self.compared.append(self.shadow.compare(pod, self.table, state, d, follow if d.scheduled else None,
-                                                     self.nominator))
-        top = [(s.node, s.total) for s in d.top[:3]]
-        if not d.scheduled:
-            error = d.status.code == Code.ERROR
-            self.queue.add_unschedulable(qpi, d.unschedulable_plugins, error=error,
-                                         pending_plugins=d.pending_plugins)
-            r = PodResult(pod.key, None, d.message or d.status.message(), d.feasible, top, False, "",
-                          d if self.keep else None, attempts=qpi.attempts)
-            self.results[pod.key] = r
-            result = state.read(PREEMPTION_RESULT)
-            if result is not None:
-                r.note = self._preempt(pod, result)
-            elif d.nominated_node:
-                self.nominator.add(pod, d.nominated_node)
-            return
-        node = follow or d.node
-        assert node is not None
-        self.nominator.remove(pod.key)
-        self._reserve(qpi, state, d, node)
-
-    def _reserve(self, qpi: QueuedPodInfo, state: CycleState, d: Decision, node: str) -> None:
-        """The binding tasks' assume, Reserve and Permit: the operator's own (ClusterState.reserve);
-        then bound, parked at Permit, or failed."""
-        pod = qpi.pod
-        top = [(s.node, s.total) for s in d.top[:3]]
-        cluster = self.world.state
-        _, status = cluster.reserve(self.chain, state, pod, node)
-        if status.code == Code.WAIT:
-            wp = cluster.waiting.get(pod.uid)
-            timeouts = _timeouts(wp)
-            self.parked[pod.uid] = _Parked(qpi, node, state, d, self.clock() + min(timeouts.values(), default=0.0),
-                                           timeouts)
-            self.results[pod.key] = PodResult(pod.key, None, status.message(), d.feasible, top, False,
-                                              "waiting at Permit", d if self.keep else None, attempts=qpi.attempts)
-            return
-        if not status.is_success:
-            self._failed(qpi, state, node, status, d, broadcast=False)
-            return
-        self._bound(qpi, node, state, d)
-
-    # ------------------------------------------------------------------ pod-group cycle
-    def _group_cycle(self, qpi: QueuedPodInfo, group) -> None:
-        """The operator's own pod-group cycle (cache/group_cycle.py GroupCycles, as the engine
-        calls it): the popped pod's queued group members come out of the queue with it, are
-        validated, go through the cycle (plugins/podgroups/cycle.py) as one entity, group
-        preemption (PodGroupPostFilter) when the group is unschedulable, then the winners go
-        through assume, Reserve and Permit (and are bound once allowed), the others are requeued
-        with their statuses, and the PodGroup gets its PodGroupInitiallyScheduled condition. Its
-        recorder, telemetry, preemptor and binding tasks are the simulation's (_GroupActions); a
-        group preemption is carried out once the cycle is over, as the operator's deletions come
-        after it: the victims gone, the members activated."""
-        actions = self.group_actions
-        self.group_cycles.schedule(qpi, self.st, self.chain, group)
-        while actions.preemptions:
-            info, members, victims = actions.preemptions.pop(0)
+        """The driver's cycle (scheduler/schedule_one.py), the operator's own: one pod, or the
+        popped pod's whole group (scheduler/group_cycle.py). A group preemption is carried out
+        once the cycle is over, as the operator's deletions come after it: the victims gone, the
+        members activated."""
+        self.driver.schedule(qpi)
+        while self.group_preemptions:
+            info, members, victims = self.group_preemptions.pop(0)
             keys = [v.key for v in victims]
             nodes = sorted({self.table.node_of(v.key) or v.node_name or "" for v in victims} - {""})
             self.preemptions.append({"preemptor": f"PodGroup {info.key}", "node": ", ".join(nodes) or "-",
@@ -294,9 +252,13 @@ class QueueRun:
             del self.parked[uid]
             waiting.remove(uid)
             if status.is_success:
-                self._bound(p.qpi, p.node, p.state, p.decision, waited=True)
-            else:
-                self._failed(p.qpi, p.state, p.node, status, p.decision, broadcast=True)
+                self._bound(p.qpi, p.assumed.node_name, p.state, p.decision, waited=True)
+                continue
+            self.deciding[p.qpi.key] = p.decision
+            try:
+                self.driver.failed(p.qpi, self.chain, p.state, p.assumed, status, broadcast=True)
+            finally:
+                self.deciding.pop(p.qpi.key, None)
 
     def _time_out(self) -> None:
         """The earliest Permit timeout of the parked pods passes (upstream: the waiting pod is
@@ -310,11 +272,12 @@ class QueueRun:
             wp.reject(plugin, msg)
 
     def _bound(self, qpi: QueuedPodInfo, node: str, state: CycleState, d: Decision, waited: bool = False) -> None:
-        """The binding cycle succeeded (PreBind and Bind are not run): the pod counts on its node as
-        the operator's state counts it once its binding comes back (ClusterState.apply_pod
-        confirms the assumption, the pod's PodGroup counts it bound), and the queue hears it."""
+        """The binding cycle succeeded (PreBind and Bind are not run): the driver's bookkeeping;
+        the pod counts on its node as the state counts it once the binding comes back
+        (ClusterState.apply_pod confirms the assumption, the pod's PodGroup counts it bound), and
+        the queue hears it."""
         pod = qpi.pod
-        self.queue.done(pod.key)
+        self.driver.bound(qpi, self.st, node)
         body = self.bodies.get(pod.key)
         if body is not None:
             bound = {**body, "spec": {**(body.get("spec") or {}), "nodeName": node}}
@@ -330,58 +293,14 @@ class QueueRun:
                                           attempts=qpi.attempts)
         self._done(pod.key)
 
-    def _failed(self, qpi: QueuedPodInfo, state: CycleState, node: str, status: Status, d: Decision,
-                broadcast: bool) -> None:
-        """Reserve or Permit refused the pod (binding_tasks._failed): unreserve, requeue, and when
-        the pod held room (a Permit wait), the room is free again for the pods waiting for it."""
-        pod = qpi.pod
-        self.world.state.unreserve(self.chain, state, pod, node)
-        if status.is_rejected:
-            self.queue.add_unschedulable(qpi, {status.plugin} if status.plugin else (),
-                                         pending_plugins={status.plugin} if status.code == Code.PENDING and
-                                         status.plugin else ())
-        else:
-            self.queue.add_unschedulable(qpi, error=True)
-        self.results[pod.key] = PodResult(pod.key, None, failure_message(status), d.feasible,
-                                          [(s.node, s.total) for s in d.top[:3]], False, "",
-                                          d if self.keep else None, attempts=qpi.attempts)
-        if broadcast:
-            self.queue.move_all_to_active_or_backoff(ASSIGNED_POD_DELETE, pod, None,
-                                                     pre_check=lambda q: q.key != pod.key)
-
-    def _moves(self, changes) -> None:
+    def _moves(self, changes: Any) -> None:
         for ev, old, new in changes:
             self.queue.move_all_to_active_or_backoff(ev, old, new)
 
     # ------------------------------------------------------------------ preemption
-    def _preempt(self, pod: PodInfo, result) -> str:
-        """DefaultPreemption's choice carried out as the operator's preemptor does: the preemptor
-        nominated to the node (lower-priority pods nominated there lose it), the victims gone from
-        the state (their DELETED events: the queue hears them, the preemptor among others is tried
-        again); a victim parked at Permit is rejected there instead. Returns the note."""
-        node = result.nominated_node
-        if node is None:
-            return ""
-        if node == "":
-            self.nominator.remove(pod.key)
-            pod.nominated_node_name = None
-            return ""
-        for other in result.clear_nominations:
-            self.nominator.remove(other.key)
-            other.nominated_node_name = None
-        self.nominator.add(pod, node)
-        pod.nominated_node_name = node
-        if not result.victims:
-            return ""
-        keys = result.victim_keys
-        self.preemptions.append({"preemptor": pod.key, "node": node, "victims": keys})
-        self.victims_of.setdefault(pod.key, []).extend(keys)
-        self._delete_victims(pod.key, result.victims)
-        return f"preempted {len(keys)} pod(s) on node {node}: {', '.join(keys)}"
-
-    def _delete_victims(self, by: str, victims) -> None:
-        """The victims gone as the operator's preemptor makes them go: one parked at Permit is
-        rejected there (never bound); the others are deleted (their DELETED events: the state frees
+    def _delete_victims(self, by: str, victims: list[PodInfo]) -> None:
+        """The victims gone as their DELETEs would make them go (what-if's Victims port): one
+        parked at Permit is rejected there (never bound); the others are deleted (their DELETED events: the state frees
         their room, the queue hears it); one already terminating is left alone."""
         waiting = self.world.state.waiting
         for v in victims:
@@ -393,7 +312,7 @@ class QueueRun:
             node = self.table.node_of(v.key) or v.node_name or ""
             meta = {"name": v.name, "namespace": v.namespace, **({"uid": v.uid} if v.uid else {})}
             change = self.world.state.apply_pod("DELETED", {"metadata": meta, "spec": {"nodeName": node}})
-            if v.key in self.placed:  # a pod of this run: deleted, as the operator's victims are
+            if v.key in self.placed:  # a pod of this run: reported preempted
                 del self.placed[v.key]
                 self.results[v.key] = PodResult(v.key, None, f"preempted by {by} on node {node}",
                                                 note=f"was placed on {node}, then preempted")
@@ -445,49 +364,116 @@ class QueueRun:
         return out
 
 
-class _GroupActions:
-    """The engine's recorder, telemetry, preemptor and binding tasks as GroupCycles uses them,
-    answered by a simulation: a failure is the member's result, a nomination goes to the
-    simulation's nominator, a group preemption is kept for QueueRun._group_cycle to carry out, a
-    binding starts with the simulation's assume, Reserve and Permit."""
+def _nothing() -> None:
+    """The driver's ``wake``: a simulation's loop pops until its queue is empty."""
 
-    def __init__(self, sim: "QueueRun") -> None:
+
+class _SimDriver(Scheduler):
+    """The driver, the operator's own, telling the simulation which decision a failure it
+    reports belongs to (the pod's result shows the decision)."""
+
+    def __init__(self, sim: QueueRun, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
         self.sim = sim
-        self.preemptions: list[tuple[Any, list[PodInfo], list[PodInfo]]] = []
 
-    # recorder
-    def failure(self, pod: PodInfo, reason: str, message: str, code: Any = None, once: bool = False) -> None:
-        q = self.sim.queue.get(pod.key)
-        self.sim.results[pod.key] = PodResult(pod.key, None, message, attempts=q.attempts if q is not None else 1)
+    def submit(self, qpi: QueuedPodInfo, st: PolicyState, chain: Chain, state: CycleState, decision: Decision,
+               node: str | None = None) -> bool:
+        deciding = self.sim.deciding
+        deciding[qpi.key] = decision
+        try:
+            return super().submit(qpi, st, chain, state, decision, node)
+        finally:
+            deciding.pop(qpi.key, None)
 
-    # recorder and preemptor
-    def nominate(self, pod: PodInfo, node: str | None) -> None:
-        if node:
-            self.sim.nominator.add(pod, node)
+    def unschedulable(self, qpi: QueuedPodInfo, st: PolicyState, state: CycleState, decision: Decision) -> None:
+        deciding = self.sim.deciding
+        deciding[qpi.key] = decision
+        try:
+            super().unschedulable(qpi, st, state, decision)
+        finally:
+            deciding.pop(qpi.key, None)
+
+
+class _SimPorts:
+    """The driver's ports (scheduler/ports.py) answered by a simulation (nothing is counted:
+    NoAttempts). Recorder: a failure is the pod's result; nominations are the driver's
+    nominator's only. Binder: bound at once, or parked at Permit. Victims: gone from the state at once; a group's
+    kept for QueueRun._cycle to carry out after the cycle. Rollouts: the stable chain decides;
+    spec.rollout's candidate decides beside it (the shadow), before the pod is assumed."""
+
+    def __init__(self, sim: QueueRun) -> None:
+        self.sim = sim
+
+    # Recorder
+    def failure(self, pod: PodInfo, reason: str, msg: str, code: Code | None, once: bool = False) -> None:
+        sim = self.sim
+        q = sim.queue.get(pod.key)
+        attempts = q.attempts if q is not None else 1
+        d = sim.deciding.get(pod.key)
+        if d is None:
+            sim.results[pod.key] = PodResult(pod.key, None, msg, attempts=attempts)
         else:
-            self.sim.nominator.remove(pod.key)
-        pod.nominated_node_name = node
+            sim.results[pod.key] = PodResult(pod.key, None, msg, d.feasible, [(s.node, s.total) for s in d.top[:3]],
+                                             False, "", d if sim.keep else None, attempts=attempts)
 
-    # telemetry
-    def attempt(self, *a: Any, **kw: Any) -> None:
+    def nominate(self, pod: PodInfo, node: str | None) -> None:
         pass
 
-    def cycle_recorder(self, policy: str):
-        return NOOP
+    def event(self, pod: PodInfo, type_: str, reason: str, action: str, note: str) -> None:
+        pass
 
-    # preemptor
-    def preempt_group(self, info: Any, members: list[PodInfo], victims: list[PodInfo]) -> None:
+    def forget(self, pod_key: str) -> None:
+        pass
+
+    # Binder
+    def start_binding(self, qpi: QueuedPodInfo, st: PolicyState, chain: Chain, state: CycleState,
+                      decision: Decision, assumed: PodInfo, status: Status) -> bool:
+        sim, pod, d = self.sim, qpi.pod, decision
+        if status.code == Code.WAIT:
+            timeouts = _timeouts(sim.world.state.waiting.get(pod.uid))
+            sim.parked[pod.uid] = _Parked(qpi, assumed, state, d, sim.clock() + min(timeouts.values(), default=0.0),
+                                          timeouts)
+            sim.results[pod.key] = PodResult(pod.key, None, status.message(), d.feasible,
+                                             [(s.node, s.total) for s in d.top[:3]], False, "waiting at Permit",
+                                             d if sim.keep else None, attempts=qpi.attempts)
+            return True
+        sim._bound(qpi, assumed.node_name, state, d)
+        return True
+
+    # Victims
+    def start(self, pod: PodInfo, victims: list[PodInfo]) -> None:
+        pass  # deleted at once: no preemption stays in progress
+
+    def delete(self, pod: PodInfo, result: PreemptionResult, victims: list[PodInfo]) -> None:
+        sim = self.sim
+        keys, node = result.victim_keys, result.nominated_node
+        sim.preemptions.append({"preemptor": pod.key, "node": node, "victims": keys})
+        sim.victims_of.setdefault(pod.key, []).extend(keys)
+        sim._delete_victims(pod.key, victims)
+        r = sim.results.get(pod.key)
+        if r is not None:
+            r.note = f"preempted {len(keys)} pod(s) on node {node}: {', '.join(keys)}"
+
+    def preempt_group(self, info: PodGroupInfo, members: list[PodInfo], victims: list[PodInfo]) -> None:
         if victims:
-            self.preemptions.append((info, list(members), list(victims)))
+            self.sim.group_preemptions.append((info, list(members), list(victims)))
 
-    # binding tasks
-    def start(self, qpi: QueuedPodInfo, st: Any, chain: Chain, state: CycleState, decision: Decision) -> bool:
-        assert decision.node is not None
-        self.sim._reserve(qpi, state, decision, decision.node)
-        return qpi.key in self.sim.placed or qpi.pod.uid in self.sim.parked
+    # Rollouts
+    def chain_for(self, st: PolicyState, pod: PodInfo) -> tuple[Chain, str]:
+        return self.sim.chain, STABLE
+
+    def decided(self, st: PolicyState, pod: PodInfo, arm: str, decision: Decision, state: CycleState) -> None:
+        sim = self.sim
+        if sim.shadow is not None and sim.compared is not None:
+            follow = None if sim.follow is None else sim.follow.get(pod.key)
+            sim.compared.append(sim.shadow.compare(pod, sim.table, state, decision,
+                                                   follow if decision.scheduled else None, sim.nominator))
+
+    def bound(self, st: PolicyState, pod: PodInfo, seconds: float | None, node: str) -> None:
+        pass
 
 
-def _timeouts(wp) -> dict[str, float]:
+def _timeouts(wp: WaitingPod | None) -> dict[str, float]:
     """A parked pod's plugins and their timeouts (seconds, as Permit asked: read off the timers
     just set, the loop's clock has not moved since)."""
     if wp is None:
@@ -499,7 +485,7 @@ def _timeouts(wp) -> dict[str, float]:
     return out
 
 
-def _outcome(wp) -> Status | None:
+def _outcome(wp: WaitingPod) -> Status | None:
     """A parked pod's outcome once a plugin allowed or rejected it (None while it waits)."""
     fut = getattr(wp, "_future", None)
     if fut is None or not fut.done():

@@ -11,10 +11,10 @@ the engine drives it, on a virtual clock:
   PreEnqueue plugin holds (a scheduling gate, a PodGroup with fewer than minCount pods...) waits
   and is reported with that plugin's message. Pods are popped as the policy's QueueSort orders them
   (PrioritySort: higher priority first, then the input order).
-- Each popped pod gets a scheduling cycle (``schedule_one``). A placed pod is assumed on its node
-  exactly as the operator's binding tasks assume it, then Reserve and Permit run
-  (ClusterState.reserve), so the next pod sees it (VolumeBinding's Reserve assumes the PVs it
-  matched and the claims it would provision). A pod a Permit plugin parks (GangScheduling until
+- Each popped pod goes through the operator's own scheduling driver (scheduler/schedule_one.py):
+  a scheduling cycle (``schedule_one``); a placed pod is assumed on its node by the driver's
+  ``submit``, then Reserve and Permit run (ClusterState.reserve), so the next pod sees it
+  (VolumeBinding's Reserve assumes the PVs it matched and the claims it would provision). A pod a Permit plugin parks (GangScheduling until
   its group's quorum) waits there, in flight, until a plugin allows it (then it counts as bound)
   or rejects it (Unreserve, requeued); when nothing else is left to do, the earliest Permit timeout
   passes (upstream's ``rejected due to timeout after waiting ...``). A bound pod is counted as the

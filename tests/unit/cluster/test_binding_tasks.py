@@ -12,6 +12,7 @@ from fakeclient import FakeClient
 from policy_scheduler.cluster.binding_tasks import DECISION_ANNOTATION
 from policy_scheduler.cluster.decision_mac import MAC_ANNOTATION
 from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.serve import build_engine
 from policy_scheduler.framework.interface import PermitPlugin, PostFilterPlugin, PreBindPlugin, ReservePlugin
 from policy_scheduler.framework.queue.scheduling_queue import ACTIVE, BACKOFF, UNSCHEDULABLE
 from policy_scheduler.framework.status import Code, Status
@@ -59,7 +60,7 @@ def make_engine() -> Engine:
     """An engine with one policy and one node (call inside a running loop: it writes status)."""
     CALLS.clear()
     registry, _ = registry_with([__name__])
-    e = Engine(FakeClient(), registry=registry)
+    e = build_engine(FakeClient(), registry=registry)
     e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1},
                           "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "Recorder"}]}})
     e.on_node("ADDED", node("n1"))

@@ -8,8 +8,8 @@ import logging
 
 from fakeclient import FakeClient
 
-import policy_scheduler.cluster.engine as engine_mod
-from policy_scheduler.cluster.engine import Engine
+import policy_scheduler.scheduler.schedule_one as driver_mod
+from policy_scheduler.serve import build_engine
 from policy_scheduler.framework.interface import PermitPlugin
 from policy_scheduler.framework.status import Status
 from policy_scheduler.logs import FIELDS
@@ -43,7 +43,7 @@ def pod(name, cpu="1", **labels):
 def run_pods(*bodies) -> None:
     async def go():
         registry, _ = registry_with([__name__])
-        e = Engine(FakeClient(), registry=registry)
+        e = build_engine(FakeClient(), registry=registry)
         e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1},
                               "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "TaintToleration"},
                                                    {"name": "Refuser"}]}})
@@ -95,7 +95,7 @@ def test_at_info_no_decision_fields_are_built(caplog, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("decision fields built at INFO")
 
-    monkeypatch.setattr(engine_mod, "decision_fields", boom)
+    monkeypatch.setattr(driver_mod, "decision_fields", boom)
     caplog.set_level(logging.INFO, "policy_scheduler")
     run_pods(pod("a"), pod("b"))
     assert not [r for r in caplog.records if r.levelno < logging.INFO]

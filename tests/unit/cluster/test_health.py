@@ -11,8 +11,7 @@ import urllib.request
 
 from fakeclient import FakeClient
 from standby import Standby
-
-from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.serve import build_engine
 from policy_scheduler.health import HealthServer, probe_checks, verbose_body
 
 BASE = dict(crashed=None, leading=False, scheduling=False, listed=True, synced=True, waiting={}, lost=False,
@@ -89,7 +88,7 @@ def serve_and_get(health, paths: list[str]) -> list[tuple[int, str, str]]:
 
 def test_the_engine_over_http():
     lead = Standby()
-    e = Engine(FakeClient(), leadership=lead)
+    e = build_engine(FakeClient(), leadership=lead)
     out = serve_and_get(e.health, ["/readyz?verbose", "/readyz", "/livez?verbose", "/healthz?verbose",
                                    "/readyz/informer-sync", "/readyz/ping", "/readyz/nope",
                                    "/readyz?verbose&exclude=informer-sync&exclude=policies-loaded"])
@@ -141,7 +140,7 @@ def test_a_quarantined_object_fails_its_informers_check_and_revisions_off_is_a_w
     from policy_scheduler.cache.policies import RevisionsProblem
     from policy_scheduler.cluster.informer import Informer
 
-    e = Engine(FakeClient(), revision_namespace="ops", leadership=Standby())
+    e = build_engine(FakeClient(), revision_namespace="ops", leadership=Standby())
     e.synced = True
     pods, nodes = (Informer(e.client, "/x", lambda k, o: None, n) for n in ("pods", "nodes"))
     e.informers.informers = [pods, nodes]

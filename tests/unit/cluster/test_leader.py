@@ -10,6 +10,7 @@ from fakeclient import FakeClient
 from standby import Standby
 
 from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.serve import build_engine
 from policy_scheduler.cluster.leader import ElectionConfig
 
 
@@ -38,7 +39,7 @@ def pod(name, cpu="1"):
 def test_a_replica_without_a_valid_lease_writes_nothing():
     async def go():
         lead = Standby()
-        e = Engine(FakeClient(), leadership=lead, status_interval=0.01)
+        e = build_engine(FakeClient(), leadership=lead, status_interval=0.01)
         e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1},
                               "spec": {"plugins": [{"name": "NodeResourcesFit"}]}})
         e.on_node("ADDED", NODE)
@@ -76,7 +77,7 @@ def _pop(e: Engine, key: str):
 
 def test_probes_say_what_is_awaited():
     lead = Standby()
-    e = Engine(FakeClient(), leadership=lead)
+    e = build_engine(FakeClient(), leadership=lead)
     live, ready, details = e.health()
     assert (live, ready) == (True, False) and details["synced"] is False
     e.synced = True

@@ -8,6 +8,7 @@ import asyncio
 from fakeclient import FakeClient
 
 from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.serve import build_engine
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.queue.scheduling_queue import ACTIVE, GATED, UNSCHEDULABLE
 from policy_scheduler.plugins.default_preemption import WAITING_MESSAGE, DefaultPreemption
@@ -29,7 +30,7 @@ def pod(name, node_name="", priority=0, terminating=False):
 
 
 def engine_with_victims(n=3):
-    e = Engine(FakeClient())
+    e = build_engine(FakeClient())
     e.on_node("ADDED", node("n1"))
     victims = []
     for i in range(n):

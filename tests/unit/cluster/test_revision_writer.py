@@ -242,12 +242,12 @@ def test_off_without_a_namespace(client):
 
 
 def test_the_engine_restores_at_its_sync_point(client):
-    from policy_scheduler.cluster.engine import Engine
+    from policy_scheduler.serve import build_engine
 
     client.serve(PATH, rev.revision_object("binpack", "u1", GOOD, 4, 3))
 
     async def main():
-        e = Engine(client, revision_namespace=NS)
+        e = build_engine(client, revision_namespace=NS)
 
         async def listed():  # the informers, listed
             return 0.0

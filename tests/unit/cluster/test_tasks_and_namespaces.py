@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from policy_scheduler.cache.policies import POLICY_SELECTION
 from policy_scheduler.cluster import tasks
-from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.serve import build_engine
 from policy_scheduler.cluster.tasks import TaskFailures, Tasks
 
 
@@ -62,7 +62,7 @@ POLICY = {"plugins": [{"name": "NodeResourcesFit"}],
 
 def test_a_pod_of_an_unknown_namespace_waits_and_is_requeued_by_the_namespaces_add():
     async def go():
-        e = Engine(FakeClient())
+        e = build_engine(FakeClient())
         e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1, "uid": "u"}, "spec": POLICY})
         alloc = {"cpu": "4", "memory": "8Gi", "pods": "110"}
         e.on_node("ADDED", {"metadata": {"name": "n1", "labels": {}},

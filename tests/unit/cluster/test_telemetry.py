@@ -9,8 +9,7 @@ import random
 import uuid
 
 from fakeclient import FakeClient
-
-from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.serve import build_engine
 from policy_scheduler.cluster.telemetry import (ATTEMPT_BUCKETS, EXTENSION_POINT_BUCKETS, PLUGIN_BUCKETS, SLI_BUCKETS,
                                                 Telemetry, attempts_label)
 from policy_scheduler.framework.queue.scheduling_queue import SchedulingQueue
@@ -120,7 +119,7 @@ def pod(name, policy="p", cpu="1"):
 
 def test_the_engine_counts_attempts_when_bound_and_bounds_the_profile():
     async def go():
-        e = Engine(FakeClient(), plugin_metrics_sample_percent=100)
+        e = build_engine(FakeClient(), plugin_metrics_sample_percent=100)
         e.on_policy("ADDED", {"metadata": {"name": "p", "generation": 1},
                               "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "TaintToleration"}]}})
         e.on_node("ADDED", node("n1"))

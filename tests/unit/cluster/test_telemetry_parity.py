@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from policy_scheduler import __version__
 from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.serve import build_engine
 from policy_scheduler.cluster.kubeclient import ApiError, Credentials, KubeClient
 from policy_scheduler.cluster.telemetry import ATTEMPT_BUCKETS, POD_ATTEMPTS_BUCKETS, Telemetry
 from policy_scheduler.cluster.telemetry_collectors import KUBE_SCHEDULER_VERSION, REST_CLIENT_BUCKETS
@@ -55,7 +56,7 @@ def families(t: Telemetry) -> dict[str, list]:
 
 def scheduled_engine(leadership=None) -> Engine:
     async def go():
-        e = Engine(FakeClient(), plugin_metrics_sample_percent=100, leadership=leadership)
+        e = build_engine(FakeClient(), plugin_metrics_sample_percent=100, leadership=leadership)
         e.on_policy("ADDED", {"metadata": {"name": "p", "generation": 1},
                               "spec": {"plugins": [{"name": "NodeResourcesFit"}, {"name": "TaintToleration"}]}})
         for n in ("n1", "n2", "n3"):
@@ -203,7 +204,7 @@ def test_rest_client_metrics_of_every_request():
 
 def test_a_standby_exports_no_scheduling_series():
     lead = Standby()
-    e = Engine(FakeClient(), leadership=lead)
+    e = build_engine(FakeClient(), leadership=lead)
     t = e.telemetry
     e.route("nodes")("ADDED", node("n1"))
     t.leader.labels("policy-scheduler").set(0)
@@ -264,7 +265,7 @@ def test_pod_group_cycles_are_counted_by_upstreams_results():
     from policy_scheduler.cluster.sync import NATIVE_PODGROUPS
 
     async def go():
-        e = Engine(FakeClient())
+        e = build_engine(FakeClient())
         e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1}, "spec": {"plugins": GANG}})
         for n in ("n0", "n1"):
             e.on_node("ADDED", node(n))  # 4 cpu each
@@ -279,7 +280,7 @@ def test_pod_group_cycles_are_counted_by_upstreams_results():
         for _ in range(2):
             e.schedule(e.queue.pop())
         await e.stop()
-        fits = Engine(FakeClient())  # and a group that fits
+        fits = build_engine(FakeClient())  # and a group that fits
         fits.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1}, "spec": {"plugins": GANG}})
         fits.on_node("ADDED", node("n0"))
         fits.route(NATIVE_PODGROUPS)("ADDED", npg("ok", 2))

@@ -13,7 +13,7 @@ import os
 
 from fakeclient import FakeClient
 from policy_scheduler.policy.tuning import TuningSpec
-from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.serve import build_engine
 from policy_scheduler.serve import attach_tuner
 from policy_scheduler.cache.policies import PLURAL_PATH
 from policy_scheduler.cluster.tuner import (
@@ -54,7 +54,7 @@ def policy(mode="Recommend", fit=1, spread=10, generation=1, **tuning):
 
 def setup(body):
     client = FakeClient()
-    engine = Engine(client)
+    engine = build_engine(client)
     for i in range(12):
         engine.on_node("ADDED", node(i))
     engine.on_policy("ADDED", body)

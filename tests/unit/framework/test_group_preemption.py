@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))  # the 
 from fakeclient import FakeClient  # noqa: E402
 
 from policy_scheduler.cluster.engine import Engine  # noqa: E402
+from policy_scheduler.serve import build_engine  # noqa: E402
 from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402
 from policy_scheduler.framework import group_preemption as gp  # noqa: E402
 from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
@@ -60,7 +61,7 @@ def node(name, cpu="4", rack=None):
 
 
 def engine(nodes, plugins=GANG) -> Engine:
-    e = Engine(FakeClient())
+    e = build_engine(FakeClient())
     e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1}, "spec": {"plugins": plugins}})
     for n in nodes:
         e.on_node("ADDED", n)

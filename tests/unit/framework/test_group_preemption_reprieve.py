@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
 import test_gang_scheduling_plugin as G  # noqa: E402
 from fakeclient import FakeClient  # noqa: E402
-from policy_scheduler.cluster.engine import Engine  # noqa: E402
+from policy_scheduler.serve import build_engine  # noqa: E402
 from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402
 from policy_scheduler.framework import group_preemption as gp  # noqa: E402
 from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
@@ -50,7 +50,7 @@ def _run(monkeypatch, local: bool, anti: bool = False):
         monkeypatch.setattr(gp, "_node_local", lambda *a: False)
 
     async def go():
-        e = Engine(FakeClient(), rng=random.Random(7))  # G.engine, seeded: ties between nodes alike
+        e = build_engine(FakeClient(), rng=random.Random(7))  # G.engine, seeded: ties between nodes alike
         e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1}, "spec": {"plugins": PLUGINS}})
         for i in range(8):
             e.on_node("ADDED", G.node(f"n{i}", cpu="4"))

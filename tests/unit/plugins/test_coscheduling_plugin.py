@@ -16,6 +16,7 @@ from fakeclient import FakeClient  # noqa: E402
 
 from kit import QUEUE, SKIP, arg_errors, instance, table  # noqa: E402
 from policy_scheduler.cluster.engine import Engine  # noqa: E402
+from policy_scheduler.serve import build_engine  # noqa: E402
 from policy_scheduler.cluster.podgroup_status import PodGroupStatusWriter  # noqa: E402
 from policy_scheduler.framework.events import ASSIGNED_POD_DELETE, call_hint  # noqa: E402
 from policy_scheduler.framework.interface import CycleState, Handle, NodeToStatus  # noqa: E402
@@ -207,7 +208,7 @@ GANG = [{"name": "NodeResourcesFit"}, {"name": "DefaultPreemption"}, {"name": "C
 
 
 def engine(n_nodes=3, args=None) -> Engine:
-    e = Engine(FakeClient())
+    e = build_engine(FakeClient())
     plugins = [dict(x) for x in GANG]
     if args:
         plugins[-1]["args"] = args

@@ -18,6 +18,7 @@ from fakeclient import FakeClient  # noqa: E402
 
 from kit import QUEUE, SKIP, table  # noqa: E402
 from policy_scheduler.cluster.engine import DECISION_ANNOTATION, Engine  # noqa: E402
+from policy_scheduler.serve import build_engine  # noqa: E402
 from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402
 from policy_scheduler.framework.events import call_hint  # noqa: E402
 from policy_scheduler.framework.interface import CycleState, Handle  # noqa: E402
@@ -149,7 +150,7 @@ GANG = [{"name": "NodeResourcesFit"}, {"name": "InterPodAffinity"}, {"name": "De
 
 
 def engine(nodes, plugins=None) -> Engine:
-    e = Engine(FakeClient())
+    e = build_engine(FakeClient())
     e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1}, "spec": {"plugins": plugins or GANG}})
     for n in nodes:
         e.on_node("ADDED", n)

@@ -286,8 +286,7 @@ def test_the_operator_run_with_the_same_seed_places_every_pod_where_the_simulati
     order on the same state, go to the same nodes, ties included."""
     import asyncio
     import random
-
-    from policy_scheduler.cluster.engine import Engine
+    from policy_scheduler.serve import build_engine
 
     nodes = [node(f"n{i:02d}", zone="abc"[i % 3]) for i in range(12)]
     pods = [pod(f"p{i:02d}", ("250m", "500m", "1")[i % 3], schedulerName="policy-scheduler")
@@ -298,7 +297,7 @@ def test_the_operator_run_with_the_same_seed_places_every_pod_where_the_simulati
     assert sum(not r.unique for r in sim.results) >= 10  # plenty of ties to draw
 
     async def operator(seed):
-        e = Engine(SimpleNamespace(), rng=random.Random(seed))  # no binding task gets to run
+        e = build_engine(SimpleNamespace(), rng=random.Random(seed))  # no binding task gets to run
         e.on_policy("ADDED", {**DEFAULT, "metadata": {"name": "default", "generation": 1}})
         for n in nodes:
             e.on_node("ADDED", n)

@@ -87,8 +87,10 @@ class VolumeCache:
         return [(ClusterEvent(_RESOURCES[kind], ActionType.ADD if old is None else ActionType.UPDATE), old, new)]
 
     def _store(self, kind: str) -> dict[str, Any]:
-        return {PERSISTENT_VOLUMES: self._pvs, PERSISTENT_VOLUME_CLAIMS: self._pvcs, STORAGE_CLASSES: self._classes,
-                CSI_NODES: self._csinodes, CSI_DRIVERS: self._csidrivers}[kind]
+        stores: dict[str, dict[str, Any]] = {
+            PERSISTENT_VOLUMES: self._pvs, PERSISTENT_VOLUME_CLAIMS: self._pvcs, STORAGE_CLASSES: self._classes,
+            CSI_NODES: self._csinodes, CSI_DRIVERS: self._csidrivers}
+        return stores[kind]
 
     def _remove(self, kind: str, key: str, old: Any) -> None:
         del self._store(kind)[key]

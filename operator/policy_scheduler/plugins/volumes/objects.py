@@ -7,7 +7,7 @@ CSIDrivers, parsed once per watch event, keeping only what those plugins read. `
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ...framework.events import ActionType, Resource
 from ...framework.model.labels import LabelSelector, NodeSelector, SelectorError
