@@ -203,7 +203,8 @@ async def undo(client, policy: str, namespace: str, to_revision: int | None) -> 
 
 # ---------------------------------------------------------------------------------- commands
 def _run(a: argparse.Namespace, who: str, work) -> int:
-    from .kubeclient import REQUEST_ERRORS, CredentialsError, KubeClient, load_credentials
+    from .credentials import CredentialsError, load_credentials
+    from .kubeclient import REQUEST_ERRORS, KubeClient
 
     try:
         creds = load_credentials(a.kubeconfig, a.context)

@@ -36,7 +36,7 @@ def _startup_error(a: argparse.Namespace, msg: str) -> None:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from ..cluster.kubeclient import load_credentials
+    from ..cluster.credentials import load_credentials
     from ..serve import election_config, serve
     from ..plugins import registry_with
 

@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from policy_scheduler import __version__
 from policy_scheduler.cluster.engine import Engine
-from policy_scheduler.cluster.kubeclient import ApiError, Credentials, KubeClient
+from policy_scheduler.cluster.credentials import Credentials
+from policy_scheduler.cluster.kubeclient import ApiError, KubeClient
 from policy_scheduler.cluster.telemetry import ATTEMPT_BUCKETS, POD_ATTEMPTS_BUCKETS, Telemetry
 from policy_scheduler.cluster.telemetry_collectors import KUBE_SCHEDULER_VERSION, REST_CLIENT_BUCKETS
 from policy_scheduler.framework.status import Code
