@@ -52,7 +52,6 @@ GATED = "gated"
 
 # Event labels used by the queue itself (upstream framework/events.go).
 EVENT_POD_ADD = "UnscheduledPodAdd"
-EVENT_POD_UPDATE = "UnscheduledPodUpdate"
 EVENT_BACKOFF_COMPLETE = "BackoffComplete"
 EVENT_ATTEMPT_FAILURE = "ScheduleAttemptFailure"
 EVENT_POPPED_FROM_BACKOFF = "PoppedFromBackoffQ"  # our label: activeQ was empty (SchedulerPopFromBackoffQ)
