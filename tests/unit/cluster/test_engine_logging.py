@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 
 import policy_scheduler.cluster.engine as engine_mod
 from policy_scheduler.cluster.engine import Engine

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from fakeclient import FakeClient
-from standby import Standby
+from support.fakeclient import FakeClient
+from support.standby import Standby
 
 from policy_scheduler.cluster.engine import Engine
 from policy_scheduler.cluster.leader import ElectionConfig

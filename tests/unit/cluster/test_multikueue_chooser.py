@@ -17,7 +17,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 from policy_scheduler.cluster import multikueue as mkmod
 from policy_scheduler.cluster import multikueue_workers as workers_mod
 from policy_scheduler.cluster.certs import make_ca

@@ -11,7 +11,7 @@ import copy
 import functools
 import os
 
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 from policy_scheduler.api.models import TuningSpec
 from policy_scheduler.cluster.engine import Engine
 from policy_scheduler.serve import attach_tuner

@@ -7,22 +7,18 @@ reservation."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))  # the in-memory client
-from fakeclient import FakeClient  # noqa: E402
-
-from kit import QUEUE, SKIP, arg_errors, instance, table  # noqa: E402
-from policy_scheduler.cluster.engine import Engine  # noqa: E402
-from policy_scheduler.cluster.podgroup_status import PodGroupStatusWriter  # noqa: E402
-from policy_scheduler.framework.events import ASSIGNED_POD_DELETE, call_hint  # noqa: E402
-from policy_scheduler.framework.interface import CycleState, Handle, NodeToStatus  # noqa: E402
-from policy_scheduler.framework.model.podgroups import POD_GROUP_LABEL, POD_GROUP_MEMBERS, PodGroupChange  # noqa: E402
-from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
-from policy_scheduler.framework.status import Code, Status  # noqa: E402
-from policy_scheduler.plugins.coscheduling import Coscheduling, format_amount  # noqa: E402
+from support.fakeclient import FakeClient
+from support.kit import QUEUE, SKIP, arg_errors, instance, table
+from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.cluster.podgroup_status import PodGroupStatusWriter
+from policy_scheduler.framework.events import ASSIGNED_POD_DELETE, call_hint
+from policy_scheduler.framework.interface import CycleState, Handle, NodeToStatus
+from policy_scheduler.framework.model.podgroups import POD_GROUP_LABEL, POD_GROUP_MEMBERS, PodGroupChange
+from policy_scheduler.framework.model.podinfo import parse_pod
+from policy_scheduler.framework.status import Code, Status
+from policy_scheduler.plugins.coscheduling import Coscheduling, format_amount
 
 NS = "ns"
 

@@ -18,7 +18,7 @@ from policy_scheduler.plugins.inter_pod_affinity import (
     InterPodAffinityArgs,
 )
 from policy_scheduler.framework.events import NAMESPACE_LABELS, ActionType, NamespaceChange, Resource
-from kit import QUEUE, SKIP, arg_errors, changed, hint, node, refused, registered
+from support.kit import QUEUE, SKIP, arg_errors, changed, hint, node, refused, registered
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"

@@ -19,7 +19,7 @@ from policy_scheduler.plugins.load_aware import PLUGIN, LoadAware
 
 from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource
 
-from kit import QUEUE, ViewHandle, arg_errors, hint, node, refused, registered
+from support.kit import QUEUE, ViewHandle, arg_errors, hint, node, refused, registered
 
 GI = 1024 ** 3
 NOW = 1000.0

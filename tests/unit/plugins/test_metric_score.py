@@ -18,7 +18,7 @@ from policy_scheduler.plugins.metric_score import PLUGIN, MetricScore
 
 from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource
 
-from kit import QUEUE, ViewHandle, hint, node, refused, registered
+from support.kit import QUEUE, ViewHandle, hint, node, refused, registered
 
 NOW = 1000.0
 

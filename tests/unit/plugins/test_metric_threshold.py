@@ -15,7 +15,7 @@ from policy_scheduler.plugins.metric_threshold import PLUGIN, MetricThreshold
 
 from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource
 
-from kit import QUEUE, ViewHandle, hint, node, refused, registered
+from support.kit import QUEUE, ViewHandle, hint, node, refused, registered
 
 NOW = 1000.0
 GPU_QUERY = "max by (Hostname) (DCGM_FI_DEV_GPU_UTIL) / 100"

@@ -16,9 +16,9 @@ from policy_scheduler.framework.status import Code
 from policy_scheduler.framework.model.resources import broken_linear, go_div, is_scalar_resource_name
 from policy_scheduler.plugins.node_resources_fit import PLUGIN
 
-import kit
+from support import kit
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, changed, hint, node, registered
+from support.kit import QUEUE, SKIP, changed, hint, node, registered
 
 MI = 1024 * 1024
 

@@ -18,7 +18,7 @@ from policy_scheduler.plugins.pod_topology_spread import (ERR_REASON_CONSTRAINTS
                                                           ERR_REASON_NODE_LABEL_NOT_MATCH, PLUGIN,
                                                           PodTopologySpreadArgs, go_log, go_round)
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, arg_errors, changed, hint, node, refused, registered
+from support.kit import QUEUE, SKIP, arg_errors, changed, hint, node, refused, registered
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"

@@ -7,7 +7,7 @@ import asyncio
 import io
 
 import pytest
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 
 from policy_scheduler.cache import revisions as rev
 from policy_scheduler.cli import build_parser
