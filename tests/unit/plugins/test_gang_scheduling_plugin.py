@@ -12,11 +12,12 @@ import asyncio
 import json
 
 from support.gangs import NS, cond_message, deletes, drain, engine, node, npg, pod_body
+from support.handles import MemoryActions, state_handle
 from support.kit import QUEUE, SKIP, table
 from policy_scheduler.cluster.engine import DECISION_ANNOTATION, Engine
 from policy_scheduler.cluster.sync import NATIVE_PODGROUPS
 from policy_scheduler.framework.events import call_hint
-from policy_scheduler.framework.interface import CycleState, Handle
+from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.model.native_podgroups import NATIVE_POD_GROUP_MEMBERS, NativePodGroup
 from policy_scheduler.framework.model.podgroups import PodGroupChange
 from policy_scheduler.framework.model.podinfo import parse_pod
@@ -24,26 +25,19 @@ from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.gang_scheduling import GangScheduling, GangSchedulingArgs
 
 
-class EventHandle(Handle):
-    def __init__(self):
-        self.events = []
-        self.activated = []
-
-    def pod_event(self, pod, reason, message):
-        self.events.append((pod.name, reason, message))
-
-    def activate_pods(self, keys):
-        self.activated.append(sorted(keys))
-        return len(keys)
+def event_handle():
+    """The real handle; the events the plugin posts and the pods it activates are in
+    ``h.actions.events`` and ``h.actions.activated``."""
+    return state_handle(actions=MemoryActions(activate=True))
 
 
 def plugin(handle=None):
-    return GangScheduling(None, handle or EventHandle())
+    return GangScheduling(None, handle or event_handle())
 
 
 # ------------------------------------------------------------------ PreEnqueue
 def test_pre_enqueue_upstream_messages_nothing_written():
-    h = EventHandle()
+    h = event_handle()
     p = plugin(h)
     a0 = parse_pod(pod_body("a-0", "a"))
     assert p.pre_enqueue(parse_pod(pod_body("plain"))).is_success
@@ -51,7 +45,7 @@ def test_pre_enqueue_upstream_messages_nothing_written():
     assert st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
     assert st.message() == 'waiting for pods\'s pod group "a" to appear in scheduling queue'
     p.pre_enqueue(a0)
-    assert h.events == []  # upstream v1.37.1: a PreEnqueue rejection writes nothing, posts no event
+    assert h.actions.events == []  # upstream v1.37.1: a PreEnqueue rejection writes nothing, posts no event
     p.cache.apply("ADDED", npg("a", 3))
     p.cache.on_pod("ADDED", pod_body("a-0", "a"))
     p.cache.on_pod("ADDED", pod_body("a-1", "a"))
@@ -66,7 +60,7 @@ def test_pre_enqueue_upstream_messages_nothing_written():
 
 # ------------------------------------------------------------------ Permit
 def test_permit_waits_for_min_count_and_activates_the_unplaced_members():
-    h = EventHandle()
+    h = event_handle()
     p = plugin(h)
     p.cache.apply("ADDED", npg("a", 2))
     for i in range(3):
@@ -76,7 +70,7 @@ def test_permit_waits_for_min_count_and_activates_the_unplaced_members():
     st, timeout = p.permit(CycleState(), a0, "n1")
     assert (st.code, st.message(), timeout) == (Code.WAIT, "waiting for minCount pods from a gang to be scheduled",
                                                 300.0)
-    assert h.activated == [["ns/a-1", "ns/a-2"]]
+    assert h.actions.activated == [["ns/a-1", "ns/a-2"]]
     a1 = parse_pod(pod_body("a-1", "a"))
     p.reserve(CycleState(), a1, "n1")
     assert p.permit(CycleState(), a1, "n1")[0].is_success and p.cache.permitted("ns/a")
@@ -500,7 +494,7 @@ def test_composite_two_levels_one_zone_each_child_in_a_rack():
 
 
 def test_composite_pre_enqueue_waits_for_the_tree_and_its_parent():
-    h = EventHandle()
+    h = event_handle()
     p = plugin(h)
     p.cache.apply("ADDED", child("a", 2, "c"))
     p.cache.on_pod("ADDED", pod_body("a-0", "a"))
