@@ -38,7 +38,7 @@ from ..framework.preemption import PDB
 from ..framework.status import Status
 from ..framework.model.dra import KINDS as DRA_KIND_NAMES, PATHS as DRA_PATHS, DraCache
 from ..framework.model.volumes import VolumeCache
-from ..framework.cycle.binding_cycle import WaitingPods  # framework/waiting.py once split
+from ..framework.waiting import WaitingPods
 from .workloads import WorkloadIndex
 
 log = logging.getLogger("policy_scheduler")
