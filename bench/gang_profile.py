@@ -1,5 +1,5 @@
 """Where a gang's time goes, without an API server: the operator's Engine on the in-memory
-FakeClient (tests/unit/cluster/fakeclient.py), policies/default.yaml, cProfile.
+FakeClient (tests/support/fakeclient.py), policies/default.yaml, cProfile.
 
     .venv/bin/python bench/gang_profile.py [--workload GangScheduling|GangPreemption]
         [--nodes 100] [--groups 10] [--size 50] [--pods-first] [--noprof] [--top 30]
@@ -29,8 +29,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
-sys.path.insert(0, str(ROOT / "tests" / "unit" / "cluster"))
-from fakeclient import FakeClient  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))  # support/: the in-memory API client
+from support.fakeclient import FakeClient  # noqa: E402
 from policy_scheduler.cluster.engine import Engine  # noqa: E402
 from policy_scheduler.serve import build_engine  # noqa: E402
 from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402

@@ -224,7 +224,8 @@ import yaml
 
 from policy_scheduler.policy.models import SchedulingPolicySpec
 from policy_scheduler.cluster.informer import Informer
-from policy_scheduler.cluster.kubeclient import ApiError, KubeClient, load_credentials
+from policy_scheduler.cluster.credentials import load_credentials
+from policy_scheduler.cluster.kubeclient import ApiError, KubeClient
 from policy_scheduler.framework.cycle.shadow import shares_filters
 from policy_scheduler.framework.model.quantity import to_int
 

@@ -386,7 +386,8 @@ async def wait_bound(metrics_url: str, want: int, op: subprocess.Popen, log: Pat
 
 async def burst(a: argparse.Namespace, cluster, prom: Prometheus, run_dir: Path, marks: list) -> tuple[float, float]:
     """Everything on the cluster: policy, nodes, the operator, the phases. Returns (start, end) unix times."""
-    from policy_scheduler.cluster.kubeclient import KubeClient, load_credentials
+    from policy_scheduler.cluster.credentials import load_credentials
+    from policy_scheduler.cluster.kubeclient import KubeClient
 
     client = KubeClient(load_credentials(cluster.admin_kubeconfig), qps=0, burst=1, timeout=120,
                         user_agent="render-dashboard")

@@ -1,17 +1,13 @@
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-# hack/ holds the local control plane manager (stdlib only); tests and benchmarks import it.
-sys.path.insert(0, str(ROOT / "hack"))
-
-
+# tests/ (the support package), hack/ (the local control plane manager, stdlib only) and bench/ (its
+# scripts) are on sys.path through pyproject.toml's pytest pythonpath.
+#
 # Fixtures shared by the unit tests live here: a second conftest.py under tests/unit would replace
 # tests/e2e/conftest.py as the module `conftest` that e2e tests import OperatorProcess from.
-import logging  # noqa: E402
-import threading  # noqa: E402
+import logging
+import sys
+import threading
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture

@@ -1,9 +1,10 @@
 """policy-scheduler command line: the parser and ``main``. The commands live in commands/: run the
 operator (commands/run.py: its flags; serve.py builds and runs it), explain a decision
 (commands/explain.py; explain.py prints the record), snapshot the cluster, simulate policies on it and
-tune a policy's weights offline (commands/whatif.py; whatif/ computes and writes their results), a
-policy's revisions (rollout: cluster/rollout.py), shell completion (commands/completion.py). Printing
-the CRD is here, and what ``main`` does for every command: a reader that went away ends it quietly."""
+tune a policy's weights offline (commands/whatif.py; whatif/ computes and writes their results), the
+kubeconfig's clusters and their capacity (commands/clusters.py), a policy's revisions and rollout
+(commands/rollout.py), shell completion (commands/completion.py). Printing the CRD is here, and what
+``main`` does for every command: a reader that went away ends it quietly."""
 
 from __future__ import annotations
 
@@ -22,8 +23,7 @@ def cmd_crd(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cluster.rollout import add_parser as add_rollout_parser
-    from .commands import CONTEXT_HELP, KUBECONFIG_HELP, clusters, completion, explain, run, whatif
+    from .commands import clusters, completion, explain, rollout, run, whatif
 
     p = argparse.ArgumentParser(
         prog="policy-scheduler",
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_parser(sub)
     whatif.add_parser(sub)
     clusters.add_parser(sub)
-    add_rollout_parser(sub, KUBECONFIG_HELP, CONTEXT_HELP)  # rollout history|undo (cluster/rollout.py)
+    rollout.add_parser(sub)
     completion.add_parser(sub, p)
     return p
 

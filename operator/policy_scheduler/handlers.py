@@ -16,7 +16,7 @@ import logging
 import kopf
 
 from .cluster.engine import Engine
-from .cluster.kubeclient import load_credentials
+from .cluster.credentials import load_credentials
 
 
 def _report_engine_exit(task: asyncio.Task) -> None:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import time
+import urllib.request
+from pathlib import Path
 from typing import Callable, TypeVar
+
+import yaml
 
 T = TypeVar("T")
 KWOK = {"kwok.x-k8s.io/node": "fake"}
@@ -154,3 +160,42 @@ def merged_kubeconfig(clusters: dict) -> str:
             merged[part] += [{**x, "name": name} for x in kc[part]]
         merged["contexts"].append({"name": name, "context": {"cluster": name, "user": name}})
     return json.dumps(merged)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+DECISION = "policy-scheduler.io/decision"  # the pod annotation of the decision record
+
+
+def webhook_configs(port: int, name: str) -> dict[str, dict]:
+    """manifests/08-webhooks.yaml's configurations, named ``name``, calling 127.0.0.1:``port``."""
+    docs = [d for d in yaml.safe_load_all((ROOT / "manifests" / "08-webhooks.yaml").read_text()) if d]
+    out = {}
+    for d in docs:
+        if d["kind"] in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            d = copy.deepcopy(d)
+            d["metadata"]["name"] = name
+            for w in d["webhooks"]:
+                path = w["clientConfig"].pop("service")["path"]
+                w["clientConfig"]["url"] = f"https://127.0.0.1:{port}{path}"
+            out[d["kind"]] = d
+    return out
+
+
+def metric(port: int, name: str, **labels) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def arms(core, namespace: str, names) -> dict[str, int]:
+    names = set(names)
+    out: dict[str, int] = {}
+    for p in core.list_namespaced_pod(namespace).items:
+        if p.metadata.name in names and p.spec.node_name:
+            d = json.loads((p.metadata.annotations or {}).get(DECISION, "{}"))
+            arm = (d.get("rollout") or {}).get("arm", "none")
+            out[arm] = out.get(arm, 0) + 1
+    return out

@@ -25,9 +25,8 @@ from kubernetes.client.rest import ApiException
 
 import localcluster
 from conftest import OperatorProcess
-from helpers import (FAST_ELECTION, GROUP, PLURAL, VERSION, apply_policy, example_plugins, pod, policy_status,
-                     wait_bound, wait_for)
-from test_staged_rollout import arms, metric
+from helpers import (FAST_ELECTION, GROUP, PLURAL, VERSION, apply_policy, arms, example_plugins, metric, pod,
+                     policy_status, wait_bound, wait_for)
 
 LABEL = "policy-scheduler.io/policy"
 DECISION = "policy-scheduler.io/decision"

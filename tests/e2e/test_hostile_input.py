@@ -22,9 +22,9 @@ from kubernetes.client.rest import ApiException
 
 import localcluster
 from conftest import OperatorProcess
-from helpers import STEADY_ELECTION, GROUP, PLURAL, VERSION, apply_policy, events_for, pod, wait_bound, wait_for
+from helpers import (STEADY_ELECTION, GROUP, PLURAL, VERSION, apply_policy, events_for, pod, wait_bound, wait_for,
+                     webhook_configs)
 from policy_scheduler.safejson import loads
-from test_webhooks import webhook_configs
 
 SCHED = "hostile-scheduler"
 CONFIG = "hostile-e2e"

@@ -523,7 +523,7 @@ class InProcessOperator:
             self.error = e
 
     async def _run(self) -> None:
-        from policy_scheduler.cluster.kubeclient import load_credentials
+        from policy_scheduler.cluster.credentials import load_credentials
         from policy_scheduler.serve import serve
         from policy_scheduler.plugins import default_registry
 

@@ -27,22 +27,18 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 import localcluster
 from conftest import OperatorProcess
-from helpers import (GROUP, PLURAL, STEADY_ELECTION, VERSION, apply_policy, example_plugins, pod, policy_status,
-                     ready_condition, wait_bound, wait_for)
+from helpers import (GROUP, PLURAL, STEADY_ELECTION, VERSION, apply_policy, arms, example_plugins, metric, pod,
+                     policy_status, ready_condition, wait_bound, wait_for)
 
-ROOT = Path(__file__).resolve().parents[2]
 LABEL = "policy-scheduler.io/policy"
 ZONE = "topology.kubernetes.io/zone"
-DECISION = "policy-scheduler.io/decision"
 
 
 def binpack(**weights) -> list[dict]:
@@ -83,15 +79,6 @@ def rollout_condition(policies, name: str) -> dict | None:
 def policy_events(core, name: str, reason: str) -> list:
     evs = client.EventsV1Api(core.api_client).list_namespaced_event("default").items
     return [e for e in evs if e.regarding and e.regarding.name == name and e.reason == reason]
-
-
-def metric(port: int, name: str, **labels) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def decided_in_order(log: str, namespace: str) -> list[tuple[str, str | None]]:
@@ -212,17 +199,6 @@ def replicas(cluster, sched: str, policy: str, extra: list[str] | None = None, *
         r.wait_synced()
     wait_for(lambda: sum("successfully acquired lease" in r.log() for r in reps) == 1, 30, what="one leader")
     return reps, mports
-
-
-def arms(core, namespace: str, names) -> dict[str, int]:
-    names = set(names)
-    out: dict[str, int] = {}
-    for p in core.list_namespaced_pod(namespace).items:
-        if p.metadata.name in names and p.spec.node_name:
-            d = json.loads((p.metadata.annotations or {}).get(DECISION, "{}"))
-            arm = (d.get("rollout") or {}).get("arm", "none")
-            out[arm] = out.get(arm, 0) + 1
-    return out
 
 
 def test_a_canary_takes_its_share_survives_a_leader_kill_and_is_promoted(cluster, core, namespace, nodes, crd,

@@ -11,15 +11,12 @@ The scenario's steps are bench/tenant_memory.py's (the benchmark runs them at an
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 from conftest import OperatorProcess, wait_served
 from helpers import GROUP, PLURAL, VERSION, apply_policy, example_plugins
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import tenant_memory as tm  # noqa: E402
+import tenant_memory as tm  # bench/, on sys.path through pyproject.toml
 
 SCHED = POLICY = "tenant-memory"
 NODES, PODS, VALUES = 2000, 40, 2000

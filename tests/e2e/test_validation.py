@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from kubernetes.client.rest import ApiException
 
 from helpers import GROUP, PLURAL, VERSION, apply_policy, pod, wait_for
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from invalid_policies import Case, invalid_policies, names_field, refusal_for  # noqa: E402
+from support.invalid_policies import Case, invalid_policies, names_field, refusal_for
 
 POLICY = "policy-scheduler.io/policy"
 RUN_LABEL = "e2e-validation"

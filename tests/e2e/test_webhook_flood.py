@@ -21,8 +21,7 @@ from kubernetes import client
 
 import localcluster
 from conftest import OperatorProcess
-from helpers import STEADY_ELECTION, GROUP, PLURAL, VERSION, apply_policy, pod, wait_for
-from test_webhooks import webhook_configs
+from helpers import STEADY_ELECTION, GROUP, PLURAL, VERSION, apply_policy, pod, wait_for, webhook_configs
 
 SCHED = "flood-scheduler"
 CONFIG = "flood-e2e"

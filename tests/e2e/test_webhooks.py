@@ -4,10 +4,8 @@ installed under another name and call the operator by URL (no Service network he
 
 from __future__ import annotations
 
-import copy
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -16,27 +14,11 @@ from kubernetes.client.rest import ApiException
 
 import localcluster
 from conftest import OperatorProcess
-from helpers import GROUP, PLURAL, VERSION, apply_policy, pod, ready_condition, wait_bound, wait_for
+from helpers import GROUP, PLURAL, VERSION, apply_policy, pod, ready_condition, wait_bound, wait_for, webhook_configs
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHED = "admission-scheduler"
 CONFIG = "admission-e2e"
 LABEL = "policy-scheduler.io/policy"
-
-
-def webhook_configs(port: int, name: str = CONFIG) -> dict[str, dict]:
-    """manifests/08-webhooks.yaml's configurations, named ``name``, calling 127.0.0.1:``port``."""
-    docs = [d for d in yaml.safe_load_all((ROOT / "manifests" / "08-webhooks.yaml").read_text()) if d]
-    out = {}
-    for d in docs:
-        if d["kind"] in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-            d = copy.deepcopy(d)
-            d["metadata"]["name"] = name
-            for w in d["webhooks"]:
-                path = w["clientConfig"].pop("service")["path"]
-                w["clientConfig"]["url"] = f"https://127.0.0.1:{port}{path}"
-            out[d["kind"]] = d
-    return out
 
 
 @pytest.fixture
@@ -51,7 +33,7 @@ def webhooks(api, core, cluster, crd, policies, nodes, namespace, tmp_path):
                  namespaceSelector={"matchLabels": {"team": "batch"}})
     nodes("adm-0", cpu="8")
     adm = client.AdmissionregistrationV1Api(api)
-    cfgs = webhook_configs(port)
+    cfgs = webhook_configs(port, CONFIG)
     adm.create_validating_webhook_configuration(cfgs["ValidatingWebhookConfiguration"])
     adm.create_mutating_webhook_configuration(cfgs["MutatingWebhookConfiguration"])
     op = OperatorProcess(cluster, SCHED, extra=args)

@@ -1,16 +1,11 @@
 """bench/throughput.py's workload catalogue and bench/table.py's table: the pure parts (no control plane)."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import yaml
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))  # bench/ is no package: import its scripts as modules, like hack/'s
-
-import table  # noqa: E402
-import throughput as tp  # noqa: E402
+# bench/ is no package: its scripts are on sys.path through pyproject.toml's pytest pythonpath, like hack/'s
+import table
+import throughput as tp
 
 
 def nodes_of(wl, n):

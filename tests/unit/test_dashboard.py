@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-import dashboard  # hack/, on sys.path through tests/conftest.py
+import dashboard  # hack/, on sys.path through pyproject.toml
 import render_dashboard
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"

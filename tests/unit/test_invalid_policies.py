@@ -1,4 +1,4 @@
-"""Generated invalid policies (tests/unit/invalid_policies.py), each refused by the validation the
+"""Generated invalid policies (tests/support/invalid_policies.py), each refused by the validation the
 operator runs (PolicyStore.on_policy) with an error naming the field that is wrong; valid ones pass.
 
 Nothing a user writes may block the operator: every policy here is judged in milliseconds,
@@ -16,7 +16,7 @@ from policy_scheduler.cache.policies import PolicyStore
 from policy_scheduler.framework.interface import Handle
 from policy_scheduler.metricsources.manager import MetricSources
 
-from invalid_policies import Case, invalid_policies, refusal_for, valid_policies
+from support.invalid_policies import Case, invalid_policies, refusal_for, valid_policies
 
 CASES = invalid_policies()
 

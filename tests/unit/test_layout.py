@@ -456,7 +456,7 @@ def test_whatif_imports_nothing_from_cluster():
 
 
 def test_the_cache_is_pure():
-    """cache/ (absent until the ClusterState lands) imports neither the I/O layers nor a client."""
+    """cache/ imports neither the I/O layers nor a client."""
     above = {"cluster", "whatif", "cli", "serve", "handlers"}
     bad = [f"{m}:{line} imports {t}" for m, edges in sorted(package_graph().items()) if m.split(".")[0] == "cache"
            for t, line in sorted(edges.items()) if t.split(".")[0] in above]

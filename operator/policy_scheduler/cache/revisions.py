@@ -2,7 +2,7 @@
 as an apps/v1 ControllerRevision, as Deployments and StatefulSets record theirs. This module is
 the bookkeeping, pure (no client): names, hashes, numbers, the history limit, the revision to
 fall back on, what changed between two revisions. cluster/revisions.py reads and writes them;
-cluster/rollout.py is `policy-scheduler rollout history|undo`.
+commands/rollout.py is `policy-scheduler rollout history|undo`.
 
 A revision of policy ``binpack`` lives in the operator's namespace (``--revision-namespace``) as::
 

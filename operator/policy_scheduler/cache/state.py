@@ -39,7 +39,7 @@ from ..framework.status import Status
 from ..plugins.dynamicresources.objects import KINDS as DRA_KIND_NAMES, PATHS as DRA_PATHS
 from ..plugins.dynamicresources.cache import DraCache
 from ..plugins.volumes.cache import VolumeCache
-from ..framework.cycle.binding_cycle import WaitingPods  # framework/waiting.py once split
+from ..framework.waiting import WaitingPods
 from .workloads import WorkloadIndex
 
 log = logging.getLogger("policy_scheduler")

@@ -57,7 +57,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("policy_scheduler.webhooks")
 
-INJECT_LABEL = "policy-scheduler.io/inject"  # namespace label: "enabled" opts its pods in (manifests/)
 MAX_MESSAGE = 4000
 # the largest body read: the API server sends an object of up to 3 MiB, twice for an UPDATE
 MAX_BODY = 8 * 1024 * 1024

@@ -318,9 +318,9 @@ def ssl_context(cfg: InlineKubeconfig) -> ssl.SSLContext:
 
 
 def credentials(cfg: InlineKubeconfig, source: str):
-    """cluster.kubeclient.Credentials from the accepted values only (a static token, no refresh
+    """cluster.credentials.Credentials from the accepted values only (a static token, no refresh
     hook: nothing is ever run or re-read)."""
-    from .kubeclient import Credentials
+    from .credentials import Credentials
 
     return Credentials(server=cfg.server, ssl_context=ssl_context(cfg), token=cfg.token, namespace=cfg.namespace,
                        ca_data=cfg.ca_pem, cert_data=cfg.cert_pem, key_data=cfg.key_pem, insecure=cfg.insecure,

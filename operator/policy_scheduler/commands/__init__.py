@@ -1,5 +1,6 @@
 """The commands of `policy-scheduler` (cli.py builds the parser and runs one): each module adds its
-subcommands' flags (``add_parser``) and holds what they run. Here: what several of them share."""
+subcommands' flags (``add_parser``) and holds what they run. Here: what several of them share
+(the kubeconfig flags' help, the cluster flags, the argparse types)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,17 @@ def positive(v: str) -> int:
         raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
     if n < 1:
         raise argparse.ArgumentTypeError(f"{v!r} is not a positive integer")
+    return n
+
+
+def non_negative(v: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{v!r} is negative")
     return n
 
 

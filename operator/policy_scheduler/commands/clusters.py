@@ -75,7 +75,7 @@ def cluster_capacity(snap, probe: list[dict[str, Any]], seed: int = 0) -> dict[s
 
 
 def cmd_clusters(a: argparse.Namespace) -> int:
-    from ..cluster.kubeclient import CredentialsError, kubeconfig_contexts
+    from ..cluster.credentials import CredentialsError, kubeconfig_contexts
     from ..framework.model.quantity import QuantityError, resource_value
     from .whatif import _live_snapshot, _quiet_operator_logs
 

@@ -154,7 +154,7 @@ def fetch(a: argparse.Namespace, ns: str, name: str) -> tuple[dict, dict | None,
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    from ..cluster.kubeclient import client_configuration
+    from ..cluster.credentials import client_configuration
 
     try:
         cfg = client_configuration(a.kubeconfig, a.context)
@@ -234,7 +234,7 @@ def read_secret(a: argparse.Namespace, ns: str, name: str) -> Any:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
-        from ..cluster.kubeclient import client_configuration
+        from ..cluster.credentials import client_configuration
 
         core = client.CoreV1Api(client.ApiClient(client_configuration(a.kubeconfig, a.context)))
         return json.loads(core.read_namespaced_secret(name, ns, _preload_content=False).data)
@@ -294,7 +294,7 @@ def fetch_workload(a: argparse.Namespace, ns: str, name: str) -> tuple[dict, lis
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    from ..cluster.kubeclient import client_configuration
+    from ..cluster.credentials import client_configuration
 
     try:
         cfg = client_configuration(a.kubeconfig, a.context)

@@ -12,7 +12,7 @@ import sys
 
 from .. import SCHEDULER_NAME
 from ..logs import LOG_FORMATS
-from . import CONTEXT_HELP, KUBECONFIG_HELP, boolean, duration, namespaced, positive, url
+from . import CONTEXT_HELP, KUBECONFIG_HELP, boolean, duration, namespaced, non_negative, positive, url
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # what `run` listens on: the flag, and the attributes of its address and port (port 0: off)
@@ -36,7 +36,7 @@ def _startup_error(a: argparse.Namespace, msg: str) -> None:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from ..cluster.kubeclient import load_credentials
+    from ..cluster.credentials import load_credentials
     from ..serve import election_config, serve
     from ..plugins import registry_with
 
@@ -134,7 +134,6 @@ def add_parser(sub) -> None:
     from ..cache.policies import DEFAULT_POLICY
     from ..cache.revisions import DEFAULT_HISTORY_LIMIT, default_namespace
     from ..cluster.leader import LEASE_DURATION, RENEW_DEADLINE, RESOURCE_NAMESPACE, RETRY_PERIOD
-    from ..cluster.rollout import non_negative
 
     r = sub.add_parser("run", help="run the scheduler (the operator)",
                        description="Watch nodes, pods, namespaces and SchedulingPolicies; schedule pending pods "

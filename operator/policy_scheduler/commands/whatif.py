@@ -30,7 +30,8 @@ _CURRENT = object()  # the context of the flags (the kubeconfig's current one wh
 def _live_snapshot(a: argparse.Namespace, who: str, context=_CURRENT, errors: list | None = None):
     """A snapshot of the cluster the kubeconfig names (None after printing why not; with
     ``errors``, the reason is appended there instead)."""
-    from ..cluster.kubeclient import KubeClient, load_credentials
+    from ..cluster.credentials import load_credentials
+    from ..cluster.kubeclient import KubeClient
     from ..whatif import snapshot
 
     def fail(msg: str) -> None:

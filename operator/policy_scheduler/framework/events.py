@@ -151,7 +151,6 @@ NODE_DELETE = ClusterEvent(Resource.NODE, ActionType.DELETE)
 ASSIGNED_POD_ADD = ClusterEvent(Resource.ASSIGNED_POD, ActionType.ADD)
 ASSIGNED_POD_DELETE = ClusterEvent(Resource.ASSIGNED_POD, ActionType.DELETE)
 NAMESPACE_LABELS = ClusterEvent(Resource.NAMESPACE, ActionType.UPDATE)
-POLICY_CHANGE = ClusterEvent(Resource.POLICY, ActionType.UPDATE)
 METRICS_REFRESH = ClusterEvent(Resource.METRICS, ActionType.UPDATE)
 
 

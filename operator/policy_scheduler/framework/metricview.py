@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover
 SOURCE = "metrics"  # the name plugins pass to Handle.source
 FRESH, STALE, MISSING = 0, 1, 2
 STATE_NAMES = ("fresh", "stale", "missing")
-ON_MISSING_MODES = ("Neutral", "Exclude", "FallbackToRequests")
 
 # columns of the in-flight parts: per resource, the sum of limits, the sum of requests of pods
 # without a limit, and the number of pods with neither

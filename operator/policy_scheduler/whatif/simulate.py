@@ -47,17 +47,14 @@ the same pods in the same order, breaks every tie the same way.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from ..explain import decision_annotation
-from ..framework.cycle.chain import Chain
 from ..framework.cycle.shadow import ShadowResult
 from ..framework.model.nodetable import CPU, MEMORY, PODS, NodeTable
 from ..framework.model.podinfo import PodInfo, parse_pod
@@ -212,20 +209,6 @@ def format_quantity(resource: str, v: int) -> str:
                 return f"{v // size}{unit}"
         return str(v)
     return str(v)
-
-
-def queue_order(chain: Chain, pods: list[PodInfo]) -> list[PodInfo]:
-    """The pods as the policy's QueueSort pops them when all are pending at once (input order
-    stands for the time they were queued)."""
-    if chain.queue_sort is None:
-        return list(pods)
-    less = chain.queue_sort.less
-    items = [SimpleNamespace(pod=p, timestamp=float(i)) for i, p in enumerate(pods)]
-
-    def cmp(a, b) -> int:
-        return -1 if less(a, b) else (1 if less(b, a) else 0)
-
-    return [q.pod for q in sorted(items, key=functools.cmp_to_key(cmp))]
 
 
 def _shape(pods: list[PodInfo]) -> tuple[dict[str, int], PodInfo | None]:

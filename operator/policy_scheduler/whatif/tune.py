@@ -52,7 +52,6 @@ from . import metrics
 from .simulate import PolicyRun, run_policy
 from .world import World
 
-MEASURES = ("imbalance", "nodesUsed", "zoneSkew", "unschedulable", "hotNodes")
 Weights = dict[str, int]
 MAX_CORNERS = 8  # the corners of the bounds' box are probed when there are at most this many (3 plugins)
 RANDOM_PROBES = 8  # seeded random vectors tried before the coordinate search (at most a quarter of the budget)

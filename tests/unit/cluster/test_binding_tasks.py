@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 
 from policy_scheduler.cluster.binding_tasks import DECISION_ANNOTATION
 from policy_scheduler.cluster.decision_mac import MAC_ANNOTATION

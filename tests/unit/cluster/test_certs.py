@@ -66,7 +66,7 @@ def test_a_ca_near_expiry_is_replaced_with_a_new_serving_pair():
     are written (the caBundle then changes); a mismatched key gets a new pair from the same CA."""
     import asyncio
 
-    from fakeclient import FakeClient
+    from support.fakeclient import FakeClient
 
     from policy_scheduler.cluster import certs
 

@@ -9,7 +9,7 @@ import asyncio
 import base64
 import logging
 
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 
 from policy_scheduler.cluster.decision_mac import (KEY_BYTES, MAC_ANNOTATION, DecisionKey, decode_key, load_key,
                                                    secret_name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 
 import policy_scheduler.scheduler.schedule_one as driver_mod
 from policy_scheduler.serve import build_engine

@@ -9,8 +9,9 @@ import socket
 import urllib.error
 import urllib.request
 
-from fakeclient import FakeClient
-from standby import Standby
+from support.fakeclient import FakeClient
+from support.standby import Standby
+
 from policy_scheduler.serve import build_engine
 from policy_scheduler.health import HealthServer, probe_checks, verbose_body
 

@@ -88,7 +88,8 @@ def test_an_object_no_parser_reads_neither_stops_the_informer_nor_hides_the_othe
     from aiohttp import web
 
     from policy_scheduler.cluster.informer import Informer
-    from policy_scheduler.cluster.kubeclient import Credentials, KubeClient
+    from policy_scheduler.cluster.credentials import Credentials
+    from policy_scheduler.cluster.kubeclient import KubeClient
     from policy_scheduler.safejson import Unreadable
 
     def obj(name, rv, levels=0):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from fakeclient import FakeClient
-from standby import Standby
+from support.fakeclient import FakeClient
+from support.standby import Standby
 
 from policy_scheduler.cluster.engine import Engine
 from policy_scheduler.serve import build_engine
@@ -99,7 +99,8 @@ import threading  # noqa: E402
 import time  # noqa: E402
 
 from policy_scheduler.cluster.apicalls import ApiCalls  # noqa: E402
-from policy_scheduler.cluster.kubeclient import Credentials, KubeClient  # noqa: E402
+from policy_scheduler.cluster.credentials import Credentials  # noqa: E402
+from policy_scheduler.cluster.kubeclient import KubeClient  # noqa: E402
 from policy_scheduler.cluster.leader import LeaderElector, lease_client  # noqa: E402
 from policy_scheduler.cluster.telemetry import Telemetry  # noqa: E402
 from policy_scheduler.framework.model.podinfo import PodInfo  # noqa: E402

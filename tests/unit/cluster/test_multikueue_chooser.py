@@ -17,11 +17,12 @@ import pytest
 import yaml
 from aiohttp import web
 
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 from policy_scheduler.cluster import multikueue as mkmod
 from policy_scheduler.cluster import multikueue_workers as workers_mod
 from policy_scheduler.cluster.certs import make_ca
-from policy_scheduler.cluster.kubeclient import ApiError, Credentials
+from policy_scheduler.cluster.credentials import Credentials
+from policy_scheduler.cluster.kubeclient import ApiError
 from policy_scheduler.cluster.multikueue import KQ, SCORES_ANNOTATION, Chooser
 from policy_scheduler.whatif import snapshot as snapmod
 from policy_scheduler.whatif.snapshot import API_VERSION, from_dict

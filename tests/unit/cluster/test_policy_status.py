@@ -7,7 +7,7 @@ import asyncio
 import itertools
 
 import pytest
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 
 from policy_scheduler.cluster import policy_status
 from policy_scheduler.cache.policies import PLURAL_PATH, PolicyStore

@@ -5,7 +5,7 @@ soon as the state no longer holds that victim."""
 
 import asyncio
 
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 
 from policy_scheduler.cluster.engine import Engine
 from policy_scheduler.serve import build_engine

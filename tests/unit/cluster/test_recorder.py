@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 
 from policy_scheduler.cluster.recorder import EVENT_NOTE_LIMIT, EventRecorder, truncate_note
 from policy_scheduler.cluster.telemetry import Telemetry

@@ -8,7 +8,7 @@ import asyncio
 import logging
 
 import pytest
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 
 from policy_scheduler.cache import revisions as rev
 from policy_scheduler.cache.policies import PolicyStore

@@ -9,7 +9,7 @@ import asyncio
 import gc
 import logging
 
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 from prometheus_client import CollectorRegistry, generate_latest
 
 from policy_scheduler.cache.policies import POLICY_SELECTION

@@ -8,13 +8,15 @@ import asyncio
 import random
 import uuid
 
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
+
 from policy_scheduler.serve import build_engine
 from policy_scheduler.cluster.telemetry import (ATTEMPT_BUCKETS, EXTENSION_POINT_BUCKETS, PLUGIN_BUCKETS, SLI_BUCKETS,
                                                 Telemetry, attempts_label)
 from policy_scheduler.framework.queue.scheduling_queue import SchedulingQueue
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
+from support.objects import node, pod
 
 
 def series(t: Telemetry, name: str) -> set[tuple]:
@@ -102,19 +104,6 @@ def test_queue_incoming_pods_are_read_from_the_queue_at_scrape_time():
     assert get("scheduler_queue_incoming_pods_total",
                {"queue": "unschedulable", "event": "ScheduleAttemptFailure"}) == 1
     assert get("scheduler_queue_incoming_pods_total", {"queue": "active", "event": "PolicyChange"}) == 2
-
-
-def node(name):
-    alloc = {"cpu": "4", "memory": "32Gi", "pods": "110"}
-    return {"metadata": {"name": name}, "status": {"allocatable": alloc, "capacity": alloc}}
-
-
-def pod(name, policy="p", cpu="1"):
-    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
-                         "labels": {"policy-scheduler.io/policy": policy}},
-            "spec": {"schedulerName": "policy-scheduler",
-                     "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]},
-            "status": {"phase": "Pending"}}
 
 
 def test_the_engine_counts_attempts_when_bound_and_bounds_the_profile():

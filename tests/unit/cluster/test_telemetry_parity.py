@@ -8,20 +8,20 @@ from __future__ import annotations
 import asyncio
 
 from aiohttp import web
-from fakeclient import FakeClient
-from standby import Standby
+from support.fakeclient import FakeClient
+from support.standby import Standby
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from policy_scheduler import __version__
 from policy_scheduler.cluster.engine import Engine
 from policy_scheduler.serve import build_engine
-from policy_scheduler.cluster.kubeclient import ApiError, Credentials, KubeClient
+from policy_scheduler.cluster.credentials import Credentials
+from policy_scheduler.cluster.kubeclient import ApiError, KubeClient
 from policy_scheduler.cluster.telemetry import ATTEMPT_BUCKETS, POD_ATTEMPTS_BUCKETS, Telemetry
 from policy_scheduler.cluster.telemetry_collectors import KUBE_SCHEDULER_VERSION, REST_CLIENT_BUCKETS
 from policy_scheduler.framework.status import Code
-
-from test_telemetry import node, pod
+from support.objects import node, pod
 
 # what a standby exports, and what only the leader does (the dashboard's contract)
 BOTH = {"policy_scheduler_nodes", "policy_scheduler_policies", "scheduler_cache_size",

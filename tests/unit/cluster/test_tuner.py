@@ -11,7 +11,7 @@ import copy
 import functools
 import os
 
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 from policy_scheduler.policy.tuning import TuningSpec
 from policy_scheduler.serve import build_engine
 from policy_scheduler.serve import attach_tuner

@@ -23,8 +23,7 @@ from policy_scheduler.cluster.admission import Admission, respond
 from policy_scheduler.cluster.certs import new_bundle
 from policy_scheduler.cluster.telemetry import WebhookMetrics
 from policy_scheduler.cluster.webhook_server import Caps, WebhookServer, tls_context
-
-from test_admission import policy_store
+from support.admission import policy_store
 
 MB = 1024 * 1024
 

@@ -14,7 +14,8 @@ import pytest
 from aiohttp import web
 
 from policy_scheduler.cluster.apicalls import DELETED, ApiCalls
-from policy_scheduler.cluster.kubeclient import Credentials, Fenced, KubeClient
+from policy_scheduler.cluster.credentials import Credentials
+from policy_scheduler.cluster.kubeclient import Fenced, KubeClient
 from policy_scheduler.cluster.leader import Leadership
 from policy_scheduler.cluster.telemetry import Telemetry
 from policy_scheduler.framework.interface import PodGone

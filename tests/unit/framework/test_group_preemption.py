@@ -8,19 +8,15 @@ earliest start; no start time counts as now), and the shortcut for victims far f
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))  # the in-memory client
-from fakeclient import FakeClient  # noqa: E402
-
-from policy_scheduler.cluster.engine import Engine  # noqa: E402
-from policy_scheduler.serve import build_engine  # noqa: E402
-from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402
-from policy_scheduler.framework import group_preemption as gp  # noqa: E402
-from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
-from policy_scheduler.framework.preemption import PDB  # noqa: E402
-from policy_scheduler.framework.model.labels import LabelSelector  # noqa: E402
+from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.serve import build_engine
+from policy_scheduler.cluster.sync import NATIVE_PODGROUPS
+from policy_scheduler.framework import group_preemption as gp
+from policy_scheduler.framework.model.podinfo import parse_pod
+from policy_scheduler.framework.preemption import PDB
+from policy_scheduler.framework.model.labels import LabelSelector
+from support.fakeclient import FakeClient
 
 NS = "ns"
 GANG = [{"name": "NodeResourcesFit"}, {"name": "DefaultPreemption"}, {"name": "GangScheduling"}]

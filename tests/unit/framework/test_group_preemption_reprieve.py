@@ -7,21 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))  # the in-memory client
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
-
-import test_gang_scheduling_plugin as G  # noqa: E402
-from fakeclient import FakeClient  # noqa: E402
-from policy_scheduler.serve import build_engine  # noqa: E402
-from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402
-from policy_scheduler.framework import group_preemption as gp  # noqa: E402
-from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
+from policy_scheduler.serve import build_engine
+from policy_scheduler.cluster.sync import NATIVE_PODGROUPS
+from policy_scheduler.framework import group_preemption as gp
+from policy_scheduler.framework.model.podinfo import parse_pod
+from support import gangs as G
+from support.fakeclient import FakeClient
 
 DEFAULT = yaml.safe_load((Path(__file__).resolve().parents[3] / "policies" / "default.yaml").read_text())
 PLUGINS = DEFAULT["spec"]["plugins"]

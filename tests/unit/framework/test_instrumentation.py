@@ -19,6 +19,7 @@ from policy_scheduler.framework.cycle.schedule import schedule_one
 from policy_scheduler.framework.status import Code, Status
 from policy_scheduler.framework.waiting import WaitingPods
 from policy_scheduler.plugins import default_registry
+from support.handles import MemoryActions, state_handle
 
 
 def table(n=4, cpu="4"):
@@ -98,11 +99,8 @@ def test_statuses_of_a_rejection_and_of_an_error():
 
 
 def test_the_binding_cycle_reports_its_points_through_the_cycle_state():
-    class Binds(Handle):
-        async def bind_pod(self, pod, node_name, annotations):
-            return Status.success()
-
-    chain = build_chain(default_chain_spec(), default_registry(), Binds())
+    binds = state_handle(actions=MemoryActions(bind=Status.success()))  # the API accepts every Binding
+    chain = build_chain(default_chain_spec(), default_registry(), binds)
     rec = ListRecorder(sampled=True)
     state = CycleState(rec)
 

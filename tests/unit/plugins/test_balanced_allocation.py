@@ -14,7 +14,7 @@ from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.plugins.balanced_allocation import PLUGIN, balance_score
 
-import kit
+from support import kit
 
 
 def make_node(name, cpu_milli, memory, extra=None):

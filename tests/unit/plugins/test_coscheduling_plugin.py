@@ -7,23 +7,20 @@ reservation."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))  # the in-memory client
-from fakeclient import FakeClient  # noqa: E402
-
-from kit import QUEUE, SKIP, arg_errors, instance, table  # noqa: E402
-from policy_scheduler.cluster.engine import Engine  # noqa: E402
-from policy_scheduler.serve import build_engine  # noqa: E402
-from policy_scheduler.cluster.podgroup_status import PodGroupStatusWriter  # noqa: E402
-from policy_scheduler.framework.events import ASSIGNED_POD_DELETE, call_hint  # noqa: E402
-from policy_scheduler.framework.interface import CycleState, Handle, NodeToStatus  # noqa: E402
-from policy_scheduler.plugins.podgroups.cache import POD_GROUP_LABEL, POD_GROUP_MEMBERS, PodGroupChange  # noqa: E402
-from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
-from policy_scheduler.framework.status import Code, Status  # noqa: E402
-from policy_scheduler.plugins.podgroups.coscheduling import Coscheduling, format_amount  # noqa: E402
+from support.fakeclient import FakeClient
+from support.handles import MemoryActions, state_handle
+from support.kit import QUEUE, SKIP, arg_errors, instance, table
+from policy_scheduler.cluster.engine import Engine
+from policy_scheduler.serve import build_engine
+from policy_scheduler.cluster.podgroup_status import PodGroupStatusWriter
+from policy_scheduler.framework.events import ASSIGNED_POD_DELETE, call_hint
+from policy_scheduler.framework.interface import CycleState, NodeToStatus
+from policy_scheduler.plugins.podgroups.cache import POD_GROUP_LABEL, POD_GROUP_MEMBERS, PodGroupChange
+from policy_scheduler.framework.model.podinfo import parse_pod
+from policy_scheduler.framework.status import Code, Status
+from policy_scheduler.plugins.podgroups.coscheduling import Coscheduling, format_amount
 
 NS = "ns"
 
@@ -51,16 +48,13 @@ def node(name, cpu="4"):
             "status": {"allocatable": alloc, "capacity": alloc}}
 
 
-class EventHandle(Handle):
-    def __init__(self):
-        self.events = []
-
-    def pod_event(self, pod, reason, message):
-        self.events.append((pod.name, reason, message))
+def event_handle():
+    """The real handle; the events the plugin posts are in ``h.actions.events``."""
+    return state_handle(actions=MemoryActions())
 
 
 def plugin(args=None, handle=None):
-    return instance(Coscheduling, args, handle or EventHandle())
+    return instance(Coscheduling, args, handle or event_handle())
 
 
 def members(p, group, n, gated=0):
@@ -107,7 +101,7 @@ def test_less_keeps_a_group_together():
 
 # ------------------------------------------------------------------ PreEnqueue
 def test_pre_enqueue_waits_for_the_group_and_its_members_with_one_event_per_reason():
-    h = EventHandle()
+    h = event_handle()
     p = plugin(handle=h)
     a0 = parse_pod(pod_body("a-0", "a"))
     assert p.pre_enqueue(parse_pod(pod_body("plain"))).is_success
@@ -115,12 +109,12 @@ def test_pre_enqueue_waits_for_the_group_and_its_members_with_one_event_per_reas
     assert st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
     assert st.message() == f"waiting for PodGroup {NS}/a to be created (pod label {POD_GROUP_LABEL}=a)"
     p.pre_enqueue(a0)
-    assert len(h.events) == 1  # once per reason
+    assert len(h.actions.events) == 1  # once per reason
     p.cache.apply("ADDED", pg("a", 3))
     members(p, "a", 3, gated=1)
     st = p.pre_enqueue(a0)
     assert st.message() == f"waiting for the pods of PodGroup {NS}/a: 3 exist, 1 of them gated, minMember is 3"
-    assert [e[1] for e in h.events] == ["FailedScheduling", "FailedScheduling"]
+    assert [e[1] for e in h.actions.events] == ["FailedScheduling", "FailedScheduling"]
     p.cache.on_pod("MODIFIED", pod_body("a-0", "a"))  # gate removed
     assert p.pre_enqueue(a0).is_success
     assert "ns/a" in p.cache.managed

@@ -19,20 +19,13 @@ from policy_scheduler.framework.cycle.schedule import schedule_one
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins import PLUGIN_MODULES, default_registry
 from policy_scheduler.plugins.default_preemption import RESULT_KEY, DefaultPreemption, DefaultPreemptionArgs
+from support.handles import overcommit_handle, pdbs_handle
 
 T0, T1 = "2024-01-01T00:00:00Z", "2024-01-01T00:00:01Z"
 
 
 def registry() -> Registry:
     return default_registry()
-
-
-class PDBHandle(Handle):
-    def __init__(self, pdbs=()):
-        self._pdbs = list(pdbs)
-
-    def pdbs(self):
-        return self._pdbs
 
 
 def chain(args=None, handle=None, plugins=DEFAULT_PLUGINS):
@@ -150,7 +143,7 @@ def test_pdbs_come_from_the_handle():
     budgets = [{"metadata": {"name": "b", "namespace": "default"}, "spec": {"selector": {"matchLabels": {"app": "x"}}},
                 "status": {"disruptionsAllowed": 0}}]
     for given in (budgets, [PDB.from_dict(budgets[0])]):
-        d, res = cycle(chain(handle=PDBHandle(given)), pod("p", 100, "1"), t)
+        d, res = cycle(chain(handle=pdbs_handle(given)), pod("p", 100, "1"), t)
         assert d.nominated_node == "n2" and res.num_pdb_violations == 0
     d, _ = cycle(chain(), pod("p", 100, "1"), t)
     assert d.nominated_node == "n1"  # no PDB: the lowest priority victim
@@ -242,24 +235,17 @@ def test_cost_per_post_filter(capsys):
     assert d.nominated_node is not None
 
 
-class OvercommitHandle(PDBHandle):
-    """A policy that overcommits cpu by 10% (as cache/handle.py's StateHandle answers)."""
-
-    def source(self, name):
-        return {"cpu": 1.1} if name == "overcommit" else (True if name == "overcommit/anywhere" else None)
-
-
 def test_preemption_never_evicts_for_room_that_exists_only_thanks_to_overcommit():
     # a 4-cpu node full of strict pods; the overcommitting tenant's pod wants 1.2 cpu: with the
     # factor (4.4 cpu) one victim would do, but that room exists only thanks to the factor, so
     # the dry run makes real room: two victims
     t = table([node("n1", "4")], [("n1", pod(f"v{j}", 0, "1", start=T0)) for j in range(4)])
     state = CycleState()
-    d = schedule_one(chain(handle=OvercommitHandle()), pod("p", 100, "1200m"), t, random.Random(1), state)
+    d = schedule_one(chain(handle=overcommit_handle({"cpu": 1.1})), pod("p", 100, "1200m"), t, random.Random(1), state)
     res = state.read(RESULT_KEY)
     assert not d.scheduled and res.nominated_node == "n1" and len(res.victims) == 2
     # once the victims are gone the factor applies again when the pod is placed
     for v in res.victims:
         t.remove_pod(v.key)
     t.add_pod(pod("other", 0, "1", start=T1), "n1")  # 2 + 1 + 1.2 = 4.2 <= 4.4, > 4.0: fits by the factor
-    assert schedule_one(chain(handle=OvercommitHandle()), pod("p", 100, "1200m"), t, random.Random(1)).scheduled
+    assert schedule_one(chain(handle=overcommit_handle({"cpu": 1.1})), pod("p", 100, "1200m"), t, random.Random(1)).scheduled

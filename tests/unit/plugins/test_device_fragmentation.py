@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from drakit import DRIVER, DraHandle, claim, device_class, filter_all, gpu, nodes, pod, request, resource_slice
-from kit import instance
+from support.drakit import DRIVER, DraHandle, claim, device_class, filter_all, gpu, nodes, pod, request, resource_slice
+from support.kit import instance
 
 from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.status import Code

@@ -9,9 +9,9 @@ import asyncio
 
 import numpy as np
 import pytest
-from drakit import (DRIVER, DraHandle, claim, device_class, filter_all, first_available, gpu, nodes, pod,
+from support.drakit import (DRIVER, DraHandle, claim, device_class, filter_all, first_available, gpu, nodes, pod,
                     reasons_of, request, resource_slice)
-from kit import QUEUE, SKIP, instance
+from support.kit import QUEUE, SKIP, instance
 
 from policy_scheduler.framework.events import ActionType, Resource
 from policy_scheduler.framework.interface import CycleState

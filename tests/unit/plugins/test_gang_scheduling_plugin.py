@@ -10,85 +10,34 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))  # the in-memory client
-from fakeclient import FakeClient  # noqa: E402
-
-from kit import QUEUE, SKIP, table  # noqa: E402
-from policy_scheduler.cluster.engine import DECISION_ANNOTATION, Engine  # noqa: E402
-from policy_scheduler.serve import build_engine  # noqa: E402
-from policy_scheduler.cluster.sync import NATIVE_PODGROUPS  # noqa: E402
-from policy_scheduler.framework.events import call_hint  # noqa: E402
-from policy_scheduler.framework.interface import CycleState, Handle  # noqa: E402
-from policy_scheduler.plugins.podgroups.native_cache import NATIVE_POD_GROUP_MEMBERS, NativePodGroup  # noqa: E402
-from policy_scheduler.plugins.podgroups.cache import PodGroupChange  # noqa: E402
-from policy_scheduler.framework.model.podinfo import parse_pod  # noqa: E402
-from policy_scheduler.framework.status import Code  # noqa: E402
-from policy_scheduler.plugins.podgroups.gang_scheduling import GangScheduling, GangSchedulingArgs  # noqa: E402
-
-NS = "ns"
+from support.gangs import NS, cond_message, deletes, drain, engine, node, npg, pod_body
+from support.handles import MemoryActions, state_handle
+from support.kit import QUEUE, SKIP, table
+from policy_scheduler.cluster.engine import DECISION_ANNOTATION, Engine
+from policy_scheduler.cluster.sync import NATIVE_PODGROUPS
+from policy_scheduler.framework.events import call_hint
+from policy_scheduler.framework.interface import CycleState
+from policy_scheduler.plugins.podgroups.native_cache import NATIVE_POD_GROUP_MEMBERS, NativePodGroup
+from policy_scheduler.plugins.podgroups.cache import PodGroupChange
+from policy_scheduler.framework.model.podinfo import parse_pod
+from policy_scheduler.framework.status import Code
+from policy_scheduler.plugins.podgroups.gang_scheduling import GangScheduling, GangSchedulingArgs
 
 
-def npg(name, min_count=None, topology=None, created="2026-01-01T00:00:00Z", priority=None, mode=None,
-        policy=None):
-    spec = {"schedulingPolicy": {"gang": {"minCount": min_count}} if min_count else {"basic": {}}}
-    if topology:
-        spec["schedulingConstraints"] = {"topology": [{"key": topology}]}
-    if priority is not None:
-        spec["priority"] = priority
-    if mode:
-        spec["disruptionMode"] = {mode: {}}
-    if policy:
-        spec["preemptionPolicy"] = policy
-    return {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": NS, "uid": f"uid-pg-{name}", "creationTimestamp": created},
-            "spec": spec}
-
-
-def pod_body(name, group=None, cpu="1500m", node="", scheduler="policy-scheduler", gates=(), priority=None,
-             labels=None, policy=None):
-    spec = {"schedulerName": scheduler, "nodeName": node,
-            "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]}
-    if priority is not None:
-        spec["priority"] = priority
-    if policy:
-        spec["preemptionPolicy"] = policy
-    if group:
-        spec["schedulingGroup"] = {"podGroupName": group}
-    if gates:
-        spec["schedulingGates"] = [{"name": g} for g in gates]
-    return {"metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": dict(labels or {})},
-            "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
-
-
-def node(name, cpu="4", rack=None, **labels):
-    alloc = {"cpu": cpu, "memory": "32Gi", "pods": "110"}
-    lab = {"kubernetes.io/hostname": name, **({"rack": rack} if rack else {}), **labels}
-    return {"metadata": {"name": name, "labels": lab}, "status": {"allocatable": alloc, "capacity": alloc}}
-
-
-class EventHandle(Handle):
-    def __init__(self):
-        self.events = []
-        self.activated = []
-
-    def pod_event(self, pod, reason, message):
-        self.events.append((pod.name, reason, message))
-
-    def activate_pods(self, keys):
-        self.activated.append(sorted(keys))
-        return len(keys)
+def event_handle():
+    """The real handle; the events the plugin posts and the pods it activates are in
+    ``h.actions.events`` and ``h.actions.activated``."""
+    return state_handle(actions=MemoryActions(activate=True))
 
 
 def plugin(handle=None):
-    return GangScheduling(None, handle or EventHandle())
+    return GangScheduling(None, handle or event_handle())
 
 
 # ------------------------------------------------------------------ PreEnqueue
 def test_pre_enqueue_upstream_messages_nothing_written():
-    h = EventHandle()
+    h = event_handle()
     p = plugin(h)
     a0 = parse_pod(pod_body("a-0", "a"))
     assert p.pre_enqueue(parse_pod(pod_body("plain"))).is_success
@@ -96,7 +45,7 @@ def test_pre_enqueue_upstream_messages_nothing_written():
     assert st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
     assert st.message() == 'waiting for pods\'s pod group "a" to appear in scheduling queue'
     p.pre_enqueue(a0)
-    assert h.events == []  # upstream v1.37.1: a PreEnqueue rejection writes nothing, posts no event
+    assert h.actions.events == []  # upstream v1.37.1: a PreEnqueue rejection writes nothing, posts no event
     p.cache.apply("ADDED", npg("a", 3))
     p.cache.on_pod("ADDED", pod_body("a-0", "a"))
     p.cache.on_pod("ADDED", pod_body("a-1", "a"))
@@ -111,7 +60,7 @@ def test_pre_enqueue_upstream_messages_nothing_written():
 
 # ------------------------------------------------------------------ Permit
 def test_permit_waits_for_min_count_and_activates_the_unplaced_members():
-    h = EventHandle()
+    h = event_handle()
     p = plugin(h)
     p.cache.apply("ADDED", npg("a", 2))
     for i in range(3):
@@ -121,7 +70,7 @@ def test_permit_waits_for_min_count_and_activates_the_unplaced_members():
     st, timeout = p.permit(CycleState(), a0, "n1")
     assert (st.code, st.message(), timeout) == (Code.WAIT, "waiting for minCount pods from a gang to be scheduled",
                                                 300.0)
-    assert h.activated == [["ns/a-1", "ns/a-2"]]
+    assert h.actions.activated == [["ns/a-1", "ns/a-2"]]
     a1 = parse_pod(pod_body("a-1", "a"))
     p.reserve(CycleState(), a1, "n1")
     assert p.permit(CycleState(), a1, "n1")[0].is_success and p.cache.permitted("ns/a")
@@ -145,27 +94,6 @@ def test_hints_member_added_group_added_min_count_decreased():
 
 
 # ------------------------------------------------------------------ whole groups in the engine
-GANG = [{"name": "NodeResourcesFit"}, {"name": "InterPodAffinity"}, {"name": "DefaultPreemption"},
-        {"name": "GangScheduling"}]
-
-
-def engine(nodes, plugins=None) -> Engine:
-    e = build_engine(FakeClient())
-    e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1}, "spec": {"plugins": plugins or GANG}})
-    for n in nodes:
-        e.on_node("ADDED", n)
-    return e
-
-
-async def drain(e: Engine, rounds: int = 120) -> None:
-    for _ in range(rounds):
-        qpi = e.queue.pop()
-        if qpi is not None:
-            e.schedule(qpi)
-        for _ in range(4):
-            await asyncio.sleep(0)
-
-
 def binds(e: Engine) -> dict[str, str]:
     return {c.path.split("/")[-2]: c.body["target"]["name"] for c in e.client.calls_of("bind")}
 
@@ -362,14 +290,6 @@ def low_pods(e: Engine, nodes_cpu: dict[str, int], group=None, priority=10):
     for n, cpu in nodes_cpu.items():
         for i in range(cpu):
             e.on_pod("ADDED", pod_body(f"low-{n}-{i}", group, cpu="1", node=n, priority=priority))
-
-
-def deletes(e: Engine) -> list[str]:
-    return sorted(c.path.split("/")[-1] for c in e.client.calls_of("delete"))
-
-
-def cond_message(e: Engine, group: str = "ns/g") -> str:
-    return e.state.native_pod_groups.status(group)["conditions"][0]["message"]
 
 
 def test_group_preemption_single_and_all_and_never():
@@ -574,7 +494,7 @@ def test_composite_two_levels_one_zone_each_child_in_a_rack():
 
 
 def test_composite_pre_enqueue_waits_for_the_tree_and_its_parent():
-    h = EventHandle()
+    h = event_handle()
     p = plugin(h)
     p.cache.apply("ADDED", child("a", 2, "c"))
     p.cache.on_pod("ADDED", pod_body("a-0", "a"))

@@ -7,7 +7,7 @@ clamped to [23 MiB, n * 1000 MiB]; score = 100 * (sum - 23 MiB) / (n * 1000 MiB 
 from __future__ import annotations
 
 import numpy as np
-import kit
+from support import kit
 import pytest
 
 from policy_scheduler.framework.interface import CycleState, Handle

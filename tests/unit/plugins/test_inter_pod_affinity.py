@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from policy_scheduler.framework.interface import CycleState, Handle
+from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.model.nodetable import NodeTable
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
@@ -18,7 +18,8 @@ from policy_scheduler.plugins.inter_pod_affinity import (
     InterPodAffinityArgs,
 )
 from policy_scheduler.framework.events import NAMESPACE_LABELS, ActionType, NamespaceChange, Resource
-from kit import QUEUE, SKIP, arg_errors, changed, hint, node, refused, registered
+from support.kit import QUEUE, SKIP, arg_errors, changed, hint, node, refused, registered
+from support.handles import namespaces_handle
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -75,19 +76,6 @@ def make_pod(name, ns="default", labels=None, affinity=None, anti=None, pref_aff
     return info
 
 
-class NamespaceHandle(Handle):
-    """Namespace cache: name -> labels."""
-
-    def __init__(self, namespaces=None):
-        self.namespaces = namespaces or {}
-
-    def namespace_labels(self, namespace):
-        return self.namespaces.get(namespace)
-
-    def all_namespace_labels(self):
-        return self.namespaces
-
-
 def make_table(nodes, placed=()):
     table = NodeTable()
     for n in nodes:
@@ -98,7 +86,7 @@ def make_table(nodes, placed=()):
 
 
 def make_plugin(namespaces=None, **args):
-    return PLUGIN(InterPodAffinityArgs(**args), NamespaceHandle(namespaces))
+    return PLUGIN(InterPodAffinityArgs(**args), namespaces_handle(namespaces))
 
 
 def run_filter(plugin, pod, table, rows=None):

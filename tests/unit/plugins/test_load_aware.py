@@ -19,7 +19,8 @@ from policy_scheduler.plugins.load_aware import PLUGIN, LoadAware
 
 from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource
 
-from kit import QUEUE, ViewHandle, arg_errors, hint, node, refused, registered
+from support.kit import QUEUE, arg_errors, hint, node, refused, registered
+from support.handles import view_handle
 
 GI = 1024 ** 3
 NOW = 1000.0
@@ -55,7 +56,7 @@ def make_view(usage, *, age=0.0, clock=None):
 
 
 def plugin(view, **args):
-    return PLUGIN(PLUGIN.Args.model_validate(args), ViewHandle(view))
+    return PLUGIN(PLUGIN.Args.model_validate(args), view_handle(view))
 
 
 def filter_all(pl, table, pod=None):
@@ -172,7 +173,7 @@ def test_herd_protection_spreads_a_burst():
     t = make_table(["a", "b"])
     view = make_view({"a": (0.1, 0.5), "b": (0.4, 0.5)})
     args = {"usageThresholds": {"cpu": 0, "memory": 0}, "resourceWeights": {"cpu": 1, "memory": 0}}
-    chain = build_chain({"plugins": [{"name": "LoadAware", "args": args}]}, default_registry(), handle=ViewHandle(view))
+    chain = build_chain({"plugins": [{"name": "LoadAware", "args": args}]}, default_registry(), handle=view_handle(view))
     placed = []
     for i in range(6):
         pod = make_pod(f"p{i}", limits={"cpu": "500m"})
@@ -264,7 +265,7 @@ def test_details_are_plain_json_values():
 def test_decision_carries_details_for_the_top_nodes():
     t = make_table(["a", "b"])
     view = make_view({"a": (0.1, 0.1), "b": (0.5, 0.5)})
-    chain = build_chain({"plugins": [{"name": "LoadAware"}]}, default_registry(), handle=ViewHandle(view))
+    chain = build_chain({"plugins": [{"name": "LoadAware"}]}, default_registry(), handle=view_handle(view))
     d = schedule_one(chain, make_pod(), t, random.Random(0))
     assert d.node == "a"
     assert [s.node for s in d.top] == ["a", "b"]
@@ -357,7 +358,7 @@ def test_reserve_without_a_metric_source_does_nothing():
 
 
 def test_load_aware_is_at_the_reserve_point_of_its_chain():
-    chain = build_chain({"plugins": [{"name": "LoadAware"}]}, default_registry(), ViewHandle(None))
+    chain = build_chain({"plugins": [{"name": "LoadAware"}]}, default_registry(), view_handle(None))
     assert [p.NAME for p in chain.reserve] == ["LoadAware"]
 
 

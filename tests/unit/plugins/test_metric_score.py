@@ -18,7 +18,8 @@ from policy_scheduler.plugins.metric_score import PLUGIN, MetricScore
 
 from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource
 
-from kit import QUEUE, ViewHandle, hint, node, refused, registered
+from support.kit import QUEUE, hint, node, refused, registered
+from support.handles import view_handle
 
 NOW = 1000.0
 
@@ -47,7 +48,7 @@ def publish(series):
 
 
 def plugin(view, *rules):
-    return PLUGIN(PLUGIN.Args.model_validate({"metrics": list(rules)}), ViewHandle(view))
+    return PLUGIN(PLUGIN.Args.model_validate({"metrics": list(rules)}), view_handle(view))
 
 
 def run_score(pl, table, pod=None):
@@ -125,7 +126,7 @@ def test_in_a_chain_the_lower_value_wins_and_explain_shows_it():
     t = make_table(["a", "b"])
     chain = build_chain({"plugins": [{"name": "MetricScore", "args": {"metrics": [
         {"name": "queue", "query": "q", "prefer": "Lower"}]}}]},
-        default_registry(), handle=ViewHandle(publish({"q": {"a": 7, "b": 2}})))
+        default_registry(), handle=view_handle(publish({"q": {"a": 7, "b": 2}})))
     d = schedule_one(chain, make_pod(), t, random.Random(0))
     assert d.node == "b"
     assert d.top[0].details == {"MetricScore": {"queue": {"state": "fresh", "age": 0.0, "value": 2.0}}}

@@ -15,7 +15,8 @@ from policy_scheduler.plugins.metric_threshold import PLUGIN, MetricThreshold
 
 from policy_scheduler.framework.events import METRICS_REFRESH, ActionType, Resource
 
-from kit import QUEUE, ViewHandle, hint, node, refused, registered
+from support.kit import QUEUE, hint, node, refused, registered
+from support.handles import view_handle
 
 NOW = 1000.0
 GPU_QUERY = "max by (Hostname) (DCGM_FI_DEV_GPU_UTIL) / 100"
@@ -60,7 +61,7 @@ def run(pl, table, pod):
 
 
 def plugin(view, *rules):
-    return PLUGIN(PLUGIN.Args.model_validate({"metrics": list(rules)}), ViewHandle(view))
+    return PLUGIN(PLUGIN.Args.model_validate({"metrics": list(rules)}), view_handle(view))
 
 
 def test_gpu_utilisation_above_threshold_rejects_nodes_for_gpu_pods_only():

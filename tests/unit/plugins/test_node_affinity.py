@@ -11,7 +11,7 @@ from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.node_affinity import (ERR_REASON_CONFLICT, ERR_REASON_ENFORCED, ERR_REASON_POD, NAME,
                                                     PLUGIN, parse_int64)
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, arg_errors, hint, node, refused, registered
+from support.kit import QUEUE, SKIP, arg_errors, hint, node, refused, registered
 
 NODE_LABELS = {
     "n1": {"zone": "a", "gpu": "4", "disk": "ssd"},

@@ -11,7 +11,7 @@ from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.node_label_match import NAME, PLUGIN
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, arg_errors, hint, node, refused, registered
+from support.kit import QUEUE, SKIP, arg_errors, hint, node, refused, registered
 
 NODES = {"web-1": {"pool": "web"}, "db-1": {"pool": "db"}, "bare": {}, "web-2": {"pool": "web", "zone": "a"}}
 REASON = "node(s) didn't have label pool=web required for workload"

@@ -1,7 +1,7 @@
 """NodeName: spec.nodeName pins the pod to that node."""
 
 import numpy as np
-import kit
+from support import kit
 import pytest
 
 from policy_scheduler.framework.interface import CycleState, Handle
@@ -10,7 +10,7 @@ from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.node_name import ERR_REASON, PLUGIN
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, hint, node, registered
+from support.kit import QUEUE, hint, node, registered
 
 NAMES = ("n1", "n2", "n3")
 

@@ -1,7 +1,7 @@
 """NodePorts: host-port conflicts (0.0.0.0 vs specific IPs, protocols) and sidecar ports."""
 
 import numpy as np
-import kit
+from support import kit
 import pytest
 
 from policy_scheduler.framework.interface import CycleState, Handle
@@ -10,7 +10,7 @@ from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.node_ports import ERR_REASON, PLUGIN, wanted_ports
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, changed, hint, node, registered
+from support.kit import QUEUE, SKIP, changed, hint, node, registered
 
 
 def port(host_port, host_ip=None, protocol=None, container_port=8080):

@@ -16,9 +16,10 @@ from policy_scheduler.framework.status import Code
 from policy_scheduler.framework.model.resources import broken_linear, go_div, is_scalar_resource_name
 from policy_scheduler.plugins.node_resources_fit import PLUGIN
 
-import kit
+from support import kit
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, changed, hint, node, registered
+from support.kit import QUEUE, SKIP, changed, hint, node, registered
+from support.handles import overcommit_handle
 
 MI = 1024 * 1024
 
@@ -630,17 +631,6 @@ def test_args_upstream_accepts(args):
 # ---------------------------------------------------------------------------- overcommit (tenants)
 
 
-class OvercommitHandle(kit.Handle):
-    """A policy's handle with spec.overcommit factors (as cache/handle.py's StateHandle answers for a policy)."""
-
-    def __init__(self, factors, anywhere=True):
-        self.factors = factors
-        self.anywhere = anywhere
-
-    def source(self, name):
-        return self.factors if name == "overcommit" else (self.anywhere if name == "overcommit/anywhere" else None)
-
-
 def _run_filter(plugin, pod, t):
     state = CycleState()
     plugin.pre_filter(state, pod, t)
@@ -652,7 +642,7 @@ def test_overcommit_fits_against_allocatable_times_the_factor_and_says_so():
     t.add_pod(make_pod("used", {"cpu": "3800m"}), "n1")
     pod = make_pod("p", {"cpu": "400m"})
     strict = kit.instance(PLUGIN)
-    loose = kit.instance(PLUGIN, handle=OvercommitHandle({"cpu": 1.05}))
+    loose = kit.instance(PLUGIN, handle=overcommit_handle({"cpu": 1.05}))
     _, res = _run_filter(strict, pod, t)
     assert res.passed.tolist() == [False, True]  # 3800m + 400m > 4000m
     state, res = _run_filter(loose, pod, t)
@@ -672,7 +662,7 @@ def test_a_node_overcommitted_by_another_policy_is_refused_with_a_reason_that_sa
     # and the reason is upstream's
     _, res = _run_filter(kit.instance(PLUGIN), make_pod("p", {"cpu": "100m"}), t)
     assert {r for r, _ in res.reasons} == {"Insufficient cpu"}
-    _, res = _run_filter(kit.instance(PLUGIN, handle=OvercommitHandle({})), make_pod("p", {"cpu": "100m"}), t)
+    _, res = _run_filter(kit.instance(PLUGIN, handle=overcommit_handle({})), make_pod("p", {"cpu": "100m"}), t)
     assert res.passed.tolist() == [False, False]
     reasons = {r: m.tolist() for r, m in res.reasons}
     assert reasons["Insufficient cpu (node already over its allocatable cpu: overcommitted)"] == [True, False]
@@ -683,7 +673,7 @@ def test_a_node_overcommitted_by_another_policy_is_refused_with_a_reason_that_sa
     t = kit.table([make_node("n1", {"cpu": "4", "memory": "8Gi"}), make_node("n2", {"cpu": "4", "memory": "8Gi"})])
     t.add_pod(make_pod("a", {"cpu": "4100m"}), "n1")
     t.add_pod(make_pod("b", {"cpu": "2000m"}), "n2")
-    plugin = kit.instance(PLUGIN, handle=OvercommitHandle({"cpu": 2.0}))
+    plugin = kit.instance(PLUGIN, handle=overcommit_handle({"cpu": 2.0}))
     state = CycleState()
     pod = make_pod("p", {"cpu": "100m", "memory": "100Mi"})
     plugin.pre_filter(state, pod, t)

@@ -1,7 +1,7 @@
 """NodeUnschedulable: cordoned nodes fit only pods tolerating node.kubernetes.io/unschedulable:NoSchedule."""
 
 import numpy as np
-import kit
+from support import kit
 import pytest
 
 from policy_scheduler.framework.interface import CycleState, Handle
@@ -10,7 +10,7 @@ from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.node_unschedulable import ERR_REASON, PLUGIN
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, hint, node, registered
+from support.kit import QUEUE, SKIP, hint, node, registered
 
 KEY = "node.kubernetes.io/unschedulable"
 

@@ -4,8 +4,8 @@ CSINode, counting unique driver/handle volumes of the pods on the node."""
 from __future__ import annotations
 
 import numpy as np
-from kit import QUEUE, SKIP, assert_takes_no_args
-from volkit import VolHandle, csinode, nodes, pod, pv, pvc, run_filter, sc
+from support.kit import QUEUE, SKIP, assert_takes_no_args
+from support.volkit import VolHandle, csinode, nodes, pod, pv, pvc, run_filter, sc
 
 from policy_scheduler.framework.events import ActionType, Resource
 from policy_scheduler.framework.interface import CycleState

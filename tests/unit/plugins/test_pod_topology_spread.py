@@ -18,7 +18,9 @@ from policy_scheduler.plugins.pod_topology_spread import (ERR_REASON_CONSTRAINTS
                                                           ERR_REASON_NODE_LABEL_NOT_MATCH, PLUGIN,
                                                           PodTopologySpreadArgs, go_log, go_round)
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, arg_errors, changed, hint, node, refused, registered
+from support.kit import QUEUE, SKIP, arg_errors, changed, hint, node, refused, registered
+from support.handles import state_handle
+from policy_scheduler.cache.state import ClusterState
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -73,14 +75,24 @@ def table(nodes, pods=None):
     return t
 
 
-class SelectorHandle(Handle):
+class CountingWorkloads:
+    """The state's workload index (Services and controllers) answering ``selector`` for every pod,
+    counting the plugin's questions in ``calls``."""
+
     def __init__(self, selector):
         self.selector = selector
         self.calls = 0
 
-    def default_spread_selector(self, pod):
+    def default_selector(self, pod):
         self.calls += 1
         return self.selector
+
+
+def selector_handle(selector):
+    """The real handle over a state whose workloads deduce ``selector``; ``h.state.workloads.calls``."""
+    state = ClusterState()
+    state.workloads = CountingWorkloads(selector)
+    return state_handle(state)
 
 
 def plugin(args=None, handle=None):
@@ -128,12 +140,12 @@ THREE_ZONES = [make_node("a1", "a"), make_node("a2", "a"), make_node("b1", "b"),
 # ------------------------------------------------------------------------------------ PreFilter skip
 
 def test_prefilter_skips_without_hard_constraints_and_does_not_ask_for_a_selector():
-    h = SelectorHandle(LabelSelector.parse({"matchLabels": WEB}))
+    h = selector_handle(LabelSelector.parse({"matchLabels": WEB}))
     pl = plugin(handle=h)
     nodes = table(THREE_ZONES, {"a1": 1})
     assert run_filter(pl, make_pod(), nodes).is_skip  # no constraints; system defaults are soft
     assert run_filter(pl, make_pod(constraints=[constraint(when="ScheduleAnyway")]), nodes).is_skip
-    assert h.calls == 0
+    assert h.state.workloads.calls == 0
 
 
 # ------------------------------------------------------------------------------------ Filter
@@ -396,13 +408,13 @@ SYSTEM_PODS = {"n1": 2, "n2": 1, "n4": 1}
 
 @pytest.mark.parametrize("selector", [None, EVERYTHING])
 def test_system_defaults_need_a_non_empty_selector(selector):
-    h = SelectorHandle(selector)
+    h = selector_handle(selector)
     assert run_score(plugin(handle=h), make_pod(), table(SYSTEM_NODES, SYSTEM_PODS)).is_skip
-    assert h.calls == 1
+    assert h.state.workloads.calls == 1
 
 
 def test_system_defaults_score_with_a_selector():
-    h = SelectorHandle(LabelSelector.parse({"matchLabels": WEB}))
+    h = selector_handle(LabelSelector.parse({"matchLabels": WEB}))
     nodes = table(SYSTEM_NODES, SYSTEM_PODS)
     # System defaults: no node is ignored (n4 has no zone but is spread by hostname).
     # zone (maxSkew 5): domains among feasible {a, b, ""} -> ln 5; a = 3, b = 0
@@ -420,7 +432,7 @@ def test_system_defaults_score_with_a_selector():
 
 
 def test_system_defaults_ignore_other_namespaces():
-    h = SelectorHandle(LabelSelector.parse({"matchLabels": WEB}))
+    h = selector_handle(LabelSelector.parse({"matchLabels": WEB}))
     nodes = table(SYSTEM_NODES, SYSTEM_PODS)
     # in namespace "other" nothing matches: raw = maxSkew-1 terms only: 4 + 2 = 6 (n4: 2)
     # normalize (min 2, max 6): 100*(8-6)/6 = 33, n4 100*(8-2)/6 = 100
@@ -429,7 +441,7 @@ def test_system_defaults_ignore_other_namespaces():
 
 
 def test_list_defaults_filter_and_require_all_topologies():
-    h = SelectorHandle(LabelSelector.parse({"matchLabels": WEB}))
+    h = selector_handle(LabelSelector.parse({"matchLabels": WEB}))
     args = {"defaultingType": "List", "defaultConstraints": [
         {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule"},
         {"maxSkew": 1, "topologyKey": HOST, "whenUnsatisfiable": "ScheduleAnyway"}]}
@@ -443,7 +455,7 @@ def test_list_defaults_filter_and_require_all_topologies():
     # normalize (min 0, max 4): 0, 50, 100, 50
     assert run_score(pl, make_pod(), nodes) == {"n1": (4, 0), "n2": (2, 50), "n3": (0, 100), "n4": (2, 50)}
     # without a selector no defaults apply at all
-    assert run_filter(plugin(args, SelectorHandle(None)), make_pod(), nodes).is_skip
+    assert run_filter(plugin(args, selector_handle(None)), make_pod(), nodes).is_skip
 
 
 # ------------------------------------------------------------------------------------ args
@@ -652,11 +664,11 @@ def test_hints_use_the_default_constraints_of_a_pod_without_its_own():
     args = {"defaultingType": "List", "defaultConstraints": [
         {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule"}]}
     bare = make_pod("p")
-    with_selector = plugin(args, SelectorHandle(LabelSelector.parse({"matchLabels": WEB})))
+    with_selector = plugin(args, selector_handle(LabelSelector.parse({"matchLabels": WEB})))
     assert hint(with_selector, T.NODE, A.ADD, bare, None, spec()) == SKIP
     assert hint(with_selector, T.NODE, A.ADD, bare, None, spec(zone="a")) == QUEUE
     assert hint(with_selector, T.ASSIGNED_POD, A.ADD, bare, None, assigned()) == QUEUE
-    assert hint(plugin(args, SelectorHandle(None)), T.NODE, A.ADD, bare, None, spec()) == QUEUE
+    assert hint(plugin(args, selector_handle(None)), T.NODE, A.ADD, bare, None, spec()) == QUEUE
 
 
 # ------------------------------------------------------------------ args: upstream's verdicts

@@ -3,7 +3,7 @@
 from functools import cmp_to_key
 from types import SimpleNamespace
 
-import kit
+from support import kit
 import pytest
 
 from policy_scheduler.framework.interface import Handle

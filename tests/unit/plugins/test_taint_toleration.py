@@ -1,7 +1,7 @@
 """TaintToleration: Filter on NoSchedule/NoExecute taints, Score on PreferNoSchedule taints."""
 
 import numpy as np
-import kit
+from support import kit
 import pytest
 
 from policy_scheduler.framework.interface import CycleState, Handle
@@ -10,7 +10,7 @@ from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.status import Code
 from policy_scheduler.plugins.taint_toleration import ERR_REASON_UNTOLERATED, PLUGIN
 from policy_scheduler.framework.events import ActionType, Resource
-from kit import QUEUE, SKIP, changed, hint, node, registered
+from support.kit import QUEUE, SKIP, changed, hint, node, registered
 
 
 def make_node(name, taints=()):

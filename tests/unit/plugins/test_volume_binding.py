@@ -8,8 +8,8 @@ import asyncio
 
 import numpy as np
 import pytest
-from kit import QUEUE, SKIP, arg_errors, instance, refused
-from volkit import VolHandle, csinode, nodes, pod, pv, pvc, run_filter, sc
+from support.kit import QUEUE, SKIP, arg_errors, instance, refused
+from support.volkit import VolHandle, csinode, nodes, pod, pv, pvc, run_filter, sc
 
 from policy_scheduler.framework.events import ActionType, Resource
 from policy_scheduler.framework.interface import CycleState

@@ -4,8 +4,8 @@ ReadWriteOncePod claims in use anywhere in the cluster."""
 from __future__ import annotations
 
 import pytest
-from kit import QUEUE, SKIP, assert_takes_no_args
-from volkit import VolHandle, nodes, pod, pvc, run_filter
+from support.kit import QUEUE, SKIP, assert_takes_no_args
+from support.volkit import VolHandle, nodes, pod, pvc, run_filter
 
 from policy_scheduler.framework.events import ActionType, Resource
 from policy_scheduler.framework.status import Code

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from kit import QUEUE, SKIP, assert_takes_no_args, instance
-from volkit import VolHandle, nodes, pod, pv, pvc, run_filter, sc
+from support.kit import QUEUE, SKIP, assert_takes_no_args, instance
+from support.volkit import VolHandle, nodes, pod, pv, pvc, run_filter, sc
 
 from policy_scheduler.framework.events import ActionType, Resource
 from policy_scheduler.framework.interface import CycleState

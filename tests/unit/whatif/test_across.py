@@ -13,8 +13,7 @@ from policy_scheduler.commands.clusters import _probe, cluster_capacity
 from policy_scheduler.whatif import across
 from policy_scheduler.whatif.simulate import simulate
 from policy_scheduler.whatif.world import World
-
-from test_simulate import BINPACK, DEFAULT, ROOT, node, pod, snap
+from support.whatif import BINPACK, DEFAULT, ROOT, node, pod, snap
 
 
 def bound(name, node_name, cpu, memory="1Gi"):

@@ -4,7 +4,6 @@ and the `simulate` command's outputs and refusals."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,35 +13,10 @@ from policy_scheduler import cli
 from policy_scheduler.cluster.admission import Admission
 from policy_scheduler.whatif.pods import PodsError, pods_from_documents
 from policy_scheduler.whatif.simulate import simulate
-from policy_scheduler.whatif.snapshot import API_VERSION, from_dict
 from policy_scheduler.whatif.world import PolicyError, World
+from support.whatif import BINPACK, DEFAULT, ROOT, node, pod, snap
 
-ROOT = Path(__file__).resolve().parents[3]
-DEFAULT = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
-BINPACK = yaml.safe_load((ROOT / "policies" / "binpack.yaml").read_text())
-TAKEN = "2025-01-01T12:00:00Z"
 TAKEN_AT = 1735732800.0
-
-
-def node(name, cpu="4", memory="16Gi", zone=None, **labels):
-    labels = {"kubernetes.io/hostname": name, **labels}
-    if zone:
-        labels["topology.kubernetes.io/zone"] = zone
-    return {"metadata": {"name": name, "labels": labels},
-            "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"}}}
-
-
-def pod(name, cpu="500m", memory="1Gi", namespace="default", labels=None, **spec):
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace,
-                                                          "labels": labels or {}},
-            "spec": {"containers": [{"name": "c", "image": "app:1",
-                                     "resources": {"requests": {"cpu": cpu, "memory": memory}}}], **spec}}
-
-
-def snap(nodes, pods=(), policies=(DEFAULT, BINPACK), **extra):
-    return from_dict({"apiVersion": API_VERSION, "kind": "ClusterSnapshot", "takenAt": TAKEN,
-                      "nodes": list(nodes), "pods": list(pods), "policies": list(policies),
-                      "namespaces": {"default": {}}, **extra})
 
 
 def six_nodes():

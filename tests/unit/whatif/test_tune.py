@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 
 import pytest
 from policy_scheduler import cli
@@ -13,50 +12,9 @@ from policy_scheduler.policy.tuning import TuningSpec
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.whatif import tune
 from policy_scheduler.whatif.simulate import simulate
-from policy_scheduler.whatif.snapshot import API_VERSION, from_dict
+from policy_scheduler.whatif.snapshot import from_dict
 from policy_scheduler.whatif.world import World
-
-BOUNDS = {"NodeResourcesFit": [1, 10], "PodTopologySpread": [1, 10]}
-
-
-def policy(fit=1, spread=10, **tuning):
-    """Packing objective, PodTopologySpread outweighing NodeResourcesFit(MostAllocated)."""
-    return {"apiVersion": "policy-scheduler.io/v1alpha1", "kind": "SchedulingPolicy", "metadata": {"name": "pack"},
-            "spec": {"plugins": [
-                {"name": "PrioritySort"}, {"name": "NodeUnschedulable"},
-                {"name": "NodeResourcesFit", "weight": fit, "args": {"scoringStrategy": {
-                    "type": "MostAllocated", "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]}}},
-                {"name": "PodTopologySpread", "weight": spread}],
-                "tuning": {"objective": {"nodesUsed": 1}, "bounds": BOUNDS, **tuning}}}
-
-
-def snapshot_doc(nodes=40):
-    out = []
-    for i in range(nodes):
-        name = f"node-{i:04d}"
-        out.append({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-                                                          "topology.kubernetes.io/zone": "zone-" + "abc"[i % 3]}},
-                    "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}})
-    return {"apiVersion": API_VERSION, "kind": "ClusterSnapshot", "takenAt": "2025-01-01T12:00:00Z",
-            "nodes": out, "pods": [], "namespaces": {"prod": {}}, "policies": []}
-
-
-def stream(n, seed=7):
-    """A seeded stream of pods of three apps, each spread by hostname (ScheduleAnyway)."""
-    rnd = random.Random(seed)
-    pods = []
-    for i in range(n):
-        app = rnd.choice(["web", "api", "batch"])
-        pods.append({"apiVersion": "v1", "kind": "Pod",
-                     "metadata": {"name": f"p-{i:04d}", "namespace": "prod", "labels": {"app": app}},
-                     "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {
-                         "cpu": rnd.choice(["500m", "1", "2"]), "memory": "1Gi"}}}],
-                              "topologySpreadConstraints": [{
-                                  "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-                                  "whenUnsatisfiable": "ScheduleAnyway",
-                                  "labelSelector": {"matchLabels": {"app": app}}}]}})
-    return pods
-
+from support.whatif import BOUNDS, policy, snapshot_doc, stream
 
 def world_with(body=None, nodes=40):
     w = World(from_dict(snapshot_doc(nodes)))

@@ -8,8 +8,7 @@ import json
 from policy_scheduler import cli
 from policy_scheduler.commands import whatif as cmd
 from policy_scheduler.whatif.snapshot import from_dict
-
-from test_tune import policy, snapshot_doc, stream
+from support.whatif import policy, snapshot_doc, stream
 
 
 def pods_file(tmp_path, n=40):

@@ -21,13 +21,14 @@ Every pending pod is in exactly one place:
   plugin is added to those, as upstream does); PreEnqueue runs again before they move.
 
 A popped pod is *in flight* until ``add_unschedulable`` or ``done``; events arriving meanwhile are
-replayed through the hints when it comes back. Structures and ``QueuedPodInfo``: subqueues.py.
+replayed through the hints when it comes back. Structures and ``QueuedPodInfo``: subqueues.py;
+what the plugins answer the queue (PreEnqueue, the queueing hints): hints.py.
 
 Simplifications against upstream, all deliberate: no locking, no blocking ``pop``, no goroutines
 (the caller runs ``pop``, ``flush_unschedulable_leftover`` every 30 s, and sleeps
 ``next_ready_in()``); the backoff expiry is not aligned to SchedulerPopFromBackoffQ's 1-second
 window (ties in expiry: priority, then queue time); a pod group is no queue entry of its own: a
-pod-group cycle ``take``s the group's queued members with the one popped (cluster/group_cycle.py),
+pod-group cycle ``take``s the group's queued members with the one popped (cache/group_cycle.py),
 and Coscheduling keeps a group's pods together through its QueueSort.
 """
 
@@ -35,14 +36,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..events import (DEFAULT_REGISTRATION, FORCE_ACTIVATE, UNSCHEDULABLE_TIMEOUT, ClusterEvent, ClusterEventWithHint,
-                      QueueingHint, call_hint, pod_change_events)
-from ..instrumentation import NOOP, PRE_ENQUEUE
+from ..events import FORCE_ACTIVATE, UNSCHEDULABLE_TIMEOUT, ClusterEvent, ClusterEventWithHint, pod_change_events
 from ..model.podinfo import PodInfo
-from ..cycle.runtime import Abort, call, status_code
-from ..status import Status
+from .hints import IMMEDIATELY, NO_PROFILE, SKIP, Hints, QueueProfile, is_pod_updated
 from .subqueues import ActiveQueue, BackoffQueue, GatedPool, InFlight, Less, QueuedPodInfo
 
 log = logging.getLogger(__name__)
@@ -54,55 +52,10 @@ GATED = "gated"
 
 # Event labels used by the queue itself (upstream framework/events.go).
 EVENT_POD_ADD = "UnscheduledPodAdd"
-EVENT_POD_UPDATE = "UnscheduledPodUpdate"
 EVENT_BACKOFF_COMPLETE = "BackoffComplete"
 EVENT_ATTEMPT_FAILURE = "ScheduleAttemptFailure"
 EVENT_POPPED_FROM_BACKOFF = "PoppedFromBackoffQ"  # our label: activeQ was empty (SchedulerPopFromBackoffQ)
 EVENT_POLICY_CHANGED = "SchedulingPolicyChange"  # ours: the PreEnqueue plugins of a changed chain ran
-
-# queueing strategies (upstream queueingStrategy)
-_SKIP, _AFTER_BACKOFF, _IMMEDIATELY = 0, 1, 2
-
-
-class QueueProfile(Protocol):
-    """What the queue reads of a policy's chain (framework.cycle.chain.Chain has all of it)."""
-
-    queue_sort: Any  # a QueueSortPlugin or None
-    pre_enqueue: Sequence[Any]  # PreEnqueuePlugins, in order
-    events: Mapping[str, Sequence[ClusterEventWithHint]]  # rejecting plugin -> its registrations
-
-
-_IGNORED_METADATA = ("resourceVersion", "generation", "managedFields", "finalizers")
-_KEPT_STATUS = ("resourceClaimStatuses", "extendedResourceClaimStatus")
-
-
-def _strip(raw: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in raw.items() if k not in ("metadata", "status")}
-    out["metadata"] = {k: v for k, v in (raw.get("metadata") or {}).items() if k not in _IGNORED_METADATA}
-    status = raw.get("status") or {}
-    out["status"] = {k: status[k] for k in _KEPT_STATUS if k in status}
-    return out
-
-
-def is_pod_updated(old: PodInfo, new: PodInfo) -> bool:
-    """upstream isPodUpdated: did the pod change in a way that may make it schedulable?
-
-    Ignores resourceVersion, generation, managedFields, finalizers and the status (except
-    resource-claim statuses), so the scheduler's own PodScheduled condition write does not
-    pull a pod out of the unschedulable pool."""
-    if old.raw is None or new.raw is None:
-        return old != new
-    return _strip(old.raw) != _strip(new.raw)
-
-
-class _NoProfile:
-    queue_sort = None
-    pre_enqueue: Sequence[Any] = ()
-    events: Mapping[str, Sequence[ClusterEventWithHint]] = {}
-
-
-_NO_PROFILE = _NoProfile()
-
 
 class SchedulingQueue:
     def __init__(
@@ -126,8 +79,8 @@ class SchedulingQueue:
         self.unschedulable_max_duration = unschedulable_max_duration
         self._default_less = less
         self._profile_of = profile_of or (lambda _policy: None)
-        self.fallback: QueueProfile = _NO_PROFILE
-        self._pseudo = dict(pseudo_events or {})
+        self.fallback: QueueProfile = NO_PROFILE
+        self._hints = Hints(self._profile, dict(pseudo_events or {}))  # PreEnqueue, the queueing hints
         self._active = ActiveQueue(self._less_of)
         self._backoff = BackoffQueue(clock, initial_backoff, max_backoff)
         self._unschedulable: dict[str, QueuedPodInfo] = {}  # the pool's pods no PreEnqueue plugin holds
@@ -160,39 +113,12 @@ class SchedulingQueue:
         queued = [q for q in self._active.items() if q.policy == policy]
         queued += [q for q in self._backoff.items() if q.policy == policy]
         for qpi in queued:
-            if self._run_pre_enqueue(qpi) is not None:
+            if self._hints.pre_enqueue(qpi) is not None:
                 self._gate(qpi, EVENT_POLICY_CHANGED)
-
-    def _registrations(self, qpi: QueuedPodInfo, plugin: str) -> Sequence[ClusterEventWithHint]:
-        regs = self._profile(qpi.policy).events.get(plugin)
-        if regs is None:
-            regs = self._pseudo.get(plugin)
-        return DEFAULT_REGISTRATION if regs is None else regs
 
     def backoff_duration(self, count: int) -> float:
         """upstream calculateBackoffDuration (``BackoffQueue.duration``)."""
         return self._backoff.duration(count)
-
-
-    def _run_pre_enqueue(self, qpi: QueuedPodInfo) -> Status | None:
-        """upstream runPreEnqueuePlugins: the recorded gating plugin first, then the others in
-        order; the first non-success gates the pod. Returns that status, or None (may go)."""
-        plugins = list(self._profile(qpi.policy).pre_enqueue)
-        if qpi.gating_plugin is not None:
-            plugins.sort(key=lambda p: p.NAME != qpi.gating_plugin)
-        for p in plugins:
-            try:
-                st = call(NOOP, p.NAME, PRE_ENQUEUE, PRE_ENQUEUE, status_code, p.pre_enqueue, qpi.pod, log_key=qpi.key)
-            except Abort as a:  # a broken PreEnqueue gates the pod and says why
-                st = a.status
-            if not st.is_success:
-                qpi.gating_plugin = p.NAME
-                qpi.gating_message = st.message()
-                qpi.unschedulable_plugins.add(p.NAME)  # upstream: Insert, the rejectors stay
-                return st
-        qpi.gating_plugin = None
-        qpi.gating_message = ""
-        return None
 
     def _gate(self, qpi: QueuedPodInfo, event: str) -> str:
         if qpi.key not in self._gated:  # a gated pod that stays gated did not enter anything
@@ -211,7 +137,7 @@ class SchedulingQueue:
 
     def _to_active(self, qpi: QueuedPodInfo, event: str) -> str:
         """upstream moveToActiveQ: PreEnqueue first; a gated pod goes to the pool instead."""
-        if self._run_pre_enqueue(qpi) is not None:
+        if self._hints.pre_enqueue(qpi) is not None:
             return self._gate(qpi, event)
         if qpi.initial_attempt_timestamp is None:
             qpi.initial_attempt_timestamp = self._clock()
@@ -228,7 +154,7 @@ class SchedulingQueue:
         ``immediately`` (a Pending plugin's Queue hint) skips the backoff. PreEnqueue runs before
         either (SchedulerPopFromBackoffQ), so a pod gated meanwhile stays in the pool."""
         if not immediately and self._backoff.is_backing_off(qpi):
-            if self._run_pre_enqueue(qpi) is not None:
+            if self._hints.pre_enqueue(qpi) is not None:
                 return self._gate(qpi, event)
             self._drop_from_pool(qpi.key)
             self._backoff.push(qpi)
@@ -236,42 +162,6 @@ class SchedulingQueue:
             log.debug("pod %s moved to the %s queue (event %s)", qpi.key, BACKOFF, event)
             return BACKOFF
         return self._to_active(qpi, event)
-
-    def _matching(self, qpi: QueuedPodInfo, plugin: str, event: ClusterEvent,
-                  cache: dict | None) -> Sequence[ClusterEventWithHint]:
-        """The plugin's registrations (in the pod's policy) that match ``event``; ``cache``
-        keeps them for the other pods of one event (they depend on the policy and plugin only)."""
-        k = (qpi.policy, plugin)
-        regs = cache.get(k) if cache is not None else None
-        if regs is None:
-            regs = tuple(r for r in self._registrations(qpi, plugin) if r.event.matches(event))
-            if cache is not None:
-                cache[k] = regs
-        return regs
-
-    def _strategy(self, qpi: QueuedPodInfo, event: ClusterEvent, old: Any, new: Any,
-                  cache: dict | None = None) -> int:
-        """upstream isPodWorthRequeuing: only the hints of the plugins that rejected the pod,
-        for events they registered, count. No rejector: after backoff. A wildcard event: after
-        backoff. A QUEUE from a Pending plugin: immediately."""
-        rejectors = qpi.unschedulable_plugins | qpi.pending_plugins
-        if not rejectors or event.is_wildcard:
-            return _AFTER_BACKOFF
-        result = _SKIP
-        pod = qpi.pod
-        for plugin in rejectors:
-            for reg in self._matching(qpi, plugin, event, cache):
-                if call_hint(reg, pod, old, new) == QueueingHint.QUEUE:
-                    if plugin in qpi.pending_plugins:
-                        return _IMMEDIATELY
-                    result = _AFTER_BACKOFF
-                    break
-        return result
-
-    def _gated_interested(self, qpi: QueuedPodInfo, event: ClusterEvent, cache: dict | None = None) -> bool:
-        if event.is_wildcard:
-            return True
-        return bool(self._matching(qpi, qpi.gating_plugin or "", event, cache))
 
     # ---- informer-driven operations ------------------------------------------------------
 
@@ -325,11 +215,11 @@ class SchedulingQueue:
             qpi.pod = pod
             if changed:
                 for ev in pod_change_events(old, pod, target=True):
-                    if key in self._gated and not self._gated_interested(qpi, ev):
+                    if key in self._gated and not self._hints.gated_interested(qpi, ev):
                         continue
-                    strategy = self._strategy(qpi, ev, old, pod)
-                    if strategy != _SKIP:
-                        if self._requeue(qpi, strategy == _IMMEDIATELY, ev.label) != GATED:
+                    strategy = self._hints.strategy(qpi, ev, old, pod)
+                    if strategy != SKIP:
+                        if self._requeue(qpi, strategy == IMMEDIATELY, ev.label) != GATED:
                             break
             return True
         rec = self._in_flight.get(key)
@@ -434,13 +324,13 @@ class SchedulingQueue:
             return self._requeue(qpi, False, EVENT_ATTEMPT_FAILURE)
         if rec is not None and rec.updated:
             return self._requeue(qpi, bool(qpi.pending_plugins), EVENT_ATTEMPT_FAILURE)
-        best = _SKIP
+        best = SKIP
         for _, ev, old, new in events:
-            best = max(best, self._strategy(qpi, ev, old, new))
-            if best == _IMMEDIATELY:
+            best = max(best, self._hints.strategy(qpi, ev, old, new))
+            if best == IMMEDIATELY:
                 break
-        if best != _SKIP:
-            return self._requeue(qpi, best == _IMMEDIATELY, EVENT_ATTEMPT_FAILURE)
+        if best != SKIP:
+            return self._requeue(qpi, best == IMMEDIATELY, EVENT_ATTEMPT_FAILURE)
         self._unschedulable[key] = qpi
         self._count_in(UNSCHEDULABLE, EVENT_ATTEMPT_FAILURE)
         log.debug("pod %s moved to the %s queue (event %s)", key, UNSCHEDULABLE, EVENT_ATTEMPT_FAILURE)
@@ -461,15 +351,15 @@ class SchedulingQueue:
         moved = skipped = 0
         cache: dict = {}
         # gated pods of the groups whose gating plugin registered the event, then the others
-        pods = [q for m in self._gated.groups() if self._gated_interested(next(iter(m)), event, cache) for q in m]
+        pods = [q for m in self._gated.groups() if self._hints.gated_interested(next(iter(m)), event, cache) for q in m]
         for qpi in pods + list(self._unschedulable.values()):
             if pre_check is not None and not pre_check(qpi):
                 continue
-            strategy = self._strategy(qpi, event, old, new, cache)
-            if strategy == _SKIP:
+            strategy = self._hints.strategy(qpi, event, old, new, cache)
+            if strategy == SKIP:
                 skipped += 1
                 continue
-            if self._requeue(qpi, strategy == _IMMEDIATELY, event.label) != GATED:
+            if self._requeue(qpi, strategy == IMMEDIATELY, event.label) != GATED:
                 moved += 1
         label = event.label
         if moved:

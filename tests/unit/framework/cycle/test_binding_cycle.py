@@ -13,12 +13,13 @@ from policy_scheduler.framework.cycle.binding_cycle import (NOMINATED_FOR_EXPECT
                                                             run_pre_bind_pre_flights, run_reserve, run_unreserve,
                                                             wait_on_permit)
 from policy_scheduler.policy.chain import build_chain
-from policy_scheduler.framework.interface import (BindPlugin, CycleState, Handle, PermitPlugin, PodGone,
+from policy_scheduler.framework.interface import (BindPlugin, CycleState, PermitPlugin, PodGone,
                                                   PostBindPlugin, PreBindPlugin, ReservePlugin)
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.registry import Registry
 from policy_scheduler.framework.status import Code, Status
 from policy_scheduler.framework.waiting import WaitingPods, go_duration
+from support.handles import MemoryActions, state_handle
 
 POD = parse_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}, "spec": {"containers": [{"name": "c"}]}})
 
@@ -169,17 +170,10 @@ def test_binding_cycle_failures():
 # ------------------------------------------------------------------ PreBindPreFlight and the nomination
 # for expectation (upstream RunPreBindPreFlights and the start of bindingCycle, KEP-5278)
 
-class NominatingHandle(Handle):
-    """Records the nominations for expectation; ``fail``: the write raises."""
-
-    def __init__(self, fail=False):
-        self.nominated = []
-        self.fail = fail
-
-    async def nominate_for_expectation(self, pod, node_name):
-        self.nominated.append((pod.name, node_name))
-        if self.fail:
-            raise RuntimeError("apiserver down")
+def nominating_handle(fail=False):
+    """The real handle; the nominations for expectation it writes are in ``h.actions.nominated``;
+    ``fail``: the write raises."""
+    return state_handle(actions=MemoryActions(nominate_error=RuntimeError("apiserver down") if fail else None))
 
 
 def flight(name, calls, answer):
@@ -246,7 +240,7 @@ def test_pre_flight_failures_are_errors_in_upstream_words(answer, message):
 
 def test_nomination_for_expectation_only_when_pre_bind_has_work_or_the_pod_waits():
     async def go(answer, wait, nominated=""):
-        h = NominatingHandle()
+        h = nominating_handle()
         plugins = [flight("A", [], answer)] + ([probe("W", [], permit=(Status(Code.WAIT), 10))] if wait else [])
         c = chain_with(h, *plugins)
         w = WaitingPods()
@@ -256,7 +250,7 @@ def test_nomination_for_expectation_only_when_pre_bind_has_work_or_the_pod_waits
         if wait:
             assert run_permit(c, state, pod, "n", w).code == Code.WAIT
         st = await nominate_for_expectation(c, state, pod, "n", w)
-        return st, h.nominated, state.read(NOMINATED_FOR_EXPECTATION)
+        return st, h.actions.nominated, state.read(NOMINATED_FOR_EXPECTATION)
 
     # PreBind has work: nominated, before any WaitOnPermit or PreBind
     assert asyncio.run(go(Status.success(), False)) == (Status.success(), [("p", "n")], "n")
@@ -272,8 +266,8 @@ def test_nomination_for_expectation_only_when_pre_bind_has_work_or_the_pod_waits
 
 
 def test_a_failed_nomination_write_is_only_logged(caplog):
-    h = NominatingHandle(fail=True)
+    h = nominating_handle(fail=True)
     c = chain_with(h, flight("A", [], Status.success()))
     st = asyncio.run(nominate_for_expectation(c, CycleState(), POD, "n", WaitingPods()))
-    assert st.is_success and h.nominated == [("p", "n")]
+    assert st.is_success and h.actions.nominated == [("p", "n")]
     assert "Failed to update the nominated node name in the binding cycle" in caplog.text

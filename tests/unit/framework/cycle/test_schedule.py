@@ -26,9 +26,9 @@ from policy_scheduler.framework.cycle.schedule import (
     POD_SPEC,
     NO_NODES,
     fit_error_message,
-    num_feasible_nodes_to_find,
     schedule_one,
 )
+from policy_scheduler.framework.cycle.filtering import num_feasible_nodes_to_find
 from policy_scheduler.framework.status import Code, Status
 
 UNSCHED = Code.UNSCHEDULABLE

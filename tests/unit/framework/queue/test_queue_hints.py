@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from policy_scheduler.framework.events import (ASSIGNED_POD_ADD, NODE_ADD, ActionType, ClusterEvent,
                                                ClusterEventWithHint, QueueingHint, Resource)
 from policy_scheduler.framework.model.podinfo import parse_pod
+from policy_scheduler.framework.queue.hints import Hints
 from policy_scheduler.framework.queue.scheduling_queue import ACTIVE, BACKOFF, GATED, UNSCHEDULABLE, SchedulingQueue
 from policy_scheduler.plugins.priority_sort import PrioritySort
 from policy_scheduler.plugins.scheduling_gates import SchedulingGates
@@ -294,8 +295,8 @@ def test_gated_pods_are_asked_once_per_group_and_follow_a_policy_move(monkeypatc
         assert q.add(pod(f"g{i}", gates=("x",)), "p") == GATED
     q.add(pod("free"), "open")
     asked = []
-    real = type(q)._gated_interested
-    monkeypatch.setattr(type(q), "_gated_interested",
+    real = Hints.gated_interested
+    monkeypatch.setattr(Hints, "gated_interested",
                         lambda self, qpi, ev, cache=None: asked.append(qpi.policy) or real(self, qpi, ev, cache))
     assert q.move_all_to_active_or_backoff(NODE_LABEL) == 0  # SchedulingGates registers no node event
     assert asked == ["p"]

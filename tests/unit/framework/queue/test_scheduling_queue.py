@@ -14,8 +14,8 @@ from policy_scheduler.framework.queue.scheduling_queue import (
     UNSCHEDULABLE,
     QueuedPodInfo,
     SchedulingQueue,
-    is_pod_updated,
 )
+from policy_scheduler.framework.queue.hints import is_pod_updated
 
 T0 = 1000.0
 EV = {

@@ -1,7 +1,9 @@
-"""`policy-scheduler rollout history|undo POLICY`: a policy's revisions, as `kubectl rollout` shows
-a Deployment's. The operator records every valid generation of a policy as a ControllerRevision
-(cache/revisions.py, cluster/revisions.py); ``history`` lists them (number, generation, age, what
-changed, which one the pods are scheduled with) and ``undo`` writes one back as the policy's spec.
+"""`policy-scheduler rollout history|undo|diff|promote|abort POLICY`: a policy's revisions and its
+staged rollout, as `kubectl rollout` shows a Deployment's. The operator records every valid
+generation of a policy as a ControllerRevision (cache/revisions.py, cluster/revisions.py);
+``history`` lists them (number, generation, age, what changed, which one the pods are scheduled
+with) and ``undo`` writes one back as the policy's spec. ``diff`` shows what a rollout's candidate
+changes, ``promote`` and ``abort`` end the rollout.
 
 The commands run as the user of the kubeconfig: they read the policy and LIST the revisions;
 ``undo`` also updates the policy (PUT, with its resourceVersion: a concurrent change is read again).
@@ -19,6 +21,7 @@ from typing import Any, Mapping, TextIO
 
 from ..cache import revisions as rev
 from ..timefmt import parse_rfc3339
+from . import CONTEXT_HELP, KUBECONFIG_HELP
 
 GROUP_RESOURCE = "schedulingpolicy.policy-scheduler.io"
 POLICIES = "/apis/policy-scheduler.io/v1alpha1/schedulingpolicies"
@@ -29,18 +32,7 @@ class RolloutError(Exception):
     """Why a command cannot do what it was asked: one line, exit status 1."""
 
 
-def non_negative(v: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        n = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{v!r} is negative")
-    return n
-
-
-def add_parser(sub, kubeconfig_help: str, context_help: str) -> None:
+def add_parser(sub) -> None:
     """The `rollout` command and its subcommands."""
     ro = sub.add_parser("rollout", help="a policy's revisions and rollout: history, undo, diff, promote, abort",
                         description="Every valid generation of a SchedulingPolicy is recorded by the operator as "
@@ -74,8 +66,8 @@ def add_parser(sub, kubeconfig_help: str, context_help: str) -> None:
     ab.set_defaults(fn=cmd_abort)
     for p in (h, u, d, pr, ab):
         p.add_argument("policy", metavar="POLICY", help="the SchedulingPolicy's name")
-        p.add_argument("--kubeconfig", default=None, metavar="FILE", help=kubeconfig_help)
-        p.add_argument("--context", default=None, help=context_help)
+        p.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)
+        p.add_argument("--context", default=None, help=CONTEXT_HELP)
         p.add_argument("--revision-namespace", default=rev.default_namespace(), metavar="NAMESPACE",
                        help="the operator's --revision-namespace (default: $POD_NAMESPACE, else "
                             f"{rev.DEFAULT_NAMESPACE})")
@@ -84,7 +76,7 @@ def add_parser(sub, kubeconfig_help: str, context_help: str) -> None:
 # ---------------------------------------------------------------------------------- reading
 async def get_policy(client, policy: str) -> dict[str, Any]:
     """The policy; RolloutError when it does not exist."""
-    from .kubeclient import ApiError
+    from ..cluster.kubeclient import ApiError
 
     try:
         return await client.get(f"{POLICIES}/{policy}")
@@ -179,7 +171,7 @@ def undo_target(obj: Mapping[str, Any], revisions: list[rev.Revision], to_revisi
 
 async def undo(client, policy: str, namespace: str, to_revision: int | None) -> str:
     """Write the target revision's spec to the policy; the line to print."""
-    from .kubeclient import ApiError
+    from ..cluster.kubeclient import ApiError
 
     for attempt in range(ATTEMPTS):
         obj, revisions = await read(client, policy, namespace)
@@ -203,7 +195,8 @@ async def undo(client, policy: str, namespace: str, to_revision: int | None) -> 
 
 # ---------------------------------------------------------------------------------- commands
 def _run(a: argparse.Namespace, who: str, work) -> int:
-    from .kubeclient import REQUEST_ERRORS, CredentialsError, KubeClient, load_credentials
+    from ..cluster.credentials import CredentialsError, load_credentials
+    from ..cluster.kubeclient import REQUEST_ERRORS, KubeClient
 
     try:
         creds = load_credentials(a.kubeconfig, a.context)

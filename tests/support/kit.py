@@ -6,20 +6,9 @@ from dataclasses import replace
 
 from policy_scheduler.framework.events import ActionType, ClusterEvent, QueueingHint, call_hint
 from policy_scheduler.framework.interface import Handle
-from policy_scheduler.framework.metricview import SOURCE
 from policy_scheduler.framework.model.nodetable import NodeSpec, NodeTable
 
 QUEUE, SKIP = QueueingHint.QUEUE, QueueingHint.SKIP
-
-
-class ViewHandle(Handle):
-    """A Handle whose metric source is ``view`` (a MetricsView prepared by the test)."""
-
-    def __init__(self, view) -> None:
-        self.view = view
-
-    def source(self, name):
-        return self.view if name == SOURCE else None
 
 
 def table(nodes, existing=()) -> NodeTable:

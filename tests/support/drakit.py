@@ -8,10 +8,13 @@ import copy
 
 import numpy as np
 
-from policy_scheduler.framework.interface import CycleState, Handle
+from policy_scheduler.cache.handle import StateHandle
+from policy_scheduler.cache.state import ClusterState
+from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.plugins.dynamicresources.cache import DraCache
 from policy_scheduler.framework.model.nodetable import NodeSpec, NodeTable
 from policy_scheduler.framework.model.podinfo import parse_pod
+from support.handles import MemoryActions
 
 DRIVER = "gpu.example.com"
 HOSTNAME = "kubernetes.io/hostname"
@@ -23,23 +26,25 @@ class ApiError(Exception):
         self.status = status
 
 
-class DraHandle(Handle):
-    """A Handle with its own DraCache; its API holds the claims added (GET/PUT of a claim and
-    its status, resourceVersion bumped per write, 409 on a stale one); ``conflicts`` makes the
-    next that many PUTs fail with 409; spawned coroutines run at ``drain()``."""
+class DraHandle(StateHandle):
+    """The real StateHandle over a fresh ClusterState (its DraCache: ``cache``), writing through
+    in-memory Actions: its API holds the claims added (GET/PUT of a claim and its status,
+    resourceVersion bumped per write, 409 on a stale one); ``conflicts`` makes the next that many
+    PUTs fail with 409; spawned coroutines run at ``drain()``."""
 
     def __init__(self) -> None:
-        self.cache = DraCache()
+        super().__init__(ClusterState(), actions=MemoryActions(api=self._api, spawn=True))
         self.objects: dict[str, dict] = {}
         self.calls: list[tuple[str, str]] = []
         self.conflicts = 0
-        self.spawned: list = []
 
-    def dra(self) -> DraCache:
-        return self.cache
+    @property
+    def cache(self) -> DraCache:
+        return self.state.dra
 
-    def spawn(self, coro) -> None:
-        self.spawned.append(coro)
+    @property
+    def spawned(self) -> list:
+        return self.actions.spawned
 
     def drain(self) -> None:
         while self.spawned:
@@ -52,7 +57,7 @@ class DraHandle(Handle):
                 self.objects[f"{b['metadata']['namespace']}/{b['metadata']['name']}"] = copy.deepcopy(b)
         return self
 
-    async def api_request(self, method, path, body=None):
+    async def _api(self, method, path, body=None):
         self.calls.append((method, path))
         parts = path.split("/")
         status = parts[-1] == "status"

@@ -5,29 +5,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from policy_scheduler.framework.interface import CycleState, Handle
+from policy_scheduler.cache.handle import StateHandle
+from policy_scheduler.cache.state import ClusterState
+from policy_scheduler.framework.interface import CycleState
 from policy_scheduler.framework.model.nodetable import NodeTable
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.plugins.volumes.objects import ANN_BIND_COMPLETED
 from policy_scheduler.plugins.volumes.cache import VolumeCache
+from support.handles import MemoryActions
 
 HOSTNAME = "kubernetes.io/hostname"
 
 
-class VolHandle(Handle):
-    """A Handle with its own VolumeCache; ``api_request`` records the calls and answers the
-    body with a resourceVersion one above the one it was sent with (as the API server would),
-    or raises ``fail`` when set."""
+class VolHandle(StateHandle):
+    """The real StateHandle over a fresh ClusterState (its VolumeCache: ``cache``), writing through
+    in-memory Actions whose ``api_request`` records the calls and answers the body with a
+    resourceVersion one above the one it was sent with (as the API server would), or raises
+    ``fail`` when set."""
 
     def __init__(self) -> None:
-        self.cache = VolumeCache()
+        super().__init__(ClusterState(), actions=MemoryActions(api=self._api))
         self.calls: list[tuple[str, str, dict]] = []
         self.fail: Exception | None = None
 
-    def volumes(self) -> VolumeCache:
-        return self.cache
+    @property
+    def cache(self) -> VolumeCache:
+        return self.state.volumes
 
-    async def api_request(self, method, path, body=None):
+    async def _api(self, method, path, body=None):
         self.calls.append((method, path, body))
         if self.fail is not None:
             raise self.fail

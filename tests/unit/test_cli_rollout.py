@@ -1,4 +1,4 @@
-"""`policy-scheduler rollout history|undo` (cluster/rollout.py) against the in-memory client: the
+"""`policy-scheduler rollout history|undo` (commands/rollout.py) against the in-memory client: the
 table, the revision ``undo`` picks, the spec it writes back, a concurrent change."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import asyncio
 import io
 
 import pytest
-from fakeclient import FakeClient
+from support.fakeclient import FakeClient
 
 from policy_scheduler.cache import revisions as rev
 from policy_scheduler.cli import build_parser
-from policy_scheduler.cluster import rollout
+from policy_scheduler.commands import rollout
 from policy_scheduler.timefmt import parse_rfc3339
 
 NS = "sched"

@@ -1,4 +1,4 @@
-"""cluster/kubeclient.py credentials: kubeconfig resolution as kubectl does it ($KUBECONFIG
+"""cluster/credentials.py: kubeconfig resolution as kubectl does it ($KUBECONFIG
 merged, ~/.kube/config, --context), relative paths, exec credential plugins and token renewal.
 Temporary files only: no API server."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from policy_scheduler import cli
-from policy_scheduler.cluster import kubeclient
-from policy_scheduler.cluster.kubeclient import CredentialsError, client_configuration, load_credentials
+from policy_scheduler.cluster import credentials
+from policy_scheduler.cluster.credentials import CredentialsError, client_configuration, load_credentials
 
 
 @pytest.fixture(autouse=True)
@@ -296,8 +296,8 @@ def test_in_cluster_service_account_token_is_read_again(tmp_path, monkeypatch, p
     sa.mkdir()
     (sa / "token").write_text("sa-token-1")
     (sa / "ca.crt").write_bytes(pki["cert"])
-    monkeypatch.setattr(kubeclient.incluster_config, "SERVICE_TOKEN_FILENAME", str(sa / "token"))
-    monkeypatch.setattr(kubeclient.incluster_config, "SERVICE_CERT_FILENAME", str(sa / "ca.crt"))
+    monkeypatch.setattr(credentials.incluster_config, "SERVICE_TOKEN_FILENAME", str(sa / "token"))
+    monkeypatch.setattr(credentials.incluster_config, "SERVICE_CERT_FILENAME", str(sa / "ca.crt"))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     c = load_credentials()
