@@ -120,3 +120,16 @@ def test_a_module_that_does_not_exist_is_found():
             "    missing.py  not there\n  cache/\n    engine.py   not in cache/\n```\n")
     assert problems("x.md", text) == ["x.md:6: cluster/missing.py", "x.md:8: cache/engine.py",
                                       "x.md:1: cluster/nowhere.py", "x.md:1: gone_module.py"]
+
+
+def _diagram(text: str) -> str:
+    start = text.index("```\ninformer (cluster/informer.py")
+    return text[start:text.index("```\n", start + 4) + 4]
+
+
+def test_readme_and_the_development_guide_draw_one_diagram():
+    """A pod's way from watch event to Binding is drawn once: README's copy is the guide's."""
+    _, section = _section((ROOT / "README.md").read_text(), "Architecture")
+    guide = (ROOT / "docs" / "development.md").read_text()
+    assert "scheduler/schedule_one.py" in _diagram(guide)
+    assert _diagram(section) == _diagram(guide)

@@ -21,7 +21,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .. import SCHEDULER_NAME
-from ..framework.model.labels import LabelSelectorRequirementSpec, LabelSelectorSpec
+from ..framework.model.labels import LabelSelectorSpec
 from ..framework.validation import invalid, raise_if
 from .chain import MAX_DISABLED, MAX_PLUGINS, ChainSpec, DisabledRef, PluginRef
 from .errors import cap_errors, split_field_message, validation_errors
@@ -41,7 +41,6 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 
 
 # metav1.LabelSelector, validated as the API server does (framework/model/labels.py)
-LabelSelectorRequirement = LabelSelectorRequirementSpec
 LabelSelector = LabelSelectorSpec
 
 MAX_URL = 2048

@@ -28,7 +28,7 @@ Simplifications against upstream, all deliberate: no locking, no blocking ``pop`
 (the caller runs ``pop``, ``flush_unschedulable_leftover`` every 30 s, and sleeps
 ``next_ready_in()``); the backoff expiry is not aligned to SchedulerPopFromBackoffQ's 1-second
 window (ties in expiry: priority, then queue time); a pod group is no queue entry of its own: a
-pod-group cycle ``take``s the group's queued members with the one popped (cache/group_cycle.py),
+pod-group cycle ``take``s the group's queued members with the one popped (scheduler/group_cycle.py),
 and Coscheduling keeps a group's pods together through its QueueSort.
 """
 

@@ -153,9 +153,6 @@ class DraCache:
         key = f"{namespace}/{name}"
         return self._assumed.get(key) or self._api_claims.get(key)
 
-    def api_claim(self, namespace: str, name: str) -> ResourceClaim | None:
-        return self._api_claims.get(f"{namespace}/{name}")
-
     def claims(self) -> list[ResourceClaim]:
         return [self._assumed.get(k) or c for k, c in self._api_claims.items()]
 
@@ -218,6 +215,3 @@ class DraCache:
             return
         self._assumed[key] = claim
         self._recount(old, claim)
-
-    def pending_for_pod(self, pod_uid: str) -> list[ResourceClaim]:
-        return [p.claim for p in self.pending.values() if pod_uid in p.pods]

@@ -377,10 +377,6 @@ class PodGroupCache:
             self._backoff_until[gkey] = self.clock() + backoff
         self._mark(gkey)
 
-    def rejected_groups(self) -> list[str]:
-        """The groups rejected as a whole (their marker may be stale: see ``rejection``)."""
-        return list(self._rejected)
-
     def rejection(self, gkey: str) -> str | None:
         """Why the group was rejected, while nothing that may help it has happened since."""
         r = self._rejected.get(gkey)

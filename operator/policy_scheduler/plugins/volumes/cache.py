@@ -202,6 +202,3 @@ class VolumeCache:
         """(PV names, PVC keys) ``pod_key`` has assumed and not reverted nor forgotten."""
         rec = self._by_pod.get(pod_key)
         return (list(rec[0]), list(rec[1])) if rec else ([], [])
-
-    def is_assumed_pv(self, name: str) -> bool:
-        return name in self._assumed_pvs

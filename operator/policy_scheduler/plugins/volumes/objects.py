@@ -23,7 +23,6 @@ NO_PROVISIONER = "kubernetes.io/no-provisioner"
 IMMEDIATE = "Immediate"
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 READ_WRITE_ONCE_POD = "ReadWriteOncePod"
-CLAIM_BOUND = "Bound"
 CLAIM_LOST = "Lost"
 VOLUME_AVAILABLE = "Available"
 
