@@ -192,6 +192,7 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
                       + ", ".join(p.NAME for p in points["queueSort"]))
     if errors:
         raise ChainError(cap_errors(errors))
+    # each points[p] holds plugins implementing p (the isinstance above): the arg-type ignores below
     return Chain(
         plugins=[p for _, _, p in instances],
         queue_sort=points["queueSort"][0] if points["queueSort"] else None,  # type: ignore[arg-type]

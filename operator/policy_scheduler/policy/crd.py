@@ -180,6 +180,7 @@ def crd() -> dict[str, Any]:
 
     registry = default_registry()
     spec = _schema(SchedulingPolicySpec)
+    # arg-type ignored: registry.get(n) is never None for a name registry.names() lists
     no_score = [n for n in registry.names() if not issubclass(registry.get(n), ScorePlugin)]  # type: ignore[arg-type]
     candidate = spec["properties"]["rollout"]["properties"]["candidate"]
     for chain in (spec, candidate):  # spec.plugins and spec.rollout.candidate.plugins alike

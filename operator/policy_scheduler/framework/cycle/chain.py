@@ -55,6 +55,8 @@ class Chain:
                 return p
         return None
 
+    # points[p] holds only plugins implementing p (build_chain checks each with isinstance): that
+    # is all the ignored return-value errors below (and the arg-type ones of build_chain's Chain(...)) are
     @property
     def pre_enqueue(self) -> list[PreEnqueuePlugin]:
         return self.points["preEnqueue"]  # type: ignore[return-value]
