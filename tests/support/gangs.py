@@ -63,6 +63,7 @@ def engine(nodes, plugins=None) -> Engine:
 
 
 async def drain(e: Engine, rounds: int = 120) -> None:
+    """The scheduling loop, by hand: pop, decide, let the binding tasks run."""
     for _ in range(rounds):
         qpi = e.queue.pop()
         if qpi is not None:

@@ -31,12 +31,16 @@ def boolean(v: str) -> bool:
     raise argparse.ArgumentTypeError(f"{v!r} is not true or false")
 
 
-def positive(v: str) -> int:
-    """argparse type: an integer >= 1."""
+def _integer(v: str) -> int:
     try:
-        n = int(v)
+        return int(v)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+
+
+def positive(v: str) -> int:
+    """argparse type: an integer >= 1."""
+    n = _integer(v)
     if n < 1:
         raise argparse.ArgumentTypeError(f"{v!r} is not a positive integer")
     return n
@@ -44,10 +48,7 @@ def positive(v: str) -> int:
 
 def non_negative(v: str) -> int:
     """argparse type: an integer >= 0."""
-    try:
-        n = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    n = _integer(v)
     if n < 0:
         raise argparse.ArgumentTypeError(f"{v!r} is negative")
     return n

@@ -10,6 +10,7 @@ import asyncio
 from types import SimpleNamespace
 
 from support.fakeclient import FakeClient
+from support.gangs import drain
 from support.handles import MemoryActions, state_handle
 from support.kit import QUEUE, SKIP, arg_errors, instance, table
 from policy_scheduler.cluster.engine import Engine
@@ -212,15 +213,6 @@ def engine(n_nodes=3, args=None) -> Engine:
     return e
 
 
-async def drain(e: Engine, rounds: int = 80) -> None:
-    """The scheduling loop, by hand: pop, decide, let the binding tasks run."""
-    for _ in range(rounds):
-        qpi = e.queue.pop()
-        if qpi is not None:
-            e.schedule(qpi)
-        for _ in range(4):
-            await asyncio.sleep(0)
-
 
 def bound_by_group(e: Engine) -> dict[str, int]:
     out: dict[str, int] = {}
@@ -249,7 +241,7 @@ def test_two_groups_that_fit_alone_but_not_together_do_not_deadlock():
         for i in range(4):
             for g in ("a", "b"):
                 e.on_pod("ADDED", pod_body(f"{g}-{i}", g))
-        await drain(e)
+        await drain(e, 80)
         assert bound_by_group(e) == {"a": 4}
         assert len(e.state.waiting) == 0
         assert not [k for k in e.state.table.pod_node if k.startswith("ns/b-")]  # b holds no room
@@ -260,7 +252,7 @@ def test_two_groups_that_fit_alone_but_not_together_do_not_deadlock():
         assert bound_by_group(e) == {"a": 4}  # a binding of a's coming back helps b nothing
         for i in range(4):
             e.on_pod("DELETED", pod_body(f"a-{i}", "a", node="n0"))
-        await drain(e)
+        await drain(e, 80)
         assert bound_by_group(e) == {"a": 4, "b": 4}
         assert len(e.state.waiting) == 0
         await e.stop()
