@@ -25,7 +25,9 @@ removes the pod from ``reservedFor`` if it got there.
 PreBind: per claim not yet reserved for the pod (from the cache, re-read after a conflict), add the finalizer
 ``resource.kubernetes.io/delete-protection`` (update), then write ``status.allocation`` (with
 ``allocationTimestamp``) and append the pod to ``status.reservedFor`` (one status update), retried
-on conflicts. A claim deleted or allocated elsewhere in the meantime is an Error.
+on conflicts. A claim deleted or allocated elsewhere in the meantime is an Error. Then, when a
+device allocated to the pod has binding conditions, it waits for them (binding_conditions.py);
+Filter holds a claim whose binding failed or timed out unavailable, so PostFilter frees it.
 
 PostFilter: when no node fits, the first unavailable claim reserved for nobody or only for this
 pod is deallocated (``deallocation of ResourceClaim completed``), so the next attempt may
@@ -34,8 +36,7 @@ state and answers the Error ``not found``, which ends the PostFilter run (no pre
 is appended to the FitError message: so is ours.
 
 Not covered: extended resources backed by DRA, partitionable devices and consumable capacity,
-binding conditions (devices that have them are allocated, PreBind does not wait for them),
-DeviceTaintRules, the per-node filter timeout.
+the per-node filter timeout, the BindingConditionsPending event.
 """
 
 from __future__ import annotations
