@@ -26,10 +26,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import pytest
 from dra_world import (BOUND_CONDITION, DEALLOCATED, DRIVER, FAILED_CONDITION, LABEL_BATCH, LABEL_RUN, RESOURCE,
-                       TAINT_KEY, ZONES, Case, Device, Poller, Raw, World, WorldOutcome, cleanup, claim_spec, create_classes,
-                       create_infra, delete_classes, make_case, node_body, pod_body, slice_body)
+                       TAINT_KEY, ZONES, Case, Device, Poller, Raw, World, WorldOutcome, cleanup, claim_spec,
+                       create_classes, create_infra, delete_classes, make_case, node_body, pod_body, slice_body)
 from test_dra_parity import (ADMIN_ACCESS, MAX_NODES, OURS, UPSTREAM, batches, dra_components, raw,  # noqa: F401
                              who_bound)
 

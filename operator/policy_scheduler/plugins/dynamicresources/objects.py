@@ -143,6 +143,10 @@ def _attribute(v: Any, where: str) -> tuple[str, Any]:
     return "unknown", None
 
 
+def _conditions(d: Mapping[str, Any], key: str, i: int) -> tuple[str, ...]:
+    return tuple(str(c) for c in _list(d.get(key), f"spec.devices[{i}].{key}")[:MAX_CONDITIONS])
+
+
 @dataclass(slots=True, eq=False)
 class ResourceSlice:
     name: str
@@ -182,10 +186,8 @@ class ResourceSlice:
                 name=str(d.get("name") or ""), driver=driver, pool=pool_name, attributes=attrs,
                 raw_attributes=raw_attrs, raw_capacity=_obj(d.get("capacity"), f"spec.devices[{i}].capacity"),
                 taints=taints, own_taints=taints,
-                binding_conditions=tuple(str(c) for c in _list(d.get("bindingConditions"),
-                                                               f"spec.devices[{i}].bindingConditions")[:MAX_CONDITIONS]),
-                binding_failure_conditions=tuple(str(c) for c in _list(
-                    d.get("bindingFailureConditions"), f"spec.devices[{i}].bindingFailureConditions")[:MAX_CONDITIONS]),
+                binding_conditions=_conditions(d, "bindingConditions", i),
+                binding_failure_conditions=_conditions(d, "bindingFailureConditions", i),
                 binds_to_node=bool(d.get("bindsToNode")), consumes_counters=bool(d.get("consumesCounters")),
                 multi=bool(d.get("allowMultipleAllocations")))
             try:  # the selector variable, built now: a value CEL cannot read refuses the slice here
