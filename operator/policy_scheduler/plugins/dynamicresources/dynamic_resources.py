@@ -427,7 +427,9 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 raise _BindError(f"claim {claim.key} got deallocated elsewhere in the meantime")
             try:
                 fins = list(meta.get("finalizers") or [])
-                if FINALIZER not in fins:  # "if we were interrupted in the past, it might already be set"
+                # only with an allocation of ours (upstream): "if we were interrupted in the past, it
+                # might already be set"
+                if allocation is not None and FINALIZER not in fins:
                     meta["finalizers"] = fins + [FINALIZER]
                     body = await api("PUT", path, dict(body, metadata=meta))
                 status = dict(body.get("status") or {})

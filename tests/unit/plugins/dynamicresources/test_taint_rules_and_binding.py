@@ -267,3 +267,26 @@ def test_binding_timeout_is_validated():
     assert arg_errors("DynamicResources", {"bindingTimeoutSeconds": 0.5})
     assert not arg_errors("DynamicResources", {"bindingTimeoutSeconds": 1})
     assert instance(DynamicResources, None, DraHandle()).binding_timeout == 600.0
+
+
+def test_pre_bind_of_a_claim_allocated_before_adds_no_finalizer_and_sets_the_timestamp():
+    """upstream bindClaim: the finalizer only with an allocation of its own; allocationTimestamp
+    set when missing; a claim deallocated meanwhile is an Error."""
+    alloc = {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "z-pool", "device": "g1"}]}}
+    h, pl, t = bc_world()
+    h.add(C, claim("pre", allocation=alloc))
+    p = pod("p", claims=["pre"])
+    _, _, state = filter_all(pl, p, t)
+    assert pl.reserve(state, p, "n0").is_success
+    assert asyncio.run(pl.pre_bind(state, p, "n0")).is_success
+    obj = h.objects["default/pre"]
+    assert "finalizers" not in obj["metadata"] and obj["status"]["allocation"]["allocationTimestamp"]
+    assert [m for m, path in h.calls if not path.endswith("/status")] == []
+    h.add(C, claim("gone", allocation=alloc))
+    q = pod("q", claims=["gone"])
+    _, _, state = filter_all(pl, q, t)
+    pl.reserve(state, q, "n0")
+    h.objects["default/gone"]["status"] = {}
+    h.objects["default/gone"]["metadata"]["resourceVersion"] = "5"
+    st = asyncio.run(pl.pre_bind(state, q, "n0"))
+    assert (st.code, st.reasons) == (Code.ERROR, ("claim default/gone got deallocated elsewhere in the meantime",))
