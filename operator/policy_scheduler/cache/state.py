@@ -70,7 +70,7 @@ def same_requests(old: PodInfo, spec: Mapping[str, Any], status: Mapping[str, An
         return old.parse_error is not None  # still malformed: nothing new to count
     return (pr.requests == old.requests and pr.nonzero_cpu == old.nonzero_cpu
             and pr.nonzero_memory == old.nonzero_memory and pr.spec_requests == old.spec_only
-            and pr.score == old.score_nonzero)
+            and pr.fit_score == old.fit_score)
 
 
 class ClusterState:

@@ -330,7 +330,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             elif name == "memory":
                 q = pod.score_memory
             else:
-                q = pod.requests.get(name, 0)
+                q = pod.score_requests.get(name, 0)
                 if name != "ephemeral-storage" and (not is_scalar_resource_name(name) or q == 0):
                     q = None
             out.append((name, q))
@@ -382,7 +382,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
                 req = sum(p.score_memory for p in pods)
                 held = int(nodes.nonzero[rows, 1].sum())
             else:
-                req = sum(p.requests.get(name, 0) for p in pods)
+                req = sum(p.score_requests.get(name, 0) for p in pods)
                 if req == 0 and is_scalar_resource_name(name):
                     continue
                 held = int(nodes.requested[rows, col].sum()) if col is not None else 0

@@ -696,15 +696,15 @@ def test_filter_reads_the_spec_of_the_pod_being_scheduled_not_its_status():
 
 
 def test_score_gives_pod_level_pods_the_per_container_defaults():
-    """resourceAllocationScorer.calculatePodResourceRequest: every container that names no cpu gets
-    100m, whatever the pod level says of memory."""
+    """resourceAllocationScorer.calculatePodResourceRequest as NewFit builds it (no feature flags):
+    the pod level is not read; every container that names no cpu or memory gets 100m / 200Mi."""
     table = make_table([make_node("n", {"cpu": "4", "memory": "8Gi"})])
     body = {"metadata": {"name": "p", "namespace": "default"},
             "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "200m"}}}, {"name": "b"}],
                      "resources": {"requests": {"memory": "1Gi"}}}}
     pod_level = parse_pod(body)
-    same = make_pod("q", {"cpu": "300m", "memory": "1Gi"})
-    fewer = make_pod("r", {"cpu": "200m", "memory": "1Gi"})
+    same = make_pod("q", {"cpu": "300m", "memory": "400Mi"})
+    pod_level_read = make_pod("r", {"cpu": "300m", "memory": "1Gi"})
     for args in (None, {"scoringStrategy": {"type": "MostAllocated"}}):
-        scores = [run_score(plugin(args), p, table)[0] for p in (pod_level, same, fewer)]
+        scores = [run_score(plugin(args), p, table)[0] for p in (pod_level, same, pod_level_read)]
         assert scores[0] == scores[1] != scores[2], (args, scores)

@@ -150,9 +150,10 @@ class PodInfo:
     # the spec's requests alone (NodeResourcesFit's Filter) when they differ from ``requests``
     # (status resources), else None: read ``spec_requests``
     spec_only: dict[str, int] | None = None
-    # NodeResourcesFit's score request (cpu, memory) when it differs from the non-zero pair (pod-
-    # level requests), else None: read ``score_cpu`` / ``score_memory``
-    score_nonzero: tuple[int, int] | None = None
+    # NodeResourcesFit's score requests (podrequests.py: no pod level, no status, the defaults)
+    # when they differ from ``requests`` with the non-zero pair, else None: read ``score_cpu``,
+    # ``score_memory`` and ``score_requests``
+    fit_score: dict[str, int] | None = None
     tolerations: tuple[Toleration, ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict)
     required_node_affinity: NodeSelector | None = None
@@ -198,11 +199,17 @@ class PodInfo:
 
     @property
     def score_cpu(self) -> int:
-        return self.nonzero_cpu if self.score_nonzero is None else self.score_nonzero[0]
+        """NodeResourcesFit's score request of cpu (the 100m default per container naming none)."""
+        return self.nonzero_cpu if self.fit_score is None else self.fit_score.get("cpu", 0)
 
     @property
     def score_memory(self) -> int:
-        return self.nonzero_memory if self.score_nonzero is None else self.score_nonzero[1]
+        return self.nonzero_memory if self.fit_score is None else self.fit_score.get("memory", 0)
+
+    @property
+    def score_requests(self) -> dict[str, int]:
+        """NodeResourcesFit's score requests of other resources."""
+        return self.requests if self.fit_score is None else self.fit_score
 
     @property
     def claim_names(self) -> tuple[str, ...]:
@@ -333,7 +340,7 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
     try:
         pr = pod_requests_of(spec, status if isinstance(status, Mapping) else None)
         info.requests, info.nonzero_cpu, info.nonzero_memory = pr.requests, pr.nonzero_cpu, pr.nonzero_memory
-        info.spec_only, info.score_nonzero = pr.spec_requests, pr.score
+        info.spec_only, info.fit_score = pr.spec_requests, pr.fit_score
         info.tolerations = tuple(Toleration.parse(t) for t in (spec.get("tolerations") or []))
         info.node_selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
         aff = spec.get("affinity") or {}

@@ -15,10 +15,12 @@ Four totals are derived from one pod (``PodRequests`` below):
   only for a resource neither the pod level nor any container names): the node's NonZeroRequested.
 - ``spec_requests``: the spec alone (NodeResourcesFit's PreFilter, computePodResourceRequest):
   what the pod being scheduled asks. Equal to ``requests`` for a pod without resize status.
-- ``score_cpu`` / ``score_memory``: NodeResourcesFit's score request of the pod being scheduled
-  (resourceAllocationScorer.calculatePodResourceRequest): status resources, the defaults for
-  every container that names none, whatever the pod level says. Differs from the non-zero pair
-  only for pods with pod-level requests.
+- ``fit_score``: NodeResourcesFit's score request of the pod being scheduled
+  (resourceAllocationScorer.calculatePodResourceRequest as NewFit builds its scorer: none of the
+  feature flags set, so neither status resources nor pod-level requests; the defaults for every
+  container that names no cpu or memory). BalancedAllocation's scorer has the flags and reads
+  ``requests``. Differs from ``requests`` with the non-zero pair only for pods with pod-level
+  requests or status resources.
 
 Every total: containers summed, init containers as the sidecar KEP defines (a restartable init
 container adds to the total and to every later init container's usage; the total is at least
@@ -264,10 +266,10 @@ def _parse(spec: Mapping[str, Any], status: Mapping[str, Any]) -> _Parsed:
                    status_resources, any_status)
 
 
-def _pod_requests(p: _Parsed, use_status: bool, non_missing: RList | None = None) -> RList:
+def _pod_requests(p: _Parsed, use_status: bool, non_missing: RList | None = None, pod_level: bool = True) -> RList:
     """upstream PodRequests with UseStatusResources=``use_status``,
-    InPlacePodLevelResourcesVerticalScalingEnabled (beta, on), pod-level resources not skipped,
-    NonMissingContainerRequests=``non_missing``, overhead included."""
+    InPlacePodLevelResourcesVerticalScalingEnabled (beta, on), SkipPodLevelResources=not
+    ``pod_level``, NonMissingContainerRequests=``non_missing``, overhead included."""
     if not use_status:
         reqs = _aggregate(p.containers, p.inits, _spec, False, non_missing)
     else:
@@ -278,7 +280,7 @@ def _pod_requests(p: _Parsed, use_status: bool, non_missing: RList | None = None
             allocated = _aggregate(p.containers, p.inits, _allocated, p.infeasible, non_missing)
             actuated = _aggregate(p.containers, p.inits, _actuated, p.infeasible, non_missing)
         reqs = _max(actuated, allocated) if p.infeasible else _max(spec_reqs, actuated, allocated)
-    if p.pod_level is not None:
+    if pod_level and p.pod_level is not None:
         effective: RList | None = p.pod_level
         if use_status and p.status_resources:  # upstream effectivePodLevelResources
             effective = _max(None if p.infeasible else p.pod_level, p.status_requests, p.status_alloc)
@@ -294,7 +296,7 @@ class PodRequests(NamedTuple):
     nonzero_cpu: int
     nonzero_memory: int
     spec_requests: RList | None  # None: the same as ``requests``
-    score: tuple[int, int] | None  # (cpu, memory); None: the same as the non-zero pair
+    fit_score: RList | None  # None: ``requests`` with cpu and memory from the non-zero pair
 
 
 def _single(c: _Container) -> PodRequests:
@@ -321,13 +323,12 @@ def pod_requests_of(spec: Mapping[str, Any], status: Mapping[str, Any] | None = 
     spec_requests = _pod_requests(p, False) if p.any_status else None
     if spec_requests == requests:
         spec_requests = None
-    score = None
-    if p.pod_level is not None:
-        sc = _pod_requests(p, True, _DEFAULTS)
-        score = (sc.get("cpu", 0), sc.get("memory", 0))
-        if score == nonzero:
-            score = None
-    return PodRequests(requests, nonzero[0], nonzero[1], spec_requests, score)
+    fit_score = None
+    if p.pod_level is not None or p.any_status:
+        fit_score = _pod_requests(p, False, _DEFAULTS, pod_level=False)
+        if fit_score == {**requests, "cpu": nonzero[0], "memory": nonzero[1]}:
+            fit_score = None
+    return PodRequests(requests, nonzero[0], nonzero[1], spec_requests, fit_score)
 
 
 def compute_requests(spec: Mapping[str, Any], defaults: bool = False) -> RList:

@@ -120,7 +120,9 @@ def test_nonzero_defaults_apply_per_container_only_when_missing(spec, cpu, memor
 ])
 def test_parsed_requests_are_both_aggregates_at_once(spec):
     p = pod(spec)
-    plain, nonzero = compute_requests(spec), compute_requests(spec, defaults=True)
+    plain = compute_requests(spec)
+    # NodeResourcesFit's score: the containers with their defaults, the pod level not read
+    nonzero = compute_requests({k: v for k, v in spec.items() if k != "resources"}, defaults=True)
     assert p.requests == p.spec_requests == plain
     assert (p.score_cpu, p.score_memory) == (nonzero["cpu"], nonzero["memory"])
     assert spec["containers"][0].get("resources", {}).get("requests", {}).keys() <= plain.keys()

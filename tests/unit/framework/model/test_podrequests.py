@@ -138,19 +138,32 @@ def test_pod_level_status_resize():
 
 def test_nonzero_with_pod_level_requests_defaults_only_what_nobody_names():
     """getNonMissingContainerRequests: pod-level requests set -> the default only for cpu/memory
-    that the total does not name; Fit's score request (calculatePodResourceRequest) defaults every
-    container that names none."""
+    that the total does not name. NodeResourcesFit's score request: its scorer is built without
+    the feature flags (NewFit), so the pod level is not read and every container that names no
+    cpu or memory gets the default."""
     spec = {"containers": [ctr("a", {"cpu": "200m"}), ctr("b")], "resources": {"requests": {"memory": "1Gi"}}}
     p = bound(spec)
     assert p.requests == {"cpu": 200, "memory": 1024 * MI}
     assert (p.nonzero_cpu, p.nonzero_memory) == (200, 1024 * MI)  # cpu named: no default
-    assert (p.score_cpu, p.score_memory) == (300, 1024 * MI)  # container b gets 100m
+    assert (p.score_cpu, p.score_memory) == (300, 2 * DEF_MEM)  # the containers with their defaults
     spec = {"containers": [ctr("a"), ctr("b")], "initContainers": [ctr("i")],
             "resources": {"requests": {"cpu": "1"}}}
     p = bound(spec)
     assert p.requests == {"cpu": 1000}
     assert (p.nonzero_cpu, p.nonzero_memory) == (1000, 2 * DEF_MEM)  # memory: per container, init max
-    assert (p.score_cpu, p.score_memory) == (1000, 2 * DEF_MEM)
+    assert (p.score_cpu, p.score_memory) == (200, 2 * DEF_MEM)
+
+
+def test_fit_score_reads_neither_status_nor_pod_level():
+    spec = {"containers": [ctr("c", {"cpu": "1", "ephemeral-storage": "1Gi"})],
+            "resources": {"requests": {"cpu": "2", "hugepages-2Mi": "4Mi"}}}
+    st = {"containerStatuses": [cstatus("c", {"cpu": "3", "ephemeral-storage": "2Gi"})]}
+    p = bound(spec, st)
+    assert p.requests == {"cpu": 2000, "ephemeral-storage": 2048 * MI, "hugepages-2Mi": 4 * MI}
+    assert p.score_requests == {"cpu": 1000, "memory": DEF_MEM, "ephemeral-storage": 1024 * MI}
+    assert (p.score_cpu, p.score_memory) == (1000, DEF_MEM)
+    plain = bound({"containers": [ctr("c", {"cpu": "1"})]})
+    assert plain.fit_score is None and plain.score_requests is plain.requests
 
 
 def test_without_pod_level_requests_every_container_gets_the_defaults():

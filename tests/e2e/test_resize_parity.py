@@ -1,0 +1,232 @@
+"""Parity with kube-scheduler v1.37.1 on how requests are counted: pod-level resources, init
+containers, sidecars, containers without requests (the non-zero defaults), and bound pods in the
+middle of an in-place resize (their status's allocatedResources and resources.requests, the
+PodResizePending condition Deferred or Infeasible, the pod-level status).
+
+Seeded: plain nodes (no kwok, so nothing but this test writes pod status) hold bound pods whose
+status the test writes as a kubelet would; then pods are placed one at a time, first by
+policy-scheduler (its node and decision recorded, the pod deleted), then by kube-scheduler (kept),
+as test_parity.py does; every few pods a bound pod's resize moves on (its status rewritten), so
+both schedulers also follow resizes. Compared: the node wherever our best node is unique, and
+the FailedScheduling message (PodScheduled condition) of pods neither can place.
+
+RESIZE_PARITY_SEED, RESIZE_PARITY_PODS and RESIZE_PARITY_NODES change the world."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+
+import yaml
+from kubernetes.client.rest import ApiException
+
+import test_parity as tp
+from helpers import apply_policy, ready_condition, wait_for
+
+SEED = int(os.environ.get("RESIZE_PARITY_SEED", "20260137"))
+NUM_PODS = int(os.environ.get("RESIZE_PARITY_PODS", "60"))
+NUM_NODES = int(os.environ.get("RESIZE_PARITY_NODES", "8"))
+HOST = "kubernetes.io/hostname"
+CPUS = ("100m", "250m", "500m", "1", "1500m", "2")
+MEMS = ("64Mi", "128Mi", "512Mi", "1Gi", "2Gi")
+
+
+def milli(q: str) -> int:
+    return int(float(q[:-1])) if q.endswith("m") else int(float(q) * 1000)
+
+
+def mib(q: str) -> int:
+    return int(q[:-2]) * (1024 if q.endswith("Gi") else 1)
+
+
+def requests(rng: random.Random) -> dict | None:
+    """A container's requests: sometimes none, sometimes cpu or memory only (the defaults)."""
+    r = rng.random()
+    if r < 0.2:
+        return None
+    req = {"cpu": rng.choice(CPUS), "memory": rng.choice(MEMS)}
+    if r < 0.4:
+        req.pop(rng.choice(("cpu", "memory")))
+    return req
+
+
+def container(name: str, req: dict | None, sidecar: bool = False) -> dict:
+    c: dict = {"name": name, "image": "registry.local/parity/app:1"}
+    if req is not None:
+        c["resources"] = {"requests": req}
+    if sidecar:
+        c["restartPolicy"] = "Always"
+    return c
+
+
+def make_spec(rng: random.Random, tag: str) -> dict:
+    """Containers, init containers and sidecars with assorted requests, sometimes pod-level
+    requests (at least the containers' sum, as validation wants), sometimes overhead-free."""
+    containers = [container(f"c{i}", requests(rng)) for i in range(rng.choice((1, 1, 2, 3)))]
+    inits = []
+    for i in range(rng.choice((0, 0, 1, 2))):
+        inits.append(container(f"i{i}", requests(rng), sidecar=rng.random() < 0.5))
+    spec: dict = {"containers": containers, "nodeSelector": {"parity": tag}, "terminationGracePeriodSeconds": 0}
+    if inits:
+        spec["initContainers"] = inits
+    if rng.random() < 0.35:
+        level = {}
+        for res, pick, unit in (("cpu", CPUS, milli), ("memory", MEMS, mib)):
+            if rng.random() < 0.75:
+                # the containers' own sum (sidecars included) or more
+                total = sum(unit((c.get("resources") or {}).get("requests", {}).get(res, "0" if res == "cpu" else "0Mi"))
+                            for c in containers + [c for c in inits if c.get("restartPolicy") == "Always"])
+                init_max = max((unit((c.get("resources") or {}).get("requests", {}).get(res, "0" if res == "cpu" else "0Mi"))
+                                for c in inits), default=0)
+                want = max(total, init_max) + unit(rng.choice(pick))
+                level[res] = f"{want}m" if res == "cpu" else f"{want}Mi"
+        if level:
+            spec["resources"] = {"requests": level}
+    return spec
+
+
+def resize_status(rng: random.Random, spec: dict) -> dict:
+    """A kubelet's status for a pod being resized: per container (and sidecar) the allocated and
+    actuated requests, either the spec's or another size; sometimes the pod level's; sometimes a
+    PodResizePending condition (Deferred or Infeasible)."""
+    def other(req: dict | None) -> dict:
+        out = dict(req or {})
+        for res, pick in (("cpu", CPUS), ("memory", MEMS)):
+            if rng.random() < 0.6:
+                out[res] = rng.choice(pick)
+        return out
+
+    def cstatus(c: dict) -> dict:
+        st: dict = {"name": c["name"], "image": c["image"], "imageID": "", "ready": True, "restartCount": 0,
+                    "started": True, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+        spec_req = (c.get("resources") or {}).get("requests")
+        r = rng.random()
+        if r < 0.25:
+            return st  # no status resources: the spec counts
+        alloc = other(spec_req)
+        st["allocatedResources"] = alloc
+        if r < 0.8:
+            st["resources"] = {"requests": other(alloc) if rng.random() < 0.4 else alloc}
+        return st
+
+    status: dict = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "containerStatuses": [cstatus(c) for c in spec["containers"]]}
+    inits = [c for c in spec.get("initContainers") or () if c.get("restartPolicy") == "Always"]
+    if inits:
+        status["initContainerStatuses"] = [cstatus(c) for c in inits]
+    r = rng.random()
+    if r < 0.2:
+        status["conditions"].append({"type": "PodResizePending", "status": "True", "reason": "Deferred",
+                                     "message": "node is full"})
+    elif r < 0.4:
+        status["conditions"].append({"type": "PodResizePending", "status": "True", "reason": "Infeasible",
+                                     "message": "too big"})
+    if spec.get("resources") and rng.random() < 0.5:
+        level = other(spec["resources"]["requests"])
+        status["resources"] = {"requests": level}
+        if rng.random() < 0.7:
+            status["allocatedResources"] = other(level)
+    return status
+
+
+def make_nodes(rng: random.Random, tag: str) -> list[dict]:
+    nodes = []
+    for i in range(NUM_NODES):
+        name = f"rparity-{tag}-{i:02d}"
+        alloc = {"cpu": str(rng.choice((4, 6, 8))), "memory": f"{rng.choice((8, 12, 16))}Gi", "pods": "20"}
+        nodes.append({"apiVersion": "v1", "kind": "Node",
+                      "metadata": {"name": name, "labels": {HOST: name, "parity": tag}},
+                      "status": {"capacity": alloc, "allocatable": alloc, "conditions": [
+                          {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "plain"}]}})
+    return nodes
+
+
+def test_requests_counted_as_kube_scheduler_counts_them(cluster, core, operator, policies, namespace):
+    default = yaml.safe_load((tp.ROOT / "policies" / "default.yaml").read_text())
+    apply_policy(policies, "default", default["spec"]["plugins"])
+    wait_for(lambda: (ready_condition(policies, "default") or {}).get("status") == "True", 30,
+             what="policy default Ready")
+    started = "kube-scheduler" not in cluster.state.get("procs", {})
+    if started:
+        cluster.start_scheduler()
+
+    rng = random.Random(SEED)
+    tag = f"r-{secrets.token_hex(3)}"
+    nodes = make_nodes(rng, tag)
+    names = [n["metadata"]["name"] for n in nodes]
+    outcomes: list[tp.Outcome] = []
+    bound: list[tuple[str, dict]] = []
+    try:
+        for n in nodes:
+            core.create_node(n)
+        # bound pods in the middle of resizes, one to three per node
+        for j, node_name in enumerate(names):
+            for k in range(rng.choice((1, 2, 3))):
+                name = f"held-{j}-{k}"
+                spec = {**make_spec(rng, tag), "nodeName": node_name}
+                core.create_namespaced_pod(namespace, tp.pod_body(name, namespace, tp.OURS, {"held": "1"}, spec))
+                core.patch_namespaced_pod_status(name, namespace, {"status": resize_status(rng, spec)})
+                bound.append((name, spec))
+        # both schedulers have every node and every held pod's status once they bind a pod that
+        # only the last node admits (pod events arrive in resourceVersion order)
+        probe = {"containers": [{"name": "c", "image": tp.UNCACHED}], "nodeSelector": {HOST: names[-1]},
+                 "tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 0}
+        for sched in (tp.OURS, tp.UPSTREAM):
+            got = tp.place(core, namespace, f"probe-{sched}", sched, {}, probe, timeout=60)
+            assert got.spec.node_name == names[-1], f"{sched} did not see the parity nodes"
+            tp.delete_and_wait(core, namespace, f"probe-{sched}")
+
+        for i in range(NUM_PODS):
+            if i % 4 == 3:  # a held pod's resize moves on
+                name, spec = rng.choice(bound)
+                core.patch_namespaced_pod_status(name, namespace, {"status": resize_status(rng, spec)})
+            labels, spec = {"parity": tag, "app": f"a{i % 3}"}, make_spec(rng, tag)
+            o = tp.Outcome(i, labels, spec)
+            ours = tp.place(core, namespace, f"p{i:02d}-ours", tp.OURS, labels, spec)
+            if ours.spec.node_name:
+                o.ours = ours.spec.node_name
+                o.decision = json.loads((ours.metadata.annotations or {})[tp.DECISION])
+            else:
+                o.messages.append(tp.unschedulable_message(ours))
+            tp.delete_and_wait(core, namespace, f"p{i:02d}-ours")
+            up = tp.place(core, namespace, f"p{i:02d}-upstream", tp.UPSTREAM, labels, spec)
+            if up.spec.node_name:
+                o.upstream = up.spec.node_name
+            else:
+                o.messages.append(tp.unschedulable_message(up))
+                tp.delete_and_wait(core, namespace, f"p{i:02d}-upstream")
+            outcomes.append(o)
+    finally:
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        wait_for(lambda: not core.list_namespaced_pod(namespace).items, 60, what="parity pods deleted")
+        for n in names:
+            try:
+                core.delete_node(n)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        if started:
+            cluster.stop("kube-scheduler")
+
+    unique = [o for o in outcomes if o.unique_best]
+    both_placed = [o for o in outcomes if o.ours and o.upstream]
+    disagree = [o for o in unique if o.ours != o.upstream]
+    neither = [o for o in outcomes if o.ours is None and o.upstream is None]
+    one_only = [o for o in outcomes if (o.ours is None) != (o.upstream is None)]
+    bad_msgs = [o for o in neither if o.messages[0] != o.messages[1]]
+    print(f"\nresize parity: {len(outcomes)} pods on {NUM_NODES} nodes with {len(bound)} held pods (seed {SEED}); "
+          f"placed by both {len(both_placed)}, best unique {len(unique)}, same node {len(unique) - len(disagree)}; "
+          f"unschedulable for both {len(neither)} (same message {len(neither) - len(bad_msgs)}), "
+          f"for one only {len(one_only)}")
+    for o in disagree + one_only + bad_msgs:
+        print(f"  pod {o.index:02d} ours={o.ours} upstream={o.upstream}: {json.dumps(o.spec)}")
+        for m in o.messages:
+            print(f"    {m}")
+        for t in (o.decision or {}).get("top") or []:
+            print(f"    {t['node']}: total={t['total']} {t['scores']}")
+    assert len(unique) >= NUM_PODS // 3, f"only {len(unique)} pods had a unique best node"
+    assert neither, "no pod was unschedulable for both: the messages were never compared"
+    assert not disagree and not one_only and not bad_msgs
