@@ -75,12 +75,20 @@ def make_spec(rng: random.Random, tag: str) -> dict:
         level = {}
         for res, pick, unit in (("cpu", CPUS, milli), ("memory", MEMS, mib)):
             if rng.random() < 0.75:
-                # the containers' own sum (sidecars included) or more
-                total = sum(unit((c.get("resources") or {}).get("requests", {}).get(res, "0" if res == "cpu" else "0Mi"))
-                            for c in containers + [c for c in inits if c.get("restartPolicy") == "Always"])
-                init_max = max((unit((c.get("resources") or {}).get("requests", {}).get(res, "0" if res == "cpu" else "0Mi"))
-                                for c in inits), default=0)
-                want = max(total, init_max) + unit(rng.choice(pick))
+                # at least the containers' aggregate (validation): sidecars add to the sum and to
+                # every later init container's usage
+                def req(c: dict) -> int:
+                    q = (c.get("resources") or {}).get("requests", {}).get(res)
+                    return unit(q) if q else 0
+                total, sidecars, peak = sum(req(c) for c in containers), 0, 0
+                for c in inits:
+                    if c.get("restartPolicy") == "Always":
+                        sidecars += req(c)
+                        total += req(c)
+                        peak = max(peak, sidecars)
+                    else:
+                        peak = max(peak, sidecars + req(c))
+                want = max(total, peak) + unit(rng.choice(pick))
                 level[res] = f"{want}m" if res == "cpu" else f"{want}Mi"
         if level:
             spec["resources"] = {"requests": level}
