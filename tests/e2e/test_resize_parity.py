@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import secrets
 
 import yaml
 from kubernetes.client.rest import ApiException
 
 import test_parity as tp
-from helpers import apply_policy, ready_condition, wait_for
+from helpers import apply_policy, events_for, priority_classes, ready_condition, wait_for
 
 SEED = int(os.environ.get("RESIZE_PARITY_SEED", "20260137"))
 NUM_PODS = int(os.environ.get("RESIZE_PARITY_PODS", "60"))
@@ -238,3 +239,159 @@ def test_requests_counted_as_kube_scheduler_counts_them(cluster, core, operator,
     assert len(unique) >= NUM_PODS // 3, f"only {len(unique)} pods had a unique best node"
     assert neither, "no pod was unschedulable for both: the messages were never compared"
     assert not disagree and not one_only and not bad_msgs
+
+
+# ---------------------------------------------------------------------------------------------
+# preemption: victims counted as their node holds them
+
+PCASES = int(os.environ.get("RESIZE_PREEMPTION_CASES", "6"))
+FORMS = ("plain", "pod-level", "shrinking", "deferred", "infeasible")
+
+
+def filler_body(name: str, node_name: str, pclass: str, cpu: int, form: str, tag: str) -> tuple[dict, dict]:
+    """(pod, status) of a filler the node counts at ``cpu`` millicores, written in ``form``:
+    plainly, as a pod-level request over a smaller container, as a resize down the kubelet has not
+    actuated (spec 250m less), as a Deferred resize up (spec ``cpu``, held 250m less), or as an
+    Infeasible resize up (spec 1 cpu more, held ``cpu``)."""
+    spec_cpu, held, level, reason = cpu, None, None, None
+    if form == "pod-level":
+        spec_cpu, level = cpu // 2, cpu
+    elif form == "shrinking":
+        spec_cpu, held = cpu - 250, cpu
+    elif form == "deferred":
+        held, reason = cpu - 250, "Deferred"
+    elif form == "infeasible":
+        spec_cpu, held, reason = cpu + 1000, cpu, "Infeasible"
+    spec: dict = {"nodeName": node_name, "priorityClassName": pclass,
+                  "containers": [{"name": "c", "image": "registry.local/app:1",
+                                  "resources": {"requests": {"cpu": f"{spec_cpu}m", "memory": "64Mi"}}}]}
+    if level:
+        spec["resources"] = {"requests": {"cpu": f"{level}m"}}
+    status: dict = {"conditions": [{"type": "Ready", "status": "True"}]}
+    if held is not None:
+        res = {"cpu": f"{held}m", "memory": "64Mi"}
+        status["containerStatuses"] = [{"name": "c", "image": "registry.local/app:1", "imageID": "", "ready": True,
+                                        "restartCount": 0, "allocatedResources": res, "resources": {"requests": res}}]
+    if reason:
+        status["conditions"].append({"type": "PodResizePending", "status": "True", "reason": reason})
+    return ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"pp": tag}}, "spec": spec},
+            status)
+
+
+def make_pcase(rng: random.Random) -> dict:
+    n = rng.randint(2, 3)
+    fillers = []
+    for j in range(n):
+        used = 0
+        while used < 4000:  # every node exactly full as counted
+            cpu = rng.choice([c for c in (500, 1000, 1500) if used + c <= 4000])
+            used += cpu
+            fillers.append((j, cpu, rng.choice(FORMS), rng.choice(("pp-10", "pp-20", "pp-30"))))
+    minutes = rng.sample(range(len(fillers) * 3), len(fillers))
+    return {"nodes": n, "fillers": fillers, "preemptor": rng.choice(("1", "1500m", "2", "3")),
+            "starts": [f"2026-01-01T{m // 60:02d}:{m % 60:02d}:00Z" for m in minutes]}
+
+
+def run_pworld(core, namespace: str, case: dict, scheduler: str, tag: str) -> tuple:
+    """Build the case under ``tag``, let ``scheduler`` handle the preemptor: (nominated node index,
+    victims, first FailedScheduling message)."""
+    node_names = [f"rp-{tag}-{j}" for j in range(case["nodes"])]
+    for name in node_names:
+        alloc = {"cpu": "4", "memory": "16Gi", "pods": "110"}
+        core.create_node({"apiVersion": "v1", "kind": "Node",
+                          "metadata": {"name": name, "labels": {HOST: name, "pp": tag}},
+                          "status": {"capacity": alloc, "allocatable": alloc, "conditions": [
+                              {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}]}})
+    try:
+        for k, (j, cpu, form, pclass) in enumerate(case["fillers"]):
+            body, status = filler_body(f"{tag}-f{k:02d}", node_names[j], pclass, cpu, form, tag)
+            core.create_namespaced_pod(namespace, body)
+            core.patch_namespaced_pod_status(body["metadata"]["name"], namespace,
+                                             {"status": {**status, "startTime": case["starts"][k]}})
+        probe = f"{tag}-probe"
+        core.create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": probe, "labels": {"pp": tag}},
+            "spec": {"schedulerName": scheduler, "nodeSelector": {HOST: node_names[-1]},
+                     "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "registry.local/app:1"}]}})
+        wait_for(lambda: core.read_namespaced_pod(probe, namespace).spec.node_name, 60, 0.1,
+                 what=f"{scheduler} to see the world")
+        core.delete_namespaced_pod(probe, namespace, grace_period_seconds=0)
+        wait_for(lambda: probe not in {p.metadata.name for p in core.list_namespaced_pod(
+            namespace, label_selector=f"pp={tag}").items}, 30, 0.1, what="the probe gone")
+        name = f"{tag}-pre"
+        core.create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"pp": tag}},
+            "spec": {"schedulerName": scheduler, "priorityClassName": "pp-1000", "nodeSelector": {"pp": tag},
+                     "containers": [{"name": "c", "image": "registry.local/app:1",
+                                     "resources": {"requests": {"cpu": case["preemptor"], "memory": "64Mi"}}}]}})
+        found = re.compile(r"preemption: found a potential placement for pod on node (\S+), preempting (\d+) victims")
+
+        def terminating() -> frozenset[str]:
+            return frozenset(p.metadata.name.rsplit("-", 1)[1] for p in core.list_namespaced_pod(
+                namespace, label_selector=f"pp={tag}").items
+                if p.metadata.deletion_timestamp and p.metadata.name not in (name, probe))
+
+        def settled():
+            ev = events_for(core, namespace, name, "FailedScheduling")
+            msg = ev[0].message if ev else None
+            if msg is None or "preemption:" not in msg:
+                return None
+            m = found.search(msg)
+            if m is None:
+                return None, terminating(), msg
+            nominated = core.read_namespaced_pod(name, namespace).status.nominated_node_name
+            victims = terminating()
+            if nominated != m.group(1) or len(victims) != int(m.group(2)):
+                return None
+            return node_names.index(nominated), victims, msg
+
+        node, victims, msg = wait_for(settled, 60, 0.2, what=f"{scheduler}'s outcome for {name}")
+        return node, victims, msg.replace(tag, "<tag>")
+    finally:
+        core.delete_collection_namespaced_pod(namespace, label_selector=f"pp={tag}", grace_period_seconds=0)
+        wait_for(lambda: not core.list_namespaced_pod(namespace, label_selector=f"pp={tag}").items, 60,
+                 what="the world's pods gone")
+        for n in node_names:
+            core.delete_node(n)
+
+
+def test_preemption_counts_victims_as_kube_scheduler_does(cluster, api, core, operator, policies, namespace):
+    """Full nodes whose pods are counted through pod-level requests and resizes in every state;
+    a higher-priority pod preempts: the same nominated node, victims and message as upstream's
+    (where upstream agrees with itself over two runs: its ties are random)."""
+    default = yaml.safe_load((tp.ROOT / "policies" / "default.yaml").read_text())
+    apply_policy(policies, "default", default["spec"]["plugins"])
+    wait_for(lambda: (ready_condition(policies, "default") or {}).get("status") == "True", 30,
+             what="policy default Ready")
+    classes = priority_classes(api, {"pp-10": (10, None), "pp-20": (20, None), "pp-30": (30, None),
+                                     "pp-1000": (1000, None)})
+    next(classes)
+    started = "kube-scheduler" not in cluster.state.get("procs", {})
+    if started:
+        cluster.start_scheduler()
+    rng = random.Random(SEED)
+    cases = [make_pcase(rng) for _ in range(PCASES)]
+    run = secrets.token_hex(2)
+    unique, lines, differ = 0, [], 0
+    try:
+        for i, case in enumerate(cases):
+            up1 = run_pworld(core, namespace, case, tp.UPSTREAM, f"{run}-{i}a")
+            up2 = run_pworld(core, namespace, case, tp.UPSTREAM, f"{run}-{i}b")
+            ours = run_pworld(core, namespace, case, tp.OURS, f"{run}-{i}c")
+            forms = ",".join(sorted({f for _, _, f, _ in case["fillers"]}))
+            if up1 != up2:
+                lines.append(f"  case {i} [{forms}]: upstream not unique ({up1} / {up2})")
+                continue
+            unique += 1
+            differ += ours != up1
+            lines.append(f"  case {i} [{forms}]: {'same' if ours == up1 else 'DIFFERENT'}: upstream {up1}"
+                         + ("" if ours == up1 else f"; ours {ours}"))
+    finally:
+        if started:
+            cluster.stop("kube-scheduler")
+        next(classes, None)
+    print(f"\nresize preemption parity: {PCASES} cases (seed {SEED}); upstream unique on {unique}; "
+          f"same outcome on {unique - differ}/{unique}")
+    print("\n".join(lines))
+    assert unique >= PCASES // 2
+    assert not differ, "\n".join(lines)
