@@ -395,3 +395,95 @@ def test_preemption_counts_victims_as_kube_scheduler_does(cluster, api, core, op
     print("\n".join(lines))
     assert unique >= PCASES // 2
     assert not differ, "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# what-if: a snapshot of held pods in the middle of resizes, replayed on kube-scheduler's states
+
+def test_whatif_counts_requests_as_kube_scheduler_does(cluster, core, operator, policies, namespace, tmp_path):
+    """`policy-scheduler snapshot` of nodes holding pods in the middle of resizes (and pods with
+    pod-level requests, sidecars, init containers), then pods placed one by one by kube-scheduler
+    (kept); the simulation of the same pods on the snapshot, each decided on kube-scheduler's
+    state so far (``follow``), picks kube-scheduler's node wherever its best node is unique, and
+    leaves the pods kube-scheduler could not place unplaced."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from policy_scheduler.whatif import snapshot as snapmod
+    from policy_scheduler.whatif.simulate import run_policy
+    from policy_scheduler.whatif.world import World
+
+    default = yaml.safe_load((tp.ROOT / "policies" / "default.yaml").read_text())
+    apply_policy(policies, "default", default["spec"]["plugins"])
+    wait_for(lambda: (ready_condition(policies, "default") or {}).get("status") == "True", 30,
+             what="policy default Ready")
+    started = "kube-scheduler" not in cluster.state.get("procs", {})
+    if started:
+        cluster.start_scheduler()
+    rng = random.Random(SEED + 1)
+    tag = f"w-{secrets.token_hex(3)}"
+    nodes = make_nodes(rng, tag)
+    names = [n["metadata"]["name"] for n in nodes]
+    pods = []
+    upstream: dict[str, str | None] = {}
+    try:
+        for n in nodes:
+            core.create_node(n)
+        for j, node_name in enumerate(names):
+            for k in range(rng.choice((1, 2, 3))):
+                name = f"held-{j}-{k}"
+                spec = {**make_spec(rng, tag), "nodeName": node_name}
+                core.create_namespaced_pod(namespace, tp.pod_body(name, namespace, tp.OURS, {"held": "1"}, spec))
+                core.patch_namespaced_pod_status(name, namespace, {"status": resize_status(rng, spec)})
+        snap_path = tmp_path / "cluster.json"
+        p = subprocess.run([sys.executable, "-m", "policy_scheduler.cli", "snapshot", "--kubeconfig",
+                            str(cluster.kubeconfig_path), "--scheduler-name", tp.OURS, "-o", str(snap_path)],
+                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p.stderr
+        probe = {"containers": [{"name": "c", "image": tp.UNCACHED}], "nodeSelector": {HOST: names[-1]},
+                 "tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 0}
+        got = tp.place(core, namespace, "probe", tp.UPSTREAM, {}, probe, timeout=60)
+        assert got.spec.node_name == names[-1]
+        tp.delete_and_wait(core, namespace, "probe")
+        for i in range(NUM_PODS // 2):
+            labels, spec = {"parity": tag, "app": f"a{i % 3}"}, make_spec(rng, tag)
+            name = f"w{i:02d}"
+            pods.append(tp.pod_body(name, namespace, tp.OURS, labels, spec))
+            up = tp.place(core, namespace, name, tp.UPSTREAM, labels, spec)
+            upstream[name] = up.spec.node_name or None
+            if not up.spec.node_name:
+                tp.delete_and_wait(core, namespace, name)
+    finally:
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        wait_for(lambda: not core.list_namespaced_pod(namespace).items, 60, what="parity pods deleted")
+        for n in names:
+            try:
+                core.delete_node(n)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        if started:
+            cluster.stop("kube-scheduler")
+
+    snap = snapmod.load(snap_path)
+    assert len([x for x in snap.pods if x["metadata"]["name"].startswith("held-")]) >= NUM_NODES
+
+    async def replay():
+        world = World(snap)
+        await world.prepare()
+        return await run_policy(world, "default", pods,
+                                follow={f"{namespace}/{n}": v for n, v in upstream.items() if v})
+
+    results = {r.pod.split("/", 1)[1]: r for r in asyncio.run(replay()).results}
+    unique = [n for n, r in results.items() if r.unique and r.node]
+    differ = [n for n in unique if results[n].node != upstream[n]]
+    one_only = [n for n, r in results.items() if (r.node is None) != (upstream[n] is None)]
+    print(f"\nresize what-if parity: {len(pods)} pods (seed {SEED + 1}); unique {len(unique)}, same node "
+          f"{len(unique) - len(differ)}; unplaced by both {sum(1 for n, r in results.items() if not r.node and not upstream[n])}"
+          f", by one only {len(one_only)}")
+    for n in differ + one_only:
+        r = results[n]
+        print(f"  {n}: simulated {r.node} {r.top[:3]} {r.message}; upstream {upstream[n]}")
+    assert len(unique) >= len(pods) // 4
+    assert not differ and not one_only
