@@ -80,6 +80,7 @@ def test_a_pod_waiting_for_a_scale_down_is_bound_when_the_kubelet_reports_it(
     bound = wait_for(lambda: core.read_namespaced_pod("waiting", namespace).spec.node_name, 10, interval=0.05,
                      what="the waiting pod bound")
     took = time.monotonic() - t0
+    print(f"\nresize: the waiting pod bound {took:.2f}s after the kubelet's status update")
     assert bound == node
     assert took < 2.0, f"bound {took:.2f}s after the status update"
     wait_bound(core, namespace, ["waiting"], 5)
