@@ -34,6 +34,7 @@ from ..plugins.podgroups.native_cache import GROUP as NATIVE_GROUP, NativePodGro
 from ..framework.model.nodetable import NodeSpec, NodeTable
 from ..plugins.podgroups.cache import PodGroupCache
 from ..framework.model.podinfo import PodInfo, parse_pod
+from ..framework.model.podrequests import PodSpecError, pod_requests_of
 from ..framework.preemption import PDB
 from ..framework.status import Status
 from ..plugins.dynamicresources.objects import KINDS as DRA_KIND_NAMES, PATHS as DRA_PATHS
@@ -58,6 +59,18 @@ class PodChange(NamedTuple):
 
     outcome: str
     changes: list[Change]
+
+
+def same_requests(old: PodInfo, spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether a new version of a counted pod (its spec and status) asks for what ``old`` holds:
+    an in-place resize (spec) or the kubelet allocating or actuating one (status) changes it."""
+    try:
+        pr = pod_requests_of(spec, status if isinstance(status, Mapping) else None)
+    except (PodSpecError, TypeError, ValueError, AttributeError):
+        return old.parse_error is not None  # still malformed: nothing new to count
+    return (pr.requests == old.requests and pr.nonzero_cpu == old.nonzero_cpu
+            and pr.nonzero_memory == old.nonzero_memory and pr.spec_requests == old.spec_only
+            and pr.fit_score == old.fit_score)
 
 
 class ClusterState:
@@ -175,7 +188,8 @@ class ClusterState:
             labels = meta.get("labels") or {}
             # what preemption reads of a bound pod: its start time, and whether it is terminating
             same_life = old is not None and old.start_time == str(status.get("startTime") or "") \
-                and old.terminating == (meta.get("deletionTimestamp") is not None)
+                and old.terminating == (meta.get("deletionTimestamp") is not None) \
+                and same_requests(old, spec, status)  # an in-place resize changes what the node holds
             if same_life and old is not None and old.uid == meta.get("uid") and old.labels == labels:
                 # our own binding coming back (confirm the assumption), or a status update of a
                 # pod already counted: nothing the state holds changed, no need to parse it again

@@ -180,14 +180,12 @@ def node_change_events(old: "NodeSpec", new: "NodeSpec") -> list[ClusterEvent]:
 
 
 def _requests_changed(old: "PodInfo", new: "PodInfo") -> tuple[bool, bool]:
-    """(scaled down, scaled up): some request lowered or removed / raised or added."""
-    down = up = False
-    for k in old.requests.keys() | new.requests.keys():
-        a, b = old.requests.get(k, 0), new.requests.get(k, 0)
-        if b < a:
-            down = True
-        elif b > a:
-            up = True
+    """(scaled down, scaled up), upstream extractPodScaleDown / extractPodScaleUp over the requests
+    a node counts (status resources included: a kubelet actuating a resize changes them): some
+    request lowered or removed / raised or added (a resource named, even at 0, then gone counts)."""
+    a, b = old.requests, new.requests
+    down = any(k not in b or b[k] < v for k, v in a.items())
+    up = any(k not in a or a[k] < v for k, v in b.items())
     return down, up
 
 

@@ -200,7 +200,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             if factors else node.allocatable
         if alloc.get("pods", 0) < 1:
             return False
-        return all(q <= alloc.get(name, 0) for name, q in pod.requests.items() if self._checked(name, q))
+        return all(q <= alloc.get(name, 0) for name, q in pod.spec_requests.items() if self._checked(name, q))
 
     def _requested_resources_grew(self, pod: PodInfo, old: NodeSpec, new: NodeSpec) -> bool:
         """upstream haveAnyRequestedResourcesIncreased: the allowed pod count grew, or the
@@ -208,7 +208,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         if new.allocatable.get("pods", 0) > old.allocatable.get("pods", 0):
             return True
         return any(new.allocatable.get(name, 0) > old.allocatable.get(name, 0)
-                   for name, q in pod.requests.items() if q > 0 and (name in _NATIVE or is_scalar_resource_name(name)))
+                   for name, q in pod.spec_requests.items()
+                   if q > 0 and (name in _NATIVE or is_scalar_resource_name(name)))
 
     def node_change_hint(self, pod: PodInfo, old: NodeSpec | None, new: NodeSpec | None) -> QueueingHint:
         """upstream isSchedulableAfterNodeChange: Skip when the pod would not fit even the empty
@@ -242,8 +243,9 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         """(column, request, reason) for every resource the Filter compares, in upstream's order:
         cpu, memory, ephemeral-storage, then scalar resources (sorted by name; upstream walks a
         Go map, so its order among several failing scalar resources is unspecified). Column
-        None: no node has the resource (allocatable 0 everywhere)."""
-        req = pod.requests
+        None: no node has the resource (allocatable 0 everywhere). The spec's requests: status
+        resources (in-place resize) count for pods on nodes, not for the pod being scheduled."""
+        req = pod.spec_requests
         checks: list[tuple[int | None, int, str]] = [(col, req.get(name, 0), f"Insufficient {name}")
                   for col, name in ((CPU, "cpu"), (MEMORY, "memory"), (EPHEMERAL, "ephemeral-storage"))]
         for name in sorted(req):
@@ -324,11 +326,11 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         out = []
         for name in self._resources:
             if name == "cpu":
-                q = pod.nonzero_cpu
+                q = pod.score_cpu
             elif name == "memory":
-                q = pod.nonzero_memory
+                q = pod.score_memory
             else:
-                q = pod.requests.get(name, 0)
+                q = pod.score_requests.get(name, 0)
                 if name != "ephemeral-storage" and (not is_scalar_resource_name(name) or q == 0):
                     q = None
             out.append((name, q))
@@ -374,13 +376,13 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         for name, weight in zip(self._resources, self._weights.tolist()):
             col = nodes.res_index.get(name)
             if name == "cpu":
-                req = sum(p.nonzero_cpu for p in pods)
+                req = sum(p.score_cpu for p in pods)
                 held = int(nodes.nonzero[rows, 0].sum())
             elif name == "memory":
-                req = sum(p.nonzero_memory for p in pods)
+                req = sum(p.score_memory for p in pods)
                 held = int(nodes.nonzero[rows, 1].sum())
             else:
-                req = sum(p.requests.get(name, 0) for p in pods)
+                req = sum(p.score_requests.get(name, 0) for p in pods)
                 if req == 0 and is_scalar_resource_name(name):
                     continue
                 held = int(nodes.requested[rows, col].sum()) if col is not None else 0

@@ -28,7 +28,7 @@ reported on itself (``Snapshot.warnings``) and skipped, as the operator ignores 
 
 Objects keep only the fields the scheduler reads (a Node's labels, taints, unschedulable,
 allocatable, capacity and images; a Pod's labels, owner, spec and the status fields preemption
-reads; storage objects as the volume plugins read them), so a snapshot stays small and can be
+and in-place resize read; storage objects as the volume plugins read them), so a snapshot stays small and can be
 edited by hand: add a node, change a label, ask "what if". Loading checks the version and the
 shape and names the field of every problem. Nodes are written in name order, the order in which
 the operator's (paginated) LIST hands them to its node table.
@@ -48,6 +48,7 @@ from ..plugins.dynamicresources.objects import (DEVICE_CLASSES, DEVICE_TAINT_RUL
                                                 RESOURCE_CLAIMS, RESOURCE_SLICES)
 from ..plugins.dynamicresources.cache import DraCache
 from ..framework.model.podinfo import _VOLUME_SOURCES
+from ..framework.model.podrequests import resize_status
 from ..plugins.volumes.objects import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
                                        STORAGE_CLASSES)
 from ..plugins.volumes.cache import VolumeCache
@@ -213,9 +214,10 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     status = pod.get("status") or {}
     out_status = {k: status[k] for k in ("phase", "startTime", "nominatedNodeName", "resourceClaimStatuses")
                   if status.get(k)}
-    dt = [c for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"]
+    dt = [c for c in status.get("conditions") or [] if c.get("type") in ("DisruptionTarget", "PodResizePending")]
     if dt:
         out_status["conditions"] = dt
+    out_status.update(resize_status(status))
     return {"metadata": _meta(pod, "name", "namespace", "uid", "labels", "ownerReferences", "creationTimestamp",
                               "deletionTimestamp"),
             "spec": spec, "status": out_status}

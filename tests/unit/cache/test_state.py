@@ -191,3 +191,56 @@ def test_kinds_name_every_path_the_informers_and_snapshots_list():
     assert KINDS["pods"] == "/api/v1/pods" and KINDS["nodes"] == "/api/v1/nodes"
     assert all(p.startswith(("/api/v1/", "/apis/")) for p in KINDS.values())
     assert len(set(KINDS.values())) == len(KINDS)
+
+
+# ---------------------------------------------------------------------------------- in-place resize
+
+def _resized(name, node_name, spec_cpu, allocated=None, actuated=None, reason=None):
+    """A bound pod whose one container asks ``spec_cpu`` and whose status shows the kubelet's
+    allocated / actuated cpu (in-place resize) and a PodResizePending reason."""
+    p = pod(name, node_name)
+    p["spec"]["containers"][0]["resources"]["requests"]["cpu"] = spec_cpu
+    cs = {"name": "c", "ready": True}
+    if allocated:
+        cs["allocatedResources"] = {"cpu": allocated}
+    if actuated:
+        cs["resources"] = {"requests": {"cpu": actuated}}
+    p["status"]["containerStatuses"] = [cs]
+    if reason:
+        p["status"]["conditions"] = [{"type": "PodResizePending", "status": "True", "reason": reason}]
+    return p
+
+
+def test_a_resize_in_the_status_reaches_the_node_and_says_scale_down_or_up():
+    """upstream: the node holds max(spec, allocated, actuated); the informer's update of a bound
+    pod whose total shrinks is AssignedPod/UpdatePodScaleDown, one that grows UpdatePodScaleUp;
+    a status update that leaves the total alone is nothing."""
+    s = ClusterState()
+    s.apply_node("ADDED", node("n1"))
+    s.apply_pod("ADDED", _resized("p", "n1", "2", "2", "2"))
+    col = s.table.index["n1"]
+    assert s.table.requested[col, 0] == 2000
+    # spec lowered to 1 (the resize subresource): the kubelet still holds 2: a plain update
+    outcome, changes = s.apply_pod("MODIFIED", _resized("p", "n1", "1", "2", "2"))
+    assert [ev.label for ev in events(changes)] == ["AssignedPodUpdate"]
+    assert s.table.requested[col, 0] == 2000 and s.table.pod("ns/p").spec_requests == {"cpu": 1000}
+    # allocated, not yet actuated: still 2
+    assert s.apply_pod("MODIFIED", _resized("p", "n1", "1", "1", "2")) == (ASSIGNED, [])
+    outcome, changes = s.apply_pod("MODIFIED", _resized("p", "n1", "1", "1", "1"))  # actuated
+    assert outcome == ASSIGNED and [ev.label for ev in events(changes)] == ["AssignedPodUpdatePodScaleDown"]
+    assert changes[0][1].requests == {"cpu": 2000} and changes[0][2].requests == {"cpu": 1000}
+    assert s.table.requested[col, 0] == 1000 and s.table.nonzero[col, 0] == 1000
+    # a status update that changes nothing of the total: no event
+    again = _resized("p", "n1", "1", "1", "1")
+    again["status"]["startTime"] = s.table.pod("ns/p").start_time or None
+    again["status"]["phase"] = "Running"
+    assert s.apply_pod("MODIFIED", again) == (ASSIGNED, [])
+    # a scale-up asked (Deferred: counted at once), then given up as Infeasible (back to what it holds)
+    outcome, changes = s.apply_pod("MODIFIED", _resized("p", "n1", "3", "1", "1", "Deferred"))
+    assert [ev.label for ev in events(changes)] == ["AssignedPodUpdatePodScaleUp"]
+    assert s.table.requested[col, 0] == 3000
+    outcome, changes = s.apply_pod("MODIFIED", _resized("p", "n1", "3", "1", "1", "Infeasible"))
+    assert [ev.label for ev in events(changes)] == ["AssignedPodUpdatePodScaleDown"]
+    assert s.table.requested[col, 0] == 1000
+    s.apply_pod("DELETED", _resized("p", "n1", "3", "1", "1", "Infeasible"))
+    assert s.table.requested[col, 0] == 0 and s.table.nonzero[col, 0] == 0

@@ -512,3 +512,34 @@ def test_nodes_the_arithmetic_rules_out_still_get_the_chains_status_when_nothing
     res = run(pod("p", 100, "2"), t, nominator=nom)
     assert res.nominated_node == "" and res.dry_runs == 2
     assert res.status.message() == "0/2 nodes are available: 2 Insufficient cpu."
+
+
+def _resizing(name, prio, spec_cpu, held_cpu, start=None):
+    """A bound pod whose spec asks ``spec_cpu`` while its kubelet still holds ``held_cpu``
+    (an in-place resize down not yet actuated)."""
+    raw = {"metadata": {"name": name, "namespace": "default", "uid": name},
+           "spec": {"priority": prio, "containers": [{"name": "c", "resources": {"requests": {"cpu": spec_cpu}}}]},
+           "status": {"startTime": start or T0, "containerStatuses": [
+               {"name": "c", "allocatedResources": {"cpu": held_cpu}, "resources": {"requests": {"cpu": held_cpu}}}]}}
+    return parse_pod(raw)
+
+
+def test_a_victim_in_the_middle_of_a_resize_frees_what_its_node_holds():
+    """upstream removes a victim's NodeInfo resources (CalculateResource, status included): a pod
+    resized down to 1 cpu that still holds 3 frees 3 when it goes, and until then it is what
+    stands in the way."""
+    t = table([node("n1", cpu="4")], [("n1", _resizing("shrinking", 10, "1", "3", start=T0)),
+                                      ("n1", pod("small", 10, "1", start=T1))])
+    assert t.requested[0, 0] == 4000
+    names, nv, st = victims_on(t, pod("p", 100, "3"))
+    # reprieve goes most important first: "shrinking" (earlier start) back on the node holds 3
+    # cpu, too much; "small" then fits back (counted at its spec's 1 cpu, "shrinking" would be
+    # reprieved and "small" the victim)
+    assert st.is_success and names == ["shrinking"] and nv == 0
+    t = table([node("n1", cpu="4")], [("n1", _resizing("growing", 10, "3", "1", start=T0)),
+                                      ("n1", pod("small", 10, "1", start=T1))])
+    # a resize up not yet actuated (Deferred or in progress): the spec's 3 counts already (its
+    # status's 1 alone would make "small" the victim)
+    assert t.requested[0, 0] == 4000
+    names, _, st = victims_on(t, pod("p", 100, "3"))
+    assert st.is_success and names == ["growing"]

@@ -680,3 +680,31 @@ def test_a_node_overcommitted_by_another_policy_is_refused_with_a_reason_that_sa
     plugin.pre_score(state, pod, t, np.arange(2))
     s = plugin.score(state, pod, t, np.arange(2))
     assert s[0] < s[1]
+
+
+# ------------------------------------------------------------------ in-place resize, pod-level resources
+def test_filter_reads_the_spec_of_the_pod_being_scheduled_not_its_status():
+    """computePodResourceRequest: no status resources for the pod being scheduled (a status that
+    claims more, as a hostile writer could set, does not count)."""
+    table = make_table([make_node("n", {"cpu": "2", "memory": "4Gi"})])
+    body = {"metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"containerStatuses": [{"name": "c", "allocatedResources": {"cpu": "8"}}]}}
+    p = parse_pod(body)
+    assert p.requests == {"cpu": 8000} and p.spec_requests == {"cpu": 1000}
+    assert verdicts(run_filter(plugin(), p, table), 1) == [None]
+
+
+def test_score_gives_pod_level_pods_the_per_container_defaults():
+    """resourceAllocationScorer.calculatePodResourceRequest as NewFit builds it (no feature flags):
+    the pod level is not read; every container that names no cpu or memory gets 100m / 200Mi."""
+    table = make_table([make_node("n", {"cpu": "4", "memory": "8Gi"})])
+    body = {"metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "200m"}}}, {"name": "b"}],
+                     "resources": {"requests": {"memory": "1Gi"}}}}
+    pod_level = parse_pod(body)
+    same = make_pod("q", {"cpu": "300m", "memory": "400Mi"})
+    pod_level_read = make_pod("r", {"cpu": "300m", "memory": "1Gi"})
+    for args in (None, {"scoringStrategy": {"type": "MostAllocated"}}):
+        scores = [run_score(plugin(args), p, table)[0] for p in (pod_level, same, pod_level_read)]
+        assert scores[0] == scores[1] != scores[2], (args, scores)

@@ -129,6 +129,27 @@ def test_trimming_keeps_what_the_scheduler_reads():
                                                   "images": [{"names": ["i"], "sizeBytes": 1}]}}
 
 
+def test_trimming_keeps_a_resize_in_progress_as_the_node_holds_it():
+    """A bound pod in the middle of an in-place resize counts in what-if as in the operator."""
+    from policy_scheduler.framework.model.podinfo import parse_pod
+
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+           "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i",
+                                                      "resources": {"requests": {"cpu": "1"}}}],
+                    "initContainers": [{"name": "s", "image": "i", "restartPolicy": "Always",
+                                        "resources": {"requests": {"cpu": "100m"}}}]},
+           "status": {"phase": "Running", "conditions": [
+               {"type": "Ready", "status": "True"}, {"type": "PodResizePending", "status": "True", "reason": "Deferred"}],
+               "containerStatuses": [{"name": "c", "image": "i", "imageID": "x", "ready": True,
+                                      "allocatedResources": {"cpu": "3"}, "resources": {"requests": {"cpu": "2"}}}],
+               "initContainerStatuses": [{"name": "s", "image": "i", "allocatedResources": {"cpu": "500m"}}]}}
+    t = snapmod.trim_pod(pod)
+    assert t["status"]["conditions"] == [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}]
+    assert t["status"]["containerStatuses"] == [{"name": "c", "allocatedResources": {"cpu": "3"},
+                                                 "resources": {"requests": {"cpu": "2"}}}]
+    assert parse_pod(t).requests == parse_pod(pod).requests == {"cpu": 3500}
+
+
 def test_trimming_keeps_the_volumes_and_storage_fields_the_volume_plugins_read():
     pod = {"metadata": {"name": "p", "namespace": "ns"},
            "spec": {"nodeName": "n1", "containers": [], "volumes": [

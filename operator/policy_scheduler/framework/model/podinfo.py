@@ -7,26 +7,19 @@ and ``schedule_one`` turns that into an Unschedulable status with the reason.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .labels import LabelSelector, NodeSelector, NodeSelectorTerm, SelectorError
-from .quantity import QuantityError, resource_value
+from .podrequests import (DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, PodSpecError,  # noqa: F401 (API)
+                          compute_requests, pod_requests_of)
+from .quantity import QuantityError
 from .taints import Toleration
-
-# Non-zero defaults used for scoring only (pkg/scheduler/util/pod_resources.go).
-DEFAULT_MILLI_CPU_REQUEST = 100
-DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 
 DO_NOT_SCHEDULE = "DoNotSchedule"
 SCHEDULE_ANYWAY = "ScheduleAnyway"
 HONOR = "Honor"
 IGNORE = "Ignore"
-
-
-class PodSpecError(ValueError):
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,10 +141,19 @@ class PodInfo:
     node_name: str = ""
     terminating: bool = False
     creation_timestamp: str = ""
-    # resources (section 4.0 of the semantics doc): true requests, incl. init/sidecars/overhead
+    # resources (section 4.0 of the semantics doc; podrequests.py): true requests, incl.
+    # init/sidecars/pod level/overhead, with in-place resize's status resources (what a node
+    # holding the pod counts)
     requests: dict[str, int] = field(default_factory=dict)
     nonzero_cpu: int = 0  # millicores, with the 100m default for containers that set none
     nonzero_memory: int = 0  # bytes, with the 200Mi default
+    # the spec's requests alone (NodeResourcesFit's Filter) when they differ from ``requests``
+    # (status resources), else None: read ``spec_requests``
+    spec_only: dict[str, int] | None = None
+    # NodeResourcesFit's score requests (podrequests.py: no pod level, no status, the defaults)
+    # when they differ from ``requests`` with the non-zero pair, else None: read ``score_cpu``,
+    # ``score_memory`` and ``score_requests``
+    fit_score: dict[str, int] | None = None
     tolerations: tuple[Toleration, ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict)
     required_node_affinity: NodeSelector | None = None
@@ -191,6 +193,25 @@ class PodInfo:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def spec_requests(self) -> dict[str, int]:
+        """What the spec asks (upstream computePodResourceRequest): the pod being scheduled."""
+        return self.requests if self.spec_only is None else self.spec_only
+
+    @property
+    def score_cpu(self) -> int:
+        """NodeResourcesFit's score request of cpu (the 100m default per container naming none)."""
+        return self.nonzero_cpu if self.fit_score is None else self.fit_score.get("cpu", 0)
+
+    @property
+    def score_memory(self) -> int:
+        return self.nonzero_memory if self.fit_score is None else self.fit_score.get("memory", 0)
+
+    @property
+    def score_requests(self) -> dict[str, int]:
+        """NodeResourcesFit's score requests of other resources."""
+        return self.requests if self.fit_score is None else self.fit_score
+
+    @property
     def claim_names(self) -> tuple[str, ...]:
         """The PVC names of the pod's persistentVolumeClaim and ephemeral volumes, in spec order."""
         return tuple(v.claim for v in self.volumes if v.has_claim)
@@ -214,96 +235,6 @@ def normalized_image_name(name: str) -> str:
     if name.rfind(":") <= name.rfind("/"):
         return name + ":latest"
     return name
-
-
-def _container_requests(c: Mapping[str, Any], where: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    reqs = ((c.get("resources") or {}).get("requests")) or {}
-    for name, q in reqs.items():
-        try:
-            out[name] = resource_value(name, q)
-        except QuantityError as e:
-            raise PodSpecError(f"{where}.resources.requests.{name}: {e}") from None
-    return out
-
-
-def _with_defaults(req: dict[str, int]) -> dict[str, int]:
-    """A container's requests with the non-zero cpu/memory defaults where it sets none (the
-    same dict when it sets both: the caller does not change it)."""
-    if "cpu" in req and "memory" in req:
-        return req
-    return {"cpu": DEFAULT_MILLI_CPU_REQUEST, "memory": DEFAULT_MEMORY_REQUEST, **req}
-
-
-def _pod_total(spec: Mapping[str, Any], containers: list[dict[str, int]],
-               inits: list[tuple[dict[str, int], bool]]) -> dict[str, int]:
-    """upstream PodRequests from the containers' requests and the init containers' (requests,
-    restartable): max(sum(containers) + sum(sidecars), max init-phase usage), pod-level
-    resources override, plus overhead."""
-    total: dict[str, int] = defaultdict(int)
-    for req in containers:
-        for r, v in req.items():
-            total[r] += v
-    sidecars: dict[str, int] = defaultdict(int)
-    init_max: dict[str, int] = {}
-    for req, always in inits:
-        if always:
-            for r, v in req.items():
-                total[r] += v
-                sidecars[r] += v
-            usage = dict(sidecars)
-        else:
-            usage = dict(sidecars)
-            for r, v in req.items():
-                usage[r] = usage.get(r, 0) + v
-        for r, v in usage.items():
-            if v > init_max.get(r, 0):
-                init_max[r] = v
-    for r, v in init_max.items():
-        if v > total.get(r, 0):
-            total[r] = v
-    pod_level = ((spec.get("resources") or {}).get("requests")) or {}
-    for name, q in pod_level.items():
-        if name in ("cpu", "memory") or name.startswith("hugepages-"):
-            try:
-                total[name] = resource_value(name, q)
-            except QuantityError as e:
-                raise PodSpecError(f"spec.resources.requests.{name}: {e}") from None
-    for name, q in (spec.get("overhead") or {}).items():
-        try:
-            total[name] += resource_value(name, q)
-        except QuantityError as e:
-            raise PodSpecError(f"spec.overhead.{name}: {e}") from None
-    return dict(total)
-
-
-def _parsed_containers(spec: Mapping[str, Any]) -> tuple[list[dict[str, int]], list[tuple[dict[str, int], bool]]]:
-    containers = [_container_requests(c, f"spec.containers[{i}]") for i, c in enumerate(spec.get("containers") or [])]
-    inits = [(_container_requests(c, f"spec.initContainers[{i}]"), c.get("restartPolicy") == "Always")
-             for i, c in enumerate(spec.get("initContainers") or [])]
-    return containers, inits
-
-
-def compute_requests(spec: Mapping[str, Any], defaults: bool = False) -> dict[str, int]:
-    """upstream PodRequests: max(sum(containers) + sum(sidecars), max init-phase usage),
-    pod-level resources override, plus overhead. ``defaults`` applies the non-zero cpu/memory
-    defaults per container (scoring only)."""
-    containers, inits = _parsed_containers(spec)
-    if defaults:
-        containers = [_with_defaults(r) for r in containers]
-        inits = [(_with_defaults(r), a) for r, a in inits]
-    return _pod_total(spec, containers, inits)
-
-
-def pod_requests(spec: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
-    """``compute_requests(spec)`` and ``compute_requests(spec, defaults=True)``, each quantity
-    parsed once."""
-    containers, inits = _parsed_containers(spec)
-    if len(containers) == 1 and not inits and not spec.get("resources") and not spec.get("overhead"):
-        return containers[0], _with_defaults(containers[0])  # most pods: the container's own requests
-    plain = _pod_total(spec, containers, inits)
-    nonzero = _pod_total(spec, [_with_defaults(r) for r in containers], [(_with_defaults(r), a) for r, a in inits])
-    return plain, nonzero
 
 
 def _affinity_term(t: Mapping[str, Any], owner_ns: str, where: str) -> AffinityTerm:
@@ -407,9 +338,9 @@ def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
     if info.terminating:
         info.terminating_by_preemption = _terminating_by_preemption(status)
     try:
-        info.requests, nz = pod_requests(spec)
-        info.nonzero_cpu = nz.get("cpu", 0)
-        info.nonzero_memory = nz.get("memory", 0)
+        pr = pod_requests_of(spec, status if isinstance(status, Mapping) else None)
+        info.requests, info.nonzero_cpu, info.nonzero_memory = pr.requests, pr.nonzero_cpu, pr.nonzero_memory
+        info.spec_only, info.fit_score = pr.spec_requests, pr.fit_score
         info.tolerations = tuple(Toleration.parse(t) for t in (spec.get("tolerations") or []))
         info.node_selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
         aff = spec.get("affinity") or {}

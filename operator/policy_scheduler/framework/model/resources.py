@@ -111,7 +111,7 @@ def score_resources(kind: str, shape: list[tuple[int, int]] | None, requested: n
 
 def requests_scores(pod: PodInfo, nodes: NodeTable, rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The FallbackToRequests score: NodeResourcesFit LeastAllocated over cpu and memory."""
-    requested = np.stack([nodes.nonzero[rows, 0] + pod.nonzero_cpu, nodes.nonzero[rows, 1] + pod.nonzero_memory])
+    requested = np.stack([nodes.nonzero[rows, 0] + pod.score_cpu, nodes.nonzero[rows, 1] + pod.score_memory])
     alloc = np.stack([nodes.allocatable[rows, CPU], nodes.allocatable[rows, MEMORY]])
     return score_resources(LEAST_ALLOCATED, None, requested, alloc, weights)
 

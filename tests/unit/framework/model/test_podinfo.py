@@ -12,7 +12,6 @@ from policy_scheduler.framework.model.podinfo import (
     compute_requests,
     normalized_image_name,
     parse_pod,
-    pod_requests,
 )
 from policy_scheduler.framework.model.taints import Taint, Toleration
 
@@ -119,9 +118,13 @@ def test_nonzero_defaults_apply_per_container_only_when_missing(spec, cpu, memor
     {"containers": [c({"memory": "1Gi"})], "resources": {"requests": {"cpu": "2"}}},
     {"initContainers": [c(sidecar=True), c({"cpu": "3"})], "containers": [c({"cpu": "1"}), c()]},
 ])
-def test_pod_requests_is_both_aggregates_at_once(spec):
-    plain, nonzero = pod_requests(spec)
-    assert plain == compute_requests(spec) and nonzero == compute_requests(spec, defaults=True)
+def test_parsed_requests_are_both_aggregates_at_once(spec):
+    p = pod(spec)
+    plain = compute_requests(spec)
+    # NodeResourcesFit's score: the containers with their defaults, the pod level not read
+    nonzero = compute_requests({k: v for k, v in spec.items() if k != "resources"}, defaults=True)
+    assert p.requests == p.spec_requests == plain
+    assert (p.score_cpu, p.score_memory) == (nonzero["cpu"], nonzero["memory"])
     assert spec["containers"][0].get("resources", {}).get("requests", {}).keys() <= plain.keys()
 
 

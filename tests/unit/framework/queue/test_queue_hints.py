@@ -309,3 +309,52 @@ def test_gated_pods_are_asked_once_per_group_and_follow_a_policy_move(monkeypatc
     q.update(pod("g0", labels={"to": "q"}, rv="3"))  # its gate lifted: out of the gated pool
     assert q.state_of("ns/g0") == ACTIVE and q.counts()[GATED] == 49
     assert {x.pod.name for x in q.pending_pods("p")} == {f"g{i}" for i in range(1, 50)}
+
+
+# ---- in-place resize: the scale-down of a pod on a node -------------------------------------
+
+def test_a_bound_pods_status_scale_down_requeues_a_pod_node_resources_fit_rejected():
+    """The informer's update of a bound pod whose kubelet actuated a resize down (status
+    resources) is AssignedPod/UpdatePodScaleDown (cache/state.py); NodeResourcesFit registered it
+    and its hint queues a pod requesting the freed resource. A label change of that pod, or a
+    scale-down of a resource the waiting pod does not request, moves nothing."""
+    from policy_scheduler.cache.state import ClusterState
+    from policy_scheduler.plugins.node_resources_fit import PLUGIN as FIT
+    from support import kit
+
+    fit = kit.instance(FIT)
+    q, clock = queue({"p": Profile(events={"NodeResourcesFit": fit.events_to_register()})})
+    s = ClusterState()
+    s.apply_node("ADDED", {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi",
+                                                                                 "pods": "110"}}})
+
+    def big(labels=None, cpu="3", mem="4Gi", alloc=None):
+        status = {"phase": "Running"}
+        if alloc:
+            status["containerStatuses"] = [{"name": "c", "allocatedResources": alloc, "resources": {"requests": alloc}}]
+        return {"metadata": {"name": "big", "namespace": "ns", "uid": "uid-big", "labels": labels or {}},
+                "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "i",
+                                                          "resources": {"requests": {"cpu": cpu, "memory": mem}}}]},
+                "status": status}
+
+    s.apply_pod("ADDED", big())
+    waiting = parse_pod({"metadata": {"name": "w", "namespace": "ns", "uid": "uid-w"},
+                         "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "2"}}}]}})
+    q.add(waiting, "p")
+    assert q.add_unschedulable(q.pop(), {"NodeResourcesFit"}) == UNSCHEDULABLE
+    clock.t += 20  # past its backoff: a move goes to activeQ
+
+    def deliver(body):
+        _, changes = s.apply_pod("MODIFIED", body)
+        return sum(q.move_all_to_active_or_backoff(ev, old, new) for ev, old, new in changes)
+
+    assert deliver(big(labels={"x": "y"})) == 0  # AssignedPodUpdatePodLabel: not Fit's
+    assert deliver(big(labels={"x": "y"}, mem="1Gi")) == 0  # memory freed: the pod asks only cpu
+    assert q.state_of("ns/w") == UNSCHEDULABLE
+    # spec lowered, the kubelet still holds 3 cpu: not yet
+    assert deliver(big(labels={"x": "y"}, cpu="1", mem="1Gi", alloc={"cpu": "3", "memory": "1Gi"})) == 0
+    assert q.state_of("ns/w") == UNSCHEDULABLE
+    assert s.table.requested[0, 0] == 3000
+    # actuated: 2 cpu freed
+    assert deliver(big(labels={"x": "y"}, cpu="1", mem="1Gi", alloc={"cpu": "1", "memory": "1Gi"})) == 1
+    assert q.state_of("ns/w") == ACTIVE and s.table.requested[0, 0] == 1000
