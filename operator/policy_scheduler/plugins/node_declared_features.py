@@ -59,20 +59,15 @@ def _items(v: Any) -> list:
     return v if isinstance(v, list) else []
 
 
-def _containers(spec: Spec, *kinds: str):
-    for kind in kinds:
-        for c in _items(spec.get(kind)):
-            if isinstance(c, Mapping):
-                yield c
-
-
 def _restart_all_containers(spec: Spec) -> bool:
     """restartallcontainers: a restart rule with action RestartAllContainers on a regular or an
     init container."""
-    for c in _containers(spec, "containers", "initContainers"):
-        for rule in _items(c.get("restartPolicyRules")):
-            if isinstance(rule, Mapping) and rule.get("action") == "RestartAllContainers":
-                return True
+    for kind in ("containers", "initContainers"):
+        for c in _items(spec.get(kind)):
+            if isinstance(c, dict) and (rules := c.get("restartPolicyRules")):
+                for rule in _items(rules):
+                    if isinstance(rule, dict) and rule.get("action") == "RestartAllContainers":
+                        return True
     return False
 
 
@@ -83,10 +78,12 @@ def _user_namespaces_host_network(spec: Spec) -> bool:
 
 def _volume_bind_mount_options(spec: Spec) -> bool:
     """volumebindmountoptions: a volume mount with bind mount options, in any kind of container."""
-    for c in _containers(spec, "containers", "initContainers", "ephemeralContainers"):
-        for m in _items(c.get("volumeMounts")):
-            if isinstance(m, Mapping) and _items(m.get("bindMountOptions")):
-                return True
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        for c in _items(spec.get(kind)):
+            if isinstance(c, dict) and (mounts := c.get("volumeMounts")):
+                for m in _items(mounts):
+                    if isinstance(m, dict) and _items(m.get("bindMountOptions")):
+                        return True
     return False
 
 
@@ -120,15 +117,19 @@ FEATURES: tuple[Feature, ...] = tuple(sorted((
     Feature("DRAOptionalNodeOperations", _never),
 ), key=lambda f: f.name))
 KNOWN = frozenset(f.name for f in FEATURES)
+_NONE: frozenset[str] = frozenset()
 
 
 def infer_for_scheduling(spec: Any, version: tuple[int, int, int] = SCHEDULER_VERSION) -> frozenset[str]:
     """Framework.InferForPodScheduling: the names of the features ``spec`` (a pod's spec, as the
     API serves it) requires of its node. Never raises: a field of the wrong type counts as absent."""
-    if not isinstance(spec, Mapping):
-        return frozenset()
-    return frozenset(f.name for f in FEATURES
-                     if (f.max_version is None or version <= f.max_version) and f.infer(spec))
+    if not isinstance(spec, dict):  # (JSON objects: the API's pods, the snapshot's)
+        return _NONE
+    found = None
+    for f in FEATURES:
+        if f.infer is not _never and (f.max_version is None or version <= f.max_version) and f.infer(spec):
+            found = [f.name] if found is None else found + [f.name]
+    return _NONE if found is None else frozenset(found)
 
 
 def required_features(pod: PodInfo) -> frozenset[str] | None:
