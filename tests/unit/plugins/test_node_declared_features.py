@@ -276,3 +276,38 @@ def test_default_policy_places_on_the_declaring_node_and_refuses_with_upstreams_
     assert run.results[0].message == ("0/2 nodes are available: 2 node(s) didn't match Pod's required features. "
                                       "preemption: 0/2 nodes are available: 2 Preemption is not helpful for "
                                       "scheduling.")
+
+
+# ------------------------------------------------------------------ preemption's reprieve shortcut
+def test_preemption_reprieve_shortcut_with_the_plugin_in_the_chain():
+    """The plugin reads the node only: a pod needing no feature keeps the arithmetic-only reprieve
+    (the chain never re-run for a node NodeResourcesFit rejected); a pod needing one gets the
+    chain re-run (NodeDeclaredFeatures comes after NodeResourcesFit), and victims only where the
+    node declares the feature."""
+    from policy_scheduler.framework.cycle.schedule import NodeFilter
+    from policy_scheduler.framework.preemption import resource_only, select_victims_on_node
+    from policy_scheduler.plugins import default_registry
+    from policy_scheduler.policy.chain import build_chain, default_chain_spec
+
+    def prio_pod(name, prio, cpu, spec_extra=None):
+        c = ctr(resources={"requests": {"cpu": cpu}})
+        c.update(spec_extra or {})
+        return parse_pod({"metadata": {"name": name, "namespace": "default", "uid": name},
+                          "spec": {"priority": prio, "containers": [c]}})
+
+    t = kit.table([{"metadata": {"name": n}, "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"},
+                                                        "declaredFeatures": d}}
+                   for n, d in (("plain", []), ("declaring", [RESTART_ALL]))])
+    for n in ("plain", "declaring"):
+        t.add_pod(prio_pod(f"low-{n}", 0, "2"), n)
+    nf = NodeFilter(build_chain(default_chain_spec(), default_registry()))
+    plain, needs = prio_pod("p", 10, "1"), prio_pod("q", 10, "1", {"restartPolicy": "Never",
+                                                                   "restartPolicyRules": [RULE]})
+    fast_plain, fast_needs = resource_only(plain, t, nf), resource_only(needs, t, nf)
+    assert fast_plain is not None and fast_plain.independent_first
+    assert fast_needs is not None and not fast_needs.independent_first
+    victims, _, status = select_victims_on_node(needs, t, 0, [], nf, fast_needs, rejected_by_fit=True)
+    assert victims == [] and status.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert status.reasons == (ERR_REASON,)
+    victims, _, status = select_victims_on_node(needs, t, 1, [], nf, fast_needs, rejected_by_fit=True)
+    assert [v.name for v in victims] == ["low-declaring"] and status.is_success
