@@ -201,6 +201,11 @@ def test_node_change_events_report_declared_features():
     assert [e.action for e in node_change_events(old, new)] == [ActionType.UPDATE_NODE_DECLARED_FEATURE]
     assert [e.label for e in node_change_events(old, new)] == ["NodeUpdateNodeDeclaredFeature"]
     assert node_change_events(old, spec_node([RESTART_ALL])) == []
+    # a registration for any node update (upstream's Update) gets it, another aspect's does not
+    from policy_scheduler.framework.events import ClusterEvent
+    incoming = node_change_events(old, new)[0]
+    assert ClusterEvent(Resource.NODE, ActionType.UPDATE).matches(incoming)
+    assert not ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_LABEL).matches(incoming)
     assert [e.action for e in node_change_events(old, spec_node([RESTART_ALL], labels={"a": "b"}))] == [
         ActionType.UPDATE_NODE_LABEL]
 
