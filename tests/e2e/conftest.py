@@ -31,6 +31,12 @@ def _reap_stale_clusters() -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
+# alpha gates without which the API server drops (bindMountOptions) or refuses (hostNetwork with
+# hostUsers: false) what two NodeDeclaredFeatures features are inferred from; kube-scheduler reads
+# neither gate (only the pods' specs)
+NODE_FEATURE_GATES = "VolumeBindMountOptions=true,UserNamespacesHostNetworkSupport=true"
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if "/e2e/" in str(item.fspath):
@@ -45,8 +51,9 @@ def cluster():
     c = localcluster.LocalCluster(STATE, kubeconfig_path=STATE / "kubeconfig")
     t0 = time.monotonic()
     # with Kubernetes' own gangs served (GangScheduling's e2e and parity tests); nothing else
-    # uses scheduling.k8s.io PodGroups or spec.schedulingGroup
-    c.up(kwok=True, quiet=True, feature_gates=localcluster.GANG_FEATURE_GATES,
+    # uses scheduling.k8s.io PodGroups or spec.schedulingGroup. NODE_FEATURE_GATES: the API server
+    # keeps the pod fields of two alpha node features (test_node_features_parity.py)
+    c.up(kwok=True, quiet=True, feature_gates=localcluster.GANG_FEATURE_GATES + "," + NODE_FEATURE_GATES,
          runtime_config=localcluster.GANG_RUNTIME_CONFIG)
     print(f"\nlocal control plane up in {time.monotonic() - t0:.1f}s at {c.server}")
     yield c

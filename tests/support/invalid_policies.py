@@ -59,8 +59,10 @@ def args_path(field: str = "") -> str:
 
 
 NO_ARGS = ["PrioritySort", "NodeUnschedulable", "NodeName", "TaintToleration", "NodePorts", "ImageLocality",
+           "NodeDeclaredFeatures",
            "SchedulingGates", "DefaultBinder"]
 NO_SCORE = ["PrioritySort", "NodeUnschedulable", "NodeName", "NodePorts", "NodeLabelMatch", "MetricThreshold",
+            "NodeDeclaredFeatures",
             "SchedulingGates", "DefaultBinder"]
 SCORE = ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "NodeResourcesBalancedAllocation", "PodTopologySpread",
          "InterPodAffinity", "ImageLocality", "LoadAware", "MetricScore"]

@@ -42,6 +42,27 @@ def test_both_schedulers_have_the_plugins_the_catalogue_needs():
     assert needed | {"SchedulingGates"} <= enabled
 
 
+# kube-scheduler v1.37.1's default profile (apis/config/v1/default_plugins.go: getDefaultPlugins, then
+# applyFeatureGates with its default gates: NodeDeclaredFeatures appended, DynamicResources before
+# DefaultPreemption; GangScheduling appended with GenericWorkload)
+UPSTREAM_DEFAULT = ["SchedulingGates", "PrioritySort", "NodeName", "NodeUnschedulable", "TaintToleration",
+                    "NodeAffinity", "NodePorts", "NodeResourcesFit", "VolumeRestrictions", "NodeVolumeLimits",
+                    "VolumeBinding", "VolumeZone", "PodTopologySpread", "InterPodAffinity", "DynamicResources",
+                    "DefaultPreemption", "NodeResourcesBalancedAllocation", "ImageLocality", "DefaultBinder",
+                    "NodeDeclaredFeatures"]
+
+
+@pytest.mark.parametrize("gangs", [False, True])
+def test_the_kube_same_profile_is_upstreams_default_in_its_order(gangs):
+    """The same plugins by kube-scheduler's own names (NodeDeclaredFeatures included), in
+    upstream's order; DefaultBinder (Bind only: its place changes nothing) comes last."""
+    profile = yaml.safe_load(tp.same_plugins_config(gangs=gangs))["profiles"][0]
+    enabled = [p["name"] for p in profile["plugins"]["multiPoint"]["enabled"]]
+    want = UPSTREAM_DEFAULT + (["GangScheduling"] if gangs else [])
+    assert [n for n in enabled if n != "DefaultBinder"] == [n for n in want if n != "DefaultBinder"]
+    assert enabled[-1] == "DefaultBinder"
+
+
 def test_daemonset_pods_are_pinned_and_checked():
     wl = tp.WORKLOADS["SchedulingDaemonset"]
     nodes = nodes_of(wl, 4)

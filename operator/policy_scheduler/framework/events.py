@@ -38,6 +38,7 @@ class ActionType(IntFlag):
     UPDATE_NODE_TAINT = 16  # taints changed, or spec.unschedulable went true -> false
     UPDATE_NODE_CONDITION = 32
     UPDATE_NODE_ANNOTATION = 64
+    UPDATE_NODE_DECLARED_FEATURE = 128  # status.declaredFeatures changed
     UPDATE_POD_LABEL = 512
     UPDATE_POD_SCALE_DOWN = 1024
     UPDATE_POD_SCALE_UP = 2048
@@ -47,7 +48,7 @@ class ActionType(IntFlag):
     UPDATE = (UPDATE_NODE_ALLOCATABLE | UPDATE_NODE_LABEL | UPDATE_NODE_TAINT | UPDATE_NODE_CONDITION
               | UPDATE_NODE_ANNOTATION | UPDATE_POD_LABEL | UPDATE_POD_SCALE_DOWN | UPDATE_POD_SCALE_UP
               | UPDATE_POD_TOLERATION | UPDATE_POD_SCHEDULING_GATES_ELIMINATED
-              | UPDATE_POD_GENERATED_RESOURCE_CLAIM)
+              | UPDATE_POD_GENERATED_RESOURCE_CLAIM | UPDATE_NODE_DECLARED_FEATURE)
     ALL = 32767
 
 
@@ -55,7 +56,9 @@ _ACTION_LABELS = {
     ActionType.ADD: "Add", ActionType.DELETE: "Delete",
     ActionType.UPDATE_NODE_ALLOCATABLE: "UpdateNodeAllocatable", ActionType.UPDATE_NODE_LABEL: "UpdateNodeLabel",
     ActionType.UPDATE_NODE_TAINT: "UpdateNodeTaint", ActionType.UPDATE_NODE_CONDITION: "UpdateNodeCondition",
-    ActionType.UPDATE_NODE_ANNOTATION: "UpdateNodeAnnotation", ActionType.UPDATE_POD_LABEL: "UpdatePodLabel",
+    ActionType.UPDATE_NODE_ANNOTATION: "UpdateNodeAnnotation",
+    ActionType.UPDATE_NODE_DECLARED_FEATURE: "UpdateNodeDeclaredFeature",
+    ActionType.UPDATE_POD_LABEL: "UpdatePodLabel",
     ActionType.UPDATE_POD_SCALE_DOWN: "UpdatePodScaleDown", ActionType.UPDATE_POD_SCALE_UP: "UpdatePodScaleUp",
     ActionType.UPDATE_POD_TOLERATION: "UpdatePodToleration",
     ActionType.UPDATE_POD_SCHEDULING_GATES_ELIMINATED: "UpdatePodSchedulingGatesEliminated",
@@ -176,6 +179,8 @@ def node_change_events(old: "NodeSpec", new: "NodeSpec") -> list[ClusterEvent]:
         out.append(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_LABEL))
     if old.taints != new.taints or (old.unschedulable and not new.unschedulable):
         out.append(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_TAINT))
+    if old.declared_features != new.declared_features:  # (upstream: last, when NodeDeclaredFeatures is on)
+        out.append(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_DECLARED_FEATURE))
     return out  # unschedulable false -> true can only hurt: upstream emits nothing for it
 
 

@@ -48,7 +48,8 @@ PREFIX = "pod group preemption: "
 # change it. InterPodAffinity, PodTopologySpread, VolumeRestrictions and DynamicResources qualify
 # only for pods that do not use them (``_node_local``); any other plugin: never.
 _NODE_LOCAL = frozenset({"SchedulingGates", "NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity",
-                         "NodePorts", "NodeResourcesFit", "NodeVolumeLimits", "VolumeBinding", "VolumeZone"})
+                         "NodePorts", "NodeResourcesFit", "NodeVolumeLimits", "VolumeBinding", "VolumeZone",
+                         "NodeDeclaredFeatures"})
 _NATIVE_REQUESTS = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 
 

@@ -222,6 +222,10 @@ def resource_only(pod: PodInfo, nodes: NodeTable, node_filter: Any) -> ResourceF
             if pod.resource_claims:
                 return None
             continue  # skips a pod without claims
+        elif name == "NodeDeclaredFeatures":  # reads the node only; skips a pod requiring no feature
+            if fit is not None and getattr(p, "requires_features", lambda _: True)(pod):
+                independent_first = False
+            continue
         else:
             return None
     if fit is None:

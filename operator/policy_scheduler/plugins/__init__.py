@@ -33,6 +33,7 @@ PLUGIN_MODULES = (
     "inter_pod_affinity",
     "balanced_allocation",
     "image_locality",
+    "node_declared_features",
     "node_label_match",
     "load_aware",
     "metric_threshold",

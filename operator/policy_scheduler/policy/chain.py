@@ -214,8 +214,8 @@ def build_chain(spec: ChainSpec | dict[str, Any], registry: Registry,
 # order and with upstream's weights (DefaultPreemption and the binder aside).
 DEFAULT_PLUGINS: list[dict[str, Any]] = [
     {"name": "PrioritySort"},
-    {"name": "NodeUnschedulable"},
     {"name": "NodeName"},
+    {"name": "NodeUnschedulable"},
     {"name": "TaintToleration", "weight": 3},
     {"name": "NodeAffinity", "weight": 2},
     {"name": "NodePorts"},
@@ -229,6 +229,7 @@ DEFAULT_PLUGINS: list[dict[str, Any]] = [
     {"name": "DynamicResources", "weight": 2},
     {"name": "NodeResourcesBalancedAllocation", "weight": 1},
     {"name": "ImageLocality", "weight": 1},
+    {"name": "NodeDeclaredFeatures"},
 ]
 
 

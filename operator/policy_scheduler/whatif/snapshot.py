@@ -27,8 +27,8 @@ cannot read (the GangScheduling cache refuses it) is not a reason to refuse the 
 reported on itself (``Snapshot.warnings``) and skipped, as the operator ignores it.
 
 Objects keep only the fields the scheduler reads (a Node's labels, taints, unschedulable,
-allocatable, capacity and images; a Pod's labels, owner, spec and the status fields preemption
-and in-place resize read; storage objects as the volume plugins read them), so a snapshot stays small and can be
+allocatable, capacity, images and declared features; a Pod's labels, owner, spec and the status
+fields preemption and in-place resize read; storage objects as the volume plugins read them), so a snapshot stays small and can be
 edited by hand: add a node, change a label, ask "what if". Loading checks the version and the
 shape and names the field of every problem. Nodes are written in name order, the order in which
 the operator's (paginated) LIST hands them to its node table.
@@ -95,8 +95,9 @@ _POD_SPEC_DROP = frozenset((
     "securityContext", "dnsPolicy", "dnsConfig", "serviceAccount", "serviceAccountName",
     "automountServiceAccountToken", "enableServiceLinks", "terminationGracePeriodSeconds", "imagePullSecrets",
     "hostname", "subdomain", "restartPolicy", "activeDeadlineSeconds", "shareProcessNamespace", "hostAliases",
-    "readinessGates", "setHostnameAsFQDN", "os", "hostUsers"))
-_CONTAINER_KEEP = ("name", "image", "resources", "ports", "restartPolicy")
+    "readinessGates", "setHostnameAsFQDN", "os"))
+# (restartPolicyRules, hostUsers and volume mounts' bindMountOptions: what NodeDeclaredFeatures reads)
+_CONTAINER_KEEP = ("name", "image", "resources", "ports", "restartPolicy", "restartPolicyRules")
 
 
 class SnapshotError(ValueError):
@@ -182,12 +183,14 @@ def trim_node(node: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "metadata": _meta(node, "name", "labels"),
         "spec": {k: spec[k] for k in ("taints", "unschedulable") if spec.get(k)},
-        "status": {k: status[k] for k in ("capacity", "allocatable", "images") if status.get(k)},
+        "status": {k: status[k] for k in ("capacity", "allocatable", "images", "declaredFeatures") if status.get(k)},
     }
 
 
 def _trim_container(c: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: c[k] for k in _CONTAINER_KEEP if c.get(k) not in (None, {}, [])}
+    out = {k: c[k] for k in _CONTAINER_KEEP if c.get(k) not in (None, {}, [])}
+    mounts = [m for m in c.get("volumeMounts") or () if isinstance(m, Mapping) and m.get("bindMountOptions")]
+    return {**out, "volumeMounts": mounts} if mounts else out
 
 
 def _trim_volume(v: Any) -> dict[str, Any] | None:

@@ -268,14 +268,14 @@ def test_default_chain_spec_matches_upstream_default_profile():
     """Upstream default_plugins.go order and weights (the implicit plugins excluded)."""
     spec = default_chain_spec()
     assert [(p.name, p.weight) for p in spec.plugins] == [
-        ("PrioritySort", None), ("NodeUnschedulable", None), ("NodeName", None), ("TaintToleration", 3),
+        ("PrioritySort", None), ("NodeName", None), ("NodeUnschedulable", None), ("TaintToleration", 3),
         ("NodeAffinity", 2), ("NodePorts", None), ("NodeResourcesFit", 1), ("VolumeRestrictions", None),
         ("NodeVolumeLimits", None), ("VolumeBinding", 1), ("VolumeZone", None), ("PodTopologySpread", 2),
         ("InterPodAffinity", 2), ("DynamicResources", 2), ("NodeResourcesBalancedAllocation", 1),
-        ("ImageLocality", 1),
+        ("ImageLocality", 1), ("NodeDeclaredFeatures", None),
     ]
     assert spec.disabled == [] and spec.percentage_of_nodes_to_score is None
-    assert len(DEFAULT_PLUGINS) == 16
+    assert len(DEFAULT_PLUGINS) == 17
 
 
 def test_default_chain_builds_with_the_default_registry():
@@ -287,9 +287,9 @@ def test_default_chain_builds_with_the_default_registry():
         ("NodeResourcesBalancedAllocation", 1), ("ImageLocality", 1),
     ]
     assert [p.NAME for p in chain.filter] == [
-        "NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit",
+        "NodeName", "NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit",
         "VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "PodTopologySpread",
-        "InterPodAffinity", "DynamicResources",
+        "InterPodAffinity", "DynamicResources", "NodeDeclaredFeatures",
     ]
     # plugins with Args got a validated instance carrying upstream defaults
     for p in chain.plugins:

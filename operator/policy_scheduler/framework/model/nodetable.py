@@ -12,6 +12,7 @@ column is the pod count. ``nonzero`` holds cpu/memory requested with the scoring
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -32,6 +33,25 @@ TopologyPair = tuple[str, str]  # (topology key, the node's value of that label)
 # keys come from pod content (selector values, terms, tolerations, topology keys), so what a
 # tenant can add to the operator's memory through it is at most this much.
 MASK_CACHE_BYTES = 64 << 20
+# status.declaredFeatures kept per node: at most this many names (the kubelet declares a few of
+# its registry's), each at most MAX_FEATURE_NAME long (the API's limit); the rest are dropped
+MAX_DECLARED_FEATURES = 128
+MAX_FEATURE_NAME = 253
+
+
+def declared_features(status: Mapping[str, Any]) -> frozenset[str]:
+    """A node's ``status.declaredFeatures``: the strings of the list (anything else, or a list
+    that is not one, counts as none), bounded as above; names interned (every node has the same)."""
+    v = status.get("declaredFeatures") if isinstance(status, Mapping) else None
+    if not isinstance(v, list):
+        return frozenset()
+    names = (sys.intern(f) for f in v if isinstance(f, str) and len(f) <= MAX_FEATURE_NAME)
+    out: set[str] = set()
+    for f in names:
+        out.add(f)
+        if len(out) >= MAX_DECLARED_FEATURES:
+            break
+    return frozenset(out)
 
 
 @dataclass(slots=True)
@@ -44,6 +64,7 @@ class NodeSpec:
     unschedulable: bool = False
     allocatable: dict[str, int] = field(default_factory=dict)
     images: dict[str, int] = field(default_factory=dict)  # every image name -> size in bytes
+    declared_features: frozenset[str] = frozenset()  # status.declaredFeatures (NodeDeclaredFeatures)
 
     @classmethod
     def from_dict(cls, node: Mapping[str, Any]) -> "NodeSpec":
@@ -68,6 +89,7 @@ class NodeSpec:
             unschedulable=bool(spec.get("unschedulable", False)),
             allocatable=alloc,
             images=images,
+            declared_features=declared_features(status),
         )
 
 
