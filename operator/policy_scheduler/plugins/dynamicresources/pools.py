@@ -102,12 +102,12 @@ def _build(cache: DraCache, driver: str, pname: str, gen: int, slices: list[Reso
             pool.counter_sets[name] = counters
     pool.all_devices = [d for s in every if not s.shared_counters for d in s.devices]
     for d in pool.all_devices:
-        for set_name, counters in d.counters:
+        for set_name, consumes in d.counters:
             cs = pool.counter_sets.get(set_name)
             if cs is None:
                 pool.invalid, pool.reason = True, f"counter set {set_name} not found"
                 return pool
-            for c, _ in counters:
+            for c, _ in consumes:
                 if c not in cs:
                     pool.invalid, pool.reason = True, f"counter {c} not found in counter set {set_name}"
                     return pool
