@@ -125,7 +125,7 @@ def test_counters_across_claims_of_one_pod_allocated_claims_and_in_flight_claims
 
 
 def test_counter_sets_come_from_a_slice_published_elsewhere_and_a_missing_one_leaves_the_pool_incomplete():
-    counters = slice_("c", node=None, allNodes=True, counters={"gpu-0": {"memory": "40Gi"}}, count=2)
+    counters = slice_("c", node="elsewhere", counters={"gpu-0": {"memory": "40Gi"}}, count=2)
     devices = slice_("d", count=2, devices=[part("half-0", {"gpu-0": {"memory": "20Gi"}})])
     h, t = world(counters, devices, claims=[claim("x")])
     _, _, _, _, state = run(h, t, "x")
@@ -290,3 +290,34 @@ def test_unrepresentable_request_is_an_error():
                                         ("1.5", "1500m"), ("12e6", "12e6")])
 def test_quantities_are_written_in_upstream_canonical_form(text, canon):
     assert canonical(parse_q(text, "q")) == canon
+
+
+def test_the_dra_benchmark_slices_are_partitionable_and_every_device_stays_allocatable():
+    import dra_workload as dra  # bench/: on the tests' path
+
+    h = DraHandle()
+    h.add(D, device_class())
+    bodies = dra.slices(0, 10)
+    for b in bodies:  # the benchmark's driver, renamed to the test class's
+        b["spec"]["driver"] = DRIVER
+    h.add(S, *bodies)
+    assert [bool(b["spec"].get("sharedCounters")) for b in bodies] == [False, True]
+    h.add(C, claim("all", [request(count=10)]), claim("eleven", [request(count=11)]))
+    t = nodes(dra.node_name(0))
+    pl = instance(DynamicResources, None, h)
+    _, res, state = filter_all(pl, pod("p", claims=["all"]), t)
+    assert len(names(state, dra.node_name(0))[0]) == 10
+    assert any(d.counters for s in h.cache.slices.values() for d in s.devices)
+    _, res, _ = filter_all(pl, pod("q", claims=["eleven"]), t)
+    assert not res.passed.any()
+    # the counters are what holds: one device's memory less in a root's set leaves 9 allocatable
+    counters = bodies[1]
+    counters["metadata"]["resourceVersion"] = "2"
+    cs = counters["spec"]["sharedCounters"][0]["counters"]["memory"]
+    cs["value"] = f"{4 * dra.DEVICE_MEMORY_MI}Mi"
+    h.cache.apply(S, "MODIFIED", counters)
+    h.add(C, claim("nine", [request(count=9)]))
+    _, res, _ = filter_all(pl, pod("r", claims=["all"]), t)
+    assert not res.passed.any()
+    _, res, state = filter_all(pl, pod("s", claims=["nine"]), t)
+    assert res.passed.all()
