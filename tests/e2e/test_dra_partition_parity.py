@@ -369,6 +369,17 @@ def test_same_partitionable_and_consumable_outcomes_as_kube_scheduler(cluster, c
           f"upstream unique on {unique} ({pods} pods); same nodes, devices and messages on {agree}/{unique}"
           f" = {100.0 * agree / unique if unique else 0:.0f}%")
     print(summary(results))
+    shares = consumed = 0
+    for (i, w), out in results.items():
+        if w != "a" or not isinstance(out, WorldOutcome):
+            continue
+        for p in out.pods:
+            for _, allocation, _ in p.claims:
+                for *_, extra in (allocation[0] if allocation else ()):
+                    shares += '"shareID"' in extra
+                    consumed += '"consumedCapacity"' in extra
+    print(f"upstream's first runs: {shares} results with a shareID, {consumed} with consumedCapacity")
+    assert shares and consumed, "no case allocated a share: the comparison proves nothing about them"
     print("\n".join(lines))
     if bad:
         print("disagreements:\n" + "\n".join(bad))
