@@ -586,7 +586,9 @@ WORKLOAD_NOTES = {
                            "metadata.name (the DaemonSet controller's pin), daemonset-pod (no requests); upstream's "
                            "SchedulingDaemonset pins all 30000 pods to one node of 15001",
     "DRA": "upstream's SchedulingWithResourceClaimTemplate: one device claim per pod, posted with the scheduler "
-           "running; pods/s from the first create to the last bound",
+           "running; pods/s from the first create to the last bound; unlike upstream's, the devices are "
+           "partitionable (each consumes its memory from a counter set per PCI root, published in a second "
+           "slice of the node's pool; the counters hold every device)",
 }
 HIGH_PRIORITY = "bench-high"  # PriorityClass of PreemptionBasic's measured pods (value 10)
 LOW_PRIORITY = "bench-low"  # GangPreemption's victims (value 10)
