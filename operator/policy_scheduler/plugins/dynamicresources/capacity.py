@@ -40,8 +40,8 @@ def parse_q(v: Any, where: str) -> Q:
         d = parse_quantity(v)
     except QuantityError as e:
         raise ValueError(f"{where}: {e}") from None
-    if not d.is_finite():
-        raise ValueError(f"{where}: not finite")
+    if not d.is_finite() or (d and not -10 <= d.adjusted() <= 40):
+        raise ValueError(f"{where}: out of range")  # bounded: a hostile value must not cost big integers
     s = str(v).strip()
     if s.endswith(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")):
         return d, "BinarySI"

@@ -321,3 +321,26 @@ def test_the_dra_benchmark_slices_are_partitionable_and_every_device_stays_alloc
     assert not res.passed.any()
     _, res, state = filter_all(pl, pod("s", claims=["nine"]), t)
     assert res.passed.all()
+
+
+@pytest.mark.parametrize("device", [
+    part("x", capacity={"memory": {"value": "1e1000000"}}),
+    part("x", capacity={"memory": {"value": "1", "requestPolicy": {"validValues": "no"}}}),
+    part("x", capacity={"memory": "40Gi"}),
+    part("x", consumes={"cs": {"n": "lots"}}),
+    {"name": "x", "consumesCounters": [{"counterSet": "cs", "counters": {f"c{i}": {"value": "1"} for i in range(200)}}]},
+])
+def test_hostile_slices_are_refused_on_themselves(device):
+    h = DraHandle()
+    with pytest.raises(ValueError):
+        h.cache.apply(S, "ADDED", slice_("bad", devices=[device]))
+    assert not h.cache.slices
+
+
+def test_a_share_with_a_hostile_consumed_capacity_counts_as_a_share_of_nothing():
+    alloc = {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n0", "device": "g0",
+                                      "shareID": "s", "consumedCapacity": {"memory": "lots", "cores": ["x"]}}]}}
+    h, t = world(shared_gpu(), claims=[claim("old", allocation=alloc), claim("x", [cap_request(memory="40Gi")])])
+    assert h.cache.in_use((DRIVER, "n0", "g0")) and h.cache.capacity_used[(DRIVER, "n0", "g0")] == {}
+    _, _, _, _, state = run(h, t, "x")
+    assert names(state) == [["g0"]]
