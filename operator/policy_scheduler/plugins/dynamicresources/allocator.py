@@ -448,6 +448,10 @@ class Allocator:
                 r["shareID"] = str(uuid.uuid4())
                 if consumed:
                     r["consumedCapacity"] = {n: canonical(q) for n, q in consumed.items()}
+            if dev.binding_conditions:  # the device's, for PreBind to wait on (binding_conditions.py)
+                r["bindingConditions"] = list(dev.binding_conditions)
+            if dev.binding_failure_conditions:
+                r["bindingFailureConditions"] = list(dev.binding_failure_conditions)
             out.append(r)
         used = [self.reqs[ci][ri][chosen[(ci, ri)]] for ri in range(len(self.reqs[ci]))]
         all_names = {rq.name for rq in used}

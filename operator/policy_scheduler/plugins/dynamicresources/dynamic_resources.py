@@ -25,7 +25,9 @@ removes the pod from ``reservedFor`` if it got there.
 PreBind: per claim not yet reserved for the pod (from the cache, re-read after a conflict), add the finalizer
 ``resource.kubernetes.io/delete-protection`` (update), then write ``status.allocation`` (with
 ``allocationTimestamp``) and append the pod to ``status.reservedFor`` (one status update), retried
-on conflicts. A claim deleted or allocated elsewhere in the meantime is an Error.
+on conflicts. A claim deleted or allocated elsewhere in the meantime is an Error. Then, when a
+device allocated to the pod has binding conditions, it waits for them (binding_conditions.py);
+Filter holds a claim whose binding failed or timed out unavailable, so PostFilter frees it.
 
 PostFilter: when no node fits, the first unavailable claim reserved for nobody or only for this
 pod is deallocated (``deallocation of ResourceClaim completed``), so the next attempt may
@@ -33,8 +35,8 @@ allocate it afresh. After a rejection by an earlier PreFilter, upstream's PostFi
 state and answers the Error ``not found``, which ends the PostFilter run (no preemption) and
 is appended to the FitError message: so is ours.
 
-Not covered: extended resources backed by DRA, binding conditions (devices that have them are allocated, PreBind does not wait for them),
-DeviceTaintRules, the per-node filter timeout.
+Not covered: extended resources backed by DRA, the per-node filter timeout, the
+BindingConditionsPending event.
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ from ...framework.interface import (DEVICE_ALLOCATION, CycleState, EnqueueExtens
 from ...framework.model.nodetable import NodeTable
 from ...framework.model.podinfo import PodInfo
 from ...framework.status import Code, Status
+from . import binding_conditions as bc
 from .allocator import STATE_KEY, AllocationError, Allocator, DraState, NodeAllocationError, first_available_score
+from .binding_conditions import DEFAULT_BINDING_TIMEOUT
 from .cache import DraCache
 from .objects import FINALIZER, ResourceClaim
 
@@ -65,9 +69,12 @@ CONFLICT_RETRIES = 5  # upstream retry.DefaultRetry: 5 steps
 
 class DynamicResourcesArgs(PluginArgs):
     """upstream DynamicResourcesArgs; ``filterTimeoutSeconds`` is accepted for the same
-    configuration but not enforced (a Python allocation cannot be interrupted)."""
+    configuration but not enforced (a Python allocation cannot be interrupted).
+    ``bindingTimeoutSeconds`` (upstream ``bindingTimeout``, 600 s, at least 1 s): how long PreBind
+    waits for a device's binding conditions (binding_conditions.py)."""
 
     filter_timeout_seconds: float = Field(default=10.0, alias="filterTimeoutSeconds", ge=0)
+    binding_timeout_seconds: float = Field(default=DEFAULT_BINDING_TIMEOUT, alias="bindingTimeoutSeconds", ge=1)
 
 
 def claim_path(namespace: str, name: str) -> str:
@@ -110,6 +117,11 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
 
     def _cache(self) -> DraCache:
         return self.handle.dra()
+
+    @property
+    def binding_timeout(self) -> float:
+        args = self.args if isinstance(self.args, DynamicResourcesArgs) else None
+        return args.binding_timeout_seconds if args is not None else DEFAULT_BINDING_TIMEOUT
 
     # ------------------------------------------------------------------ events
     def events_to_register(self) -> list[ClusterEventWithHint]:
@@ -204,9 +216,15 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         specs = nodes.specs
         allocated = [(i, c.allocation_node_selector) for i, c in enumerate(st.claims) if c.allocation is not None
                      and c.allocation_node_selector is not None]
+        # an allocated claim whose binding failed or timed out is available nowhere (PostFilter frees it)
+        now = bc.wall_clock()
+        unbound = [i for i, c in enumerate(st.claims) if c.allocation is not None
+                   and bc.unavailable(c, self.binding_timeout, now)]
         for k, row in enumerate(rows.tolist()):
             spec = specs[row]
             unavailable = [i for i, sel in allocated if not sel.matches(spec.labels, spec.name)]
+            if unbound:
+                unavailable = sorted(set(unavailable).union(unbound))
             reason = None
             if st.allocator is not None:
                 try:
@@ -382,7 +400,13 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             if allocation is not None:
                 cache.drop_pending(c.uid)
                 st.reserved.pop(i, None)
-        return Status.success()
+        claims = [cache.claim(c.namespace, c.name) or c for c in st.claims]
+        if not bc.has_binding_conditions(claims):
+            return Status.success()
+        # upstream: poll every 5 s until every device's binding conditions are True (or fail)
+        err = await bc.wait_for_binding(claims, lambda c: cache.claim(c.namespace, c.name), self.binding_timeout,
+                                         bc.POLL_INTERVAL)
+        return Status.error(err) if err else Status.success()
 
     async def _bind_claim(self, claim: ResourceClaim, pod: PodInfo, allocation: dict | None) -> ResourceClaim:
         path = claim_path(claim.namespace, claim.name)
@@ -401,15 +425,20 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             status = dict(body.get("status") or {})
             if allocation is not None and status.get("allocation"):
                 raise _BindError(f"claim {claim.key} got allocated elsewhere in the meantime")
+            if allocation is None and not status.get("allocation"):  # binding conditions on (upstream's gates)
+                raise _BindError(f"claim {claim.key} got deallocated elsewhere in the meantime")
             try:
                 fins = list(meta.get("finalizers") or [])
-                if FINALIZER not in fins:  # "if we were interrupted in the past, it might already be set"
+                # only with an allocation of ours (upstream): "if we were interrupted in the past, it
+                # might already be set"
+                if allocation is not None and FINALIZER not in fins:
                     meta["finalizers"] = fins + [FINALIZER]
                     body = await api("PUT", path, dict(body, metadata=meta))
                 status = dict(body.get("status") or {})
-                if allocation is not None:
-                    alloc = dict(allocation)
-                    alloc.setdefault("allocationTimestamp", _now())
+                alloc = dict(allocation if allocation is not None else status["allocation"])
+                if not alloc.get("allocationTimestamp"):  # set once (an allocated claim's: the API refuses it)
+                    alloc["allocationTimestamp"] = _now()
+                if allocation is not None or alloc != status["allocation"]:
                     status["allocation"] = alloc
                 reserved = list(status.get("reservedFor") or [])
                 if not any(r.get("uid") == pod.uid for r in reserved):

@@ -16,15 +16,18 @@ from ...framework.model.labels import NodeSelector, SelectorError
 from .capacity import Q, Capacity, parse_q
 
 RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES = "resourceclaims", "resourceslices", "deviceclasses"
-KINDS = (RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES)
+DEVICE_TAINT_RULES = "devicetaintrules"  # taint_rules.py: taints laid over the slices' devices
+KINDS = (RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES, DEVICE_TAINT_RULES)
 PATHS = {RESOURCE_CLAIMS: "/apis/resource.k8s.io/v1/resourceclaims",
          RESOURCE_SLICES: "/apis/resource.k8s.io/v1/resourceslices",
-         DEVICE_CLASSES: "/apis/resource.k8s.io/v1/deviceclasses"}
+         DEVICE_CLASSES: "/apis/resource.k8s.io/v1/deviceclasses",
+         DEVICE_TAINT_RULES: "/apis/resource.k8s.io/v1/devicetaintrules"}
 _RESOURCES = {RESOURCE_CLAIMS: Resource.RESOURCE_CLAIM, RESOURCE_SLICES: Resource.RESOURCE_SLICE,
               DEVICE_CLASSES: Resource.DEVICE_CLASS}
 FINALIZER = "resource.kubernetes.io/delete-protection"
 MAX_RESULTS = 32  # upstream AllocationResultsMaxSize
 FIRST_AVAILABLE_MAX = 8  # upstream FirstAvailableDeviceRequestMaxSize
+MAX_CONDITIONS = 4  # upstream BindingConditionsMaxSize, BindingFailureConditionsMaxSize
 DeviceID = tuple[str, str, str]  # (driver, pool, device)
 
 
@@ -100,8 +103,8 @@ class Device:
     attributes: dict[str, tuple[str, Any]]
     raw_attributes: Mapping[str, Any]
     raw_capacity: Mapping[str, Any]
-    taints: tuple[DeviceTaint, ...] = ()
-    binding_conditions: bool = False
+    taints: tuple[DeviceTaint, ...] = ()  # the slice's own, then those of matching DeviceTaintRules
+    binding_conditions: tuple[str, ...] = ()
     binds_to_node: bool = False
     # consumesCounters: (counter set, ((counter, value), ...)) per entry
     counters: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...] = ()
@@ -112,6 +115,8 @@ class Device:
     all_nodes: bool = False
     node_selector: NodeSelector | None = None
     raw_node_selector: Mapping[str, Any] | None = None
+    own_taints: tuple[DeviceTaint, ...] = ()  # the slice's taints (taint_rules.py adds the rules' to ``taints``)
+    binding_failure_conditions: tuple[str, ...] = ()
     _cel: Any = None
     matches: dict[str, Any] = field(default_factory=dict)
 
@@ -155,6 +160,10 @@ def _attribute(v: Any, where: str) -> tuple[str, Any]:
         if t in v and v[t] is not None:
             return t, v[t]
     return "unknown", None
+
+
+def _conditions(d: Mapping[str, Any], key: str, i: int) -> tuple[str, ...]:
+    return tuple(str(c) for c in _list(d.get(key), f"spec.devices[{i}].{key}")[:MAX_CONDITIONS])
 
 
 @dataclass(slots=True, eq=False)
@@ -203,7 +212,9 @@ class ResourceSlice:
             dev = Device(
                 name=str(d.get("name") or ""), driver=driver, pool=pool_name, attributes=attrs,
                 raw_attributes=raw_attrs, raw_capacity=raw_cap,
-                taints=taints, binding_conditions=bool(d.get("bindingConditions")),
+                taints=taints, own_taints=taints,
+                binding_conditions=_conditions(d, "bindingConditions", i),
+                binding_failure_conditions=_conditions(d, "bindingFailureConditions", i),
                 binds_to_node=bool(d.get("bindsToNode")),
                 counters=_consumes(d.get("consumesCounters"), f"spec.devices[{i}].consumesCounters"),
                 multi=bool(d.get("allowMultipleAllocations")),
