@@ -19,6 +19,14 @@ The shape is upstream scheduler_perf's SchedulingWithResourceClaimTemplate
   kube-controller-manager's resourceclaim controller creates the claim and names it in the pod's
   ``status.resourceClaimStatuses``; until then the scheduler holds the pod (PreEnqueue).
 
+Partitionable devices (DRAPartitionableDevices, on in v1.37): every device consumes its memory
+from a counter set per PCI root (``pci-root-<r>``: the memory of the root's devices together),
+published in a second slice of the pool, ``resourceslice-<i>-counters`` (``sharedCounters``, no
+devices; both slices say ``resourceSliceCount: 2``). The counters hold exactly what the devices
+consume, so every device can still be allocated: the workload is upstream's, with the counter
+checks of the allocator on every device (up to 64 devices per slice, the API's limit for devices
+that consume counters; more devices are published without counters).
+
 Upstream's burst (5000pods_500nodes) has 500 nodes of 10 devices, 2,500 pods scheduled first (not
 measured: their claims allocated) and 2,500 measured: the devices end up all allocated. The sizes
 here default to the same halves of the devices of the nodes.
@@ -38,6 +46,8 @@ NODE_LABEL = "node-with-dra"
 PCI_ROOT = "resource.kubernetes.io/pciRoot"
 PCI_ROOTS = 2  # upstream's numPCIRoots
 DEVICES = 10  # devices per node, upstream's default
+DEVICE_MEMORY_MI = 24480
+MAX_PARTITIONABLE = 64  # ResourceSliceMaxDevicesWithAdvancedFeatures: devices per slice that consume counters
 CONTROLLERS = "resourceclaim-controller"  # kube-controller-manager --controllers: the claims of templates
 API = "resource.k8s.io/v1"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
@@ -49,6 +59,10 @@ def node_name(i: int) -> str:
 
 def slice_name(i: int) -> str:
     return f"resourceslice-{i}"
+
+
+def partitionable(devices: int) -> bool:
+    return 0 < devices <= MAX_PARTITIONABLE
 
 
 def node(i: int, zones: int, cpu: str, memory: str, pods: str, hostname: str, zone: str,
@@ -64,10 +78,11 @@ def node(i: int, zones: int, cpu: str, memory: str, pods: str, hostname: str, zo
             "status": status}
 
 
-def device(i: int, d: int) -> dict:
-    """``basic-device-<d>`` of node ``i``: 14 attributes, two capacities."""
+def device(i: int, d: int, counters: bool = False) -> dict:
+    """``basic-device-<d>`` of node ``i``: 14 attributes, two capacities; with ``counters``, its
+    memory consumed from its PCI root's counter set."""
     root = d % PCI_ROOTS
-    return {
+    out: dict[str, Any] = {
         "name": f"basic-device-{d}",
         "attributes": {
             "index": {"int": d},
@@ -85,16 +100,42 @@ def device(i: int, d: int) -> dict:
             "migCapable": {"bool": False},
             "healthy": {"bool": True},
         },
-        "capacity": {"memory": {"value": "24480Mi"}, "millicores": {"value": "1k"}},
+        "capacity": {"memory": {"value": f"{DEVICE_MEMORY_MI}Mi"}, "millicores": {"value": "1k"}},
     }
+    if counters:
+        out["consumesCounters"] = [{"counterSet": f"pci-root-{root}",
+                                    "counters": {"memory": {"value": f"{DEVICE_MEMORY_MI}Mi"}}}]
+    return out
 
 
 def resource_slice(i: int, devices: int) -> dict:
+    """The node's devices (a pool of two slices with partitionable devices, else of one)."""
+    parts = partitionable(devices)
     return {"apiVersion": API, "kind": "ResourceSlice",
             "metadata": {"name": slice_name(i)},
             "spec": {"driver": DRIVER, "nodeName": node_name(i),
-                     "pool": {"name": slice_name(i), "generation": 1, "resourceSliceCount": 1},
-                     "devices": [device(i, d) for d in range(devices)]}}
+                     "pool": {"name": slice_name(i), "generation": 1, "resourceSliceCount": 2 if parts else 1},
+                     "devices": [device(i, d, parts) for d in range(devices)]}}
+
+
+def counter_slice(i: int, devices: int) -> dict | None:
+    """The pool's shared counters: per PCI root the memory of its devices (None without
+    partitionable devices)."""
+    if not partitionable(devices):
+        return None
+    per_root = Counter(d % PCI_ROOTS for d in range(devices))
+    return {"apiVersion": API, "kind": "ResourceSlice",
+            "metadata": {"name": f"{slice_name(i)}-counters"},
+            "spec": {"driver": DRIVER, "nodeName": node_name(i),
+                     "pool": {"name": slice_name(i), "generation": 1, "resourceSliceCount": 2},
+                     "sharedCounters": [{"name": f"pci-root-{r}",
+                                         "counters": {"memory": {"value": f"{n * DEVICE_MEMORY_MI}Mi"}}}
+                                        for r, n in sorted(per_root.items())]}}
+
+
+def slices(i: int, devices: int) -> list[dict]:
+    """Node ``i``'s ResourceSlices: its devices and, with partitionable devices, its counters."""
+    return [s for s in (resource_slice(i, devices), counter_slice(i, devices)) if s is not None]
 
 
 def device_class() -> dict:

@@ -88,7 +88,8 @@ the rest of this benchmark's own workloads:
                       pods: peak RSS and decision time at that size; no latency phase
   DRA                 scheduler_perf's SchedulingWithResourceClaim-   default  500 nodes x 2500 pods
                       Template burst (bench/dra_workload.py): nodes scheduler-perf-dra-<i> with
-                      one ResourceSlice each (--dra-devices devices, 10), DeviceClass test-class,
+                      a pool each (--dra-devices devices, 10) of partitionable devices: a slice of
+                      devices and one of their shared counters; DeviceClass test-class,
                       pods with one claim from the ResourceClaimTemplate test-claim-template;
                       half the devices go to pods scheduled first (not measured, --dra-init), the
                       other half to the measured pods (--pods); kube-controller-manager's
@@ -585,7 +586,9 @@ WORKLOAD_NOTES = {
                            "metadata.name (the DaemonSet controller's pin), daemonset-pod (no requests); upstream's "
                            "SchedulingDaemonset pins all 30000 pods to one node of 15001",
     "DRA": "upstream's SchedulingWithResourceClaimTemplate: one device claim per pod, posted with the scheduler "
-           "running; pods/s from the first create to the last bound",
+           "running; pods/s from the first create to the last bound; unlike upstream's, the devices are "
+           "partitionable (each consumes its memory from a counter set per PCI root, published in a second "
+           "slice of the node's pool; the counters hold every device)",
 }
 HIGH_PRIORITY = "bench-high"  # PriorityClass of PreemptionBasic's measured pods (value 10)
 LOW_PRIORITY = "bench-low"  # GangPreemption's victims (value 10)
@@ -1423,10 +1426,11 @@ def rel_quantiles(xs: list[float]) -> dict[str, float]:
 
 
 async def dra_objects(client: KubeClient, plan: RunPlan) -> None:
-    """The DeviceClass, a ResourceSlice per node and the ResourceClaimTemplate."""
+    """The DeviceClass, the ResourceSlices of every node (devices, and the shared counters of its
+    partitionable devices) and the ResourceClaimTemplate."""
     await client.post(f"{DRA_PATH}/deviceclasses", dra.device_class())
     await create_all(client, f"{DRA_PATH}/resourceslices",
-                     [dra.resource_slice(i, plan.dra_devices) for i in range(plan.nodes)], 16)
+                     [s for i in range(plan.nodes) for s in dra.slices(i, plan.dra_devices)], 16)
     await client.post(f"{DRA_PATH}/namespaces/{NAMESPACE}/resourceclaimtemplates", dra.claim_template(NAMESPACE))
 
 

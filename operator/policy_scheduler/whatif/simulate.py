@@ -288,7 +288,7 @@ def _device_use(world: World) -> dict[str, int] | None:
         return None
     total = sum(len(s.devices) for s in dra.slices.values())
     node_of = {(s.driver, s.pool): s.node_name for s in dra.slices.values() if s.node_name}
-    used = [d for d in dra.allocated if dra.allocated[d] > 0]
+    used = [d for d in set(dra.allocated) | set(dra.shared) if dra.in_use(d)]  # shared devices count once
     return {"total": total, "allocated": len(used),
             "nodes": len({node_of.get((d[0], d[1])) for d in used if node_of.get((d[0], d[1]))})}
 

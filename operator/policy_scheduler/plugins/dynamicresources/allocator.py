@@ -13,10 +13,14 @@ claim gets:
   first that leads to a full solution wins);
 - within one ExactCount request, device k+1 is searched after device k's position;
 - a device is acceptable when it is not in use (allocated in the cluster, in flight, or taken
-  in this attempt; admin access only needs it unused by the same claim), the class selectors
-  and then the request's selectors accept it (CEL, cel.py; results cached on the
-  device across cycles), no NoSchedule/NoExecute taint is left untolerated, and every
-  ``matchAttribute`` constraint of the claim accepts it;
+  in this attempt; admin access only needs it unused by the same claim; a device with
+  ``allowMultipleAllocations`` is shared), the class selectors and then the request's selectors
+  accept it (CEL, cel.py; results cached on the device across cycles), with
+  ``perDeviceNodeSelection`` its own node selection matches, its capacity covers the request
+  (capacity.py), the shared counters of its pool last (pools.py), no NoSchedule/NoExecute taint
+  is left untolerated, and every ``matchAttribute``/``distinctAttribute`` constraint accepts it;
+- a share of an ``allowMultipleAllocations`` device is written with a new ``shareID`` and the
+  ``consumedCapacity`` of every capacity of the device;
 - ``allocationMode: All`` fixes its devices up front (every selectable device of the node's
   pools; an incomplete or invalid pool is an error) and must get all of them;
 - at most 32 results per claim.
@@ -29,13 +33,18 @@ Per node, the device list in search order is computed once per set of slices and
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .cache import DraCache
+from .capacity import CapacityError, canonical, consumed_amounts, fits
 from .cel import CELError, compile_selector
 from .objects import (FIRST_AVAILABLE_MAX, MAX_RESULTS, Device, DeviceClass, DeviceID, ResourceClaim, ResourceSlice,
                       SubRequest)
+from .pools import Counters, NodeDevices, Pool, node_devices, node_selector as _node_selector
+
+__all__ = ["Allocator", "AllocationError", "NodeAllocationError", "NodeDevices", "Pool", "node_devices"]
 
 
 class AllocationError(Exception):
@@ -44,60 +53,6 @@ class AllocationError(Exception):
 
 class NodeAllocationError(Exception):
     """This node cannot be used (``invalid resource pools were encountered``): UAU."""
-
-
-@dataclass(slots=True)
-class Pool:
-    driver: str
-    name: str
-    incomplete: bool
-    invalid: bool
-    binding: bool  # has a device with bindingConditions: searched last
-    slices: list[ResourceSlice]
-
-
-@dataclass(slots=True)
-class NodeDevices:
-    pools: list[Pool]
-    devices: list[tuple[Device, ResourceSlice, Pool]]  # usable pools only, in search order
-    any_invalid: bool
-
-
-def node_devices(cache: DraCache, node_name: str, labels: Mapping[str, str]) -> NodeDevices:
-    """The node's pools and devices in search order (memoized per slice version and labels)."""
-    memo = cache.node_memo
-    hit = memo.get(node_name)
-    if hit is not None and hit[0] == cache.slice_version and hit[1] is labels:
-        return hit[2]
-    by_pool: dict[tuple[str, str], list[ResourceSlice]] = {}
-    for s in cache.slices_for_node(node_name):
-        if s.per_device_node_selection or s.shared_counters:
-            continue  # partitionable devices: not covered
-        if not s.relevant_for(node_name, labels):
-            continue
-        by_pool.setdefault((s.driver, s.pool), []).append(s)
-    pools = []
-    for (driver, pname), slices in by_pool.items():
-        gen = max(s.generation for s in slices)
-        gens = cache.pool_generations(driver, pname)
-        if gens and max(gens) > gen:
-            continue  # obsolete: a newer generation exists elsewhere
-        slices = sorted((s for s in slices if s.generation == gen), key=lambda s: s.name)
-        complete = gens.get(gen, 0) == (slices[0].slice_count or 0)
-        seen: set[str] = set()
-        invalid = False
-        for s in slices:
-            for d in s.devices:
-                if d.name in seen:
-                    invalid = True
-                seen.add(d.name)
-        binding = any(d.binding_conditions for s in slices for d in s.devices)
-        pools.append(Pool(driver, pname, not complete, invalid, binding, slices))
-    pools.sort(key=lambda p: (p.binding, p.driver, p.name))
-    devices = [(d, s, p) for p in pools if not (p.incomplete or p.invalid) for s in p.slices for d in s.devices]
-    out = NodeDevices(pools, devices, any(p.invalid for p in pools))
-    memo[node_name] = (cache.slice_version, labels, out)
-    return out
 
 
 @dataclass(slots=True)
@@ -125,13 +80,14 @@ class Allocation:
 @dataclass(slots=True)
 class Picked:
     """What the search found on one node, before it is written out (``Allocator.results``):
-    per claim the (request, device, slice) picked, and the subrequest chosen per request."""
+    per claim the (request, device, slice, consumed capacity: None unless the device allows
+    multiple allocations) picked, and the subrequest chosen per request."""
 
     picks: list[list[tuple]]
     chosen: dict[tuple[int, int], int]
 
     def device_ids(self) -> set[DeviceID]:
-        return {dev.id for per_claim in self.picks for _, dev, _ in per_claim}
+        return {pick[1].id for per_claim in self.picks for pick in per_claim}
 
 
 STATE_KEY = "DynamicResources"  # CycleState: DraState (DeviceFragmentation reads it too)
@@ -158,6 +114,7 @@ class Allocator:
     def __init__(self, cache: DraCache, claims: list[ResourceClaim]) -> None:
         self.cache = cache
         self.claims = claims
+        self.counters = Counters(cache)  # counters left per pool: computed once per pod attempt
         self.reqs: list[list[list[_Req]]] = []  # claim -> request -> alternatives
         self.error: str | None = None
         for ci, c in enumerate(claims):
@@ -204,8 +161,29 @@ class Allocator:
                     return False
         return True
 
+    def _fits(self, rq: _Req, dev: Device, allocating: Mapping[str, Any] | None, short: bool = False) -> bool:
+        """upstream CmpRequestOverCapacity against what allocated claims and this attempt consume
+        (an error aborts: ``short`` names the device as the All-mode check does)."""
+        if not dev.capacity and not rq.spec.capacity:
+            return True
+        try:
+            return fits(rq.spec.capacity, dev.capacity, self.cache.capacity_used.get(dev.id), allocating)
+        except CapacityError as e:
+            what = dev.name if short else f"{dev.driver}/{dev.pool}/{dev.name}"
+            raise AllocationError(f"claim {self.claims[rq.claim].key}, request {rq.spec.name}: checking capacity "
+                                  f"for device {what}: {e}") from None
+
+    def _consumed(self, rq: _Req, dev: Device) -> dict[str, Any]:
+        try:
+            return consumed_amounts(rq.spec.capacity, dev.capacity)
+        except CapacityError as e:
+            raise AllocationError(f"claim {self.claims[rq.claim].key}, request {rq.spec.name}: computing consumed "
+                                  f"capacity for device {dev.driver}/{dev.pool}/{dev.name}: {e}") from None
+
     # ------------------------------------------------------------------ the search
-    def _simple(self, rq: _Req, nd: NodeDevices) -> Picked | None:
+    def _simple(self, rq: _Req, nd: NodeDevices, node: str, labels: Mapping[str, str]) -> Picked | None:
+        """First fit: without counters, whether a device fits does not depend on the others
+        picked for the one request."""
         in_use = self.cache.allocated
         want = rq.spec.count
         got = []
@@ -213,10 +191,14 @@ class Allocator:
         for dev, sl, _ in nd.devices:
             if dev.id in in_use or not self._selectable(rq, dev):
                 continue
+            if sl.per_device_node_selection and not dev.matches_node(node, labels):
+                continue
+            if not self._fits(rq, dev, None):
+                continue
             if dev.taints and any(t.prevents_allocation and not any(tol.tolerates(t) for tol in tolerations)
                                   for t in dev.taints):
                 continue
-            got.append((rq, dev, sl))
+            got.append((rq, dev, sl, self._consumed(rq, dev) if dev.multi else None))
             if len(got) == want:
                 return Picked([got], {(0, 0): 0})
         if nd.any_invalid:
@@ -229,16 +211,24 @@ class Allocator:
         if self.error is not None:
             raise AllocationError(self.error)
         nd = node_devices(self.cache, node_name, labels)
-        if self.simple is not None:
-            return self._simple(self.simple, nd)
-        in_use = self.cache.allocated
+        if self.simple is not None and not nd.counters:
+            return self._simple(self.simple, nd, node_name, labels)
+        cache = self.cache
+        in_use = cache.allocated
         claims = self.claims
         reqs = self.reqs
         taking: dict[DeviceID, set[int]] = {}
-        results: list[list[tuple[_Req, Device, ResourceSlice]]] = [[] for _ in claims]
+        shares: dict[DeviceID, int] = {}  # this attempt's shares of allowMultipleAllocations devices
+        allocating: dict[DeviceID, dict[str, Any]] = {}  # ... and the capacity they consume
+        counters = self.counters
+        counters.consumed.clear()
+        results: list[list[tuple]] = [[] for _ in claims]
         chosen: dict[tuple[int, int], int] = {}
         cons: list[list[list[Any]]] = [[[c, None, 0] for c in claim.constraints] for claim in claims]  # [constraint, value, n]
         devices = nd.devices
+
+        def node_ok(dev: Device, sl: ResourceSlice) -> bool:
+            return not sl.per_device_node_selection or dev.matches_node(node_name, labels)
 
         # All-mode requests: their devices, fixed per node
         for per_claim in reqs:
@@ -254,7 +244,8 @@ class Allocator:
                                 raise AllocationError(
                                     f"claim {claims[rq.claim].key}, request {rq.name}: asks for all devices, but "
                                     f"resource pool {p.driver}/{p.name} is currently invalid")
-                        rq.all_devices = [(d, s) for d, s, _ in devices if self._selectable(rq, d)]
+                        rq.all_devices = [(d, s, p) for d, s, p in devices if self._selectable(rq, d)
+                                          and node_ok(d, s) and self._fits_static(rq, d)]
 
         def attr_ok(ci: int, rq: _Req, dev: Device) -> list | None:
             """Add ``dev`` to the claim's constraints; the list of entries touched, or None."""
@@ -308,23 +299,60 @@ class Allocator:
                     return True
             return False
 
-        def take(ci: int, rq: _Req, dev: Device, sl: ResourceSlice) -> list | None:
+        def take(ci: int, rq: _Req, dev: Device, sl: ResourceSlice, pool: Pool) -> tuple[str, Any]:
+            """upstream allocateDevice: ("", undo token) or (why not, None)."""
+            did = dev.id
+            reserved = False
+            if dev.counters and not (dev.multi and (cache.shared.get(did, 0) > 0 or shares.get(did, 0) > 0)):
+                if not counters.reserve(pool, dev):
+                    return "counters", None
+                reserved = True
             if tainted(rq, dev):
-                return None
+                if reserved:
+                    counters.release(pool, dev)
+                return "taint", None
             touched = attr_ok(ci, rq, dev)
             if touched is None:
-                return None
-            taking.setdefault(dev.id, set()).add(ci)
-            results[ci].append((rq, dev, sl))
-            return touched
+                if reserved:
+                    counters.release(pool, dev)
+                return "constraint", None
+            consumed = None
+            if dev.multi:
+                if not self._fits(rq, dev, allocating.get(did)):
+                    _undo(touched)
+                    if reserved:
+                        counters.release(pool, dev)
+                    return "capacity", None
+                consumed = self._consumed(rq, dev)
+                shares[did] = shares.get(did, 0) + 1
+                acc = allocating.setdefault(did, {})
+                for n, q in consumed.items():
+                    acc[n] = acc.get(n, 0) + q[0]
+            else:
+                taking.setdefault(did, set()).add(ci)
+            results[ci].append((rq, dev, sl, consumed))
+            return "", (touched, reserved, pool)
 
-        def release(ci: int, dev: Device, touched: list) -> None:
+        def release(ci: int, dev: Device, token: tuple) -> None:
+            touched, reserved, pool = token
+            rq, _, _, consumed = results[ci].pop()
+            did = dev.id
+            if consumed is not None:
+                acc = allocating[did]
+                for n, q in consumed.items():
+                    acc[n] -= q[0]
+                shares[did] -= 1
+                if not shares[did]:
+                    del shares[did]
+                    del allocating[did]
+            else:
+                s = taking[did]
+                s.discard(ci)
+                if not s:
+                    del taking[did]
             _undo(touched)
-            s = taking[dev.id]
-            s.discard(ci)
-            if not s:
-                del taking[dev.id]
-            results[ci].pop()
+            if reserved:
+                counters.release(pool, dev)
 
         def solve(ci: int, ri: int) -> bool:
             if ci == len(claims):
@@ -351,34 +379,36 @@ class Allocator:
         def place_all(ci: int, ri: int, rq: _Req, k: int) -> bool:
             if k == len(rq.all_devices):
                 return solve(ci, ri + 1)
-            dev, sl = rq.all_devices[k]
+            dev, sl, pool = rq.all_devices[k]
             if not usable(ci, rq, dev):
                 return False
-            touched = take(ci, rq, dev, sl)
-            if touched is None:
-                if tainted(rq, dev):
-                    return False
-                raise AllocationError(f"claim {claims[ci].key}, request {rq.name}: cannot add device "
+            why, token = take(ci, rq, dev, sl, pool)
+            if why == "constraint":
+                raise AllocationError(f"claim {claims[ci].key}, request {rq.spec.name}: cannot add device "
                                       f"{dev.driver}/{dev.pool}/{dev.name} because a claim constraint would "
                                       "not be satisfied")
+            if why:
+                return False
             if place_all(ci, ri, rq, k + 1):
                 return True
-            release(ci, dev, touched)
+            release(ci, dev, token)
             return False
 
         def place(ci: int, ri: int, rq: _Req, k: int, start: int) -> bool:
             if k == rq.spec.count:
                 return solve(ci, ri + 1)
             for pos in range(start, len(devices)):
-                dev, sl, _ = devices[pos]
-                if not usable(ci, rq, dev) or not self._selectable(rq, dev):
+                dev, sl, pool = devices[pos]
+                if not usable(ci, rq, dev) or not self._selectable(rq, dev) or not node_ok(dev, sl):
                     continue
-                touched = take(ci, rq, dev, sl)
-                if touched is None:
+                if not self._fits(rq, dev, allocating.get(dev.id)):
+                    continue
+                why, token = take(ci, rq, dev, sl, pool)
+                if why:
                     continue
                 if place(ci, ri, rq, k + 1, pos + 1):
                     return True
-                release(ci, dev, touched)
+                release(ci, dev, token)
             return False
 
         if not solve(0, 0):
@@ -386,6 +416,16 @@ class Allocator:
                 raise NodeAllocationError("invalid resource pools were encountered")
             return None
         return Picked([list(r) for r in results], dict(chosen))
+
+    def _fits_static(self, rq: _Req, dev: Device) -> bool:
+        """All mode: the device's capacity alone (nothing allocated) must fit the request."""
+        if not dev.capacity and not rq.spec.capacity:
+            return True
+        try:
+            return fits(rq.spec.capacity, dev.capacity, None, None)
+        except CapacityError as e:
+            raise AllocationError(f"claim {self.claims[rq.claim].key}, request {rq.spec.name}: checking capacity "
+                                  f"for device {dev.name}: {e}") from None
 
     def results(self, picked: Picked, node_name: str) -> list[Allocation]:
         """The allocations ``picked`` stands for, per claim (status.allocation's values)."""
@@ -398,12 +438,16 @@ class Allocator:
     def _result(self, ci: int, node_name: str, picked: list, chosen: dict) -> Allocation:
         claim = self.claims[ci]
         out = []
-        for rq, dev, _ in picked:
+        for rq, dev, _, consumed in picked:
             r: dict[str, Any] = {"request": rq.name, "driver": dev.driver, "pool": dev.pool, "device": dev.name}
             if rq.spec.admin_access:
                 r["adminAccess"] = True
             if rq.spec.raw_tolerations:
                 r["tolerations"] = list(rq.spec.raw_tolerations)
+            if consumed is not None:  # a share of an allowMultipleAllocations device
+                r["shareID"] = str(uuid.uuid4())
+                if consumed:
+                    r["consumedCapacity"] = {n: canonical(q) for n, q in consumed.items()}
             if dev.binding_conditions:  # the device's, for PreBind to wait on (binding_conditions.py)
                 r["bindingConditions"] = list(dev.binding_conditions)
             if dev.binding_failure_conditions:
@@ -437,38 +481,11 @@ class Allocator:
         result: dict[str, Any] = {"devices": {"results": out}}
         if config:
             result["devices"]["config"] = config
-        sel = _node_selector(node_name, [(d, s) for _, d, s in picked])
+        sel = _node_selector(node_name, [(d, s) for _, d, s, _ in picked])
         if sel is not None:
             result["nodeSelector"] = sel
         subs = [chosen[(ci, ri)] for ri, alts in enumerate(self.reqs[ci]) if alts and alts[0].sub]
         return Allocation(result, subs)
-
-
-def _node_selector(node_name: str, picked: list[tuple[Device, ResourceSlice]]) -> dict | None:
-    """upstream: the node itself when a device is node-local, else the one-term selectors of the
-    slices merged, else None (usable from every node)."""
-    if any(s.node_name or d.binds_to_node for d, s in picked):
-        return {"nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}
-    exprs: list = []
-    fields: list = []
-    for _, s in picked:
-        raw = ((s.raw_node_selector or {}).get("nodeSelectorTerms") or []) if s.node_selector is not None else []
-        if len(raw) == 1:
-            for e in raw[0].get("matchExpressions") or []:
-                if e not in exprs:
-                    exprs.append(e)
-            for e in raw[0].get("matchFields") or []:
-                if e not in fields:
-                    fields.append(e)
-    if not exprs and not fields:
-        return None
-    term: dict[str, Any] = {}
-    if exprs:
-        term["matchExpressions"] = exprs
-    if fields:
-        term["matchFields"] = fields
-    return {"nodeSelectorTerms": [term]}
 
 
 def first_available_score(claim: ResourceClaim, sub_index: list[int] | None = None) -> int:

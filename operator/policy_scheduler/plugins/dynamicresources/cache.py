@@ -7,6 +7,11 @@ decision time and the scheduler's own in-flight state laid over them:
   (``allNodes`` or a ``nodeSelector``), so a decision never walks every slice of the cluster;
 - ``allocated``: how many claims hold each device (``(driver, pool, device)``), kept up to date on
   every claim change; admin-access results do not count (upstream's allocated-state rule);
+- ``shared`` and ``capacity_used``: per device with ``allowMultipleAllocations``, how many shares
+  (results with a ``shareID``) are allocated and the capacity they consume together (upstream's
+  AllocatedSharedDeviceIDs and AggregatedCapacity);
+- ``pool_slices(driver, pool)``: every slice of a pool (shared counter sets live in slices of
+  their own, which may not be published for the node whose devices consume them);
 - pending allocations (upstream's ``SignalClaimPendingAllocation``): a claim allocated in memory
   by Reserve, until PreBind wrote it or Unreserve dropped it; its devices count as allocated;
 - assumed claims (upstream's assume cache): the object PreBind wrote, read instead of the
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Mapping
 
 from ...framework.events import ActionType, ClusterEvent, Resource
@@ -52,6 +58,9 @@ class DraCache:
         self._multi_node: set[str] = set()  # slices without nodeName
         self._pools: dict[tuple[str, str], Counter] = {}  # (driver, pool) -> generation -> slice count
         self.allocated: Counter = Counter()  # DeviceID -> claims holding it (pending included)
+        self.shared: Counter = Counter()  # DeviceID -> shares allocated (pending included)
+        self.capacity_used: dict[DeviceID, dict[str, Decimal]] = {}  # DeviceID -> capacity the shares consume
+        self._pool_slices: dict[tuple[str, str], set[str]] = {}  # (driver, pool) -> slice names
         self.slice_version = 0  # bumps on slice and class changes (per-node device lists)
         self.node_memo: dict[str, tuple] = {}  # allocator.node_devices' per-node lists
         self.taint_rules: dict[str, DeviceTaintRule] = {}
@@ -144,6 +153,7 @@ class DraCache:
         else:
             self._multi_node.add(s.name)
         self._pools.setdefault((s.driver, s.pool), Counter())[s.generation] += 1
+        self._pool_slices.setdefault((s.driver, s.pool), set()).add(s.name)
 
     def _unindex(self, s: ResourceSlice) -> None:
         if s.node_name:
@@ -154,6 +164,11 @@ class DraCache:
                     del self._by_node[s.node_name]
         else:
             self._multi_node.discard(s.name)
+        names = self._pool_slices.get((s.driver, s.pool))
+        if names is not None:
+            names.discard(s.name)
+            if not names:
+                del self._pool_slices[(s.driver, s.pool)]
         c = self._pools.get((s.driver, s.pool))
         if c is not None:
             c[s.generation] -= 1
@@ -166,18 +181,33 @@ class DraCache:
         """Move the allocated counts from claim ``old`` to ``new`` (either may be None). A claim
         with a pending allocation counts through the pending entry, not its own."""
         if old is not None and old.uid not in self.pending:
-            self._count(old.allocated_ids(), -1)
+            self._count(old, -1)
         if new is not None and new.uid not in self.pending:
-            self._count(new.allocated_ids(), 1)
+            self._count(new, 1)
 
-    def _count(self, ids: list[DeviceID], delta: int) -> None:
+    def _count(self, claim: ResourceClaim, delta: int) -> None:
+        """Add (``delta`` 1) or remove (-1) the devices, shares and consumed capacity of
+        ``claim``'s allocation."""
         a = self.allocated
-        for d in ids:
+        for d in claim.allocated_ids():
             n = a.get(d, 0) + delta
             if n > 0:
                 a[d] = n
             else:
                 a.pop(d, None)
+        if not claim.allocation:
+            return
+        sh = self.shared
+        for d, consumed in claim.shared_ids():
+            n = sh.get(d, 0) + delta
+            used = self.capacity_used.setdefault(d, {})
+            for name, q in consumed.items():
+                used[name] = used.get(name, Decimal(0)) + delta * q
+            if n > 0:
+                sh[d] = n
+            else:
+                sh.pop(d, None)
+                self.capacity_used.pop(d, None)
 
     # ------------------------------------------------------------------ reads
     def claim(self, namespace: str, name: str) -> ResourceClaim | None:
@@ -202,8 +232,13 @@ class DraCache:
         """generation -> how many slices of the pool the cluster has at it."""
         return self._pools.get((driver, pool), Counter())
 
+    def pool_slices(self, driver: str, pool: str) -> list[ResourceSlice]:
+        """Every slice of the pool the cluster has, any generation, any node."""
+        return [self.slices[n] for n in self._pool_slices.get((driver, pool), ())]
+
     def in_use(self, dev: DeviceID) -> bool:
-        return self.allocated.get(dev, 0) > 0
+        """Allocated exclusively or shared (upstream IsDeviceAllocated)."""
+        return self.allocated.get(dev, 0) > 0 or self.shared.get(dev, 0) > 0
 
     # ------------------------------------------------------------------ in-flight
     def add_pending(self, claim: ResourceClaim, pod_uid: str) -> None:
@@ -214,9 +249,9 @@ class DraCache:
             return
         base = self.claim(claim.namespace, claim.name)
         if base is not None and base.uid == claim.uid:
-            self._count(base.allocated_ids(), -1)
+            self._count(base, -1)
         self.pending[claim.uid] = Pending(claim, {pod_uid})
-        self._count(claim.allocated_ids(), 1)
+        self._count(claim, 1)
 
     def drop_pending(self, claim_uid: str, pod_uid: str | None = None) -> bool:
         """Drop ``pod_uid``'s share of an in-flight allocation (every share when None); the last
@@ -229,10 +264,10 @@ class DraCache:
             if p.pods:
                 return False
         del self.pending[claim_uid]
-        self._count(p.claim.allocated_ids(), -1)
+        self._count(p.claim, -1)
         base = self.claim(p.claim.namespace, p.claim.name)
         if base is not None and base.uid == claim_uid:
-            self._count(base.allocated_ids(), 1)
+            self._count(base, 1)
         return True
 
     def assume(self, claim: ResourceClaim) -> None:

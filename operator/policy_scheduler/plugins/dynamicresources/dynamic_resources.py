@@ -35,8 +35,8 @@ allocate it afresh. After a rejection by an earlier PreFilter, upstream's PostFi
 state and answers the Error ``not found``, which ends the PostFilter run (no preemption) and
 is appended to the FitError message: so is ours.
 
-Not covered: extended resources backed by DRA, partitionable devices and consumable capacity,
-the per-node filter timeout, the BindingConditionsPending event.
+Not covered: extended resources backed by DRA, the per-node filter timeout, the
+BindingConditionsPending event.
 """
 
 from __future__ import annotations
@@ -330,7 +330,9 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             for r in ((alloc.get("devices") or {}).get("results")) or []:
                 out.append({"claim": c.name, "request": r.get("request"),
                             "device": f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}",
-                            **({"adminAccess": True} if r.get("adminAccess") else {})})
+                            **({"adminAccess": True} if r.get("adminAccess") else {}),
+                            **({"shared": True} if r.get("shareID") else {}),
+                            **({"consumedCapacity": r["consumedCapacity"]} if r.get("consumedCapacity") else {})})
         return out
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:

@@ -8,10 +8,12 @@ informers last saw them; ``DraCache`` (cache.py) holds them. Pure: no client, no
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any, Callable, Mapping
 
 from ...framework.events import Resource
 from ...framework.model.labels import NodeSelector, SelectorError
+from .capacity import Q, Capacity, parse_q
 
 RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES = "resourceclaims", "resourceslices", "deviceclasses"
 DEVICE_TAINT_RULES = "devicetaintrules"  # taint_rules.py: taints laid over the slices' devices
@@ -104,8 +106,15 @@ class Device:
     taints: tuple[DeviceTaint, ...] = ()  # the slice's own, then those of matching DeviceTaintRules
     binding_conditions: tuple[str, ...] = ()
     binds_to_node: bool = False
-    consumes_counters: bool = False
+    # consumesCounters: (counter set, ((counter, value), ...)) per entry
+    counters: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...] = ()
     multi: bool = False  # allowMultipleAllocations
+    capacity: Mapping[str, Capacity] = field(default_factory=dict)  # parsed raw_capacity
+    # perDeviceNodeSelection: the device's own nodeName / allNodes / nodeSelector (raw and parsed)
+    node_name: str = ""
+    all_nodes: bool = False
+    node_selector: NodeSelector | None = None
+    raw_node_selector: Mapping[str, Any] | None = None
     own_taints: tuple[DeviceTaint, ...] = ()  # the slice's taints (taint_rules.py adds the rules' to ``taints``)
     binding_failure_conditions: tuple[str, ...] = ()
     _cel: Any = None
@@ -114,6 +123,16 @@ class Device:
     @property
     def id(self) -> DeviceID:
         return (self.driver, self.pool, self.name)
+
+    def matches_node(self, node_name: str, labels: Mapping[str, str]) -> bool:
+        """upstream NodeMatches on the device's own node selection (perDeviceNodeSelection)."""
+        if self.node_name:
+            return self.node_name == node_name
+        if self.all_nodes:
+            return True
+        if self.node_selector is not None:
+            return self.node_selector.matches(labels, node_name)
+        return False
 
     def cel_device(self) -> Any:
         if self._cel is None:
@@ -161,7 +180,7 @@ class ResourceSlice:
     node_selector: NodeSelector | None
     raw_node_selector: Mapping[str, Any] | None
     per_device_node_selection: bool
-    shared_counters: bool
+    shared_counters: tuple[tuple[str, dict[str, Decimal]], ...]  # (counter set, counter -> value)
     devices: list[Device]
 
     @classmethod
@@ -182,14 +201,26 @@ class ResourceSlice:
                 attrs.setdefault(q, _attribute(v, f"spec.devices[{i}].attributes.{n}"))
             taints = tuple(DeviceTaint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
                            for t in _list(d.get("taints"), f"spec.devices[{i}].taints"))
+            raw_cap = _obj(d.get("capacity"), f"spec.devices[{i}].capacity")
+            if len(raw_cap) > MAX_ENTRIES:
+                raise ValueError(f"spec.devices[{i}].capacity: more than {MAX_ENTRIES} entries")
+            dsel = d.get("nodeSelector")
+            try:
+                dev_sel = NodeSelector.parse(dsel, f"spec.devices[{i}].nodeSelector") if dsel else None
+            except SelectorError as e:
+                raise ValueError(str(e)) from None
             dev = Device(
                 name=str(d.get("name") or ""), driver=driver, pool=pool_name, attributes=attrs,
-                raw_attributes=raw_attrs, raw_capacity=_obj(d.get("capacity"), f"spec.devices[{i}].capacity"),
+                raw_attributes=raw_attrs, raw_capacity=raw_cap,
                 taints=taints, own_taints=taints,
                 binding_conditions=_conditions(d, "bindingConditions", i),
                 binding_failure_conditions=_conditions(d, "bindingFailureConditions", i),
-                binds_to_node=bool(d.get("bindsToNode")), consumes_counters=bool(d.get("consumesCounters")),
-                multi=bool(d.get("allowMultipleAllocations")))
+                binds_to_node=bool(d.get("bindsToNode")),
+                counters=_consumes(d.get("consumesCounters"), f"spec.devices[{i}].consumesCounters"),
+                multi=bool(d.get("allowMultipleAllocations")),
+                capacity={str(n): Capacity.parse(c, f"spec.devices[{i}].capacity.{n}") for n, c in raw_cap.items()},
+                node_name=str(d.get("nodeName") or ""), all_nodes=bool(d.get("allNodes")), node_selector=dev_sel,
+                raw_node_selector=dsel if isinstance(dsel, Mapping) else None)
             try:  # the selector variable, built now: a value CEL cannot read refuses the slice here
                 dev.cel_device()
             except (ValueError, TypeError, AttributeError) as e:
@@ -205,18 +236,54 @@ class ResourceSlice:
                    node_name=str(spec.get("nodeName") or ""), all_nodes=bool(spec.get("allNodes")),
                    node_selector=node_selector, raw_node_selector=sel if isinstance(sel, Mapping) else None,
                    per_device_node_selection=bool(spec.get("perDeviceNodeSelection")),
-                   shared_counters=bool(spec.get("sharedCounters")), devices=devices)
+                   shared_counters=_counter_sets(spec.get("sharedCounters")), devices=devices)
 
     def relevant_for(self, node_name: str, labels: Mapping[str, str]) -> bool:
-        """upstream: nodeName equal, allNodes, or the nodeSelector matches (perDeviceNodeSelection
-        slices are skipped: partitionable devices are not covered)."""
+        """upstream GatherPools: nodeName equal, allNodes, the nodeSelector matches, or (with
+        perDeviceNodeSelection) some device's own node selection matches; else ignored."""
         if self.node_name:
             return self.node_name == node_name
         if self.all_nodes:
             return True
         if self.node_selector is not None:
             return self.node_selector.matches(labels, node_name)
+        if self.per_device_node_selection:
+            return any(d.matches_node(node_name, labels) for d in self.devices)
         return False
+
+
+MAX_ENTRIES = 128  # counters per set, counter sets, consumptions, capacities: bounded (the API allows fewer)
+
+
+def _counter_map(v: Any, where: str) -> dict[str, Decimal]:
+    m = _obj(v, where)
+    if len(m) > MAX_ENTRIES:
+        raise ValueError(f"{where}: more than {MAX_ENTRIES} counters")
+    return {str(n): parse_q(_obj(c, f"{where}.{n}").get("value") or "0", f"{where}.{n}.value")[0]
+            for n, c in m.items()}
+
+
+def _counter_sets(v: Any) -> tuple[tuple[str, dict[str, Decimal]], ...]:
+    sets = _list(v, "spec.sharedCounters")
+    if len(sets) > MAX_ENTRIES:
+        raise ValueError(f"spec.sharedCounters: more than {MAX_ENTRIES} counter sets")
+    out = []
+    for i, cs in enumerate(sets):
+        cs = _obj(cs, f"spec.sharedCounters[{i}]")
+        out.append((str(cs.get("name") or ""), _counter_map(cs.get("counters"), f"spec.sharedCounters[{i}].counters")))
+    return tuple(out)
+
+
+def _consumes(v: Any, where: str) -> tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...]:
+    items = _list(v, where)
+    if len(items) > MAX_ENTRIES:
+        raise ValueError(f"{where}: more than {MAX_ENTRIES} entries")
+    out = []
+    for i, c in enumerate(items):
+        c = _obj(c, f"{where}[{i}]")
+        out.append((str(c.get("counterSet") or ""),
+                    tuple(_counter_map(c.get("counters"), f"{where}[{i}].counters").items())))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------- classes
@@ -251,6 +318,7 @@ class SubRequest:
     admin_access: bool
     tolerations: tuple[DeviceToleration, ...]
     raw_tolerations: tuple = ()
+    capacity: Mapping[str, Q] = field(default_factory=dict)  # capacity.requests
 
     @classmethod
     def parse(cls, name: str, d: Mapping[str, Any], where: str) -> "SubRequest":
@@ -259,10 +327,13 @@ class SubRequest:
         tols = _list(d.get("tolerations"), f"{where}.tolerations")
         mode = str(d.get("allocationMode") or "ExactCount")
         count = d.get("count")
+        reqs = _obj(_obj(d.get("capacity"), f"{where}.capacity").get("requests"), f"{where}.capacity.requests")
+        if len(reqs) > MAX_ENTRIES:
+            raise ValueError(f"{where}.capacity.requests: more than {MAX_ENTRIES} entries")
         return cls(name, str(d.get("deviceClassName") or ""), sels, mode,
                    int(count) if count is not None else (1 if mode == "ExactCount" else 0),
                    bool(d.get("adminAccess")), tuple(DeviceToleration.parse(_obj(t, "toleration")) for t in tols),
-                   tuple(tols))
+                   tuple(tols), {str(n): parse_q(q, f"{where}.capacity.requests.{n}") for n, q in reqs.items()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,9 +379,29 @@ class ResourceClaim:
         return list(((self.allocation.get("devices") or {}).get("results")) or [])
 
     def allocated_ids(self) -> list[DeviceID]:
-        """The devices the allocation holds exclusively (admin-access results excluded)."""
+        """The devices the allocation holds exclusively (admin-access results and shares of
+        devices with allowMultipleAllocations, those with a ``shareID``, excluded)."""
         return [(str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in self.results()
-                if not r.get("adminAccess")]
+                if isinstance(r, Mapping) and not r.get("adminAccess") and r.get("shareID") is None]
+
+    def shared_ids(self) -> list[tuple[DeviceID, dict[str, Decimal]]]:
+        """The shares (results with a ``shareID``, admin access excluded) and the capacity each
+        consumes (upstream foreachAllocatedDevice's shared and consumed-capacity callbacks); a
+        value that is not a quantity counts as nothing."""
+        out = []
+        for r in self.results():
+            if not isinstance(r, Mapping) or r.get("adminAccess") or r.get("shareID") is None:
+                continue
+            consumed: dict[str, Decimal] = {}
+            cc = r.get("consumedCapacity")
+            if isinstance(cc, Mapping):
+                for n, q in list(cc.items())[:MAX_ENTRIES]:
+                    try:
+                        consumed[str(n)] = parse_q(q, "consumedCapacity")[0]
+                    except ValueError:
+                        continue
+            out.append(((str(r.get("driver")), str(r.get("pool")), str(r.get("device"))), consumed))
+        return out
 
     def reserved_uids(self) -> set[str]:
         return {str(r.get("uid") or "") for r in self.reserved_for}
