@@ -7,7 +7,10 @@ Six families of cases, about as many of each (GANG_PARITY_CASES in all, 66 by de
 - affinity: members with required pod (anti-)affinity, to anchors bound in some racks or nodes,
   or against each other per node, inside the group's rack;
 - preemption: a high-priority group (spec.priorityClassName = the pods' class) on racks full of
-  lower-priority pods of several priorities; some with preemptionPolicy Never;
+  lower-priority pods of several priorities; some with preemptionPolicy Never. With this family
+  come issue 45's case (issue45_case) and GANG_PARITY_MIXED more (fam_preemption_mixed: several
+  racks, victims of 500m to 2 cpu with distinct start times, with or without topology), from a
+  generator of their own;
 - disruption: the victims are pods of lower-priority PodGroups with disruptionMode all or single;
 - mincount: minCount changed mid-way (a gang short of pods waits, then minCount decreases; a
   gang waits, minCount increases and pods are added; a gang that does not fit, then a lower
@@ -48,6 +51,7 @@ from helpers import priority_classes
 
 SEED = int(os.environ.get("GANG_PARITY_SEED", "20261127"))
 CASES = int(os.environ.get("GANG_PARITY_CASES", "66"))
+MIXED = int(os.environ.get("GANG_PARITY_MIXED", "8"))  # fam_preemption_mixed cases (with the preemption family)
 MIN_AGREEMENT = 0.9  # of the unique cases (measured 2026-11-27: 63/65 with upstream's node order and heap)
 REPORT_ONLY = os.environ.get("GANG_PARITY_REPORT_ONLY", "") not in ("", "0")
 FAMILIES = ("racks", "affinity", "preemption", "disruption", "mincount", "composite")
@@ -196,13 +200,59 @@ def fam_composite(rng: random.Random) -> Case:
     return Case("composite", desc, racks, groups, fillers, composite=comp)
 
 
+# issue 45's case: three 4-cpu nodes (two in rack r0, one in r1) full of priority-low pods with
+# distinct start times, a PodGroup of 5 x 2 cpu (minCount 4, no topology) of a higher priority.
+# Upstream: the placement with every victim gone, then the victims tried back from the most
+# important (the earliest started) against that placement.
+_ISSUE45 = [(0, 0, "1", "2026-11-03T16:58:00Z"), (0, 0, "500m", "2026-11-01T12:00:00Z"),
+            (0, 0, "1", "2026-11-04T06:44:00Z"), (0, 1, "2", "2026-11-02T17:54:00Z"),
+            (0, 1, "1", "2026-11-01T06:42:00Z"), (1, 0, "1", "2026-11-03T08:37:00Z"),
+            (1, 0, "1", "2026-11-01T15:13:00Z"), (1, 0, "500m", "2026-11-04T04:40:00Z"),
+            (1, 0, "500m", "2026-11-01T18:00:00Z"), (1, 0, "1", "2026-11-02T15:27:00Z")]
+
+
+def issue45_case() -> Case:
+    racks = [Rack(2, 4), Rack(1, 4)]
+    fillers = [Filler(f"f{k:02d}", r, i, cpu, "gp-low-1", start=t) for k, (r, i, cpu, t) in enumerate(_ISSUE45)]
+    g = Group("g", 5, "2", 4, None, priority="gp-high")
+    return Case("preemption", "issue 45: racks [(2, 4), (1, 4)], 10 fillers, 5 x 2 cpu, minCount 4, topology None",
+                racks, [g], fillers)
+
+
+def fam_preemption_mixed(rng: random.Random) -> Case:
+    """Several racks, victims of mixed sizes (500m to 2 cpu) and priorities with distinct start
+    times: the reprieve order (priority, then the earliest start) decides which stay."""
+    racks = [Rack(n, 4) for n in rng.sample((1, 2, 3), rng.randint(2, 3))]
+    fillers = _fill(rng, racks, 0.9, cpus=(0.5, 1, 1, 2), priorities=LOW[:2])
+    minutes = rng.sample(range(10 * 24 * 60), len(fillers))
+    for f, m in zip(fillers, minutes):
+        f.cpu = f"{int(float(f.cpu) * 1000)}m"
+        f.start = f"2026-11-{1 + m // 1440:02d}T{m // 60 % 24:02d}:{m % 60:02d}:00Z"
+    cpu = rng.choice(("1", "2", "2", "3"))
+    total = sum(r.nodes for r in racks) * (4 // int(cpu))
+    pods = rng.randint(2, max(2, min(total, 6)))
+    min_count = pods if rng.random() < 0.6 else pods - 1
+    topology = "rack" if rng.random() < 0.5 else None
+    g = Group("g", pods, cpu, min_count, topology, priority="gp-high")
+    desc = (f"mixed: racks {[(r.nodes, r.cpu) for r in racks]}, {len(fillers)} fillers "
+            f"{[f.cpu for f in fillers]}, {pods} x {cpu} cpu, minCount {min_count}, topology {topology}")
+    return Case("preemption", desc, racks, [g], fillers)
+
+
 MAKERS = {"racks": fam_racks, "affinity": fam_affinity, "preemption": fam_preemption,
           "disruption": fam_disruption, "mincount": fam_mincount, "composite": fam_composite}
 
 
-def make_cases(seed: int, n: int, families=FAMILIES) -> list[Case]:
+def make_cases(seed: int, n: int, families=FAMILIES, mixed: int = MIXED) -> list[Case]:
+    """n cases of the families in turn; with the preemption family, issue 45's case and ``mixed``
+    more preemption cases (fam_preemption_mixed, from a generator of their own so that the others
+    stay as they were)."""
     rng = random.Random(seed)
-    return [MAKERS[families[i % len(families)]](rng) for i in range(n)]
+    cases = [MAKERS[families[i % len(families)]](rng) for i in range(n)]
+    if "preemption" in families:
+        more = random.Random(seed + 45)
+        cases += [issue45_case()] + [fam_preemption_mixed(more) for _ in range(mixed)]
+    return cases
 
 
 # -------------------------------------------------------------------------- comparison
