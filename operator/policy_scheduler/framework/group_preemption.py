@@ -257,10 +257,14 @@ def filter_victims_with_pdb_violation(victims: Sequence[Victim], pdbs: Sequence[
 
 def _node_local(chain: Any, members: list[PodInfo], victims: list[Victim]) -> bool:
     """Whether every PreFilter and Filter plugin of ``chain`` judges a member on a node by that
-    node's own pods only, for these members and victims (see _NODE_LOCAL)."""
-    names = {p.NAME for p in getattr(chain, "pre_filter", ())} | {p.NAME for p in getattr(chain, "filter", ())}
-    for name in names - _NODE_LOCAL:
-        if name == "InterPodAffinity":  # required terms of the members, required anti-affinity of the others
+    node's own pods only, for these members and victims (see _NODE_LOCAL); a plugin may say so
+    itself (``node_local_for(members) -> bool``)."""
+    plugins = {p.NAME: p for p in [*getattr(chain, "pre_filter", ()), *getattr(chain, "filter", ())]}
+    for name in set(plugins) - _NODE_LOCAL:
+        own = getattr(plugins[name], "node_local_for", None)  # a plugin that knows: node_local_for(members)
+        if own is not None:
+            ok = bool(own(members))
+        elif name == "InterPodAffinity":  # required terms of the members, required anti-affinity of the others
             ok = not any(m.required_affinity or m.required_anti_affinity for m in members) and \
                 not any(p.required_anti_affinity for v in victims for p in v.pods)
         elif name == "PodTopologySpread":  # hard constraints, the pod's own or the plugin's defaults

@@ -154,3 +154,31 @@ def test_no_member_evaluated_is_dynamic_resources_not_found_error():
     # group's cycle state
     msg, _ = _group_message(PLUGINS, members=3, min_count=3, cpu="1", deleting=1)
     assert msg == 'error in "DynamicResources" PodGroupPostFilter plugins: not found'
+
+
+# ------------------------------------------------------------------ the condition's write
+
+def test_the_condition_is_written_as_the_cycle_sets_it_not_at_the_writers_next_round():
+    async def go():
+        e = build_engine(FakeClient(), rng=random.Random(7))
+        e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1}, "spec": {"plugins": PLUGINS}})
+        e.on_node("ADDED", G.node("n0", cpu="4"))
+        writer = e.native_pod_group_status
+        writer.interval = 3600  # only a kick can make it write within the test
+        task = asyncio.create_task(writer.run())
+        await asyncio.sleep(0)
+        e.route(NATIVE_PODGROUPS)("ADDED", G.npg("g", 2))
+        for i in range(2):
+            e.on_pod("ADDED", G.pod_body(f"g-{i}", "g", cpu="1"))
+        e.schedule(e.queue.pop())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        patches = [c.body["status"]["conditions"] for c in e.client.calls_of("merge_patch")
+                   if c.path.endswith("/podgroups/g/status")]
+        task.cancel()
+        await e.stop()
+        return patches
+
+    patches = asyncio.run(go())
+    assert [(c["type"], c["status"], c["reason"]) for c in patches[0]] == \
+        [("PodGroupInitiallyScheduled", "True", "Scheduled")]
