@@ -94,6 +94,7 @@ class Case:
     # creates k more members
     later: list[tuple] = field(default_factory=list)
     waits: bool = False  # phase 0 may end without any outcome (a gang short of pods)
+    policy: str = "gang"  # policy-scheduler's policy for the members ("default": with DynamicResources)
 
 
 def topology_key(kind: str, tag: str) -> str:
@@ -174,7 +175,7 @@ class World:
     def member_body(self, g: Group, name: str) -> dict:
         labels = {"gp-role": "member", "gp-group": g.name}
         if self.scheduler == OURS:
-            labels["policy-scheduler.io/policy"] = "gang"
+            labels["policy-scheduler.io/policy"] = self.case.policy
         spec: dict = {"schedulerName": self.scheduler, "nodeSelector": {WORLD: self.tag},
                       "schedulingGroup": {"podGroupName": g.name}}
         if g.priority:

@@ -8,7 +8,8 @@ Six families of cases, about as many of each (GANG_PARITY_CASES in all, 66 by de
   or against each other per node, inside the group's rack;
 - preemption: a high-priority group (spec.priorityClassName = the pods' class) on racks full of
   lower-priority pods of several priorities; some with preemptionPolicy Never. With this family
-  come issue 45's case (issue45_case) and GANG_PARITY_MIXED more (fam_preemption_mixed: several
+  come issue 45's case (issue45_case), two under policy-scheduler's default policy (DynamicResources'
+  part of the group's message: dra_part_cases) and GANG_PARITY_MIXED more (fam_preemption_mixed: several
   racks, victims of 500m to 2 cpu with distinct start times, with or without topology), from a
   generator of their own;
 - disruption: the victims are pods of lower-priority PodGroups with disruptionMode all or single;
@@ -220,6 +221,20 @@ def issue45_case() -> Case:
                 racks, [g], fillers)
 
 
+def dra_part_cases() -> list[Case]:
+    """Groups that do not fit even with every victim gone, under policy-scheduler's default policy
+    (DynamicResources in it, as in kube-scheduler's default profile): without topology the group's
+    message has DynamicResources' PodGroupPostFilter part before the preemption's; with it, not."""
+    out = []
+    for topology in (None, "rack"):
+        racks = [Rack(2, 4)]
+        fillers = [Filler(f"f{k:02d}", 0, k % 2, "1", "gp-low-1") for k in range(4)]
+        g = Group("g", 3, "5", 3, topology, priority="gp-high")
+        out.append(Case("preemption", f"DynamicResources' part: 3 x 5 cpu on 4-cpu nodes, topology {topology}",
+                        racks, [g], fillers, policy="default"))
+    return out
+
+
 def fam_preemption_mixed(rng: random.Random) -> Case:
     """Several racks, victims of mixed sizes (500m to 2 cpu) and priorities with distinct start
     times: the reprieve order (priority, then the earliest start) decides which stay."""
@@ -252,7 +267,7 @@ def make_cases(seed: int, n: int, families=FAMILIES, mixed: int = MIXED) -> list
     cases = [MAKERS[families[i % len(families)]](rng) for i in range(n)]
     if "preemption" in families:
         more = random.Random(seed + 45)
-        cases += [issue45_case()] + [fam_preemption_mixed(more) for _ in range(mixed)]
+        cases += [issue45_case(), *dra_part_cases()] + [fam_preemption_mixed(more) for _ in range(mixed)]
     return cases
 
 

@@ -283,12 +283,23 @@ def _node_local(chain: Any, members: list[PodInfo], victims: list[Victim]) -> bo
 
 
 def _fits(nodes: NodeTable, proposed: list[tuple[PodInfo, str]], node_filter) -> bool:
-    """Every proposed member passes the filters on its node, each counted there for the next."""
+    """Every proposed member passes the filters on its node (with the nominated pods of equal or
+    higher priority counted: upstream RunFilterPluginsWithNominatedPods), each counted there for
+    the next."""
     added: list[str] = []
+    nominated = getattr(node_filter, "add_nominated", None)
     try:
         for pod, node in proposed:
             row = nodes.index.get(node)
-            if row is None or not node_filter(pod, nodes, row).is_success:
+            if row is None:
+                return False
+            extra = nominated(pod, nodes) if nominated is not None else []
+            try:
+                ok = node_filter(pod, nodes, row).is_success
+            finally:
+                for key in reversed(extra):
+                    nodes.remove_pod(key)
+            if not ok:
                 return False
             assumed = copy.copy(pod)
             assumed.node_name = node

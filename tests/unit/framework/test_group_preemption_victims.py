@@ -39,8 +39,9 @@ FILL = {"r0n0": [("a-1cpu", "1", "2026-11-03T16:58:00Z"), ("a-500m", "500m", "20
 EVERY = sorted(p for pods in FILL.values() for p, _, _ in pods)
 
 
-def _run(start: int = 0, zones: bool = False):
-    """(victims deleted, members' nominations, the PodGroup's condition message)."""
+def _run(start: int = 0, zones: bool = False, nominated: str | None = None):
+    """(victims deleted, members' nominations, the PodGroup's condition message). ``nominated``:
+    a node a pending 1-cpu pod of the group's priority is nominated to."""
 
     async def go():
         e = build_engine(FakeClient(), rng=random.Random(7))
@@ -54,6 +55,9 @@ def _run(start: int = 0, zones: bool = False):
                 b["status"]["startTime"] = t
                 e.on_pod("ADDED", b)
         e.policies["default"].chain.next_start_node_index = start
+        if nominated:
+            from policy_scheduler.framework.model.podinfo import parse_pod
+            e.nominator.add(parse_pod(G.pod_body("other", cpu="1", priority=1000)), nominated)
         e.route(NATIVE_PODGROUPS)("ADDED", G.npg("g", 4, priority=1000))
         for i in range(5):
             e.on_pod("ADDED", G.pod_body(f"g-{i}", "g", cpu="2", priority=1000))
@@ -88,6 +92,14 @@ def test_the_victims_are_upstreams_for_each_node_order(start, single, spared):
     assert msg.endswith(f"pod group preemption: found a placement for podgroup, preempting {len(victims)} victims")
     assert msg.startswith("pod group is unschedulable, 0/1 placements are available, first placement status: "
                           "minCount (4) cannot be satisfied: 0 scheduled, 3 remaining, ")
+
+
+def test_the_reprieve_counts_the_nominated_pods_as_upstreams_filter_does():
+    # a pod of the group's priority nominated to r1n0 (1 cpu): the member there and it leave
+    # 1 cpu, so only the most important victim of r1n0 that fits stays
+    victims, noms, _ = _run(0, nominated="r1n0")
+    assert sorted(noms.values()).count("r1n0") == 1
+    assert victims == sorted(set(EVERY) - {"c-1cpu-early"})
 
 
 def test_racks_as_zones_put_r0n1_last_as_upstreams_node_tree_does():
