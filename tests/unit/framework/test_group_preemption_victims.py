@@ -194,3 +194,21 @@ def test_the_condition_is_written_as_the_cycle_sets_it_not_at_the_writers_next_r
     patches = asyncio.run(go())
     assert [(c["type"], c["status"], c["reason"]) for c in patches[0]] == \
         [("PodGroupInitiallyScheduled", "True", "Scheduled")]
+
+
+def test_every_policy_shares_one_round_robin_start_as_upstreams_profiles_do():
+    # upstream's sched.nextStartNodeIndex is one per scheduler: a pod of another profile moves the
+    # start the group's ties then follow
+    async def go():
+        e = build_engine(FakeClient(), rng=random.Random(7))
+        for name in ("default", "other"):
+            e.on_policy("ADDED", {"metadata": {"name": name, "generation": 1}, "spec": {"plugins": PLUGINS}})
+        a, b = e.policies["default"].chain, e.policies["other"].chain
+        a.next_start_node_index = 2
+        seen = b.next_start_node_index
+        e.on_policy("MODIFIED", {"metadata": {"name": "other", "generation": 2}, "spec": {"plugins": PLUGINS}})
+        after = e.policies["other"].chain.next_start_node_index
+        await e.stop()
+        return seen, after
+
+    assert asyncio.run(go()) == (2, 2)
