@@ -146,6 +146,7 @@ def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, na
         native_pod_group_status=PodGroupStatusWriter(state.native_pod_groups, handle,
                                                      patch=api.patch_native_pod_group_status),
         informers=informers)
+    state.native_pod_groups.on_condition = engine.native_pod_group_status.kick
     return engine
 
 

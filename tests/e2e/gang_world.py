@@ -58,6 +58,7 @@ class Filler:
     priority: str | None = None  # PriorityClass
     group: str | None = None  # a victim PodGroup (see Case.victim_groups)
     labels: dict = field(default_factory=dict)
+    start: str | None = None  # status.startTime once kwok runs it (None: kwok's own, the same second for most)
 
 
 @dataclass
@@ -93,6 +94,7 @@ class Case:
     # creates k more members
     later: list[tuple] = field(default_factory=list)
     waits: bool = False  # phase 0 may end without any outcome (a gang short of pods)
+    policy: str = "gang"  # policy-scheduler's policy for the members ("default": with DynamicResources)
 
 
 def topology_key(kind: str, tag: str) -> str:
@@ -173,7 +175,7 @@ class World:
     def member_body(self, g: Group, name: str) -> dict:
         labels = {"gp-role": "member", "gp-group": g.name}
         if self.scheduler == OURS:
-            labels["policy-scheduler.io/policy"] = "gang"
+            labels["policy-scheduler.io/policy"] = self.case.policy
         spec: dict = {"schedulerName": self.scheduler, "nodeSelector": {WORLD: self.tag},
                       "schedulingGroup": {"podGroupName": g.name}}
         if g.priority:
@@ -296,6 +298,7 @@ class Batch:
             # nodes in arrival order and break node ties by it, so every world has the same order
             _each(pool, lambda w: [core.create_node(b) for b in w.node_bodies()], self.worlds)
             _each(pool, lambda w: w.build_static(core, objs), self.worlds)
+            self._start_times(pool)
         # every scheduler has seen every node and filler once it binds a probe pod that only a
         # node created after them admits (one watch per kind: nodes, pods, each in order)
         ns = f"gp-probe-{self.run}"
@@ -328,6 +331,22 @@ class Batch:
         self.log(f"  batch: {len(self.worlds)} worlds, {len(bodies)} nodes built in {time.monotonic() - t0:.1f}s")
         with _pool() as pool:
             _each(pool, lambda w: w.build_groups(core, objs), self.worlds)
+
+    def _start_times(self, pool) -> None:
+        """The fillers' chosen status.startTime (victims are weighed by it), written once kwok has
+        run them (its pod-ready stage writes startTime once, when the pod leaves Pending)."""
+        want = {(w.ns, f.name): f.start for w in self.worlds for f in w.case.fillers if f.start}
+        if not want:
+            return
+
+        def running() -> bool:
+            pods = self.core.list_pod_for_all_namespaces(label_selector=f"{RUN}={self.run},gp-role=filler").items
+            ok = {(p.metadata.namespace, p.metadata.name) for p in pods if p.status.phase == "Running"}
+            return all(k in ok for k in want)
+
+        wait_for(running, 60, 0.3, what="kwok to run the fillers")
+        _each(pool, lambda k: self.core.patch_namespaced_pod_status(k[1], k[0], {"status": {"startTime": want[k]}}),
+              list(want))
 
     def later(self) -> None:
         with _pool() as pool:

@@ -182,6 +182,8 @@ class PolicyStore:
         self.on_counts = on_counts  # (ready, not ready) after every change: the operator's gauge
         self.on_change = on_change
         self.policies: dict[str, PolicyState] = {}
+        # Filter's round-robin start, shared by every policy's chain (upstream: one per scheduler)
+        self.round_robin: list[int] = [0]
 
     def on_policy(self, event: str, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") if isinstance(body, Mapping) else None
@@ -233,8 +235,7 @@ class PolicyStore:
         elif problems := self.sources.policy_updated(name, got.spec):
             st.errors = [f"spec.{x}" for x in problems]
         else:
-            if st.chain is not None:
-                got.chain.next_start_node_index = st.chain.next_start_node_index
+            got.chain.start = self.round_robin  # one round-robin start for all policies, as upstream's
             _use(st, got, gen)
             st.errors = []
         if st.ready and st.chain is not None:  # (ready: a chain and no errors)
@@ -267,6 +268,7 @@ class PolicyStore:
         if problems:
             self.sources.policy_deleted(name)
             return [f"spec.{x}" for x in problems]
+        got.chain.start = self.round_robin
         _use(st, got, generation)
         st.revision, st.revision_generation, st.dirty = revision, generation, True
         log.warning("SchedulingPolicy %s generation %d is invalid: %s; scheduling with revision %d (generation %d) "

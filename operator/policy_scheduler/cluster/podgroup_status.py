@@ -2,7 +2,8 @@
 occupiedBy of the scheduler-plugins PodGroups that a Coscheduling plugin manages
 (``PodGroupCache.status``), written by the leader through ``Handle.patch_pod_group_status``.
 
-Changes are gathered (``PodGroupCache.take_dirty``) and written every ``interval`` seconds, one
+Changes are gathered (``PodGroupCache.take_dirty``) and written every ``interval`` seconds (at
+once after ``kick``: a native PodGroup's condition set by its cycle), one
 merge PATCH per group whose status differs from what was last written or seen on the object,
 fenced by the leader lease when it is sent (through the Handle: apicalls.py).
 A failed write is logged and tried again at the next round; a group deleted meanwhile is
@@ -33,10 +34,19 @@ class PodGroupStatusWriter:
         self.patch = patch or handle.patch_pod_group_status
         self.interval = interval
         self._retry: set[str] = set()
+        self._kicked = asyncio.Event()
+
+    def kick(self) -> None:
+        """Write now rather than at the next round (a PodGroup condition its cycle just set)."""
+        self._kicked.set()
 
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(self.interval)
+            try:
+                await asyncio.wait_for(self._kicked.wait(), self.interval)
+            except asyncio.TimeoutError:
+                pass
+            self._kicked.clear()
             await self.flush()
 
     async def flush(self) -> int:

@@ -16,7 +16,9 @@ found the group unschedulable.
 - Every potential victim is taken off the table and the whole group cycle runs once. If the
   group does not fit even so, nothing is preempted and its status is the answer.
 - Reprieve: victims from the most important (priority, then group over pod, then more pods, then
-  the earlier start), PDB-violating ones first: each is put back, and the proposed members are
+  the earlier start; a pod without a start time as started when its victim was made; among
+  equals, Go's sort.Slice on upstream's input order: the snapshot's nodes, each one's pods),
+  PDB-violating ones first: each is put back, and the proposed members are
   filtered on their nodes in order (each one that passes counts on its node for the next); all
   pass: the victim is spared; else it is taken off again and kept. When every PreFilter and
   Filter of the policy judges a node by that node's own pods (``_node_local``), a victim on nodes
@@ -35,6 +37,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from .gosort import slice_sort
 from .cycle.podgroup_result import MAX_DEPTH, GroupCycleRunner, GroupResult, GroupStatus, native_group_key
 from .model.nodetable import NodeTable
 from .model.podinfo import PodInfo
@@ -60,10 +63,14 @@ class Victim:
     rank: int  # 3 CompositePodGroup, 2 PodGroup, 1 a pod (upstream victimRank)
     key: str
     group: bool = False  # a disruptionMode All group as one victim
+    seq: int = 0  # when upstream made it: a pod without a start time has the time.Now() of then
 
-    def start(self) -> str:
+    def start(self) -> tuple:
+        """upstream NewVictim's earliestStartTime: the earliest status.startTime of its pods; a
+        pod that has none counts as started now (util.GetPodStartTime), later than any start and
+        later for a victim made later."""
         times = [p.start_time for p in self.pods if p.start_time]
-        return min(times) if times else "~"  # no start time sorts last (upstream: now)
+        return (0, min(times)) if times else (1, self.seq)
 
 
 @dataclass
@@ -75,9 +82,23 @@ class GroupPreemption:
     group_disruptions: int = 0
 
 
-def _importance(v: Victim) -> tuple:
-    """Sort key: the most important victim first (upstream MoreImportantVictim)."""
-    return (-v.priority, -v.rank, -len(v.pods), v.start())
+def more_important(a: Victim, b: Victim) -> bool:
+    """upstream MoreImportantVictim: the higher priority, then CompositePodGroup over PodGroup over
+    a pod, then more pods, then the earlier start."""
+    if a.priority != b.priority:
+        return a.priority > b.priority
+    if a.rank != b.rank:
+        return a.rank > b.rank
+    if len(a.pods) != len(b.pods):
+        return len(a.pods) > len(b.pods)
+    return a.start() < b.start()
+
+
+def by_importance(victims: list[Victim]) -> None:
+    """upstream's sort.Slice(victims, MoreImportantVictim), in place: among victims neither more
+    important than the other (same priority, kind, size and start: pods started in the same
+    second), Go's sort decides from the input order, so it is Go's sort here too."""
+    slice_sort(victims, more_important)
 
 
 def _highest_all(groups: Any, gkey: str) -> tuple[bool, str, Any] | None:
@@ -105,7 +126,8 @@ def victims_of(nodes: NodeTable, groups: Any) -> list[Victim]:
     PodGroup, or a CompositePodGroup's leaves), across nodes."""
     out: list[Victim] = []
     seen: set[str] = set()
-    for row in range(nodes.n):
+    rows, _ = nodes.tree_rows()  # upstream: the snapshot's node list, each node's pods in order
+    for row in rows.tolist():
         for key, p in nodes.pods[row].items():
             gkey = native_group_key(p)
             pg = groups.get(gkey)
@@ -118,14 +140,14 @@ def victims_of(nodes: NodeTable, groups: Any) -> list[Victim]:
                 seen.add(vkey)
                 pods = [q for leaf in groups.leaves(composite, tkey) for pk in groups.members(leaf)
                         if (q := nodes.pod(pk)) is not None]
-                out.append(Victim(pods or [p], obj.priority, 3 if composite else 2, vkey, group=True))
+                out.append(Victim(pods or [p], obj.priority, 3 if composite else 2, vkey, group=True, seq=len(out)))
                 continue
             if key in seen:
                 continue
             seen.add(key)
             # upstream NewPodVictim: a pod with spec.schedulingGroup ranks as a PodGroup whether or
             # not its PodGroup exists; its priority is the group's when the group is known
-            out.append(Victim([p], pg.priority if pg is not None else p.priority, 2 if gkey else 1, key))
+            out.append(Victim([p], pg.priority if pg is not None else p.priority, 2 if gkey else 1, key, seq=len(out)))
     return out
 
 
@@ -187,7 +209,7 @@ def pod_group_post_filter(cycle: GroupCycleRunner, res: GroupResult, pods: Seque
                 return GroupPreemption(GroupStatus(Code.ERROR, [], PREFIX + st.as_error()))
             return GroupPreemption(GroupStatus(st.code, [PREFIX + msg] if msg else []))
         proposed = [(m.pod, m.node) for m in again.members if m.node]
-        potential.sort(key=_importance)
+        by_importance(potential)
         violating, others = filter_victims_with_pdb_violation(potential, pdbs)
         keep: list[Victim] = []
         n_violations = 0
@@ -204,7 +226,7 @@ def pod_group_post_filter(cycle: GroupCycleRunner, res: GroupResult, pods: Seque
             take_off(v)
             keep.append(v)
             n_violations += violate_count
-        keep.sort(key=_importance)
+        by_importance(keep)
         victims = [p for v in keep for p in v.pods]
         st = GroupStatus(Code.SUCCESS, [PREFIX + f"found a placement for podgroup, preempting {len(victims)} victims"])
         return GroupPreemption(st, {p.key: node for p, node in proposed}, victims, n_violations,
@@ -236,10 +258,14 @@ def filter_victims_with_pdb_violation(victims: Sequence[Victim], pdbs: Sequence[
 
 def _node_local(chain: Any, members: list[PodInfo], victims: list[Victim]) -> bool:
     """Whether every PreFilter and Filter plugin of ``chain`` judges a member on a node by that
-    node's own pods only, for these members and victims (see _NODE_LOCAL)."""
-    names = {p.NAME for p in getattr(chain, "pre_filter", ())} | {p.NAME for p in getattr(chain, "filter", ())}
-    for name in names - _NODE_LOCAL:
-        if name == "InterPodAffinity":  # required terms of the members, required anti-affinity of the others
+    node's own pods only, for these members and victims (see _NODE_LOCAL); a plugin may say so
+    itself (``node_local_for(members) -> bool``)."""
+    plugins = {p.NAME: p for p in [*getattr(chain, "pre_filter", ()), *getattr(chain, "filter", ())]}
+    for name in set(plugins) - _NODE_LOCAL:
+        own = getattr(plugins[name], "node_local_for", None)  # a plugin that knows: node_local_for(members)
+        if own is not None:
+            ok = bool(own(members))
+        elif name == "InterPodAffinity":  # required terms of the members, required anti-affinity of the others
             ok = not any(m.required_affinity or m.required_anti_affinity for m in members) and \
                 not any(p.required_anti_affinity for v in victims for p in v.pods)
         elif name == "PodTopologySpread":  # hard constraints, the pod's own or the plugin's defaults
@@ -258,12 +284,23 @@ def _node_local(chain: Any, members: list[PodInfo], victims: list[Victim]) -> bo
 
 
 def _fits(nodes: NodeTable, proposed: list[tuple[PodInfo, str]], node_filter) -> bool:
-    """Every proposed member passes the filters on its node, each counted there for the next."""
+    """Every proposed member passes the filters on its node (with the nominated pods of equal or
+    higher priority counted: upstream RunFilterPluginsWithNominatedPods), each counted there for
+    the next."""
     added: list[str] = []
+    nominated = getattr(node_filter, "add_nominated", None)
     try:
         for pod, node in proposed:
             row = nodes.index.get(node)
-            if row is None or not node_filter(pod, nodes, row).is_success:
+            if row is None:
+                return False
+            extra = nominated(pod, nodes) if nominated is not None else []
+            try:
+                ok = node_filter(pod, nodes, row).is_success
+            finally:
+                for key in reversed(extra):
+                    nodes.remove_pod(key)
+            if not ok:
                 return False
             assumed = copy.copy(pod)
             assumed.node_name = node

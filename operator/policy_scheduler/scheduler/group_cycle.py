@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..plugins.podgroups.cycle import (POD_GROUP_CYCLE, GroupNode, GroupResult, PodGroupCycle, condition,
                                        member_order_key, member_status, validate)
+from ..framework.group_post_filter import run_pod_group_post_filters
 from ..framework.queue.scheduling_queue import QueuedPodInfo
 from ..framework.status import Code
 from ..logs import MAX_MESSAGE_LEN, fields, truncate
@@ -40,11 +41,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..cache.policies import PolicyState
     from ..cache.state import ClusterState
     from ..framework.cycle.chain import Chain
-    from ..framework.cycle.podgroup_result import GroupCycleRunner, PodGroupInfo
+    from ..framework.cycle.podgroup_result import PodGroupInfo
     from ..framework.cycle.schedule import Decision
     from ..framework.interface import CycleState
     from ..framework.model.podinfo import PodInfo
-    from ..framework.group_preemption import GroupPreemption
     from ..framework.queue.nominator import Nominator
     from ..framework.queue.scheduling_queue import SchedulingQueue
 
@@ -169,30 +169,29 @@ class GroupCycles:
         return node
 
     def _post_filter(self, chain: Chain, cycle: _TreeRun, res: GroupResult, results: dict[str, GroupResult]) -> None:
-        """PodGroupPostFilter (upstream RunPodGroupPostFilterPlugins with DefaultPreemption's
-        workload-aware preemption; applyPodGroupPostFilterResult): its message is added to every
-        result's status of the hierarchy (a status shared by several results gets it once per
-        result, as upstream's); a preemption nominates each member and deletes the victims."""
-        runner: Callable[[GroupCycleRunner, GroupResult], GroupPreemption] | None = getattr(
-            chain.plugin("DefaultPreemption"), "pod_group_post_filter", None)
+        """The PodGroupPostFilter plugins (upstream RunPodGroupPostFilterPlugins: DynamicResources'
+        and DefaultPreemption's workload-aware preemption, framework/group_post_filter.py) and
+        applyPodGroupPostFilterResult: their message is added to every result's status of the
+        hierarchy (a status shared by several results gets it once per result, as upstream's); a
+        preemption nominates each member and deletes the victims."""
         t = perf_counter()
-        out = runner(cycle, res) if runner is not None else None
-        status = out.status if out is not None else None
-        if out is not None and status is not None:
-            self.attempts.pod_group_preemption(status.code, perf_counter() - t,
-                                              len(out.victims) if status.is_success else None)
+        out, status = run_pod_group_post_filters(chain, cycle, res, cycle.root.composite)
+        if out is not None and out.status is not None:
+            self.attempts.pod_group_preemption(out.status.code, perf_counter() - t,
+                                              len(out.victims) if out.status.is_success else None)
         members = [m for r in results.values() for m in r.members]
-        if out is not None and status is not None and status.is_success:
+        if status.is_success:
             for r in results.values():
                 r.waiting_on_preemption = True
             for m in members:
-                m.nominated = out.nominations.get(m.pod.key)
-            self.victims.preempt_group(res.info, [m.pod for m in members], out.victims)
+                m.nominated = out.nominations.get(m.pod.key) if out is not None else None
+            if out is not None:
+                self.victims.preempt_group(res.info, [m.pod for m in members], out.victims)
         for r in results.values():
-            if status is not None and status.is_error:
+            if status.is_error:
                 r.status = status
-            else:  # no plugin answered: upstream adds an empty reason
-                r.status.reasons.append(status.message() if status is not None else "")
+            else:  # no reason at all: upstream adds an empty one
+                r.status.reasons.append(status.message())
 
     def _submit(self, res: GroupResult, members: list[QueuedPodInfo], st: PolicyState, chain: Chain,
                 group: Any) -> None:

@@ -107,3 +107,15 @@ def test_node_local_per_plugin():
     assert not gp._node_local(_chain("PodTopologySpread", hard_defaults=("c",)), [plain], v)
     assert gp._node_local(_chain("DynamicResources"), [plain], v)
     assert not gp._node_local(_chain("DynamicResources"), [claim], v)
+
+
+def test_a_plugin_may_say_it_is_node_local_coscheduling_for_pods_outside_its_groups():
+    from policy_scheduler.plugins.podgroups.coscheduling import Coscheduling
+
+    plain = parse_pod(G.pod_body("p", cpu="1"))
+    labelled = parse_pod(G.pod_body("q", cpu="1", labels={"scheduling.x-k8s.io/pod-group": "pg"}))
+    v = [gp.Victim([plain], 0, 1, plain.key)]
+    cos = SimpleNamespace(NAME="Coscheduling", node_local_for=lambda ms: Coscheduling.node_local_for(None, ms))
+    chain = SimpleNamespace(pre_filter=[cos], filter=[], plugin=lambda n: cos)
+    assert gp._node_local(chain, [plain], v)
+    assert not gp._node_local(chain, [plain, labelled], v)

@@ -38,7 +38,10 @@ class Chain:
     score: list[tuple[ScorePlugin, int]]
     points: dict[str, list[Plugin]]
     percentage_of_nodes_to_score: int | None = None
-    next_start_node_index: int = 0  # round-robin start for partial node scans (per chain)
+    # the round-robin start of Filter's node scan (upstream's sched.nextStartNodeIndex: one per
+    # scheduler, every profile's cycles advance it): a cell the policy store shares between its
+    # policies' chains (a chain alone has its own)
+    start: list[int] = field(default_factory=lambda: [0])
     resolved: list[ResolvedPlugin] = field(default_factory=list)
     # plugin name -> its registrations, for the plugins that can reject (upstream's hint map)
     events: dict[str, tuple[ClusterEventWithHint, ...]] = field(default_factory=dict)
@@ -48,6 +51,14 @@ class Chain:
     # the plugin whose groups are scheduled in a pod-group cycle (its ``GROUP_CYCLE``:
     # GangScheduling), found once here rather than at every cycle; None without one
     group_cycle: Plugin | None = None
+
+    @property
+    def next_start_node_index(self) -> int:
+        return self.start[0]
+
+    @next_start_node_index.setter
+    def next_start_node_index(self, value: int) -> None:
+        self.start[0] = value
 
     def plugin(self, name: str) -> Plugin | None:
         for p in self.plugins:

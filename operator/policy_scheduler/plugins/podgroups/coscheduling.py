@@ -138,6 +138,12 @@ class Coscheduling(GroupMachinery, QueueSortPlugin, PreEnqueuePlugin, PreFilterP
         return Status.success()
 
     # ------------------------------------------------------------------ PreFilter
+    def node_local_for(self, members: list[PodInfo]) -> bool:
+        """Group preemption's question (framework/group_preemption.py): whether PreFilter's verdict
+        for these pods reads no node: it skips a pod outside any scheduler-plugins PodGroup (a
+        member of one may read the cluster's free room, minResources)."""
+        return not any(_group_name(m) for m in members)
+
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         name = _group_name(pod)
         if not name:

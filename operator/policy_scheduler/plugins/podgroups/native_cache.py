@@ -17,7 +17,7 @@ reason ``Unschedulable`` or ``SchedulerError`` and the cycle's message otherwise
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, cast
+from typing import Any, Callable, Mapping, cast
 
 from ...framework.cycle.podgroup_result import MAX_DEPTH, native_group_key  # noqa: F401 (native_group_key re-exported)
 from ...framework.events import ActionType, ClusterEvent, Resource
@@ -147,6 +147,9 @@ class NativePodGroupCache(PodGroupCache):
         self._cond: dict[str, dict[str, Any]] = {}  # group -> the condition last computed
         self.requests: dict[str, dict[str, int]] = {}  # member pod key -> its requests
         self.composites: dict[str, CompositePodGroup] = {}  # ns/name -> CompositePodGroup
+        # called when a cycle set a condition: the operator's status writer writes it at once
+        # (upstream patches it as the cycle ends), not at its next round
+        self.on_condition: Callable[[], None] | None = None
 
     def get(self, key: str | None) -> NativePodGroup | None:
         return cast("NativePodGroup | None", self.groups.get(key) if key else None)  # parse() makes every group one
@@ -281,6 +284,8 @@ class NativePodGroupCache(PodGroupCache):
                 return  # True, maybe not written yet: a later cycle for extra pods does not undo it
             self._want[gkey] = (status, reason, message[:MAX_MESSAGE])
             self._mark(gkey)
+            if self.on_condition is not None:
+                self.on_condition()
 
     def status(self, gkey: str) -> dict[str, Any]:
         """The group's status with upstream's condition ``PodGroupInitiallyScheduled`` as its last
