@@ -100,7 +100,8 @@ def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, na
     preemptor = Preemptor(state, queue, recorder, api, tel, spawn, wake, scheduler_name)
     actions = OperatorActions(api, lambda keys: engine.activate(keys),
                               lambda pod, reason, msg, code: recorder.failure(pod, reason, msg, code=code),
-                              preemptor.is_running, spawn)
+                              preemptor.is_running, spawn,
+                              lambda pod, reason, note: recorder.event(pod, "Normal", reason, "Scheduling", note))
 
     def count_policies(ready: int, not_ready: int) -> None:
         tel.policies.labels("true").set(ready)

@@ -196,9 +196,9 @@ def _wait(fn, timeout: float, what: str):
         time.sleep(0.2)
 
 
-def _events(raw: Raw, ns: str, pod: str) -> list[str]:
+def _events(raw: Raw, ns: str, pod: str, reason: str = "FailedScheduling") -> list[str]:
     evs = raw.req("GET", f"/api/v1/namespaces/{ns}/events",
-                  query={"fieldSelector": f"involvedObject.name={pod},reason=FailedScheduling"})["items"]
+                  query={"fieldSelector": f"involvedObject.name={pod},reason={reason}"})["items"]
     return [e.get("message") or "" for e in evs]
 
 
@@ -244,6 +244,9 @@ def test_operator_taint_rules_and_binding_conditions(cluster, core, namespace, o
         assert [(x["device"], x.get("bindingConditions")) for x in r] == [("gpu-2", [BOUND_CONDITION])]
         time.sleep(6)  # more than PreBind's poll interval
         assert not pod_node("plain")
+        # upstream's Normal event as PreBind starts waiting
+        assert _wait(lambda: _events(raw, ns, "plain", "BindingConditionsPending"), 10, "the pending event") == \
+            [f"waiting for binding conditions for device on node {node}"]
         driver = Driver(raw, ns, run)
         driver.kinds = {(f"{node}-gpu", "gpu-2"): "ok"}
         driver.step()

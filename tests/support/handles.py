@@ -36,6 +36,7 @@ class MemoryActions:
         self.keep_spawned = spawn
         self.bind_answer = bind
         self.events: list[tuple[str, str, str]] = []
+        self.normal_events: list[tuple[str, str, str]] = []
         self.activated: list[list[str]] = []
         self.nominated: list[tuple[str, str]] = []
         self.binds: list[tuple[str, str]] = []
@@ -69,6 +70,9 @@ class MemoryActions:
 
     def pod_event(self, pod, reason: str, message: str) -> None:
         self.events.append((pod.name, reason, message))
+
+    def pod_normal_event(self, pod, reason: str, message: str) -> None:
+        self.normal_events.append((pod.name, reason, message))
 
     def is_pod_running_preemption(self, uid: str) -> bool:
         return False

@@ -40,6 +40,8 @@ class Actions(Protocol):
 
     def pod_event(self, pod: PodInfo, reason: str, message: str) -> None: ...
 
+    def pod_normal_event(self, pod: PodInfo, reason: str, message: str) -> None: ...
+
     def is_pod_running_preemption(self, uid: str) -> bool: ...
 
     def spawn(self, coro: Any) -> None: ...
@@ -136,3 +138,7 @@ class StateHandle(Handle):
     def pod_event(self, pod: PodInfo, reason: str, message: str) -> None:
         if self.actions is not None:
             self.actions.pod_event(pod, reason, message)
+
+    def pod_normal_event(self, pod: PodInfo, reason: str, message: str) -> None:
+        if self.actions is not None:
+            self.actions.pod_normal_event(pod, reason, message)

@@ -246,12 +246,15 @@ class ApiCalls:
 class OperatorActions:
     """The operator's side of the Handle (cache/handle.Actions): the API writes above, the
     queue's activation (``activate``: keys -> how many moved), a pod's Warning event
-    (``event``) and the preemptor's ``is_running`` (upstream IsPodRunningPreemption)."""
+    (``event``), a Normal one (``normal``: pod, reason, note) and the preemptor's ``is_running``
+    (upstream IsPodRunningPreemption)."""
 
     def __init__(self, api: ApiCalls, activate: Callable[[Sequence[str]], int],
                  event: Callable[[PodInfo, str, str, Code], None], is_running: Callable[[str], bool],
-                 spawn: Callable[[Any], Any] | None = None) -> None:
+                 spawn: Callable[[Any], Any] | None = None,
+                 normal: Callable[[PodInfo, str, str], None] | None = None) -> None:
         self.api = api
+        self._normal = normal
         self._spawn = spawn
         self._activate = activate
         self._event = event
@@ -277,6 +280,10 @@ class OperatorActions:
 
     def pod_event(self, pod: PodInfo, reason: str, message: str) -> None:
         self._event(pod, reason, message, Code.UNSCHEDULABLE)
+
+    def pod_normal_event(self, pod: PodInfo, reason: str, message: str) -> None:
+        if self._normal is not None:
+            self._normal(pod, reason, message)
 
     def is_pod_running_preemption(self, uid: str) -> bool:
         return self._is_running(uid)

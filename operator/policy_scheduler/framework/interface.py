@@ -225,6 +225,12 @@ class Handle:
         Default: nothing."""
         return None
 
+    def pod_normal_event(self, pod: "PodInfo", reason: str, message: str) -> None:
+        """A Normal event about the pod (action ``Scheduling``), nothing else: what a plugin tells
+        the pod's owner while the pod waits in the binding cycle (DynamicResources'
+        ``BindingConditionsPending``). Default: nothing."""
+        return None
+
     async def nominate_for_expectation(self, pod: "PodInfo", node_name: str) -> None:
         """Write the pod's ``status.nominatedNodeName`` in the binding cycle, before WaitOnPermit
         and PreBind (upstream NominatedNodeNameForExpectation); a failure is only logged.

@@ -403,7 +403,9 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         claims = [cache.claim(c.namespace, c.name) or c for c in st.claims]
         if not bc.has_binding_conditions(claims):
             return Status.success()
-        # upstream: poll every 5 s until every device's binding conditions are True (or fail)
+        # upstream: a Normal event, then a poll every 5 s until every device's binding conditions
+        # are True (or one fails)
+        self.handle.pod_normal_event(pod, bc.PENDING_REASON, f"waiting for binding conditions for device on node {node_name}")
         err = await bc.wait_for_binding(claims, lambda c: cache.claim(c.namespace, c.name), self.binding_timeout,
                                          bc.POLL_INTERVAL)
         return Status.error(err) if err else Status.success()

@@ -204,6 +204,9 @@ def test_pre_bind_waits_for_the_binding_conditions(fast_polls):
     st = run_with(pl.pre_bind(state, p, "n0"), (0.2, lambda: set_device_conditions(h, "y", Attached="False")),
                   (0.4, lambda: set_device_conditions(h, "y", Attached="True")))
     assert st.is_success, st.reasons
+    # upstream's Normal event as the wait starts (and no Warning)
+    assert h.actions.normal_events == [("p", "BindingConditionsPending", "waiting for binding conditions for device on node n0")]
+    assert h.actions.events == []
     # written before the wait: both claims allocated and reserved for the pod
     y = h.objects["default/y"]
     assert y["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "uid-p"}]
@@ -216,6 +219,7 @@ def test_pre_bind_returns_before_the_condition_only_when_none_is_needed(fast_pol
     _, _, state = filter_all(pl, p, t)
     pl.reserve(state, p, "n0")
     assert asyncio.run(asyncio.wait_for(pl.pre_bind(state, p, "n0"), 1.0)).is_success
+    assert h.actions.normal_events == []  # nothing to wait for: no event
 
 
 def test_failure_condition_fails_pre_bind_then_the_claim_is_freed(fast_polls):
