@@ -54,7 +54,9 @@ from ...framework.model.nodetable import NodeTable
 from ...framework.model.podinfo import PodInfo
 from ...framework.status import Code, Status
 from .allocator import STATE_KEY, AllocationError, Allocator, DraState, NodeAllocationError, first_available_score
+from . import extended
 from .cache import DraCache
+from .extended import EXT_STATE_KEY, ExtendedError, ExtState
 from .objects import FINALIZER, ResourceClaim
 
 NAME = "DynamicResources"
@@ -160,14 +162,17 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         st = DraState([], [], None)
         state.write(STATE_KEY, st)  # upstream writes its state first: PostFilter finds it from here on
-        if not pod.resource_claims:
-            return Status.skip(), None
         cache = self._cache()
-        claims, err = resolve_claims(pod, cache)
-        if err:
-            return Status.unschedulable(err, unresolvable=True), None
-        if not claims:
+        claims: list[ResourceClaim] = []
+        if pod.resource_claims:
+            claims, err = resolve_claims(pod, cache)
+            if err:
+                return Status.unschedulable(err, unresolvable=True), None
+        ext = extended.prepare(pod, cache) if cache.classes else None  # the special claim, after the user's
+        if not claims and ext is None:
             return Status.skip(), None
+        if ext is not None:
+            state.write(EXT_STATE_KEY, ext)
         to_allocate = []
         for i, c in enumerate(claims):
             if c.allocation is not None:
@@ -200,6 +205,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         n = len(rows)
         if st is None:
             return FilterResult.all_pass(n)
+        ext: ExtState | None = state.read(EXT_STATE_KEY)
         passed = np.ones(n, dtype=bool)
         reasons: dict[str, np.ndarray] = {}
         specs = nodes.specs
@@ -207,11 +213,22 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                      and c.allocation_node_selector is not None]
         for k, row in enumerate(rows.tolist()):
             spec = specs[row]
+            allocator = st.allocator
+            if ext is not None:  # upstream filterExtendedResources, before the claims
+                variant, reason = extended.node_variant(ext, pod, spec.name, spec.allocatable)
+                if reason is None and variant is None and not st.claims:
+                    continue  # the device plugin serves it all here
+                if reason is not None:
+                    passed[k] = False
+                    reasons.setdefault(reason, np.zeros(n, dtype=bool))[k] = True
+                    continue
+                if variant is not None:
+                    allocator = self._ext_allocator(st, ext, variant)
             unavailable = [i for i, sel in allocated if not sel.matches(spec.labels, spec.name)]
             reason = None
-            if st.allocator is not None:
+            if allocator is not None:
                 try:
-                    allocs = st.allocator.allocate(spec.name, spec.labels)
+                    allocs = allocator.allocate(spec.name, spec.labels)
                 except NodeAllocationError as e:
                     allocs, reason = None, str(e)
                 except AllocationError as e:
@@ -228,12 +245,22 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 reasons.setdefault(reason, np.zeros(n, dtype=bool))[k] = True
         return FilterResult(passed, Code.UNSCHEDULABLE_AND_UNRESOLVABLE, list(reasons.items()))
 
+    def _ext_allocator(self, st: DraState, ext: ExtState, variant: extended.NodeVariant) -> Allocator:
+        """The pod's claims to allocate followed by the node's variant of the special claim (one
+        allocator per distinct variant)."""
+        got = ext.allocators.get(variant.signature)
+        if got is None:
+            got = Allocator(self._cache(), [st.claims[i] for i in st.to_allocate] + [variant.claim])
+            ext.allocators[variant.signature] = got
+        return got
+
     # ------------------------------------------------------------------ PostFilter
     def post_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, statuses) -> tuple[Status, str | None]:
         st: DraState | None = state.read(STATE_KEY)
         if st is None:  # an earlier PreFilter rejected the pod: upstream's getStateData error
             return Status.error("not found"), None
-        if not st.claims:
+        ext: ExtState | None = state.read(EXT_STATE_KEY)
+        if not st.claims and ext is None:
             return Status(Code.UNSCHEDULABLE), None
         cache = self._cache()
         for i in sorted(st.unavailable):
@@ -243,6 +270,9 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             if not claim.reserved_for or claim.reserved_uids() == {pod.uid}:
                 self.handle.spawn(self._deallocate(claim))
                 return Status.unschedulable(DEALLOCATED), None
+        if ext is not None and ext.stale:  # left by an earlier cycle: deleted, the next one starts anew
+            self.handle.spawn(extended.delete_claim(self.handle.api_request, ext.claim, FINALIZER))
+            return Status.unschedulable(extended.DELETED), None
         return Status(Code.UNSCHEDULABLE), None
 
     async def _deallocate(self, claim: ResourceClaim) -> None:
@@ -283,10 +313,21 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     # ------------------------------------------------------------------ Reserve
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         st: DraState | None = state.read(STATE_KEY)
-        if st is None or not st.claims:
+        ext: ExtState | None = state.read(EXT_STATE_KEY)
+        if st is None or (not st.claims and ext is None):
             return Status.success()
+        if ext is not None:
+            ext.allocation = None
+            variant = ext.variants.get(node_name)
+            if variant is not None:  # the node's claim, allocated in memory as the others
+                picked = st.by_node.get(node_name)
+                if picked is None:
+                    return Status.error("claim allocation not found for node")
+                result = self._ext_allocator(st, ext, variant).results(picked, node_name)[-1].result
+                self._cache().add_pending(variant.claim.with_status(result, [], finalizer=True), pod.uid)
+                ext.allocation = result
         if not st.to_allocate:  # every claim allocated already (shared): its devices, for explain
-            state.write(DEVICE_ALLOCATION, self._devices(st))
+            state.write(DEVICE_ALLOCATION, self._devices(st, ext))
             return Status.success()
         picked = st.by_node.get(node_name)
         if picked is None or st.allocator is None:
@@ -301,13 +342,19 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             claim = st.claims[i]
             cache.add_pending(claim.with_status(a.result, list(claim.reserved_for), finalizer=True), pod.uid)
             st.reserved[i] = a.result
-        state.write(DEVICE_ALLOCATION, self._devices(st))
+        state.write(DEVICE_ALLOCATION, self._devices(st, ext))
         return Status.success()
 
     @staticmethod
-    def _devices(st: DraState) -> list[dict[str, Any]]:
-        """The pod's devices on the chosen node, for the decision annotation (``explain``)."""
+    def _devices(st: DraState, ext: ExtState | None = None) -> list[dict[str, Any]]:
+        """The pod's devices on the chosen node, for the decision annotation (``explain``); the
+        special claim's as ``<extended-resources>``, with the resources they serve."""
         out = []
+        if ext is not None and ext.allocation is not None:
+            for r in ext.allocation["devices"]["results"]:
+                out.append({"claim": extended.SPECIAL_NAME, "request": r.get("request"),
+                            "device": f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}",
+                            "resources": sorted(ext.resources)})
         for i, c in enumerate(st.claims):
             alloc = st.reserved.get(i) or c.allocation or {}
             for r in ((alloc.get("devices") or {}).get("results")) or []:
@@ -327,6 +374,14 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             if cur is not None and cur.allocation is not None and pod.uid in cur.reserved_uids():
                 self.handle.spawn(self._unreserve_claim(cur, pod.uid))
         st.reserved.clear()
+        ext: ExtState | None = state.read(EXT_STATE_KEY)
+        if ext is not None:  # upstream unreserveExtendedResourceClaim: a claim PreBind created is deleted
+            cache.drop_pending(ext.claim.uid, pod.uid)
+            ext.allocation = None
+            if ext.created is not None:
+                cur = cache.claim(ext.created.namespace, ext.created.name) or ext.created
+                self.handle.spawn(extended.delete_claim(self.handle.api_request, cur, FINALIZER))
+                ext.created = None
 
     async def _unreserve_claim(self, claim: ResourceClaim, pod_uid: str) -> None:
         """Remove the pod from the claim's reservedFor (upstream's strategic-merge patch; here a
@@ -356,7 +411,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         """upstream PreBindPreFlight: Success when the pod has any claim (PreBind has work),
         Skip otherwise."""
         st: DraState | None = state.read(STATE_KEY)
-        if st is None or not st.claims:
+        if st is None or not (st.claims or state.read(EXT_STATE_KEY) is not None):
             return Status.skip()
         return Status.success()
 
@@ -381,6 +436,33 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             if allocation is not None:
                 cache.drop_pending(c.uid)
                 st.reserved.pop(i, None)
+        ext: ExtState | None = state.read(EXT_STATE_KEY)
+        if ext is not None and ext.allocation is not None:
+            return await self._bind_extended(ext, pod, node_name)
+        return Status.success()
+
+    async def _bind_extended(self, ext: ExtState, pod: PodInfo, node_name: str) -> Status:
+        """upstream bindClaim for the special claim: create it, allocate and reserve it, record
+        it in the pod's status."""
+        variant = ext.variants.get(node_name)
+        if variant is None or ext.allocation is None:
+            return Status.error(f"extended resource claim not found for node {node_name}")
+        cache = self._cache()
+        try:
+            ext.created = await extended.create_claim(self.handle.api_request, pod, variant)
+            written = await self._bind_claim(ext.created, pod, ext.allocation)
+        except (ExtendedError, _BindError) as e:
+            return Status.error(str(e))
+        except Exception as e:  # noqa: BLE001 - the request's failure is the status
+            assert ext.created is not None
+            return Status.error(f"add allocation and reservation to claim {ext.created.key}: {e or type(e).__name__}")
+        ext.created = written
+        cache.assume(written)
+        cache.drop_pending(ext.claim.uid)
+        try:
+            await extended.record_in_pod(self.handle.api_request, pod, written.name, variant.mappings)
+        except ExtendedError as e:
+            return Status.error(str(e))
         return Status.success()
 
     async def _bind_claim(self, claim: ResourceClaim, pod: PodInfo, allocation: dict | None) -> ResourceClaim:
