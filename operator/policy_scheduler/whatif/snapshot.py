@@ -46,6 +46,7 @@ from typing import Any, Mapping
 from ..cache.state import KINDS
 from ..plugins.dynamicresources.objects import DEVICE_CLASSES, PATHS as DRA_PATHS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from ..plugins.dynamicresources.cache import DraCache
+from ..plugins.dynamicresources.extended import ANNOTATION as EXTENDED_CLAIM_ANNOTATION
 from ..framework.model.podinfo import _VOLUME_SOURCES
 from ..plugins.volumes.objects import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
                                        STORAGE_CLASSES)
@@ -262,6 +263,9 @@ def trim_dra(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     """A ResourceClaim, ResourceSlice or DeviceClass: what plugins/dynamicresources/ parses of it."""
     meta = _meta(obj, "name", "namespace", "uid", "resourceVersion", "ownerReferences", "deletionTimestamp",
                  "creationTimestamp", "finalizers")
+    ann = ((obj.get("metadata") or {}).get("annotations")) or {}
+    if isinstance(ann, Mapping) and ann.get(EXTENDED_CLAIM_ANNOTATION):  # the claim made for extended resources
+        meta["annotations"] = {EXTENDED_CLAIM_ANNOTATION: ann[EXTENDED_CLAIM_ANNOTATION]}
     out: dict[str, Any] = {"metadata": meta, "spec": obj.get("spec") or {}}
     if kind == RESOURCE_CLAIMS:
         status = obj.get("status") or {}
