@@ -10,7 +10,9 @@ Filter (true requests, never the scoring defaults), per node, every failing reas
   3. cpu, memory, ephemeral-storage, then every scalar resource (extended, hugepages-*,
      *kubernetes.io/*, attachable-volumes-*) with request > 0: request > allocatable - requested
      -> "Insufficient <name>". Extended resources listed in ignoredResources, or whose prefix
-     before "/" is in ignoredResourceGroups, are not checked.
+     before "/" is in ignoredResourceGroups, are not checked. A resource a DeviceClass backs
+     (DRAExtendedResource) is not checked on a node that does not advertise it: DynamicResources
+     allocates it there (upstream shouldDelegateResourceToDRA).
 The status is Unschedulable, or UnschedulableAndUnresolvable when some failing resource is
 requested beyond the node's whole allocatable (preemption cannot help there).
 
@@ -33,7 +35,8 @@ bound or nominated, so it freed room: Queue); a node added, queueing only when t
 fit the node empty; a node's allocatable changed, queueing only when the pod fits the node empty
 and the allocatable of the pod count or of some resource the pod requests grew; an assigned pod
 scaled down, queueing only when it released a resource the pod requests; the pod itself scaled
-down (Queue).
+down (Queue); a DeviceClass added or changed, queueing only when its (new) resource name is one
+the pod requests.
 """
 
 from __future__ import annotations

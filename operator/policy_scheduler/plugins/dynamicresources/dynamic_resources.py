@@ -33,7 +33,11 @@ allocate it afresh. After a rejection by an earlier PreFilter, upstream's PostFi
 state and answers the Error ``not found``, which ends the PostFilter run (no preemption) and
 is appended to the FitError message: so is ours.
 
-Not covered: extended resources backed by DRA, partitionable devices and consumable capacity,
+Extended resources backed by DRA (extended.py): the pod's special claim is allocated after its
+own claims, created in PreBind (then allocated and reserved like the others) and recorded in the
+pod's ``status.extendedResourceClaimStatus``; Unreserve deletes it, PostFilter deletes a stale one.
+
+Not covered: partitionable devices and consumable capacity,
 binding conditions (devices that have them are allocated, PreBind does not wait for them),
 DeviceTaintRules, the per-node filter timeout.
 """
@@ -56,7 +60,7 @@ from ...framework.status import Code, Status
 from .allocator import STATE_KEY, AllocationError, Allocator, DraState, NodeAllocationError, first_available_score
 from . import extended
 from .cache import DraCache
-from .extended import EXT_STATE_KEY, ExtendedError, ExtState
+from .extended import EXT_STATE_KEY, ExtState
 from .objects import FINALIZER, ResourceClaim
 
 NAME = "DynamicResources"
@@ -223,7 +227,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                     reasons.setdefault(reason, np.zeros(n, dtype=bool))[k] = True
                     continue
                 if variant is not None:
-                    allocator = self._ext_allocator(st, ext, variant)
+                    allocator = extended.allocator_for(ext, self._cache(), [st.claims[i] for i in st.to_allocate], variant)
             unavailable = [i for i, sel in allocated if not sel.matches(spec.labels, spec.name)]
             reason = None
             if allocator is not None:
@@ -244,15 +248,6 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 passed[k] = False
                 reasons.setdefault(reason, np.zeros(n, dtype=bool))[k] = True
         return FilterResult(passed, Code.UNSCHEDULABLE_AND_UNRESOLVABLE, list(reasons.items()))
-
-    def _ext_allocator(self, st: DraState, ext: ExtState, variant: extended.NodeVariant) -> Allocator:
-        """The pod's claims to allocate followed by the node's variant of the special claim (one
-        allocator per distinct variant)."""
-        got = ext.allocators.get(variant.signature)
-        if got is None:
-            got = Allocator(self._cache(), [st.claims[i] for i in st.to_allocate] + [variant.claim])
-            ext.allocators[variant.signature] = got
-        return got
 
     # ------------------------------------------------------------------ PostFilter
     def post_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, statuses) -> tuple[Status, str | None]:
@@ -323,7 +318,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 picked = st.by_node.get(node_name)
                 if picked is None:
                     return Status.error("claim allocation not found for node")
-                result = self._ext_allocator(st, ext, variant).results(picked, node_name)[-1].result
+                result = extended.allocator_for(ext, self._cache(), [st.claims[i] for i in st.to_allocate], variant).results(picked, node_name)[-1].result
                 self._cache().add_pending(variant.claim.with_status(result, [], finalizer=True), pod.uid)
                 ext.allocation = result
         if not st.to_allocate:  # every claim allocated already (shared): its devices, for explain
@@ -438,31 +433,9 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 st.reserved.pop(i, None)
         ext: ExtState | None = state.read(EXT_STATE_KEY)
         if ext is not None and ext.allocation is not None:
-            return await self._bind_extended(ext, pod, node_name)
-        return Status.success()
-
-    async def _bind_extended(self, ext: ExtState, pod: PodInfo, node_name: str) -> Status:
-        """upstream bindClaim for the special claim: create it, allocate and reserve it, record
-        it in the pod's status."""
-        variant = ext.variants.get(node_name)
-        if variant is None or ext.allocation is None:
-            return Status.error(f"extended resource claim not found for node {node_name}")
-        cache = self._cache()
-        try:
-            ext.created = await extended.create_claim(self.handle.api_request, pod, variant)
-            written = await self._bind_claim(ext.created, pod, ext.allocation)
-        except (ExtendedError, _BindError) as e:
-            return Status.error(str(e))
-        except Exception as e:  # noqa: BLE001 - the request's failure is the status
-            assert ext.created is not None
-            return Status.error(f"add allocation and reservation to claim {ext.created.key}: {e or type(e).__name__}")
-        ext.created = written
-        cache.assume(written)
-        cache.drop_pending(ext.claim.uid)
-        try:
-            await extended.record_in_pod(self.handle.api_request, pod, written.name, variant.mappings)
-        except ExtendedError as e:
-            return Status.error(str(e))
+            err = await extended.bind(ext, pod, node_name, self.handle.api_request, self._bind_claim, self._cache(),
+                                      _BindError)
+            return Status.error(err) if err else Status.success()
         return Status.success()
 
     async def _bind_claim(self, claim: ResourceClaim, pod: PodInfo, allocation: dict | None) -> ResourceClaim:

@@ -35,6 +35,7 @@ from typing import Any, Mapping
 from ...framework.model.podinfo import PodInfo
 from ...framework.model.quantity import QuantityError, parse_quantity
 from ...framework.model.extended_resources import class_map, is_dra_extended_resource_name
+from .allocator import Allocator
 from .cache import DraCache
 from .objects import DeviceClass, ResourceClaim
 
@@ -305,6 +306,42 @@ async def delete_claim(api: Any, claim: ResourceClaim, finalizer: str, retries: 
     except Exception as e:  # noqa: BLE001
         if getattr(e, "status", None) != 404:
             raise
+
+
+def allocator_for(ext: ExtState, cache: DraCache, claims: list[ResourceClaim], variant: NodeVariant) -> Allocator:
+    """The pod's claims to allocate followed by the node's variant of the special claim (one
+    allocator per distinct variant, for the cycle)."""
+    got = ext.allocators.get(variant.signature)
+    if got is None:
+        got = Allocator(cache, claims + [variant.claim])
+        ext.allocators[variant.signature] = got
+    return got
+
+
+async def bind(ext: ExtState, pod: PodInfo, node_name: str, api: Any, bind_claim: Any, cache: DraCache,
+               bind_error: type[Exception]) -> str | None:
+    """upstream bindClaim for the special claim: create it, then ``bind_claim`` (the finalizer,
+    the allocation, the reservation), then record it in the pod's status. The Error's text, or
+    None."""
+    variant = ext.variants.get(node_name)
+    if variant is None or ext.allocation is None:
+        return f"extended resource claim not found for node {node_name}"
+    try:
+        ext.created = await create_claim(api, pod, variant)
+        written = await bind_claim(ext.created, pod, ext.allocation)
+    except (ExtendedError, bind_error) as e:
+        return str(e)
+    except Exception as e:  # noqa: BLE001 - the request's failure is the status
+        assert ext.created is not None
+        return f"add allocation and reservation to claim {ext.created.key}: {e or type(e).__name__}"
+    ext.created = written
+    cache.assume(written)
+    cache.drop_pending(ext.claim.uid)
+    try:
+        await record_in_pod(api, pod, written.name, variant.mappings)
+    except ExtendedError as e:
+        return str(e)
+    return None
 
 
 class ExtendedError(Exception):
