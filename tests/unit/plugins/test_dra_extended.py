@@ -305,3 +305,12 @@ def test_a_stale_claim_cannot_be_scheduled_and_post_filter_deletes_it():
     st, _ = pl.post_filter(state, other, t, None)
     assert (st.code, st.message()) == (Code.UNSCHEDULABLE, "")
     assert state.read("DynamicResources/extended").claim.name == SPECIAL_NAME
+
+
+def test_hostile_containers_give_no_request_rather_than_an_exception():
+    p = ext_pod(containers=[{"name": "a", "resources": ["not", "a", "map"]},
+                            {"name": "b", "resources": {"requests": {GPU: {"no": "quantity"}}}},
+                            "not a container",
+                            {"name": "c", "resources": {"requests": {GPU: "1"}}}])
+    reqs, maps = requests_and_mappings(p, {GPU: 1}, {GPU: _cls("k")})
+    assert [r["name"] for r in reqs] == ["container-3-request-0"] and [m["containerName"] for m in maps] == ["c"]

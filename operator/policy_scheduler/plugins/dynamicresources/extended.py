@@ -92,7 +92,7 @@ def _int_quantity(q: Any) -> int | None:
     """resource.Quantity.AsInt64: the integer, or None when it is not one."""
     try:
         d = parse_quantity(q)
-    except QuantityError:
+    except (QuantityError, TypeError, ValueError, ArithmeticError):
         return None
     if d != d.to_integral_value() or abs(d) >= Decimal(2) ** 63:
         return None
@@ -115,7 +115,8 @@ def _containers(pod: PodInfo) -> list[_Container]:
     for i, c in enumerate((list(inits) + list(regular))[:MAX_CONTAINERS]):
         if not isinstance(c, Mapping):
             continue
-        reqs = (c.get("resources") or {}).get("requests") or {}
+        res = c.get("resources")
+        reqs = (res.get("requests") if isinstance(res, Mapping) else None) or {}
         out.append(_Container(i, str(c.get("name") or ""), reqs if isinstance(reqs, Mapping) else {},
                               i < len(inits) and c.get("restartPolicy") != "Always"))
     return out
