@@ -314,3 +314,27 @@ def test_hostile_containers_give_no_request_rather_than_an_exception():
                             {"name": "c", "resources": {"requests": {GPU: "1"}}}])
     reqs, maps = requests_and_mappings(p, {GPU: 1}, {GPU: _cls("k")})
     assert [r["name"] for r in reqs] == ["container-3-request-0"] and [m["containerName"] for m in maps] == ["c"]
+
+
+def test_the_special_claim_is_allocated_after_the_pods_own_claims():
+    h = world([gpu("g0"), gpu("g1")], claims=[claim("mine", [{"name": "gpu", "exactly": {
+        "deviceClassName": "gpu-class"}}])])
+    t = table(("n0", {}))
+    pl = instance(DynamicResources, None, h)
+    body = {"metadata": {"name": "p", "namespace": "default", "uid": "uid-p"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {GPU: "1"}}}],
+                     "resourceClaims": [{"name": "own", "resourceClaimName": "mine"}]}, "status": {}}
+    p = parse_pod(body)
+    _, res, state = run_filter(pl, p, t)
+    assert res.passed.tolist() == [True]
+    assert pl.reserve(state, p, "n0").is_success
+    devs = pl._devices(state.read("DynamicResources"), state.read("DynamicResources/extended"))
+    assert [(d["claim"], d["device"]) for d in devs] == [("mine", f"{DRIVER}/n0/g0"), (SPECIAL_NAME, f"{DRIVER}/n0/g1")]
+    assert asyncio.run(pl.pre_bind(state, p, "n0")).is_success
+    assert h.objects["default/mine"]["status"]["allocation"]["devices"]["results"][0]["device"] == "g0"
+    made = h.objects["default/p-extended-resources-x0"]
+    assert made["status"]["allocation"]["devices"]["results"][0]["device"] == "g1"
+    # one device only: the pod's claims and the special one cannot both be had
+    h2 = world([gpu("g0")], claims=[claim("mine", [{"name": "gpu", "exactly": {"deviceClassName": "gpu-class"}}])])
+    _, res, _ = run_filter(instance(DynamicResources, None, h2), p, t)
+    assert reasons(res, t) == {CANNOT_ALLOCATE: ["n0"]}

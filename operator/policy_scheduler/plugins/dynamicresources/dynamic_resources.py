@@ -345,17 +345,17 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         """The pod's devices on the chosen node, for the decision annotation (``explain``); the
         special claim's as ``<extended-resources>``, with the resources they serve."""
         out = []
-        if ext is not None and ext.allocation is not None:
-            for r in ext.allocation["devices"]["results"]:
-                out.append({"claim": extended.SPECIAL_NAME, "request": r.get("request"),
-                            "device": f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}",
-                            "resources": sorted(ext.resources)})
         for i, c in enumerate(st.claims):
             alloc = st.reserved.get(i) or c.allocation or {}
             for r in ((alloc.get("devices") or {}).get("results")) or []:
                 out.append({"claim": c.name, "request": r.get("request"),
                             "device": f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}",
                             **({"adminAccess": True} if r.get("adminAccess") else {})})
+        if ext is not None and ext.allocation is not None:  # the special claim last, as upstream's order
+            for r in ext.allocation["devices"]["results"]:
+                out.append({"claim": extended.SPECIAL_NAME, "request": r.get("request"),
+                            "device": f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}",
+                            "resources": sorted(ext.resources)})
         return out
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
