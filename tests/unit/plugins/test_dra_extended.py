@@ -338,3 +338,25 @@ def test_the_special_claim_is_allocated_after_the_pods_own_claims():
     h2 = world([gpu("g0")], claims=[claim("mine", [{"name": "gpu", "exactly": {"deviceClassName": "gpu-class"}}])])
     _, res, _ = run_filter(instance(DynamicResources, None, h2), p, t)
     assert reasons(res, t) == {CANNOT_ALLOCATE: ["n0"]}
+
+
+def test_own_claims_and_a_device_plugin_fail_in_pre_bind_as_upstream():
+    """upstream's case: a pod with a claim of its own, and its extended resource served by the
+    node's device plugin. The special claim has no requests there; PreBind creates it, allocates
+    it (nothing) and then cannot record it in the pod: an Error, at every attempt."""
+    h = world([gpu("g0")], claims=[claim("mine", [{"name": "gpu", "exactly": {"deviceClassName": "gpu-class"}}])])
+    t = table(("n0", {GPU: "1"}))
+    pl = instance(DynamicResources, None, h)
+    p = parse_pod({"metadata": {"name": "p", "namespace": "default", "uid": "uid-p"},
+                   "spec": {"containers": [{"name": "c", "resources": {"requests": {GPU: "1"}}}],
+                            "resourceClaims": [{"name": "own", "resourceClaimName": "mine"}]}, "status": {}})
+    _, res, state = run_filter(pl, p, t)
+    assert res.passed.tolist() == [True]
+    assert pl.reserve(state, p, "n0").is_success
+    st = asyncio.run(pl.pre_bind(state, p, "n0"))
+    assert st.code == Code.ERROR
+    assert st.message() == "nil or empty request mappings, no update of pod default/p ExtendedResourceClaimStatus"
+    assert h.created[0]["spec"] == {} and not h.pod_patches
+    pl.unreserve(state, p, "n0")
+    h.drain()
+    assert h.deleted == ["/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/p-extended-resources-x0"]

@@ -219,7 +219,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             spec = specs[row]
             allocator = st.allocator
             if ext is not None:  # upstream filterExtendedResources, before the claims
-                variant, reason = extended.node_variant(ext, pod, spec.name, spec.allocatable)
+                variant, reason = extended.node_variant(ext, pod, spec.name, spec.allocatable, bool(st.claims))
                 if reason is None and variant is None and not st.claims:
                     continue  # the device plugin serves it all here
                 if reason is not None:

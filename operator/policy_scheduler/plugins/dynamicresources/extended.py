@@ -225,10 +225,13 @@ def prepare(pod: PodInfo, cache: DraCache) -> ExtState | None:
     return ExtState(find_claim(pod, cache) or in_memory_claim(pod), resources, cmap)
 
 
-def node_variant(ext: ExtState, pod: PodInfo, node_name: str,
-                 allocatable: Mapping[str, int]) -> tuple[NodeVariant | None, str | None]:
+def node_variant(ext: ExtState, pod: PodInfo, node_name: str, allocatable: Mapping[str, int],
+                 user_claims: bool = False) -> tuple[NodeVariant | None, str | None]:
     """upstream filterExtendedResources for one node: (its variant or None, a rejection or None).
-    Memoized per node for the cycle."""
+    Memoized per node for the cycle. A pod with claims of its own gets a variant even when the
+    device plugin serves everything on the node: one without requests or mappings, which
+    upstream allocates, creates and then fails to record in the pod (PreBind's ``nil or empty
+    request mappings`` Error, every attempt), as here."""
     if ext.claim.requests:
         return None, CANNOT_SCHEDULE
     if node_name in ext.variants:
@@ -241,7 +244,7 @@ def node_variant(ext: ExtState, pod: PodInfo, node_name: str,
         elif have is None:
             return None, CANNOT_FIT
     variant = None
-    if to_dra and ext.claim.allocation is None:
+    if (to_dra or user_claims) and ext.claim.allocation is None:
         reqs, mappings = requests_and_mappings(pod, to_dra, ext.cmap)
         body = claim_body(pod, reqs, name=SPECIAL_NAME, uid=ext.claim.uid)
         sig = tuple((r["name"], r["exactly"]["deviceClassName"], r["exactly"]["count"]) for r in reqs)
