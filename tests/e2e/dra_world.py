@@ -26,6 +26,7 @@ DRIVER = "gpu.example.com"
 PCI_ROOT = "resource.kubernetes.io/pciRoot"  # on every device
 PCIE_ROOT = f"{DRIVER}/pcieRoot"  # the bare attribute `pcieRoot`, on a100s only
 TAINT_KEY = "example.com/unhealthy"
+BOUND_CONDITION, FAILED_CONDITION = "example.com/attached", "example.com/attach-failed"  # binding conditions
 CLASS_GPU = "drap-gpu"  # device.driver == "gpu.example.com"
 CLASS_A100 = "drap-a100"  # that, and model a100
 CLASS_MISSING = "drap-missing"  # never created
@@ -124,6 +125,7 @@ class Device:
     memory: str
     pci: str
     taint: str | None  # "NoSchedule", "NoExecute", "None" or None
+    binding: str | None = None  # with binding conditions: "ok" (the driver reports them met), "fail" (fails once)
 
     def body(self, i: int) -> dict:
         attrs = {"model": {"string": self.model}, PCI_ROOT: {"string": self.pci}}
@@ -134,10 +136,14 @@ class Device:
             d["taints"] = [{"key": TAINT_KEY, "value": "true", "effect": self.taint}]
         elif self.taint == "None":
             d["taints"] = [{"key": "example.com/info", "value": "x", "effect": "None"}]
+        if self.binding:
+            d["bindingConditions"] = [BOUND_CONDITION]
+            d["bindingFailureConditions"] = [FAILED_CONDITION]
         return d
 
     def short(self) -> str:
-        return f"{self.model}/{self.memory}/{self.pci}" + (f"/taint={self.taint}" if self.taint else "")
+        return (f"{self.model}/{self.memory}/{self.pci}" + (f"/taint={self.taint}" if self.taint else "")
+                + (f"/binding={self.binding}" if self.binding else ""))
 
 
 @dataclass
@@ -474,6 +480,13 @@ class World:
     """One case's world for one scheduler: its nodes (label ``drap-world=<tag>``), their slices,
     and, in ``run``, its claims, templates and pods."""
 
+    # FailedScheduling messages after which the pod is tried again at once (not its outcome yet)
+    RETRIED: tuple[str, ...] = (DEALLOCATED,)
+
+    def settles(self, p: "PodSpec") -> bool:
+        """Whether the pod may be refused, then tried again (its outcome: every message, then the node)."""
+        return any(c.source in ("allocated", "shared") for c in p.claims)
+
     def __init__(self, case: Case, tag: str, scheduler: str, ns: str, run: str, batch: str):
         self.case, self.tag, self.scheduler, self.ns = case, tag, scheduler, ns
         self.labels = {LABEL_RUN: run, LABEL_BATCH: batch}
@@ -587,14 +600,15 @@ class World:
                     return ("refused", refused[name][0].replace(self.tag, "<tag>")), pd
                 return None
 
-            if any(c.source in ("allocated", "shared") for c in p.claims):
+            if self.settles(p):
                 # a claim allocated before may be freed by PostFilter (a message saying so), and
                 # the pod tried again at once: bound (maybe before the message is written), or
                 # refused again; every message, then the node
                 def settled(pods, refused, name=name):
                     pd = pods.get(name)
                     msgs = refused.get(name, [])
-                    if pd is None or not (pd["spec"].get("nodeName") or msgs and DEALLOCATED not in msgs[-1]):
+                    if pd is None or not (pd["spec"].get("nodeName")
+                                          or msgs and not any(r in msgs[-1] for r in self.RETRIED)):
                         return None
                     return True
 

@@ -12,7 +12,7 @@ Format ``policy-scheduler.io/snapshot/v2`` (docs/whatif.md describes every field
                   "samples": {"<node>": {"value": 0.42, "time": 1735732800.0}}}],
      "persistentVolumes": [...], "persistentVolumeClaims": [...], "storageClasses": [...],
      "csiNodes": [...], "csiDrivers": [...],
-     "resourceClaims": [...], "resourceSlices": [...], "deviceClasses": [...],
+     "resourceClaims": [...], "resourceSlices": [...], "deviceClasses": [...], "deviceTaintRules": [...],
      "podGroups": [<scheduling.k8s.io PodGroup>...], "podGroupsVersion": "v1beta1",
      "compositePodGroups": [<scheduling.k8s.io/v1alpha3 CompositePodGroup>...]}
 
@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cache.state import KINDS
-from ..plugins.dynamicresources.objects import DEVICE_CLASSES, PATHS as DRA_PATHS, RESOURCE_CLAIMS, RESOURCE_SLICES
+from ..plugins.dynamicresources.objects import (DEVICE_CLASSES, DEVICE_TAINT_RULES, PATHS as DRA_PATHS,
+                                                RESOURCE_CLAIMS, RESOURCE_SLICES)
 from ..plugins.dynamicresources.cache import DraCache
 from ..plugins.dynamicresources.extended import ANNOTATION as EXTENDED_CLAIM_ANNOTATION
 from ..framework.model.podinfo import _VOLUME_SOURCES
@@ -85,6 +86,7 @@ DRA_LISTS: dict[str, str] = {
     "resourceClaims": RESOURCE_CLAIMS,
     "resourceSlices": RESOURCE_SLICES,
     "deviceClasses": DEVICE_CLASSES,
+    "deviceTaintRules": DEVICE_TAINT_RULES,
 }
 # annotations no plugin reads that can be large
 _ANNOTATIONS_DROP = frozenset(("kubectl.kubernetes.io/last-applied-configuration",))
@@ -260,7 +262,8 @@ def trim_storage(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trim_dra(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A ResourceClaim, ResourceSlice or DeviceClass: what plugins/dynamicresources/ parses of it."""
+    """A ResourceClaim, ResourceSlice, DeviceClass or DeviceTaintRule: what plugins/dynamicresources/
+    parses of it (a claim's status.devices: the binding conditions a driver reported)."""
     meta = _meta(obj, "name", "namespace", "uid", "resourceVersion", "ownerReferences", "deletionTimestamp",
                  "creationTimestamp", "finalizers")
     ann = ((obj.get("metadata") or {}).get("annotations")) or {}
@@ -269,7 +272,7 @@ def trim_dra(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"metadata": meta, "spec": obj.get("spec") or {}}
     if kind == RESOURCE_CLAIMS:
         status = obj.get("status") or {}
-        out["status"] = {k: status[k] for k in ("allocation", "reservedFor") if status.get(k)}
+        out["status"] = {k: status[k] for k in ("allocation", "reservedFor", "devices") if status.get(k)}
     return out
 
 

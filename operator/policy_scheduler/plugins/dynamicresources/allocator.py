@@ -404,6 +404,10 @@ class Allocator:
                 r["adminAccess"] = True
             if rq.spec.raw_tolerations:
                 r["tolerations"] = list(rq.spec.raw_tolerations)
+            if dev.binding_conditions:  # the device's, for PreBind to wait on (binding_conditions.py)
+                r["bindingConditions"] = list(dev.binding_conditions)
+            if dev.binding_failure_conditions:
+                r["bindingFailureConditions"] = list(dev.binding_failure_conditions)
             out.append(r)
         used = [self.reqs[ci][ri][chosen[(ci, ri)]] for ri in range(len(self.reqs[ci]))]
         all_names = {rq.name for rq in used}

@@ -10,7 +10,10 @@ decision time and the scheduler's own in-flight state laid over them:
 - pending allocations (upstream's ``SignalClaimPendingAllocation``): a claim allocated in memory
   by Reserve, until PreBind wrote it or Unreserve dropped it; its devices count as allocated;
 - assumed claims (upstream's assume cache): the object PreBind wrote, read instead of the
-  informer's until the informer delivers that version or a newer one.
+  informer's until the informer delivers that version or a newer one;
+- DeviceTaintRules (taint_rules.py): their taints laid over the matching devices of every slice
+  (upstream's patched slices); a rule's change is a ResourceSlice update of each slice whose
+  devices' taints it changed.
 
 Pure: no client, no clock.
 """
@@ -21,10 +24,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ...framework.events import ActionType, ClusterEvent
+from ...framework.events import ActionType, ClusterEvent, Resource
 from ...framework.model.versions import resource_version_newer
-from .objects import (_PARSERS, _RESOURCES, RESOURCE_CLAIMS, RESOURCE_SLICES, DeviceClass, DeviceID, ResourceClaim,
-                      ResourceSlice)
+from .objects import (_PARSERS, _RESOURCES, DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_SLICES, DeviceClass,
+                      DeviceID, ResourceClaim, ResourceSlice)
+from .taint_rules import DeviceTaintRule, patch_slice
 
 @dataclass(slots=True)
 class Pending:
@@ -50,12 +54,15 @@ class DraCache:
         self.allocated: Counter = Counter()  # DeviceID -> claims holding it (pending included)
         self.slice_version = 0  # bumps on slice and class changes (per-node device lists)
         self.node_memo: dict[str, tuple] = {}  # allocator.node_devices' per-node lists
+        self.taint_rules: dict[str, DeviceTaintRule] = {}
 
     def __len__(self) -> int:
-        return len(self.slices) + len(self._api_claims) + len(self.classes)
+        return len(self.slices) + len(self._api_claims) + len(self.classes) + len(self.taint_rules)
 
     # ------------------------------------------------------------------ informer side
     def apply(self, kind: str, event: str, body: Mapping[str, Any]) -> list[tuple[ClusterEvent, Any, Any]]:
+        if kind == DEVICE_TAINT_RULES and event in ("ADDED", "MODIFIED", "DELETED"):
+            return self._apply_rule(event, DeviceTaintRule.from_dict(body))
         parse = _PARSERS.get(kind)
         if parse is None or event not in ("ADDED", "MODIFIED", "DELETED"):
             raise ValueError(f"unknown DRA cache event {kind!r} {event!r}")
@@ -97,9 +104,33 @@ class DraCache:
             if old is not None:
                 self._unindex(old)
             self._index(new)
+            if self.taint_rules:
+                patch_slice(new, self.taint_rules.values())
         store[new.name] = new
         self._slices_changed()
         return [(ClusterEvent(res, ActionType.ADD if old is None else ActionType.UPDATE), old, new)]
+
+    def _apply_rule(self, event: str, rule: DeviceTaintRule) -> list[tuple[ClusterEvent, Any, Any]]:
+        """A DeviceTaintRule added, changed or deleted: every slice's devices patched again;
+        the slices whose taints changed are reported as updated (upstream's tracker)."""
+        old = self.taint_rules.get(rule.name)
+        if event == "DELETED":
+            if old is None:
+                return []
+            del self.taint_rules[rule.name]
+        else:
+            if old is not None and old.resource_version == rule.resource_version and rule.resource_version:
+                return []
+            self.taint_rules[rule.name] = rule
+        if old is not None and event != "DELETED" and (old.selector, old.taint) == (rule.selector, rule.taint):
+            return []
+        rules = list(self.taint_rules.values())
+        changed = [s for s in self.slices.values() if patch_slice(s, rules)]
+        if not changed:
+            return []
+        self._slices_changed()
+        ev = ClusterEvent(Resource.RESOURCE_SLICE, ActionType.UPDATE)
+        return [(ev, s, s) for s in changed]
 
     def _slices_changed(self) -> None:
         """Every node's device list is built again on its next use (and nodes gone since are

@@ -25,7 +25,9 @@ removes the pod from ``reservedFor`` if it got there.
 PreBind: per claim not yet reserved for the pod (from the cache, re-read after a conflict), add the finalizer
 ``resource.kubernetes.io/delete-protection`` (update), then write ``status.allocation`` (with
 ``allocationTimestamp``) and append the pod to ``status.reservedFor`` (one status update), retried
-on conflicts. A claim deleted or allocated elsewhere in the meantime is an Error.
+on conflicts. A claim deleted or allocated elsewhere in the meantime is an Error. Then, when a
+device allocated to the pod has binding conditions, it waits for them (binding_conditions.py);
+Filter holds a claim whose binding failed or timed out unavailable, so PostFilter frees it.
 
 PostFilter: when no node fits, the first unavailable claim reserved for nobody or only for this
 pod is deallocated (``deallocation of ResourceClaim completed``), so the next attempt may
@@ -37,9 +39,8 @@ Extended resources backed by DRA (extended.py): the pod's special claim is alloc
 own claims, created in PreBind (then allocated and reserved like the others) and recorded in the
 pod's ``status.extendedResourceClaimStatus``; Unreserve deletes it, PostFilter deletes a stale one.
 
-Not covered: partitionable devices and consumable capacity,
-binding conditions (devices that have them are allocated, PreBind does not wait for them),
-DeviceTaintRules, the per-node filter timeout.
+Not covered: partitionable devices and consumable capacity, the per-node filter timeout, the
+BindingConditionsPending event.
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ from ...framework.interface import (DEVICE_ALLOCATION, CycleState, EnqueueExtens
 from ...framework.model.nodetable import NodeTable
 from ...framework.model.podinfo import PodInfo
 from ...framework.status import Code, Status
+from . import binding_conditions as bc
 from .allocator import STATE_KEY, AllocationError, Allocator, DraState, NodeAllocationError, first_available_score
 from . import extended
+from .binding_conditions import DEFAULT_BINDING_TIMEOUT
 from .cache import DraCache
 from .extended import EXT_STATE_KEY, ExtState
 from .objects import FINALIZER, ResourceClaim
@@ -72,9 +75,12 @@ CONFLICT_RETRIES = 5  # upstream retry.DefaultRetry: 5 steps
 
 class DynamicResourcesArgs(PluginArgs):
     """upstream DynamicResourcesArgs; ``filterTimeoutSeconds`` is accepted for the same
-    configuration but not enforced (a Python allocation cannot be interrupted)."""
+    configuration but not enforced (a Python allocation cannot be interrupted).
+    ``bindingTimeoutSeconds`` (upstream ``bindingTimeout``, 600 s, at least 1 s): how long PreBind
+    waits for a device's binding conditions (binding_conditions.py)."""
 
     filter_timeout_seconds: float = Field(default=10.0, alias="filterTimeoutSeconds", ge=0)
+    binding_timeout_seconds: float = Field(default=DEFAULT_BINDING_TIMEOUT, alias="bindingTimeoutSeconds", ge=1)
 
 
 def claim_path(namespace: str, name: str) -> str:
@@ -117,6 +123,11 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
 
     def _cache(self) -> DraCache:
         return self.handle.dra()
+
+    @property
+    def binding_timeout(self) -> float:
+        args = self.args if isinstance(self.args, DynamicResourcesArgs) else None
+        return args.binding_timeout_seconds if args is not None else DEFAULT_BINDING_TIMEOUT
 
     # ------------------------------------------------------------------ events
     def events_to_register(self) -> list[ClusterEventWithHint]:
@@ -215,6 +226,10 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         specs = nodes.specs
         allocated = [(i, c.allocation_node_selector) for i, c in enumerate(st.claims) if c.allocation is not None
                      and c.allocation_node_selector is not None]
+        # an allocated claim whose binding failed or timed out is available nowhere (PostFilter frees it)
+        now = bc.wall_clock()
+        unbound = [i for i, c in enumerate(st.claims) if c.allocation is not None
+                   and bc.unavailable(c, self.binding_timeout, now)]
         for k, row in enumerate(rows.tolist()):
             spec = specs[row]
             allocator = st.allocator
@@ -229,6 +244,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 if variant is not None:
                     allocator = extended.allocator_for(ext, self._cache(), [st.claims[i] for i in st.to_allocate], variant)
             unavailable = [i for i, sel in allocated if not sel.matches(spec.labels, spec.name)]
+            if unbound:
+                unavailable = sorted(set(unavailable).union(unbound))
             reason = None
             if allocator is not None:
                 try:
@@ -432,11 +449,20 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                 cache.drop_pending(c.uid)
                 st.reserved.pop(i, None)
         ext: ExtState | None = state.read(EXT_STATE_KEY)
-        if ext is not None and ext.allocation is not None:
-            err = await extended.bind(ext, pod, node_name, self.handle.api_request, self._bind_claim, self._cache(),
+        claims = [cache.claim(c.namespace, c.name) or c for c in st.claims]
+        if ext is not None and ext.allocation is not None:  # the special claim last, as upstream's order
+            err = await extended.bind(ext, pod, node_name, self.handle.api_request, self._bind_claim, cache,
                                       _BindError)
-            return Status.error(err) if err else Status.success()
-        return Status.success()
+            if err:
+                return Status.error(err)
+            if ext.created is not None:
+                claims.append(cache.claim(ext.created.namespace, ext.created.name) or ext.created)
+        if not bc.has_binding_conditions(claims):
+            return Status.success()
+        # upstream: poll every 5 s until every device's binding conditions are True (or fail)
+        err = await bc.wait_for_binding(claims, lambda c: cache.claim(c.namespace, c.name), self.binding_timeout,
+                                         bc.POLL_INTERVAL)
+        return Status.error(err) if err else Status.success()
 
     async def _bind_claim(self, claim: ResourceClaim, pod: PodInfo, allocation: dict | None) -> ResourceClaim:
         path = claim_path(claim.namespace, claim.name)
@@ -455,15 +481,20 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             status = dict(body.get("status") or {})
             if allocation is not None and status.get("allocation"):
                 raise _BindError(f"claim {claim.key} got allocated elsewhere in the meantime")
+            if allocation is None and not status.get("allocation"):  # binding conditions on (upstream's gates)
+                raise _BindError(f"claim {claim.key} got deallocated elsewhere in the meantime")
             try:
                 fins = list(meta.get("finalizers") or [])
-                if FINALIZER not in fins:  # "if we were interrupted in the past, it might already be set"
+                # only with an allocation of ours (upstream): "if we were interrupted in the past, it
+                # might already be set"
+                if allocation is not None and FINALIZER not in fins:
                     meta["finalizers"] = fins + [FINALIZER]
                     body = await api("PUT", path, dict(body, metadata=meta))
                 status = dict(body.get("status") or {})
-                if allocation is not None:
-                    alloc = dict(allocation)
-                    alloc.setdefault("allocationTimestamp", _now())
+                alloc = dict(allocation if allocation is not None else status["allocation"])
+                if not alloc.get("allocationTimestamp"):  # set once (an allocated claim's: the API refuses it)
+                    alloc["allocationTimestamp"] = _now()
+                if allocation is not None or alloc != status["allocation"]:
                     status["allocation"] = alloc
                 reserved = list(status.get("reservedFor") or [])
                 if not any(r.get("uid") == pod.uid for r in reserved):

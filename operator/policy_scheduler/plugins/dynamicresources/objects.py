@@ -14,15 +14,18 @@ from ...framework.events import Resource
 from ...framework.model.labels import NodeSelector, SelectorError
 
 RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES = "resourceclaims", "resourceslices", "deviceclasses"
-KINDS = (RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES)
+DEVICE_TAINT_RULES = "devicetaintrules"  # taint_rules.py: taints laid over the slices' devices
+KINDS = (RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES, DEVICE_TAINT_RULES)
 PATHS = {RESOURCE_CLAIMS: "/apis/resource.k8s.io/v1/resourceclaims",
          RESOURCE_SLICES: "/apis/resource.k8s.io/v1/resourceslices",
-         DEVICE_CLASSES: "/apis/resource.k8s.io/v1/deviceclasses"}
+         DEVICE_CLASSES: "/apis/resource.k8s.io/v1/deviceclasses",
+         DEVICE_TAINT_RULES: "/apis/resource.k8s.io/v1/devicetaintrules"}
 _RESOURCES = {RESOURCE_CLAIMS: Resource.RESOURCE_CLAIM, RESOURCE_SLICES: Resource.RESOURCE_SLICE,
               DEVICE_CLASSES: Resource.DEVICE_CLASS}
 FINALIZER = "resource.kubernetes.io/delete-protection"
 MAX_RESULTS = 32  # upstream AllocationResultsMaxSize
 FIRST_AVAILABLE_MAX = 8  # upstream FirstAvailableDeviceRequestMaxSize
+MAX_CONDITIONS = 4  # upstream BindingConditionsMaxSize, BindingFailureConditionsMaxSize
 DeviceID = tuple[str, str, str]  # (driver, pool, device)
 
 
@@ -98,11 +101,13 @@ class Device:
     attributes: dict[str, tuple[str, Any]]
     raw_attributes: Mapping[str, Any]
     raw_capacity: Mapping[str, Any]
-    taints: tuple[DeviceTaint, ...] = ()
-    binding_conditions: bool = False
+    taints: tuple[DeviceTaint, ...] = ()  # the slice's own, then those of matching DeviceTaintRules
+    binding_conditions: tuple[str, ...] = ()
     binds_to_node: bool = False
     consumes_counters: bool = False
     multi: bool = False  # allowMultipleAllocations
+    own_taints: tuple[DeviceTaint, ...] = ()  # the slice's taints (taint_rules.py adds the rules' to ``taints``)
+    binding_failure_conditions: tuple[str, ...] = ()
     _cel: Any = None
     matches: dict[str, Any] = field(default_factory=dict)
 
@@ -136,6 +141,10 @@ def _attribute(v: Any, where: str) -> tuple[str, Any]:
         if t in v and v[t] is not None:
             return t, v[t]
     return "unknown", None
+
+
+def _conditions(d: Mapping[str, Any], key: str, i: int) -> tuple[str, ...]:
+    return tuple(str(c) for c in _list(d.get(key), f"spec.devices[{i}].{key}")[:MAX_CONDITIONS])
 
 
 @dataclass(slots=True, eq=False)
@@ -176,7 +185,9 @@ class ResourceSlice:
             dev = Device(
                 name=str(d.get("name") or ""), driver=driver, pool=pool_name, attributes=attrs,
                 raw_attributes=raw_attrs, raw_capacity=_obj(d.get("capacity"), f"spec.devices[{i}].capacity"),
-                taints=taints, binding_conditions=bool(d.get("bindingConditions")),
+                taints=taints, own_taints=taints,
+                binding_conditions=_conditions(d, "bindingConditions", i),
+                binding_failure_conditions=_conditions(d, "bindingFailureConditions", i),
                 binds_to_node=bool(d.get("bindsToNode")), consumes_counters=bool(d.get("consumesCounters")),
                 multi=bool(d.get("allowMultipleAllocations")))
             try:  # the selector variable, built now: a value CEL cannot read refuses the slice here
