@@ -360,3 +360,27 @@ def test_own_claims_and_a_device_plugin_fail_in_pre_bind_as_upstream():
     pl.unreserve(state, p, "n0")
     h.drain()
     assert h.deleted == ["/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/p-extended-resources-x0"]
+
+
+def test_a_claim_left_without_requests_is_bound_as_it_is():
+    """A claim of an earlier attempt that has no requests passes Filter (upstream checks only a
+    claim with requests): it gets the node's requests in memory and PreBind binds it, creating
+    nothing."""
+    left = claim("p-extended-resources-old", [])
+    left["spec"] = {}
+    left["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-p",
+                                            "controller": True}]
+    left["metadata"]["annotations"] = {ANNOTATION: "true"}
+    h = world([gpu("g0")], claims=[left])
+    t = table(("n0", {}))
+    pl = instance(DynamicResources, None, h)
+    p = ext_pod()
+    _, res, state = run_filter(pl, p, t)
+    assert res.passed.tolist() == [True]
+    assert pl.reserve(state, p, "n0").is_success
+    assert asyncio.run(pl.pre_bind(state, p, "n0")).is_success
+    assert not h.created
+    obj = h.objects["default/p-extended-resources-old"]
+    assert obj["status"]["allocation"]["devices"]["results"][0]["device"] == "g0"
+    assert h.pod_patches[0][1]["status"]["extendedResourceClaimStatus"]["resourceClaimName"] == \
+        "p-extended-resources-old"

@@ -246,7 +246,7 @@ def node_variant(ext: ExtState, pod: PodInfo, node_name: str, allocatable: Mappi
     variant = None
     if (to_dra or user_claims) and ext.claim.allocation is None:
         reqs, mappings = requests_and_mappings(pod, to_dra, ext.cmap)
-        body = claim_body(pod, reqs, name=SPECIAL_NAME, uid=ext.claim.uid)
+        body = claim_body(pod, reqs, name=ext.claim.name, uid=ext.claim.uid)
         sig = tuple((r["name"], r["exactly"]["deviceClassName"], r["exactly"]["count"]) for r in reqs)
         variant = NodeVariant(ResourceClaim.from_dict(body), mappings, sig)
     ext.variants[node_name] = variant
@@ -331,7 +331,8 @@ async def bind(ext: ExtState, pod: PodInfo, node_name: str, api: Any, bind_claim
     if variant is None or ext.allocation is None:
         return f"extended resource claim not found for node {node_name}"
     try:
-        ext.created = await create_claim(api, pod, variant)
+        # a claim of an earlier attempt without requests (upstream lets it through Filter) is bound as it is
+        ext.created = ext.claim if ext.stale else await create_claim(api, pod, variant)
         written = await bind_claim(ext.created, pod, ext.allocation)
     except (ExtendedError, bind_error) as e:
         return str(e)
