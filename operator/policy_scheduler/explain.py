@@ -210,7 +210,9 @@ def print_decision(d: dict, out: TextIO) -> None:
         for dev in devices:
             if isinstance(dev, dict):
                 line(f"    claim {dev.get('claim')}  request {dev.get('request')}  {dev.get('device')}"
-                     + ("  (admin access)" if dev.get("adminAccess") else ""))
+                     + ("  (admin access)" if dev.get("adminAccess") else "")
+                     + (f"  for {', '.join(map(str, dev['resources']))}" if isinstance(dev.get("resources"), list)
+                        else ""))
     fails = d.get("failures") or {}
     if fails:
         line("  filtered out:")

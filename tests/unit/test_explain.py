@@ -113,6 +113,13 @@ def test_the_annotation_lists_the_devices_and_explain_prints_them():
     assert "  devices:   16 of 20 shown" in lines
     assert "    claim c  request gpu  gpu.example.com/n0/gpu-0  (admin access)" in lines
     assert "devices" not in json.loads(decision_annotation("p", decision()))
+    # the claim the scheduler makes for extended resources backed by DRA: the resources it serves
+    ext = [{"claim": "<extended-resources>", "request": "container-0-request-1", "device": "gpu.example.com/n0/gpu-0",
+            "resources": ["example.com/gpu"]}]
+    out = io.StringIO()
+    print_decision(json.loads(decision_annotation("p", decision(), devices=ext, at="T")), out)
+    assert ("    claim <extended-resources>  request container-0-request-1  gpu.example.com/n0/gpu-0  for "
+            "example.com/gpu") in out.getvalue().splitlines()
 
 
 def test_plugin_table_derives_normalized_and_weighted_from_the_weight():

@@ -10,7 +10,9 @@ Filter (true requests, never the scoring defaults), per node, every failing reas
   3. cpu, memory, ephemeral-storage, then every scalar resource (extended, hugepages-*,
      *kubernetes.io/*, attachable-volumes-*) with request > 0: request > allocatable - requested
      -> "Insufficient <name>". Extended resources listed in ignoredResources, or whose prefix
-     before "/" is in ignoredResourceGroups, are not checked.
+     before "/" is in ignoredResourceGroups, are not checked. A resource a DeviceClass backs
+     (DRAExtendedResource) is not checked on a node that does not advertise it: DynamicResources
+     allocates it there (upstream shouldDelegateResourceToDRA).
 The status is Unschedulable, or UnschedulableAndUnresolvable when some failing resource is
 requested beyond the node's whole allocatable (preemption cannot help there).
 
@@ -33,7 +35,8 @@ bound or nominated, so it freed room: Queue); a node added, queueing only when t
 fit the node empty; a node's allocatable changed, queueing only when the pod fits the node empty
 and the allocatable of the pod count or of some resource the pod requests grew; an assigned pod
 scaled down, queueing only when it released a resource the pod requests; the pod itself scaled
-down (Queue).
+down (Queue); a DeviceClass added or changed, queueing only when its (new) resource name is one
+the pod requests.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from ..framework.interface import (
     PreScorePlugin,
     ScorePlugin,
 )
+from ..framework.model.extended_resources import IMPLICIT_PREFIX, backed_requests
 from ..framework.model.labels import validate_label_name
 from ..framework.model.nodetable import CPU, EPHEMERAL, MEMORY, PODS, NodeSpec, NodeTable
 from ..framework.model.podinfo import PodInfo
@@ -150,6 +154,7 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
     Args = NodeResourcesFitArgs
 
     _PRE_FILTER_KEY = NAME + "/preFilter"
+    _DRA_KEY = NAME + "/dra"  # the pod's requested resources a DeviceClass backs
     _PRE_SCORE_KEY = NAME + "/preScore"
 
     def __init__(self, args: NodeResourcesFitArgs, handle) -> None:
@@ -177,7 +182,34 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             ClusterEventWithHint(ClusterEvent(Resource.TARGET_POD, ActionType.UPDATE_POD_SCALE_DOWN), pod_hint),
             ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.ADD), node_hint),
             ClusterEventWithHint(ClusterEvent(Resource.NODE, ActionType.UPDATE_NODE_ALLOCATABLE), node_hint),
+            ClusterEventWithHint(ClusterEvent(Resource.DEVICE_CLASS, ActionType.ADD | ActionType.UPDATE),
+                                 self.device_class_hint),
         ]
+
+    def _dra_backed(self, pod: PodInfo) -> frozenset[str]:
+        """The pod's requested resources that a DeviceClass backs (DRAExtendedResource): on a
+        node that does not advertise one (allocatable 0), DynamicResources allocates it, and
+        Filter does not compare it (upstream shouldDelegateResourceToDRA)."""
+        if self.handle is None or not any(q > 0 and "/" in n for n, q in pod.requests.items()):
+            return frozenset()
+        try:
+            return backed_requests(pod.requests, self.handle.dra())
+        except LookupError:  # no DRA cache registered (a bare handle without the plugin families)
+            return frozenset()
+
+    def device_class_hint(self, pod: PodInfo, old, new) -> QueueingHint:
+        """upstream isSchedulableAfterDeviceClassEvent: a class added whose implicit name the
+        pod requests, or whose extendedResourceName (new or changed) the pod requests."""
+        if new is None:
+            return QueueingHint.SKIP
+        if old is not None:
+            if old.extended_resource_name == new.extended_resource_name:
+                return QueueingHint.SKIP
+        elif pod.requests.get(IMPLICIT_PREFIX + new.name) is not None:
+            return QueueingHint.QUEUE
+        if new.extended_resource_name and pod.requests.get(new.extended_resource_name) is not None:
+            return QueueingHint.QUEUE
+        return QueueingHint.SKIP
 
     def _checked(self, name: str, quantity: int) -> bool:
         """Whether Filter compares the pod's request for ``name`` (as ``_checks``)."""
@@ -200,13 +232,17 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
             if factors else node.allocatable
         if alloc.get("pods", 0) < 1:
             return False
-        return all(q <= alloc.get(name, 0) for name, q in pod.spec_requests.items() if self._checked(name, q))
+        dra = self._dra_backed(pod)
+        return all(q <= alloc.get(name, 0) for name, q in pod.spec_requests.items()
+                   if self._checked(name, q) and not (name in dra and node.allocatable.get(name, 0) <= 0))
 
     def _requested_resources_grew(self, pod: PodInfo, old: NodeSpec, new: NodeSpec) -> bool:
         """upstream haveAnyRequestedResourcesIncreased: the allowed pod count grew, or the
         allocatable of some resource the pod requests did."""
         if new.allocatable.get("pods", 0) > old.allocatable.get("pods", 0):
             return True
+        if any(new.allocatable.get(n, 0) <= 0 for n in self._dra_backed(pod)):
+            return True  # upstream: a resource DRA serves on the node counts as grown
         return any(new.allocatable.get(name, 0) > old.allocatable.get(name, 0)
                    for name, q in pod.spec_requests.items()
                    if q > 0 and (name in _NATIVE or is_scalar_resource_name(name)))
@@ -259,12 +295,16 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
 
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         state.write(self._PRE_FILTER_KEY, self._checks(pod, nodes))
+        state.write(self._DRA_KEY, self._dra_backed(pod))
         return Status.success(), None
 
     def filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable, rows: np.ndarray) -> FilterResult:
         checks = state.read(self._PRE_FILTER_KEY)
         if checks is None:
             checks = self._checks(pod, nodes)
+        dra = state.read(self._DRA_KEY)
+        if dra is None:
+            dra = self._dra_backed(pod)
         too_many = nodes.requested[rows, PODS] + 1 > nodes.allocatable[rows, PODS]
         if not checks:
             return FilterResult.from_mask(~too_many, "Too many pods")
@@ -285,6 +325,8 @@ class NodeResourcesFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
                 strict_short = want > alloc - used
                 alloc = (alloc * factor).astype(np.int64)
             short = want > alloc - used
+            if dra and reason[13:] in dra:  # left to DynamicResources where the node does not advertise it
+                short &= nodes.allocatable[rows, col] > 0 if col is not None else False
             over = short & (used > nodes.allocatable[rows, col]) if col is not None and short.any() else None
             # past allocatable by another policy's overcommit (asked only then: else nominated pods put it there)
             if over is not None and over.any() and self.handle is not None \

@@ -47,6 +47,7 @@ from ..cache.state import KINDS
 from ..plugins.dynamicresources.objects import (DEVICE_CLASSES, DEVICE_TAINT_RULES, PATHS as DRA_PATHS,
                                                 RESOURCE_CLAIMS, RESOURCE_SLICES)
 from ..plugins.dynamicresources.cache import DraCache
+from ..plugins.dynamicresources.extended import ANNOTATION as EXTENDED_CLAIM_ANNOTATION
 from ..framework.model.podinfo import _VOLUME_SOURCES
 from ..framework.model.podrequests import resize_status
 from ..plugins.volumes.objects import (CSI_DRIVERS, CSI_NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES,
@@ -270,6 +271,9 @@ def trim_dra(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     parses of it (a claim's status.devices: the binding conditions a driver reported)."""
     meta = _meta(obj, "name", "namespace", "uid", "resourceVersion", "ownerReferences", "deletionTimestamp",
                  "creationTimestamp", "finalizers")
+    ann = ((obj.get("metadata") or {}).get("annotations")) or {}
+    if isinstance(ann, Mapping) and ann.get(EXTENDED_CLAIM_ANNOTATION):  # the claim made for extended resources
+        meta["annotations"] = {EXTENDED_CLAIM_ANNOTATION: ann[EXTENDED_CLAIM_ANNOTATION]}
     out: dict[str, Any] = {"metadata": meta, "spec": obj.get("spec") or {}}
     if kind == RESOURCE_CLAIMS:
         status = obj.get("status") or {}

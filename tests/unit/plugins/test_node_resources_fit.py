@@ -512,7 +512,8 @@ BIG = {"cpu": "4", "memory": "8Gi", "pods": "110"}
 def test_events_to_register():
     assert registered(plugin()) == [
         (T.ASSIGNED_POD, A.DELETE), (T.ASSIGNED_POD, A.UPDATE_POD_SCALE_DOWN),
-        (T.NODE, A.ADD), (T.NODE, A.UPDATE_NODE_ALLOCATABLE), (T.TARGET_POD, A.UPDATE_POD_SCALE_DOWN)]
+        (T.NODE, A.ADD), (T.NODE, A.UPDATE_NODE_ALLOCATABLE), (T.TARGET_POD, A.UPDATE_POD_SCALE_DOWN),
+        (T.DEVICE_CLASS, A.ADD | A.UPDATE)]
 
 
 # upstream isSchedulableAfterNodeChange: Skip when the pod does not fit even the empty node (isFit);

@@ -417,3 +417,32 @@ def test_a_policy_with_a_rollout_candidate_is_shadowed_in_the_simulation():
     run = sim.runs[0]
     assert run.devices is None
     assert run.shadow is not None and run.shadow_summary()["compared"] == 6
+
+
+def test_extended_resources_backed_by_a_device_class_are_simulated_and_their_claims_kept():
+    """A pod asking for ``example.com/gpu`` that a DeviceClass backs gets devices in the
+    simulation (its special claim, explain's device list), a node advertising the resource is
+    left to its device plugin, and the claim the scheduler made for a bound pod keeps its
+    annotation in the snapshot and holds its device."""
+    from policy_scheduler.whatif.snapshot import trim_dra
+
+    cls, slices = _dra_objects(["n0", "n1"], per_node=1)
+    cls["spec"]["extendedResourceName"] = "example.com/gpu"
+    held = claim_obj("old-extended-resources-abc", "u-old")
+    held["metadata"]["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true", "other": "x"}
+    held["status"] = {"allocation": {"devices": {"results": [
+        {"request": "container-0-request-0", "driver": "gpu.example.com", "pool": "n0", "device": "gpu-0"}]}}}
+    trimmed = trim_dra("resourceclaims", held)
+    assert trimmed["metadata"]["annotations"] == {"resource.kubernetes.io/extended-resource-claim": "true"}
+    s = snap([node("n0"), node("n1")], resourceSlices=slices, deviceClasses=[cls], resourceClaims=[trimmed])
+    gpu_pod = pod("g")
+    gpu_pod["spec"]["containers"][0]["resources"]["requests"]["example.com/gpu"] = "1"
+    pods = [gpu_pod, {**gpu_pod, "metadata": {**gpu_pod["metadata"], "name": "g2"}}]
+    run = simulate(World(s), ["default"], pods).runs[0]
+    first, second = run.results
+    assert first.node == "n1"  # n0's only device is held by the bound pod's claim
+    # request 1: example.com/gpu is the container's second request name (cpu, example.com/gpu, memory)
+    assert first.devices == [{"claim": "<extended-resources>", "request": "container-0-request-1",
+                              "device": "gpu.example.com/n1/gpu-0", "resources": ["example.com/gpu"]}]
+    assert second.node is None
+    assert "0/2 nodes are available: 2 cannot allocate all claims." in second.message

@@ -35,7 +35,11 @@ allocate it afresh. After a rejection by an earlier PreFilter, upstream's PostFi
 state and answers the Error ``not found``, which ends the PostFilter run (no preemption) and
 is appended to the FitError message: so is ours.
 
-Not covered: extended resources backed by DRA, the per-node filter timeout, the
+Extended resources backed by DRA (extended.py): the pod's special claim is allocated after its
+own claims, created in PreBind (then allocated and reserved like the others) and recorded in the
+pod's ``status.extendedResourceClaimStatus``; Unreserve deletes it, PostFilter deletes a stale one.
+
+Not covered: the per-node filter timeout, the
 BindingConditionsPending event.
 """
 
@@ -56,8 +60,10 @@ from ...framework.model.podinfo import PodInfo
 from ...framework.status import Code, Status
 from . import binding_conditions as bc
 from .allocator import STATE_KEY, AllocationError, Allocator, DraState, NodeAllocationError, first_available_score
+from . import extended
 from .binding_conditions import DEFAULT_BINDING_TIMEOUT
 from .cache import DraCache
+from .extended import EXT_STATE_KEY, ExtState
 from .objects import FINALIZER, ResourceClaim
 
 NAME = "DynamicResources"
@@ -171,14 +177,17 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     def pre_filter(self, state: CycleState, pod: PodInfo, nodes: NodeTable) -> tuple[Status, set[str] | None]:
         st = DraState([], [], None)
         state.write(STATE_KEY, st)  # upstream writes its state first: PostFilter finds it from here on
-        if not pod.resource_claims:
-            return Status.skip(), None
         cache = self._cache()
-        claims, err = resolve_claims(pod, cache)
-        if err:
-            return Status.unschedulable(err, unresolvable=True), None
-        if not claims:
+        claims: list[ResourceClaim] = []
+        if pod.resource_claims:
+            claims, err = resolve_claims(pod, cache)
+            if err:
+                return Status.unschedulable(err, unresolvable=True), None
+        ext = extended.prepare(pod, cache) if cache.classes else None  # the special claim, after the user's
+        if not claims and ext is None:
             return Status.skip(), None
+        if ext is not None:
+            state.write(EXT_STATE_KEY, ext)
         to_allocate = []
         for i, c in enumerate(claims):
             if c.allocation is not None:
@@ -211,6 +220,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         n = len(rows)
         if st is None:
             return FilterResult.all_pass(n)
+        ext: ExtState | None = state.read(EXT_STATE_KEY)
         passed = np.ones(n, dtype=bool)
         reasons: dict[str, np.ndarray] = {}
         specs = nodes.specs
@@ -222,13 +232,24 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                    and bc.unavailable(c, self.binding_timeout, now)]
         for k, row in enumerate(rows.tolist()):
             spec = specs[row]
+            allocator = st.allocator
+            if ext is not None:  # upstream filterExtendedResources, before the claims
+                variant, reason = extended.node_variant(ext, pod, spec.name, spec.allocatable, bool(st.claims))
+                if reason is None and variant is None and not st.claims:
+                    continue  # the device plugin serves it all here
+                if reason is not None:
+                    passed[k] = False
+                    reasons.setdefault(reason, np.zeros(n, dtype=bool))[k] = True
+                    continue
+                if variant is not None:
+                    allocator = extended.allocator_for(ext, self._cache(), [st.claims[i] for i in st.to_allocate], variant)
             unavailable = [i for i, sel in allocated if not sel.matches(spec.labels, spec.name)]
             if unbound:
                 unavailable = sorted(set(unavailable).union(unbound))
             reason = None
-            if st.allocator is not None:
+            if allocator is not None:
                 try:
-                    allocs = st.allocator.allocate(spec.name, spec.labels)
+                    allocs = allocator.allocate(spec.name, spec.labels)
                 except NodeAllocationError as e:
                     allocs, reason = None, str(e)
                 except AllocationError as e:
@@ -250,7 +271,8 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         st: DraState | None = state.read(STATE_KEY)
         if st is None:  # an earlier PreFilter rejected the pod: upstream's getStateData error
             return Status.error("not found"), None
-        if not st.claims:
+        ext: ExtState | None = state.read(EXT_STATE_KEY)
+        if not st.claims and ext is None:
             return Status(Code.UNSCHEDULABLE), None
         cache = self._cache()
         for i in sorted(st.unavailable):
@@ -260,6 +282,9 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             if not claim.reserved_for or claim.reserved_uids() == {pod.uid}:
                 self.handle.spawn(self._deallocate(claim))
                 return Status.unschedulable(DEALLOCATED), None
+        if ext is not None and ext.stale:  # left by an earlier cycle: deleted, the next one starts anew
+            self.handle.spawn(extended.delete_claim(self.handle.api_request, ext.claim, FINALIZER))
+            return Status.unschedulable(extended.DELETED), None
         return Status(Code.UNSCHEDULABLE), None
 
     async def _deallocate(self, claim: ResourceClaim) -> None:
@@ -300,10 +325,21 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     # ------------------------------------------------------------------ Reserve
     def reserve(self, state: CycleState, pod: PodInfo, node_name: str) -> Status:
         st: DraState | None = state.read(STATE_KEY)
-        if st is None or not st.claims:
+        ext: ExtState | None = state.read(EXT_STATE_KEY)
+        if st is None or (not st.claims and ext is None):
             return Status.success()
+        if ext is not None:
+            ext.allocation = None
+            variant = ext.variants.get(node_name)
+            if variant is not None:  # the node's claim, allocated in memory as the others
+                picked = st.by_node.get(node_name)
+                if picked is None:
+                    return Status.error("claim allocation not found for node")
+                result = extended.allocator_for(ext, self._cache(), [st.claims[i] for i in st.to_allocate], variant).results(picked, node_name)[-1].result
+                self._cache().add_pending(variant.claim.with_status(result, [], finalizer=True), pod.uid)
+                ext.allocation = result
         if not st.to_allocate:  # every claim allocated already (shared): its devices, for explain
-            state.write(DEVICE_ALLOCATION, self._devices(st))
+            state.write(DEVICE_ALLOCATION, self._devices(st, ext))
             return Status.success()
         picked = st.by_node.get(node_name)
         if picked is None or st.allocator is None:
@@ -318,12 +354,13 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             claim = st.claims[i]
             cache.add_pending(claim.with_status(a.result, list(claim.reserved_for), finalizer=True), pod.uid)
             st.reserved[i] = a.result
-        state.write(DEVICE_ALLOCATION, self._devices(st))
+        state.write(DEVICE_ALLOCATION, self._devices(st, ext))
         return Status.success()
 
     @staticmethod
-    def _devices(st: DraState) -> list[dict[str, Any]]:
-        """The pod's devices on the chosen node, for the decision annotation (``explain``)."""
+    def _devices(st: DraState, ext: ExtState | None = None) -> list[dict[str, Any]]:
+        """The pod's devices on the chosen node, for the decision annotation (``explain``); the
+        special claim's as ``<extended-resources>``, with the resources they serve."""
         out = []
         for i, c in enumerate(st.claims):
             alloc = st.reserved.get(i) or c.allocation or {}
@@ -333,6 +370,11 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
                             **({"adminAccess": True} if r.get("adminAccess") else {}),
                             **({"shared": True} if r.get("shareID") else {}),
                             **({"consumedCapacity": r["consumedCapacity"]} if r.get("consumedCapacity") else {})})
+        if ext is not None and ext.allocation is not None:  # the special claim last, as upstream's order
+            for r in ext.allocation["devices"]["results"]:
+                out.append({"claim": extended.SPECIAL_NAME, "request": r.get("request"),
+                            "device": f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}",
+                            "resources": sorted(ext.resources)})
         return out
 
     def unreserve(self, state: CycleState, pod: PodInfo, node_name: str) -> None:
@@ -346,6 +388,14 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             if cur is not None and cur.allocation is not None and pod.uid in cur.reserved_uids():
                 self.handle.spawn(self._unreserve_claim(cur, pod.uid))
         st.reserved.clear()
+        ext: ExtState | None = state.read(EXT_STATE_KEY)
+        if ext is not None:  # upstream unreserveExtendedResourceClaim: a claim PreBind created is deleted
+            cache.drop_pending(ext.claim.uid, pod.uid)
+            ext.allocation = None
+            if ext.created is not None:
+                cur = cache.claim(ext.created.namespace, ext.created.name) or ext.created
+                self.handle.spawn(extended.delete_claim(self.handle.api_request, cur, FINALIZER))
+                ext.created = None
 
     async def _unreserve_claim(self, claim: ResourceClaim, pod_uid: str) -> None:
         """Remove the pod from the claim's reservedFor (upstream's strategic-merge patch; here a
@@ -375,7 +425,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         """upstream PreBindPreFlight: Success when the pod has any claim (PreBind has work),
         Skip otherwise."""
         st: DraState | None = state.read(STATE_KEY)
-        if st is None or not st.claims:
+        if st is None or not (st.claims or state.read(EXT_STATE_KEY) is not None):
             return Status.skip()
         return Status.success()
 
@@ -400,7 +450,15 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             if allocation is not None:
                 cache.drop_pending(c.uid)
                 st.reserved.pop(i, None)
+        ext: ExtState | None = state.read(EXT_STATE_KEY)
         claims = [cache.claim(c.namespace, c.name) or c for c in st.claims]
+        if ext is not None and ext.allocation is not None:  # the special claim last, as upstream's order
+            err = await extended.bind(ext, pod, node_name, self.handle.api_request, self._bind_claim, cache,
+                                      _BindError)
+            if err:
+                return Status.error(err)
+            if ext.created is not None:
+                claims.append(cache.claim(ext.created.namespace, ext.created.name) or ext.created)
         if not bc.has_binding_conditions(claims):
             return Status.success()
         # upstream: a Normal event, then a poll every 5 s until every device's binding conditions

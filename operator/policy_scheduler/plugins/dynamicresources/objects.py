@@ -294,6 +294,7 @@ class DeviceClass:
     selectors: tuple[str, ...]
     config: list
     extended_resource_name: str = ""
+    created: str = ""  # metadata.creationTimestamp (RFC 3339: compares as a string)
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any]) -> "DeviceClass":
@@ -302,7 +303,8 @@ class DeviceClass:
         sels = tuple(str(_obj(_obj(s, "spec.selectors[]").get("cel"), "cel").get("expression") or "")
                      for s in _list(spec.get("selectors"), "spec.selectors"))
         return cls(str(meta.get("name") or ""), str(meta.get("resourceVersion") or ""), sels,
-                   list(_list(spec.get("config"), "spec.config")), str(spec.get("extendedResourceName") or ""))
+                   list(_list(spec.get("config"), "spec.config")), str(spec.get("extendedResourceName") or ""),
+                   str(meta.get("creationTimestamp") or ""))
 
 
 # ---------------------------------------------------------------------------- claims
