@@ -33,6 +33,7 @@ Per node, the device list in search order is computed once per set of slices and
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -53,6 +54,11 @@ class AllocationError(Exception):
 
 class NodeAllocationError(Exception):
     """This node cannot be used (``invalid resource pools were encountered``): UAU."""
+
+
+class AllocationTimeout(Exception):
+    """The search on one node ran past its deadline (upstream's filterTimeout,
+    ``DRASchedulerFilterTimeout``): Filter returns Error for the attempt."""
 
 
 @dataclass(slots=True)
@@ -205,9 +211,11 @@ class Allocator:
             raise NodeAllocationError("invalid resource pools were encountered")
         return None
 
-    def allocate(self, node_name: str, labels: Mapping[str, str]) -> Picked | None:
+    def allocate(self, node_name: str, labels: Mapping[str, str], deadline: float | None = None) -> Picked | None:
         """The first solution on the node, or None; AllocationError for invalid input,
-        NodeAllocationError when the node's pools are invalid."""
+        NodeAllocationError when the node's pools are invalid, AllocationTimeout when
+        ``time.monotonic()`` passes ``deadline`` during the search (checked at every step, as
+        upstream's allocateOne checks its context)."""
         if self.error is not None:
             raise AllocationError(self.error)
         nd = node_devices(self.cache, node_name, labels)
@@ -355,6 +363,8 @@ class Allocator:
                 counters.release(pool, dev)
 
         def solve(ci: int, ri: int) -> bool:
+            if deadline is not None and time.monotonic() > deadline:
+                raise AllocationTimeout()
             if ci == len(claims):
                 return True
             if ri == len(reqs[ci]):
@@ -397,6 +407,8 @@ class Allocator:
         def place(ci: int, ri: int, rq: _Req, k: int, start: int) -> bool:
             if k == rq.spec.count:
                 return solve(ci, ri + 1)
+            if deadline is not None and time.monotonic() > deadline:
+                raise AllocationTimeout()
             for pos in range(start, len(devices)):
                 dev, sl, pool = devices[pos]
                 if not usable(ci, rq, dev) or not self._selectable(rq, dev) or not node_ok(dev, sl):

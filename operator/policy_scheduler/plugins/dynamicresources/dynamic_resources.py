@@ -39,13 +39,16 @@ Extended resources backed by DRA (extended.py): the pod's special claim is alloc
 own claims, created in PreBind (then allocated and reserved like the others) and recorded in the
 pod's ``status.extendedResourceClaimStatus``; Unreserve deletes it, PostFilter deletes a stale one.
 
-Not covered: the per-node filter timeout, the
-BindingConditionsPending event.
+Filter timeout: one node's allocation searching longer than ``filterTimeoutSeconds`` (10 s) fails
+the attempt with the Error ``node <node>: timed out trying to allocate devices``, as upstream.
+
+Not covered: the binding-conditions wait metric.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from typing import Any
 
 import numpy as np
@@ -59,7 +62,8 @@ from ...framework.model.nodetable import NodeTable
 from ...framework.model.podinfo import PodInfo
 from ...framework.status import Code, Status
 from . import binding_conditions as bc
-from .allocator import STATE_KEY, AllocationError, Allocator, DraState, NodeAllocationError, first_available_score
+from .allocator import (STATE_KEY, AllocationError, AllocationTimeout, Allocator, DraState, NodeAllocationError,
+                        first_available_score)
 from . import extended
 from .binding_conditions import DEFAULT_BINDING_TIMEOUT
 from .cache import DraCache
@@ -70,16 +74,18 @@ NAME = "DynamicResources"
 CANNOT_ALLOCATE = "cannot allocate all claims"
 NOT_AVAILABLE = "resourceclaim not available on the node"
 DEALLOCATED = "deallocation of ResourceClaim completed"
+DEFAULT_FILTER_TIMEOUT = 10.0  # upstream DynamicResourcesArgs.FilterTimeout default
 CONFLICT_RETRIES = 5  # upstream retry.DefaultRetry: 5 steps
 
 
 class DynamicResourcesArgs(PluginArgs):
-    """upstream DynamicResourcesArgs; ``filterTimeoutSeconds`` is accepted for the same
-    configuration but not enforced (a Python allocation cannot be interrupted).
+    """upstream DynamicResourcesArgs. ``filterTimeoutSeconds`` (upstream ``filterTimeout``, 10 s,
+    ``DRASchedulerFilterTimeout``; 0: none): how long one node's allocation may search before
+    Filter gives up with an Error (the pod goes to backoff).
     ``bindingTimeoutSeconds`` (upstream ``bindingTimeout``, 600 s, at least 1 s): how long PreBind
     waits for a device's binding conditions (binding_conditions.py)."""
 
-    filter_timeout_seconds: float = Field(default=10.0, alias="filterTimeoutSeconds", ge=0)
+    filter_timeout_seconds: float = Field(default=DEFAULT_FILTER_TIMEOUT, alias="filterTimeoutSeconds", ge=0)
     binding_timeout_seconds: float = Field(default=DEFAULT_BINDING_TIMEOUT, alias="bindingTimeoutSeconds", ge=1)
 
 
@@ -123,6 +129,12 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
 
     def _cache(self) -> DraCache:
         return self.handle.dra()
+
+    @property
+    def filter_timeout(self) -> float:
+        """Seconds one node's allocation may take in Filter (0: no limit)."""
+        args = self.args if isinstance(self.args, DynamicResourcesArgs) else None
+        return args.filter_timeout_seconds if args is not None else DEFAULT_FILTER_TIMEOUT
 
     @property
     def binding_timeout(self) -> float:
@@ -230,6 +242,7 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
         now = bc.wall_clock()
         unbound = [i for i, c in enumerate(st.claims) if c.allocation is not None
                    and bc.unavailable(c, self.binding_timeout, now)]
+        timeout = self.filter_timeout
         for k, row in enumerate(rows.tolist()):
             spec = specs[row]
             allocator = st.allocator
@@ -249,11 +262,16 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
             reason = None
             if allocator is not None:
                 try:
-                    allocs = allocator.allocate(spec.name, spec.labels)
+                    allocs = allocator.allocate(spec.name, spec.labels,
+                                                None if timeout <= 0 else time.monotonic() + timeout)
                 except NodeAllocationError as e:
                     allocs, reason = None, str(e)
                 except AllocationError as e:
                     return FilterResult(np.zeros(n, dtype=bool), error=Status.error(str(e)))
+                except AllocationTimeout:
+                    # upstream: potentially transient, so Error (backoff), naming the node
+                    return FilterResult(np.zeros(n, dtype=bool),
+                                        error=Status.error(f"node {spec.name}: timed out trying to allocate devices"))
                 if allocs is None:
                     reason = reason or CANNOT_ALLOCATE
                 elif not unavailable:
