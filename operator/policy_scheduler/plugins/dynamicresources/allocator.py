@@ -189,18 +189,27 @@ class Allocator:
     # ------------------------------------------------------------------ the search
     def _simple(self, rq: _Req, nd: NodeDevices, node: str, labels: Mapping[str, str]) -> Picked | None:
         """First fit: without counters, whether a device fits does not depend on the others
-        picked for the one request."""
+        picked for the one request; with counters, for a request of one device (the search's
+        first device whose counters last, in the same order and with the same checks)."""
         in_use = self.cache.allocated
         want = rq.spec.count
         got = []
         tolerations = rq.spec.tolerations
-        for dev, sl, _ in nd.devices:
+        counters = self.counters if nd.counters else None
+        if counters is not None:
+            counters.consumed.clear()
+        shared = self.cache.shared
+        for dev, sl, pool in nd.devices:
             if dev.id in in_use or not self._selectable(rq, dev):
                 continue
             if sl.per_device_node_selection and not dev.matches_node(node, labels):
                 continue
             if not self._fits(rq, dev, None):
                 continue
+            if counters is not None and dev.counters and not (dev.multi and shared.get(dev.id, 0) > 0):
+                if not counters.reserve(pool, dev):
+                    continue
+                counters.release(pool, dev)  # one device: nothing else of this attempt consumes
             if dev.taints and any(t.prevents_allocation and not any(tol.tolerates(t) for tol in tolerations)
                                   for t in dev.taints):
                 continue
@@ -219,7 +228,7 @@ class Allocator:
         if self.error is not None:
             raise AllocationError(self.error)
         nd = node_devices(self.cache, node_name, labels)
-        if self.simple is not None and not nd.counters:
+        if self.simple is not None and (not nd.counters or self.simple.spec.count == 1):
             return self._simple(self.simple, nd, node_name, labels)
         cache = self.cache
         in_use = cache.allocated
