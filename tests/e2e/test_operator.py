@@ -110,7 +110,7 @@ def test_kubectl_shows_policy_columns(cluster, example_policies):
     header = out.stdout.splitlines()[0].split()
     assert header == ["NAME", "READY", "PLUGINS", "REVISION", "ROLLOUT", "SCHEDULED", "PENDING", "AGE"]
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
-    assert rows["default"][1] == "True" and rows["default"][2] == "20"  # the 18 listed + SchedulingGates, DefaultBinder
+    assert rows["default"][1] == "True" and rows["default"][2] == "21"  # the 19 listed + SchedulingGates, DefaultBinder
 
 
 def test_invalid_policies_are_not_ready_with_the_field_named(core, namespace, nodes, operator, policies,
