@@ -40,10 +40,11 @@ from typing import Any, Mapping
 
 from .cache import DraCache
 from .capacity import CapacityError, canonical, consumed_amounts, fits
-from .cel import CELError, compile_selector
+from .cel import CELError
 from .objects import (FIRST_AVAILABLE_MAX, MAX_RESULTS, Device, DeviceClass, DeviceID, ResourceClaim, ResourceSlice,
                       SubRequest)
 from .pools import Counters, NodeDevices, Pool, node_devices, node_selector as _node_selector
+from .selectors import selector_result
 
 __all__ = ["Allocator", "AllocationError", "NodeAllocationError", "NodeDevices", "Pool", "node_devices"]
 
@@ -526,26 +527,3 @@ def first_available_score(claim: ResourceClaim, sub_index: list[int] | None = No
             seen.add(req.split("/")[0])
             total += FIRST_AVAILABLE_MAX - names[req]
     return total
-
-
-MAX_REMEMBERED = 64  # selector results kept per device
-
-
-def selector_result(dev: Device, text: str) -> bool | CELError:
-    """Selector ``text`` on ``dev``: True, False or the CELError, remembered on the device (at
-    most MAX_REMEMBERED results: claims with ever new selectors cannot grow it)."""
-    hit = dev.matches.get(text)
-    if hit is None:
-        try:
-            hit = compile_selector(text).evaluate(dev.cel_device())
-        except CELError as e:
-            hit = e
-        if len(dev.matches) >= MAX_REMEMBERED:
-            dev.matches.clear()
-        dev.matches[text] = hit
-    return hit
-
-
-def class_matches(cls: DeviceClass, dev: Device) -> bool:
-    """Whether every selector of ``cls`` accepts ``dev`` (a CEL error counts as no)."""
-    return all(selector_result(dev, text) is True for text in cls.selectors)

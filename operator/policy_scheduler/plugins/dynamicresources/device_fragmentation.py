@@ -20,7 +20,8 @@ from ...framework.interface import MAX_NODE_SCORE, CycleState, PluginArgs, PreSc
 from ...framework.model.nodetable import NodeTable
 from ...framework.model.podinfo import PodInfo
 from ...framework.status import Status
-from .allocator import STATE_KEY as DRA_STATE, DraState, class_matches, node_devices
+from .allocator import STATE_KEY as DRA_STATE, DraState, node_devices
+from .selectors import class_matches
 
 NAME = "DeviceFragmentation"
 
