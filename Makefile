@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER_FLAGS := $(if $(KWOK),--kwok,) $(if $(CONTROLLER_MANAGER),--controller-manager,) $(if $(GANGS),--gangs,)
 
-.PHONY: help venv build prometheus chromium zsh cluster-up cluster-down cluster-status test typecheck unit e2e demo playground playground-down crd bench-decide bench-load-aware bench clean
+.PHONY: help venv build prometheus chromium zsh cluster-up cluster-down cluster-status node-up node-down test typecheck unit e2e demo playground playground-down crd bench-decide bench-load-aware bench clean
 
 help:
 	@echo "make demo          run the scheduler on a local control plane with simulated nodes and print placements"
@@ -16,6 +16,8 @@ help:
 	@echo "make typecheck     mypy on the pure core (TYPECHECK_PACKAGES; settings: pyproject.toml [tool.mypy])"
 	@echo "make cluster-up    start etcd + kube-apiserver on loopback (KWOK=1, CONTROLLER_MANAGER=1, GANGS=1 for more)"
 	@echo "make cluster-down  stop it"
+	@echo "make node-up       a control plane with a real kubelet node (containerd, CNI, kube-proxy) and kwok nodes; root"
+	@echo "make node-down     stop it, and remove every process, mount, namespace and interface it made"
 	@echo "make build         build the pinned control-plane binaries (cached; see hack/versions.env)"
 	@echo "make helm          build the pinned helm from source (cached; HELM_VERSION in hack/versions.env)"
 	@echo "make bench-decide  decision time per pod at 1,000 and 5,000 nodes"
@@ -93,6 +95,20 @@ helm:  # the chart test (tests/e2e/test_helm.py) lints and renders charts/policy
 
 cluster-up: build
 	$(PYTHON) hack/localcluster.py up $(CLUSTER_FLAGS)
+
+# A real node (hack/realnode.py) beside kwok's, on a control plane that pods can reach, with the
+# images (hack/image/build.sh) imported into its containerd: what tests/e2e/test_real_node.py runs
+NODE_STATE := .local/node-cluster
+node-up: build
+	$(PYTHON) hack/localcluster.py up --state-dir $(NODE_STATE) --kubeconfig .local/node-kubeconfig --kwok --controller-manager --kube-scheduler \
+	  --node-address $$($(PYTHON) -c 'import sys; sys.path.insert(0, "hack"); import realnode; print(realnode.HOST_ADDRESS)')
+	$(PYTHON) hack/realnode.py up --kubeconfig $(NODE_STATE)/admin.kubeconfig \
+	  --images $$(bash hack/image/build.sh --archives | cut -d= -f2 | paste -sd,)
+	@echo "export KUBECONFIG=$$PWD/.local/node-kubeconfig; then: helm install policy-scheduler charts/policy-scheduler -n policy-scheduler-system --create-namespace"
+
+node-down:
+	$(PYTHON) hack/realnode.py down
+	$(PYTHON) hack/localcluster.py down --state-dir $(NODE_STATE)
 
 cluster-down:
 	$(PYTHON) hack/localcluster.py down

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane from pinned upstream Go modules:
-#   kube-apiserver, kube-scheduler, kube-controller-manager, kubectl (k8s.io/kubernetes),
+#   kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, and for hack/realnode.py's
+#   real node kubelet and kube-proxy (k8s.io/kubernetes),
 #   etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok).
 # The binaries go to a cache directory keyed on the pinned versions, outside the work tree,
 # so a fresh clone on the same machine reuses them. A build is skipped when all binaries exist.
@@ -15,7 +16,7 @@ source "$here/versions.env"
 
 cache_root=${POLICY_SCHEDULER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/policy-scheduler}
 bindir="$cache_root/bin/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
-bins=(kube-apiserver kube-scheduler kube-controller-manager kubectl etcd kwok)
+bins=(kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kube-proxy etcd kwok)
 
 if [[ "${1:-}" == "--bindir" ]]; then echo "$bindir"; exit 0; fi
 force=0; [[ "${1:-}" == "--force" ]] && force=1

@@ -2,7 +2,8 @@
 """A real local Kubernetes control plane: etcd + kube-apiserver (+ kwok, kube-controller-manager,
 kube-scheduler on request), built from pinned upstream modules by hack/build.sh.
 
-    python3 hack/localcluster.py up [--kwok] [--controller-manager] [--gangs] [--state-dir DIR]
+    python3 hack/localcluster.py up [--kwok] [--controller-manager] [--kube-scheduler] [--gangs]
+                                    [--node-address ADDR] [--state-dir DIR]
     python3 hack/localcluster.py down [--state-dir DIR]
     python3 hack/localcluster.py status [--state-dir DIR]
 
@@ -114,16 +115,18 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise ClusterError(f"openssl {' '.join(args[:2])} failed: {res.stderr.strip()}")
 
 
-def make_pki(d: Path) -> None:
-    """A CA, the apiserver serving cert (SANs 127.0.0.1/localhost/kubernetes*), an admin client
-    cert (O=system:masters) and the service-account signing key. EC P-256 keys: fast to make."""
+def make_pki(d: Path, extra_ips: tuple[str, ...] = ()) -> None:
+    """A CA, the apiserver serving cert (SANs 127.0.0.1/localhost/kubernetes*, and ``extra_ips``),
+    an admin client cert (O=system:masters) and the service-account signing key. EC P-256 keys:
+    fast to make."""
     if shutil.which("openssl") is None:
         raise ClusterError("openssl is not installed (apt-get install openssl)")
     d.mkdir(parents=True, exist_ok=True)
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
              "-subj", "/CN=policy-scheduler-local-ca", cwd=d)
-    sans = "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default," \
+    sans = "subjectAltName=IP:127.0.0.1,IP:10.0.0.1," + "".join(f"IP:{ip}," for ip in extra_ips) + \
+           "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default," \
            "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
     (d / "apiserver.ext").write_text(sans + "\nextendedKeyUsage=serverAuth\n")
     (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
@@ -253,13 +256,17 @@ class LocalCluster:
 
     def up(self, kwok: bool = False, controller_manager: bool = False, apiserver_port: int | None = None,
            quiet: bool = False, feature_gates: str = "", runtime_config: str = "",
-           audit_policy: str = "") -> "LocalCluster":
+           audit_policy: str = "", node_address: str = "") -> "LocalCluster":
         """Start etcd and kube-apiserver (and kwok, kube-controller-manager). ``feature_gates``
         (``A=true,B=true``) go to kube-apiserver and to every component started later
         (kube-controller-manager, kube-scheduler); ``runtime_config`` (``group/version=true``)
         to kube-apiserver's --runtime-config. See GANG_FEATURE_GATES and GANG_RUNTIME_CONFIG.
         ``audit_policy``: an audit.k8s.io Policy (YAML) that kube-apiserver logs by, as JSON
-        lines, to ``audit_log`` (off by default)."""
+        lines, to ``audit_log`` (off by default). ``node_address``: for real nodes (hack/realnode.py):
+        kube-apiserver also listens on that address (it binds every address) and advertises it as
+        the ``kubernetes`` Service's endpoint (reconciled, so pods' in-cluster configuration works
+        through kube-proxy), and calls webhook Services at their endpoints (aggregator routing),
+        since the control plane itself runs no kube-proxy."""
         if self.state.get("procs"):
             if self.running() and self.ready():
                 raise ClusterAlreadyUp(self)
@@ -274,7 +281,8 @@ class LocalCluster:
             shutil.rmtree(self.state_dir)
         self.state_dir.mkdir(parents=True)
         self.state = {"procs": {}, "started": time.time(), "feature_gates": feature_gates,
-                      "runtime_config": runtime_config, "audit": bool(audit_policy)}
+                      "runtime_config": runtime_config, "audit": bool(audit_policy),
+                      "node_address": node_address}
         if audit_policy:
             (self.state_dir / "audit-policy.yaml").write_text(audit_policy)
         try:
@@ -303,7 +311,8 @@ class LocalCluster:
 
     def _start_control_plane(self, apiserver_port: int | None) -> None:
         pki = self.state_dir / "pki"
-        make_pki(pki)
+        node_address = self.state.get("node_address", "")
+        make_pki(pki, (node_address,) if node_address else ())
         etcd_port, peer_port = self._take_port(), self._take_port()
         api_port = self._take_port(apiserver_port)
         self.state.update(etcd_port=etcd_port, apiserver_port=api_port, server=f"https://127.0.0.1:{api_port}")
@@ -328,15 +337,15 @@ class LocalCluster:
         self._wait("etcd", etcd, etcd_ok, 30)
         api = self._spawn("kube-apiserver", [
             str(self.bins / "kube-apiserver"),
-            f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--etcd-servers={etcd_url}", *self._address_flags(),
             f"--secure-port={api_port}", f"--cert-dir={pki}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
+            "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true", "--authorization-mode=Node,RBAC",
-            f"--disable-admission-plugins={DISABLED_ADMISSION}",
+            f"--disable-admission-plugins={self._disabled_admission()}",
             # a test cluster on loopback: let the clients, not the server, be the limit
             "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
             "--enable-priority-and-fairness=false", "--profiling=false", "--v=1",
@@ -352,6 +361,24 @@ class LocalCluster:
         self.kubeconfig_path.parent.mkdir(parents=True, exist_ok=True)
         self.kubeconfig_path.write_text(text)
         self._wait("kube-apiserver", api, self.ready, READY_TIMEOUT)
+
+    def _disabled_admission(self) -> str:
+        # with real nodes, pods need their service account token volume: ServiceAccount stays on
+        # (start the controller manager, which makes each namespace's default ServiceAccount)
+        if self.state.get("node_address"):
+            return ",".join(p for p in DISABLED_ADMISSION.split(",") if p != "ServiceAccount")
+        return DISABLED_ADMISSION
+
+    def _address_flags(self) -> list[str]:
+        node_address = self.state.get("node_address", "")
+        if not node_address:
+            return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
+        pki = self.state_dir / "pki"
+        return ["--bind-address=0.0.0.0", f"--advertise-address={node_address}",
+                "--endpoint-reconciler-type=lease", "--enable-aggregator-routing=true",
+                # logs and exec: the kubelet at its InternalIP, as the admin (no name service here)
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}"]
 
     def _gate_flags(self) -> list[str]:
         return [f"--feature-gates={self.feature_gates}"] if self.feature_gates else []
@@ -475,6 +502,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kwok", action="store_true", help="also run kwok to simulate nodes annotated "
                                                         f"{KWOK_NODE_ANNOTATION}=fake and their pods")
     ap.add_argument("--controller-manager", action="store_true", help="also run kube-controller-manager")
+    ap.add_argument("--kube-scheduler", action="store_true", help="also run kube-scheduler (default profile), "
+                    "for pods of the default scheduler such as the operator's own (hack/realnode.py)")
+    ap.add_argument("--node-address", default="", help="for real nodes (hack/realnode.py): kube-apiserver "
+                    "listens on every address and advertises this one, the host's end of the node's veth")
     ap.add_argument("--port", type=int, default=None, help="kube-apiserver port (default: a free one)")
     ap.add_argument("--feature-gates", default="", help="feature gates for every component (A=true,B=false)")
     ap.add_argument("--runtime-config", default="", help="kube-apiserver --runtime-config (group/version=true)")
@@ -490,7 +521,9 @@ def main(argv: list[str] | None = None) -> int:
             gates = ",".join(x for x in (a.feature_gates, GANG_FEATURE_GATES if a.gangs else "") if x)
             runtime = ",".join(x for x in (a.runtime_config, GANG_RUNTIME_CONFIG if a.gangs else "") if x)
             c.up(kwok=a.kwok, controller_manager=a.controller_manager, apiserver_port=a.port,
-                 feature_gates=gates, runtime_config=runtime)
+                 feature_gates=gates, runtime_config=runtime, node_address=a.node_address)
+            if a.kube_scheduler:
+                c.start_scheduler()
         elif a.command == "down":
             c.down()
         else:

@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package tools pins the control-plane commands that hack/build.sh builds.
+// Package tools pins the control-plane and node commands that hack/build.sh builds.
 package tools
 
 import (
@@ -8,5 +8,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
