@@ -97,13 +97,13 @@ cluster-up: build
 	$(PYTHON) hack/localcluster.py up $(CLUSTER_FLAGS)
 
 # A real node (hack/realnode.py) beside kwok's, on a control plane that pods can reach, with the
-# images (hack/image/build.sh) imported into its containerd: what tests/e2e/test_real_node.py runs
+# images (hack/image/export.sh) imported into its containerd: what tests/e2e/test_real_node.py runs
 NODE_STATE := .local/node-cluster
 node-up: build
 	$(PYTHON) hack/localcluster.py up --state-dir $(NODE_STATE) --kubeconfig .local/node-kubeconfig --kwok --controller-manager --kube-scheduler \
 	  --node-address $$($(PYTHON) -c 'import sys; sys.path.insert(0, "hack"); import realnode; print(realnode.HOST_ADDRESS)')
 	$(PYTHON) hack/realnode.py up --kubeconfig $(NODE_STATE)/admin.kubeconfig \
-	  --images $$(bash hack/image/build.sh --archives | cut -d= -f2 | paste -sd,)
+	  --images $$(bash hack/image/export.sh | cut -d' ' -f2 | paste -sd,)
 	@echo "export KUBECONFIG=$$PWD/.local/node-kubeconfig; then: helm install policy-scheduler charts/policy-scheduler -n policy-scheduler-system --create-namespace"
 
 node-down:

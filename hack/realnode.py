@@ -155,6 +155,9 @@ class RealNode:
             self.state = json.loads(self.state_file.read_text())
         except (OSError, ValueError):
             self.state = {}
+        # the network namespaces that were there before the node: the pods' (cni-*) are the others;
+        # kept after down, for leftovers()
+        self.netns_before = set(self.state.get("netns_before", netns_list()))
 
     def _save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -222,7 +225,9 @@ class RealNode:
         if self.dir.exists():
             shutil.rmtree(self.dir)
         self.dir.mkdir(parents=True)
-        self.state = {"procs": {}, "node": node_name, "netns_before": netns_list(), "kubeconfig": str(kubeconfig)}
+        self.netns_before = set(netns_list())
+        self.state = {"procs": {}, "node": node_name, "netns_before": sorted(self.netns_before),
+                      "kubeconfig": str(kubeconfig)}
         self._save()
         kubeconfig = self._node_kubeconfig(kubeconfig)
         try:
@@ -406,8 +411,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         if "containerd" in procs:
             kill_all(descendants([procs["containerd"]]), grace=10.0)
         kill_all(descendants(self._shims()), grace=1.0)
-        before = set(self.state.get("netns_before", []))
-        pod_netns = [n for n in netns_list() if n.startswith("cni-") and n not in before]
+        pod_netns = [n for n in netns_list() if n.startswith("cni-") and n not in self.netns_before]
         for mp in mounts_under([str(self.dir)] + [f"/run/netns/{n}" for n in pod_netns]):
             subprocess.run(["umount", "-l", mp], stderr=subprocess.DEVNULL)
         for n in pod_netns + ([NETNS] if NETNS in netns_list() else []):
@@ -450,10 +454,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         out += [f"process {p} (uses {self.sock})" for p in self._shims()]
         out += [f"process {p} ({Path(f'/proc/{p}/cmdline').read_bytes()[:80]!r})"
                 for p in processes_mentioning(str(self.dir)) if p not in procs.values()]
-        before = set(self.state.get("netns_before", []))
         out += [f"mount {m}" for m in mounts_under([str(self.dir)])]
         out += [f"network namespace {n}" for n in netns_list()
-                if n == NETNS or (n.startswith("cni-") and n not in before and self.state)]
+                if n == NETNS or (n.startswith("cni-") and n not in self.netns_before)]
         if run("ip", "link", "show", HOST_VETH, check=False).returncode == 0:
             out.append(f"interface {HOST_VETH}")
         out += [f"cgroup {d}" for d in self._cgroup_dirs()]

@@ -13,7 +13,7 @@ the API server's audit log); `helm upgrade` and `helm uninstall` leave the user'
 revisions; `hack/realnode.py down` leaves no process, mount, namespace, interface or cgroup.
 
 Root only (network namespaces, mounts, cgroups), as CI runs. The images are built by
-hack/image/build.sh (cached: the Debian base once, the layers above it when the source changes)."""
+hack/image/export.sh (cached: the Debian base once, the layers above it when the source changes)."""
 
 from __future__ import annotations
 
@@ -54,20 +54,16 @@ rules:
 
 
 def _images() -> dict[str, Path]:
-    """The operator, pause and busybox images as archives containerd imports (built if needed;
-    POLICY_SCHEDULER_IMAGES=operator=A.tar,pause=B.tar,busybox=C.tar takes archives made before)."""
+    """The operator, pause and busybox images as archives containerd imports, by image name (built
+    if needed; POLICY_SCHEDULER_IMAGES=NAME=A.tar,NAME=B.tar takes archives made before)."""
     given = os.environ.get("POLICY_SCHEDULER_IMAGES", "")
     if given:
         return {k: Path(v) for k, _, v in (x.partition("=") for x in given.split(","))}
-    res = subprocess.run(["bash", str(ROOT / "hack" / "image" / "build.sh"), "--archives"],
-                         stdout=subprocess.PIPE, text=True, timeout=1800)
-    assert res.returncode == 0, "hack/image/build.sh failed (see its output above)"
-    out = {}
-    for line in res.stdout.splitlines():
-        name, _, path = line.partition("=")
-        if path:
-            out[name.strip()] = Path(path.strip())
-    assert {"operator", "pause", "busybox"} <= set(out), res.stdout
+    res = subprocess.run(["bash", str(ROOT / "hack" / "image" / "export.sh")], stdout=subprocess.PIPE, text=True,
+                         timeout=1800)
+    assert res.returncode == 0, "hack/image/export.sh failed (see its output above)"
+    out = {name: Path(path) for name, _, path in (ln.partition(" ") for ln in res.stdout.splitlines()) if path}
+    assert {OPERATOR_IMAGE, realnode.PAUSE_IMAGE, BUSYBOX} <= set(out), res.stdout
     return out
 
 
