@@ -140,7 +140,7 @@ buildah config \
     --label org.opencontainers.image.description="Debian $SUITE (minbase) with Python $pyver, pip, setuptools and wheel: the local stand-in for python:3.11-slim" \
     --label org.opencontainers.image.created="$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)" \
     "$ctr"
-old=$(buildah inspect --type image --format '{{.FromImageID}}' "$BASE_IMAGE" 2>/dev/null || true)
+old=$(buildah images --noheading --no-trunc --format '{{.ID}}' "$BASE_IMAGE" 2>/dev/null || true)
 buildah commit --quiet --rm "$ctr" "$BASE_IMAGE" >/dev/null
 ctr=
 [ -n "$old" ] && buildah rmi "$old" >/dev/null 2>&1 || true  # the previous build, now untagged

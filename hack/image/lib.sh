@@ -57,3 +57,14 @@ host_ca() {
     done
     die "no CA bundle on this machine (PIP_CERT, SSL_CERT_FILE, /etc/ssl/certs/ca-certificates.crt)"
 }
+
+# need_pkg PACKAGE: the Debian package installed (for files that are not commands: libc.a, ...).
+need_pkg() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'ok installed' && return 0
+    command -v apt-get >/dev/null || die "the Debian package '$1' is required (and there is no apt-get)"
+    say "installing the Debian package '$1'"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" >/dev/null 2>&1 \
+        || { DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+             && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" >/dev/null; } \
+        || die "could not install the Debian package '$1'"
+}
