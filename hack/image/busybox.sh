@@ -34,7 +34,7 @@ mkdir -p "$root/bin" "$root/etc" "$root/tmp" "$root/root"
 chmod 1777 "$root/tmp"
 chmod 0700 "$root/root"
 cp "$bin" "$root/bin/busybox"
-for applet in $("$bin" --list); do ln -s busybox "$root/bin/$applet"; done
+for applet in $("$bin" --list); do [ "$applet" = busybox ] || ln -s busybox "$root/bin/$applet"; done
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
 for a in sh sleep wget; do [ -L "$root/bin/$a" ] || die "busybox $version has no '$a' applet"; done
