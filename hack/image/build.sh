@@ -55,7 +55,7 @@ if [ "$BASE" = auto ]; then
     elif timeout "$PULL_TIMEOUT" "$BUILDER" pull -q "$official" >/dev/null 2>&1; then
         BASE=official
     else
-        echo "make image: the official base ${official%@*} (pinned by digest) is not here and cannot be pulled (${PULL_TIMEOUT}s): using the local Debian base $BASE_IMAGE instead (BASE=official insists)." >&2
+        echo "make image: the official base ${official%@*} (pinned by digest) is neither in local storage nor pullable: building on the local Debian base $BASE_IMAGE (BASE=official insists)." >&2
         BASE=local
     fi
 fi

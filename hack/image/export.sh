@@ -37,8 +37,10 @@ for w in "${which[@]}"; do
         busybox) src=$BUSYBOX_IMAGE ref=$BUSYBOX_REF builder=(bash "$IMAGE_DIR/busybox.sh") ;;
     esac
     if [ -n "$build" ]; then
-        # build.sh's builder output goes to stderr: stdout is the list of archives
-        BUILDER=${BUILDER:-buildah} "${builder[@]}" >&2
+        # into containers-storage (buildah, or podman, which shares it), where the export reads;
+        # the builder's output goes to stderr: stdout is the list of archives
+        [ "${BUILDER:-}" = podman ] || BUILDER=buildah
+        BUILDER=$BUILDER "${builder[@]}" >&2
     fi
     id=$(buildah images --noheading --no-trunc --format '{{.ID}}' "$src" 2>/dev/null) \
         || die "no image $src (run without --no-build, or make images)"
