@@ -4,7 +4,7 @@
 # directory, the CRI plugin off) imports them into the k8s.io namespace, then
 #   - policy-scheduler --version and `policy-scheduler run --help` run as uid 10001 (the image's
 #     USER; ctr 1.6 has no --user) on a read-only root filesystem (nothing may be written to the
-#     image: no bytecode, no caches), and every module they import has its .pyc,
+#     image: no bytecode, no caches), and every module they import has a valid .pyc,
 #   - the pause image's /pause -v runs, and /pause exits 0 on SIGTERM,
 #   - the busybox image has sh, sleep and wget.
 # No argument: export.sh --no-build's archives. Stops that containerd and removes its mounts and
@@ -73,14 +73,26 @@ if "${C[@]}" images ls -q | grep -qx "$PRODUCT_REF"; then
         run "$PRODUCT_REF" t$((n + 1)) policy-scheduler --version
     check "policy-scheduler run --help (read-only root)" \
         run "$PRODUCT_REF" t$((n + 1)) policy-scheduler run --help
-    check "no bytecode to write: every module the CLI imports has its .pyc" \
+    check "no bytecode to write: every module the CLI imports has a valid .pyc" \
         run "$PRODUCT_REF" t$((n + 1)) python -c '
-import sys, importlib.util, os, policy_scheduler.cli, kopf, kubernetes
-missing = [m.__file__ for m in list(sys.modules.values())
-           if getattr(m, "__file__", None) and m.__file__.endswith(".py")
-           and not os.path.exists(importlib.util.cache_from_source(m.__file__))]
-print(len(sys.modules), "modules,", len(missing), "without a .pyc:", *missing[:5])
-sys.exit(1 if missing else 0)'
+import importlib.util, os, struct, sys, policy_scheduler.cli, kopf, kubernetes
+def stale(src):
+    pyc = importlib.util.cache_from_source(src)
+    try:
+        with open(pyc, "rb") as f:
+            magic, flags, a, b = struct.unpack("<4sIII", f.read(16))
+    except OSError:
+        return "missing"
+    if magic != importlib.util.MAGIC_NUMBER:
+        return "other magic"
+    st = os.stat(src)
+    if flags == 0 and (a, b) != (int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF):
+        return "older than its source"
+    return None
+bad = [(m.__file__, why) for m in list(sys.modules.values())
+       if getattr(m, "__file__", None) and m.__file__.endswith(".py") and (why := stale(m.__file__))]
+print(len(sys.modules), "modules,", len(bad), "without a valid .pyc", *bad[:5])
+sys.exit(1 if bad else 0)'
 fi
 if "${C[@]}" images ls -q | grep -qx "$PAUSE_REF"; then
     check "pause -v" run "$PAUSE_REF" t$((n + 1)) /pause -v
