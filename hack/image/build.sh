@@ -50,12 +50,14 @@ fi
 # buildah and podman share containers-storage: an image one of them has, the other sees.
 have() { "$BUILDER" image exists "$1" 2>/dev/null || buildah inspect --type image "$1" >/dev/null 2>&1; }
 if [ "$BASE" = auto ]; then
-    if have "$official"; then
-        BASE=official
-    elif timeout "$PULL_TIMEOUT" "$BUILDER" pull -q "$official" >/dev/null 2>&1; then
+    rc=0
+    have "$official" || timeout "$PULL_TIMEOUT" "$BUILDER" pull -q "$official" >/dev/null 2>&1 || rc=$?
+    if [ $rc = 0 ]; then
         BASE=official
     else
-        echo "make image: the official base ${official%@*} (pinned by digest) is neither in local storage nor pullable: building on the local Debian base $BASE_IMAGE (BASE=official insists)." >&2
+        why="cannot be pulled"
+        [ $rc = 124 ] && why="did not pull within ${PULL_TIMEOUT}s (PULL_TIMEOUT)"
+        echo "make image: the official base ${official%@*} (pinned by digest) is not in local storage and $why: building on the local Debian base $BASE_IMAGE (BASE=official insists)." >&2
         BASE=local
     fi
 fi
