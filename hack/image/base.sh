@@ -44,7 +44,17 @@ pins() {
         on && !/^ *#/ { print }' "$2"
 }
 mkdir -p "$CACHE_ROOT/debs" "$CACHE_ROOT/work"
-pinfile="$CACHE_ROOT/work/base-pins.txt"
+work=$(mktemp -d "$CACHE_ROOT/work/base.XXXXXX")
+root=$work/rootfs
+ctr=
+cleanup() {
+    # whatever is still mounted under the work directory (ours, or debootstrap's on a failure)
+    awk -v d="$work/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r | xargs -r -n1 umount -l
+    [ -n "$ctr" ] && buildah rm "$ctr" >/dev/null 2>&1
+    rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
+pinfile=$work/pins.txt
 {
     pins pip "$REPO_ROOT/requirements/pip.txt"
     pins setuptools "$REPO_ROOT/requirements/test.txt"
@@ -58,16 +68,6 @@ if [ -z "$force" ] && up_to_date "$BASE_IMAGE" "$hash"; then
     say "$BASE_IMAGE is up to date (inputs ${hash:0:12})"
     exit 0
 fi
-
-work=$(mktemp -d "$CACHE_ROOT/work/base.XXXXXX")
-root=$work/rootfs
-ctr=
-cleanup() {
-    for m in dev/pts dev proc; do mountpoint -q "$root/$m" 2>/dev/null && umount -l "$root/$m"; done
-    [ -n "$ctr" ] && buildah rm "$ctr" >/dev/null 2>&1
-    rm -rf "$work"
-}
-trap cleanup EXIT
 
 say "debootstrap $SUITE (minbase + $PACKAGES) from $DEBIAN_MIRROR"
 debootstrap --variant=minbase --cache-dir="$CACHE_ROOT/debs" --include="$PACKAGES" \
