@@ -63,7 +63,7 @@ pinfile=$work/pins.txt
 } > "$pinfile"
 [ "$(grep -c '==' "$pinfile")" = 4 ] || die "pip, setuptools, wheel and packaging pins not found in requirements/pip.txt and test.txt"
 
-hash=$( { inputs_hash "$0" "$IMAGE_DIR/lib.sh" "$pinfile"; echo "$SUITE $PACKAGES"; } | sha256sum | cut -d' ' -f1)
+hash=$( { inputs_hash "$0" "$IMAGE_DIR/lib.sh"; cat "$pinfile"; echo "$SUITE $PACKAGES"; } | sha256sum | cut -d" " -f1)
 if [ -z "$force" ] && up_to_date "$BASE_IMAGE" "$hash"; then
     say "$BASE_IMAGE is up to date (inputs ${hash:0:12})"
     exit 0

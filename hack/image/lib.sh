@@ -31,10 +31,11 @@ need_root() {
 # need CMD PACKAGE: CMD on PATH, installed from Debian when missing.
 need() { bash "$REPO_ROOT/hack/ensure-deb.sh" "$1" "$2" || die "'$1' (Debian package $2) is required"; }
 
-# inputs_hash FILE...: one hash over the named files' contents (and names).
+# inputs_hash FILE...: one hash over the files' contents and base names (not their paths, which
+# depend on how a script was called).
 inputs_hash() {
     local f
-    for f in "$@"; do printf '%s\n' "${f#"$REPO_ROOT"/}"; cat "$f"; done | sha256sum | cut -d' ' -f1
+    for f in "$@"; do basename "$f"; cat "$f"; done | sha256sum | cut -d' ' -f1
 }
 
 image_exists() { buildah inspect --type image "$1" >/dev/null 2>&1; }
