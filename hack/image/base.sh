@@ -75,9 +75,12 @@ debootstrap --variant=minbase --cache-dir="$CACHE_ROOT/debs" --include="$PACKAGE
     || { tail -20 "$work/debootstrap.log" >&2; die "debootstrap failed (log above)"; }
 
 if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
-    release=$(ls "$root"/var/lib/apt/lists/*_Release 2>/dev/null | head -1)
-    [ -n "$release" ] || release=$(ls "$root"/var/lib/apt/lists/*_InRelease | head -1)
-    SOURCE_DATE_EPOCH=$(date -d "$(sed -n 's/^Date: //p' "$release")" +%s)
+    date=
+    for release in "$root"/var/lib/apt/lists/*Release; do
+        date=$(sed -n 's/^Date: //p' "$release" 2>/dev/null) && [ -n "$date" ] && break
+    done
+    [ -n "$date" ] || die "no Release file with a Date in the new root's apt lists (set SOURCE_DATE_EPOCH)"
+    SOURCE_DATE_EPOCH=$(date -d "$date" +%s)
 fi
 export SOURCE_DATE_EPOCH
 

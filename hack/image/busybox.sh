@@ -16,7 +16,7 @@ esac
 need_root
 need buildah buildah
 need_pkg busybox-static
-bin=$(dpkg -L busybox-static | grep -E '/bin/busybox$' | head -1)
+bin=$(dpkg -L busybox-static | grep -m1 -E '/bin/busybox$' || true)
 [ -x "$bin" ] || die "busybox-static is installed but has no bin/busybox"
 version=$(dpkg-query -W -f='${Version}' busybox-static)
 

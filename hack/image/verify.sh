@@ -16,7 +16,9 @@ need_root
 need containerd containerd
 need runc runc
 
+all=
 if [ $# -eq 0 ]; then
+    all=1
     mapfile -t lines < <(bash "$IMAGE_DIR/export.sh" --no-build)
     set -- $(printf '%s\n' "${lines[@]}" | cut -d' ' -f2)
 fi
@@ -52,7 +54,8 @@ ctr --address "$sock" version >/dev/null || { tail "$dir/containerd.log" >&2; di
 
 C=(ctr --address "$sock" -n k8s.io)
 for f in "$@"; do "${C[@]}" images import "$f" >&2; done
-"${C[@]}" images ls -q >&2
+refs=$("${C[@]}" images ls -q)
+echo "$refs" >&2
 
 fail=0
 check() {  # check DESCRIPTION COMMAND...: run, show the output, count a failure
@@ -63,9 +66,15 @@ check() {  # check DESCRIPTION COMMAND...: run, show the output, count a failure
     else echo "FAIL  $what (exit $rc):"; echo "$out" | tail -15 | sed 's/^/      /'; fail=1; fi
 }
 n=0
+# has REF: the image was imported (with no arguments, all three must have been)
+has() {
+    grep -qx "$1" <<< "$refs" && return 0
+    [ -n "$all" ] && { echo "FAIL  $1 is not among the imported images"; fail=1; }
+    return 1
+}
 run() { n=$((n + 1)); "${C[@]}" run --rm --read-only "$@"; }  # run IMAGE-ARGS...: a container named t<n>
 
-if "${C[@]}" images ls -q | grep -qx "$PRODUCT_REF"; then
+if has "$PRODUCT_REF"; then
     # ctr 1.6 has no --user: the containers run as the image's USER, checked first to be 10001.
     check "runs as uid/gid 10001 (the image's USER)" \
         run "$PRODUCT_REF" t$((n + 1)) python -c 'import os, sys; print(os.getuid(), os.getgid()); sys.exit(os.getuid() != 10001 or os.getgid() != 10001)'
@@ -94,13 +103,13 @@ bad = [(m.__file__, why) for m in list(sys.modules.values())
 print(len(sys.modules), "modules,", len(bad), "without a valid .pyc", *bad[:5])
 sys.exit(1 if bad else 0)'
 fi
-if "${C[@]}" images ls -q | grep -qx "$PAUSE_REF"; then
+if has "$PAUSE_REF"; then
     check "pause -v" run "$PAUSE_REF" t$((n + 1)) /pause -v
     check "pause exits 0 on SIGTERM" bash -c "
         ${C[*]} run --rm --read-only $PAUSE_REF t-pause & sleep 1
         ${C[*]} tasks kill -s SIGTERM t-pause && wait \$! && echo exit 0"
 fi
-if "${C[@]}" images ls -q | grep -qx "$BUSYBOX_REF"; then
+if has "$BUSYBOX_REF"; then
     check "busybox sh, sleep, wget" run "$BUSYBOX_REF" t$((n + 1)) sh -c 'sleep 0.1 && wget --help 2>&1 | head -1 && echo sh ok'
 fi
 [ $fail = 0 ] || die "some checks failed"
