@@ -24,7 +24,9 @@ help:
 	@echo "make bench-load-aware  extra decision time per pod that LoadAware adds at 1,000 nodes"
 	@echo "make bench         pods/s against kube-scheduler and a bare binder (BENCH_ARGS=--quick)"
 	@echo "make lock          regenerate requirements/*.txt, the hash-checked locks (UPGRADE=1: newest releases)"
-	@echo "make image         build the image policy-scheduler:<version> with docker, podman or buildah"
+	@echo "make image         build the image policy-scheduler:<version> with docker, podman or buildah (BASE=official|local|auto)"
+	@echo "make images        the image, a pause and a busybox image as archives for containerd (ctr -n k8s.io images import)"
+	@echo "make image-verify  load those archives into a throwaway containerd and run them (uid 10001, read-only root)"
 
 # Everything comes from the hash-checked locks: the locked pip first (it installs the rest in about
 # half the time the bundled one takes), then requirements/test.txt (the runtime, the test extra, the
@@ -62,16 +64,24 @@ lock: $(UV)
 
 # The image, with the first builder found: docker (with a reachable daemon), podman, buildah;
 # BUILDER=podman (say) picks one, IMAGE_FLAGS passes options (e.g. --build-arg PYTHON_IMAGE=...).
+# BASE=official: the Dockerfile's digest-pinned python:3.11-slim; BASE=local: a Debian 12 base built
+# here (hack/image/base.sh, for machines without a registry; buildah or podman); BASE=auto (default):
+# official when it is here or can be pulled, else local. See hack/image/build.sh.
 IMAGE ?= policy-scheduler:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
-BUILDER ?= $(shell if docker info >/dev/null 2>&1; then echo docker; \
-	elif command -v podman >/dev/null; then echo podman; elif command -v buildah >/dev/null; then echo buildah; fi)
+BASE ?= auto
+.PHONY: images image-verify
 
 image:
-	@if [ -z "$(BUILDER)" ]; then \
-	  echo "make image: no image builder here: none of docker (with a running daemon), podman or buildah."; \
-	  if command -v docker >/dev/null; then echo "  (docker is installed, but its daemon does not answer: docker info)"; fi; \
-	  echo "  Install one (e.g. apt-get install podman), or run: docker build -t $(IMAGE) ."; exit 1; fi
-	$(BUILDER) build $(IMAGE_FLAGS) -t $(IMAGE) .
+	@IMAGE='$(IMAGE)' BASE='$(BASE)' BUILDER='$(BUILDER)' IMAGE_FLAGS='$(IMAGE_FLAGS)' bash hack/image/build.sh
+
+# The product, pause and busybox images as archives for a node's containerd (ctr -n k8s.io images
+# import), built first where needed; prints "NAME ARCHIVE" per image. image-verify loads them into
+# a throwaway containerd and runs them (uid 10001, read-only root).
+images:
+	@BASE='$(BASE)' BUILDER='$(BUILDER)' IMAGE_FLAGS='$(IMAGE_FLAGS)' bash hack/image/export.sh
+
+image-verify: images
+	bash hack/image/verify.sh
 
 build:
 	bash hack/build.sh >/dev/null
