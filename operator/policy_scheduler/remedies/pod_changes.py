@@ -185,7 +185,7 @@ def lower_requests(pod: PodInfo, raw: Mapping[str, Any], table: NodeTable, v: Ve
             if col is None or asked <= 0:
                 break
             free = round_down(r, int(table.allocatable[row, col] - table.requested[row, col]))
-            if free < 0 or free >= asked:
+            if free <= 0 or free >= asked:  # a request of 0 is no request: not a remedy
                 break
             target[r] = free
             size += (asked - free) / asked
@@ -285,18 +285,18 @@ def node_affinity(pod: PodInfo, raw: Mapping[str, Any], table: NodeTable, v: Ver
             words.append("drop the required node affinity")
             size += len(req.terms[i].expressions) if req else 1
         else:
-            term: NodeSelectorTerm | None = req.terms[i] if req else None
+            chosen: NodeSelectorTerm | None = req.terms[i] if req else None
             for j, val in changes:
-                if val is not None and term is not None:
-                    e = term.expressions[j]
+                if val is not None and chosen is not None:
+                    e = chosen.expressions[j]
                     ops.append({"op": "add", "path": pointer(*_AFF, "nodeSelectorTerms", i, "matchExpressions", j,
                                                              "values", "-"), "value": val})
                     words.append(f"add {val} to {e.key} In [{', '.join(e.values[:4])}] in required node affinity "
                                  f"term {i}")
                     size += 0.5
             for j, val in sorted(changes, reverse=True):
-                if val is None and term is not None:
-                    e = term.expressions[j]
+                if val is None and chosen is not None:
+                    e = chosen.expressions[j]
                     ops.append({"op": "remove", "path": pointer(*_AFF, "nodeSelectorTerms", i, "matchExpressions", j)})
                     shown = f" [{', '.join(e.values[:4])}]" if e.values else ""
                     words.append(f"drop {e.key} {e.operator}{shown} from required node affinity term {i}")
