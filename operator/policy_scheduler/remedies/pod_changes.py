@@ -39,6 +39,24 @@ class Caps:
     items: int = 32  # entries of one list read (tolerations added, terms, expressions, ports, containers, taints)
     per_kind: int = 4  # candidates of one kind simulated
     skew_steps: int = 24  # filter passes one maxSkew search may take
+    pod_lists: int = 256  # a pod with a longer list (tolerations, terms, ports, ...) is not searched at all
+
+
+def too_large(pod: PodInfo, raw: Mapping[str, Any], caps: Caps) -> str:
+    """Why the pod is too large to search ("" when it is not): each simulation runs the pod's
+    cycle, whose cost grows with these lists, so a pod past the caps costs one cycle, not many."""
+    spec = _spec(raw)
+    terms = pod.required_node_affinity.terms if pod.required_node_affinity is not None else ()
+    sizes = {"tolerations": len(pod.tolerations), "nodeSelector keys": len(pod.node_selector),
+             "required node affinity terms": len(terms),
+             "node affinity expressions": sum(len(t.expressions) + len(t.fields) for t in terms),
+             "topology spread constraints": len(pod.spread_constraints), "host ports": len(pod.host_ports),
+             "containers": len(_list(spec.get("containers"))) + len(_list(spec.get("initContainers"))),
+             "volumes": len(pod.volumes), "resource claims": len(pod.resource_claims),
+             "pod affinity terms": len(pod.required_affinity) + len(pod.required_anti_affinity)
+             + len(pod.preferred_affinity) + len(pod.preferred_anti_affinity)}
+    over = [f"{n} {what}" for what, n in sizes.items() if n > caps.pod_lists]
+    return f"the pod is too large to search ({', '.join(over)}; at most {caps.pod_lists} each)" if over else ""
 
 
 @dataclass

@@ -32,7 +32,7 @@ from ..framework.model.podinfo import PodInfo, parse_pod
 from ..framework.queue.nominator import Nominator
 from .cluster_changes import ClusterCandidate, evict_lower_priority, uncordon
 from .patch import PatchError, apply_pod_patch
-from .pod_changes import POD_KINDS, Candidate, Caps
+from .pod_changes import POD_KINDS, Candidate, Caps, too_large
 from .probe import Probe
 from .result import CLUSTER, POD, Remedies, Suggestion
 
@@ -67,6 +67,10 @@ def _search(out: Remedies, pod: PodInfo, state: ClusterState, policy: PolicyStat
            "no pod object to change" if not isinstance(raw, Mapping) else "")
     if chain is None or why:
         out.reason = why
+        return
+    big = too_large(pod, raw, caps)  # type: ignore[arg-type]
+    if big:
+        out.reason = big
         return
     group = group_plugin(chain)
     if group is not None and group.group_key(pod) is not None:
