@@ -201,3 +201,22 @@ def test_the_json_form_is_versioned_and_capped():
     assert len(dumps(small).encode()) <= 300
     tiny = r.to_json(max_bytes=10)
     assert tiny["suggestions"] == [] and tiny["truncated"] is True
+
+
+def test_drop_a_volume_whose_zone_no_node_is_in():
+    from support.volkit import pv, pvc
+
+    nodes = [node("a1", zone="a"), node("a2", zone="a")]
+    vols = {"persistentVolumes": [pv("pv-b", labels={ZONE: "b"}, claim=("default", "data"), phase="Bound")],
+            "persistentVolumeClaims": [pvc("data", volume="pv-b", bound=True)]}
+    c = Cluster(nodes, **vols)
+    body = pod("p", volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                             {"name": "tmp", "emptyDir": {}}])
+    body["spec"]["containers"][0]["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"},
+                                                      {"name": "data", "mountPath": "/data"}]
+    r = run(c, body)
+    assert r.best.kind == "DropVolume"
+    assert r.best.change == "drop volume data (claim data) and its mounts: node(s) had no available volume zone"
+    assert r.best.patch == [{"op": "remove", "path": "/spec/containers/0/volumeMounts/1"},
+                            {"op": "remove", "path": "/spec/volumes/0"}]
+    assert r.best.nodes_opened == 2

@@ -18,11 +18,11 @@ from support.remedykit import Cluster, apply, state_fingerprint
 from support.whatif import node, pod
 
 ZONE = "topology.kubernetes.io/zone"
-KINDS = ("requests", "taints", "selector", "affinity", "spread", "ports", "cordon", "preempt")
+KINDS = ("requests", "taints", "selector", "affinity", "spread", "ports", "cordon", "preempt", "volumes")
 PER_KIND = 60
 OWN = {"requests": {"LowerRequest"}, "taints": {"TolerateTaint"}, "selector": {"DropNodeSelector"},
        "affinity": {"WidenNodeAffinity", "DropNodeSelector"}, "spread": {"RelaxTopologySpread"},
-       "ports": {"DropHostPort"}, "cordon": {"UncordonNode"}, "preempt": {"EvictLowerPriority"}}
+       "ports": {"DropHostPort"}, "cordon": {"UncordonNode"}, "preempt": {"EvictLowerPriority"}, "volumes": {"DropVolume"}}
 TAINT_POOL = [("dedicated", "gpu", "NoSchedule"), ("team", "a", "NoSchedule"), ("team", "b", "NoExecute"),
               ("spot", "", "NoSchedule")]
 
@@ -90,7 +90,15 @@ def _case(kind, rnd):
             cpu = nd["status"]["allocatable"]["cpu"]
             bound[:] = [b for b in bound if b["spec"]["nodeName"] != nd["metadata"]["name"]]
             bound.append(_bound(f"low-{i}", nd["metadata"]["name"], cpu, priority=rnd.randrange(0, 10)))
-    cluster = Cluster(nodes, bound)
+    extra = {}
+    if kind == "volumes":  # claims bound to volumes of a zone without nodes, or of a random zone
+        from support.volkit import pv, pvc
+
+        zones = [rnd.choice("abcd") for _ in range(6)]
+        extra = {"persistentVolumes": [pv(f"pv-{i}", labels={ZONE: z}, claim=("default", f"claim-{i}"), phase="Bound")
+                                       for i, z in enumerate(zones)],
+                 "persistentVolumeClaims": [pvc(f"claim-{i}", volume=f"pv-{i}", bound=True) for i in range(6)]}
+    cluster = Cluster(nodes, bound, **extra)
 
     def make(k):
         name = f"{kind}-{k}"
@@ -131,6 +139,11 @@ def _case(kind, rnd):
                                                       for p in rnd.sample(ports, rnd.randrange(1, len(ports) + 1))]
         elif kind == "cordon":
             body = pod(name, cpu=rnd.choice(["100m", "1", "3"]))
+        elif kind == "volumes":
+            claims = rnd.sample(range(6), rnd.randrange(1, 3))
+            body = pod(name, cpu="100m", volumes=[{"name": f"data-{i}", "persistentVolumeClaim": {"claimName": f"claim-{i}"}}
+                                                  for i in claims])
+            body["spec"]["containers"][0]["volumeMounts"] = [{"name": f"data-{i}", "mountPath": f"/d{i}"} for i in claims]
         else:  # preempt
             body = pod(name, cpu=rnd.choice(["500m", "1", "2"]), priority=100)
             if policy == "default":

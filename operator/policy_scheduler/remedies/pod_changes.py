@@ -21,7 +21,7 @@ from ..framework.model.quantity import QuantityError, resource_value
 from ..framework.model.taints import NO_EXECUTE, NO_SCHEDULE, tolerated
 from .patch import pointer
 from .probe import Verdicts
-from .result import (DROP_HOST_PORT, DROP_NODE_SELECTOR, LOWER_REQUEST, RELAX_SPREAD, TOLERATE_TAINT,
+from .result import (DROP_HOST_PORT, DROP_VOLUME, DROP_NODE_SELECTOR, LOWER_REQUEST, RELAX_SPREAD, TOLERATE_TAINT,
                      WIDEN_NODE_AFFINITY)
 
 FIT, TAINTS, AFFINITY, SPREAD, PORTS = "NodeResourcesFit", "TaintToleration", "NodeAffinity", "PodTopologySpread", \
@@ -398,4 +398,48 @@ def drop_host_ports(pod: PodInfo, raw: Mapping[str, Any], table: NodeTable, v: V
     return out[: caps.per_kind]
 
 
-POD_KINDS = (lower_requests, tolerate_taints, node_affinity, relax_spread, drop_host_ports)
+# ---------------------------------------------------------------------------------- volumes
+VOLUMES = ("VolumeBinding", "VolumeRestrictions", "VolumeZone", "NodeVolumeLimits")
+
+
+def drop_volumes(pod: PodInfo, raw: Mapping[str, Any], table: NodeTable, v: Verdicts, caps: Caps) -> list[Candidate]:
+    """When the volume plugins alone reject some nodes (or one rejected the pod at PreFilter):
+    each volume they read (a claim, an inline CSI volume, a legacy disk) dropped with its mounts,
+    the plugins' reasons saying why it blocks."""
+    if v.prefilter is not None and v.prefilter.plugin in VOLUMES:
+        why = v.prefilter.message()
+    elif v.only(set(VOLUMES)).any():
+        why = "; ".join(sorted({r for p in VOLUMES for r, _ in v.reasons.get(p, ())}))
+    else:
+        return []
+    spec = _spec(raw)
+    vols = _list(spec.get("volumes"))
+    if len(vols) > caps.items:
+        return []
+    kept = {pv.name: pv for pv in pod.volumes}
+    out = []
+    for i, vol in enumerate(vols):
+        name = _dict(vol).get("name")
+        pv = kept.get(name) if isinstance(name, str) else None
+        if pv is None:
+            continue
+        ops: list[dict[str, Any]] = []
+        for kind in ("initContainers", "containers"):
+            cs = _list(spec.get(kind))
+            if len(cs) > caps.items:
+                return []
+            for ci, c in enumerate(cs):
+                mounts = _list(_dict(c).get("volumeMounts"))
+                if len(mounts) > caps.items:
+                    return []
+                for mi in reversed(range(len(mounts))):
+                    if _dict(mounts[mi]).get("name") == name:
+                        ops.append({"op": "remove", "path": pointer("spec", kind, ci, "volumeMounts", mi)})
+        ops.append({"op": "remove", "path": pointer("spec", "volumes", i)})
+        what = (f"claim {pv.claim}" if pv.has_claim else f"CSI driver {pv.csi_driver}" if pv.csi_driver else
+                "a disk")
+        out.append(Candidate(DROP_VOLUME, f"drop volume {name} ({what}) and its mounts: {why}", ops, 1.0))
+    return out[: caps.per_kind]
+
+
+POD_KINDS = (lower_requests, tolerate_taints, node_affinity, relax_spread, drop_host_ports, drop_volumes)
