@@ -220,3 +220,12 @@ def test_drop_a_volume_whose_zone_no_node_is_in():
     assert r.best.patch == [{"op": "remove", "path": "/spec/containers/0/volumeMounts/1"},
                             {"op": "remove", "path": "/spec/volumes/0"}]
     assert r.best.nodes_opened == 2
+
+
+def test_the_diagnosis_counts_nodes_per_set_of_rejecting_plugins():
+    c = Cluster([tainted(node("n0", cpu="1"), ("dedicated", "gpu", "NoSchedule")), node("n1", cpu="1"),
+                 node("n2", cpu="1")])
+    r = suggest(parse_pod(pod("p", cpu="2")), c.state, c.policy())
+    assert r.blockers == {"NodeResourcesFit": 2, "NodeResourcesFit+TaintToleration": 1}
+    assert r.to_json(blockers=True)["blockers"] == r.blockers
+    assert "blockers" not in r.to_json()

@@ -44,6 +44,7 @@ MAX_STRING = 512
 MAX_PATCH = 32
 MAX_SUGGESTIONS = 5
 MAX_BYTES = 4096
+MAX_BLOCKERS = 8
 
 
 def _cut(s: str, n: int = MAX_STRING) -> str:
@@ -92,6 +93,9 @@ class Remedies:
     rejected: int = 0  # candidates whose change did not place the pod (never returned)
     runs: int = 0  # filter passes and cycles run
     seconds: float = 0.0  # time spent
+    # the diagnosis the candidates came from: the plugins rejecting each node, over every node (the
+    # cycle stops at a node's first rejection): "NodeResourcesFit+TaintToleration" -> nodes, most first
+    blockers: dict[str, int] = field(default_factory=dict)
 
     @property
     def best(self) -> Suggestion | None:
@@ -102,12 +106,16 @@ class Remedies:
         b = self.best
         return b.sentence() if b else ""
 
-    def to_json(self, max_suggestions: int = MAX_SUGGESTIONS, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
-        """The versioned JSON form, at most ``max_bytes`` long when serialised compactly."""
+    def to_json(self, max_suggestions: int = MAX_SUGGESTIONS, max_bytes: int = MAX_BYTES,
+                blockers: bool = False) -> dict[str, Any]:
+        """The versioned JSON form, at most ``max_bytes`` long when serialised compactly;
+        ``blockers``: with the diagnosis (at most MAX_BLOCKERS entries)."""
         doc: dict[str, Any] = {"version": SCHEMA_VERSION, "pod": _cut(self.pod), "partial": self.partial,
                                "reason": _cut(self.reason),
                                "suggestions": [s.to_dict() for s in self.suggestions[:max(max_suggestions, 0)]],
                                "text": _cut(self.text())}
+        if blockers:
+            doc["blockers"] = {_cut(k, 128): v for k, v in list(self.blockers.items())[:MAX_BLOCKERS]}
         if len(self.suggestions) > max_suggestions:
             doc["truncated"] = True
         while doc["suggestions"] and len(dumps(doc).encode()) > max_bytes:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from ..cache.policies import PolicyState
 from ..cache.state import ClusterState
 from ..framework.cycle.chain import Chain
@@ -33,7 +35,7 @@ from ..framework.queue.nominator import Nominator
 from .cluster_changes import ClusterCandidate, evict_lower_priority, uncordon
 from .patch import PatchError, apply_pod_patch
 from .pod_changes import POD_KINDS, Candidate, Caps, too_large
-from .probe import Probe
+from .probe import Probe, Verdicts
 from .result import CLUSTER, POD, Remedies, Suggestion
 
 DEFAULT_BUDGET = 0.020  # seconds per pod
@@ -83,6 +85,7 @@ def _search(out: Remedies, pod: PodInfo, state: ClusterState, policy: PolicyStat
         if v.error:
             out.reason = f"a Filter plugin failed: {v.error}"
             return
+        out.blockers = blockers(v, table.n)
         if probe.feasible(pod).size:
             out.reason = "it fits a node now"
             return
@@ -105,6 +108,29 @@ def _search(out: Remedies, pod: PodInfo, state: ClusterState, policy: PolicyStat
     out.suggestions.sort(key=Suggestion.rank_key)
     if not out.suggestions and not out.reason:
         out.reason = "no change of the supported kinds places it"
+
+
+def blockers(v: Verdicts, n: int) -> dict[str, int]:
+    """Nodes per set of rejecting plugins ("A+B", sorted), most first; PreFilter's rejection (or
+    its narrowing) as its plugin's name."""
+    if v.prefilter is not None:
+        return {f"{v.prefilter.plugin or 'PreFilter'} (PreFilter)": n}
+    names = sorted(v.rejected)
+    if not names:
+        return {}
+    bits = np.zeros(n, dtype=np.int64)
+    for i, p in enumerate(names[:62]):
+        bits |= v.rejected[p].astype(np.int64) << i
+    if v.outside is not None:
+        bits[v.outside] = -1
+    values, counts = np.unique(bits, return_counts=True)
+    out = {}
+    for b, c in sorted(zip(values.tolist(), counts.tolist()), key=lambda x: -x[1]):
+        key = ("+".join(v.narrowing) + " (PreFilter)" if b == -1 else
+               "+".join(p for i, p in enumerate(names[:62]) if b >> i & 1))
+        if key:
+            out[key] = c
+    return out
 
 
 def _run(out: Remedies, queues: list[list[Any]], pod: PodInfo, raw: Mapping[str, Any], table: NodeTable,
