@@ -11,7 +11,7 @@ from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.remedies import SCHEMA_VERSION, apply_pod_patch, dumps, suggest
 
 from support.remedykit import Cluster, apply, state_fingerprint
-from support.whatif import node, pod
+from support.whatif import DEFAULT as DEFAULT_POLICY, node, pod
 
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -229,3 +229,26 @@ def test_the_diagnosis_counts_nodes_per_set_of_rejecting_plugins():
     assert r.blockers == {"NodeResourcesFit": 2, "NodeResourcesFit+TaintToleration": 1}
     assert r.to_json(blockers=True)["blockers"] == r.blockers
     assert "blockers" not in r.to_json()
+
+
+def test_another_policy_the_pod_may_use():
+    """A policy without TaintToleration: the pod's default policy rejects every node for its
+    taint, that one places it."""
+    import copy
+
+    other = copy.deepcopy(DEFAULT_POLICY)
+    other["metadata"] = {"name": "binpack"}
+    other["spec"]["plugins"] = [p for p in other["spec"]["plugins"] if p["name"] != "TaintToleration"]
+    c = Cluster([tainted(node("n0"), ("dedicated", "gpu", "NoSchedule")),
+                 tainted(node("n1"), ("dedicated", "gpu", "NoSchedule"))], policies=(DEFAULT_POLICY, other))
+    body = pod("p", cpu="1")
+    alternatives = {"binpack": c.policy("binpack").chain, "default": c.policy().chain}
+    r = suggest(parse_pod(body), c.state, c.policy(), alternatives=alternatives, budget=1.0)
+    use = [s for s in r.suggestions if s.kind == "UsePolicy"]
+    assert len(use) == 1 and use[0].nodes_opened == 2
+    assert use[0].change == ("schedule it with SchedulingPolicy binpack (label policy-scheduler.io/policy=binpack); "
+                             "under default, TaintToleration rejects the most nodes (2)")
+    assert use[0].patch == [{"op": "add", "path": "/metadata/labels/policy-scheduler.io~1policy", "value": "binpack"}]
+    changed = apply_pod_patch(body, use[0].patch)
+    assert changed["metadata"]["labels"] == {"policy-scheduler.io/policy": "binpack"}
+    assert c.decide(changed, "binpack").node == use[0].node

@@ -35,6 +35,7 @@ from ..framework.queue.nominator import Nominator
 from .cluster_changes import ClusterCandidate, evict_lower_priority, uncordon
 from .patch import PatchError, apply_pod_patch
 from .pod_changes import POD_KINDS, Candidate, Caps, too_large
+from .policy_change import use_policy
 from .probe import Probe, Verdicts
 from .result import CLUSTER, POD, Remedies, Suggestion
 
@@ -43,15 +44,18 @@ DEFAULT_BUDGET = 0.020  # seconds per pod
 
 def suggest(pod: PodInfo, state: ClusterState, policy: PolicyState | Chain, decision: Decision | None = None, *,
             nominator: Nominator | None = None, budget: float = DEFAULT_BUDGET, caps: Caps | None = None,
-            clock: Callable[[], float] = time.perf_counter) -> Remedies:
+            alternatives: Mapping[str, Chain] | None = None, clock: Callable[[], float] = time.perf_counter) -> Remedies:
     """The verified suggestions for ``pod`` (pending, its attempt under ``policy`` failed) on
     ``state``, best first. ``decision``: that attempt's (a placed pod gets none);
     ``nominator``: the scheduler's, so the nominated pods count as in the cycle; ``budget``:
-    seconds. Never raises for what the pod or the cluster holds."""
+    seconds; ``alternatives``: the other policies the pod may use (name -> chain: ready, admitting
+    its namespace), each tried as a ``UsePolicy`` suggestion. Never raises for what the pod or the
+    cluster holds."""
     t0 = clock()
     out = Remedies(pod.key)
     try:
-        _search(out, pod, state, policy, decision, nominator, t0 + max(budget, 0.0), caps or Caps(), clock)
+        _search(out, pod, state, policy, decision, nominator, t0 + max(budget, 0.0), caps or Caps(), clock,
+                alternatives or {})
     except Exception as e:  # a remedy is advice: a failure in the search never reaches the caller
         out.suggestions = []
         out.reason = f"the search failed: {type(e).__name__}: {e}"
@@ -60,7 +64,8 @@ def suggest(pod: PodInfo, state: ClusterState, policy: PolicyState | Chain, deci
 
 
 def _search(out: Remedies, pod: PodInfo, state: ClusterState, policy: PolicyState | Chain, decision: Decision | None,
-            nominator: Nominator | None, deadline: float, caps: Caps, clock: Callable[[], float]) -> None:
+            nominator: Nominator | None, deadline: float, caps: Caps, clock: Callable[[], float],
+            alternatives: Mapping[str, Chain]) -> None:
     chain = policy if isinstance(policy, Chain) else policy.chain
     raw = pod.raw
     why = ("it was placed" if decision is not None and decision.scheduled else
@@ -100,6 +105,10 @@ def _search(out: Remedies, pod: PodInfo, state: ClusterState, policy: PolicyStat
         found = uncordon(pod, table, v, caps)
         if found:
             queues.append(list(found))
+        others = use_policy(pod, raw, v, "" if isinstance(policy, Chain) else policy.name,  # type: ignore[arg-type]
+                            alternatives, caps)
+        if others:
+            queues.append(list(others))
         pdbs = list(state.pdbs.values())
         queues.append([lambda: evict_lower_priority(pod, table, v, chain, nominator, pdbs, caps)])
         _run(out, queues, pod, raw, table, probe, deadline, caps, clock)  # type: ignore[arg-type]
@@ -187,6 +196,13 @@ def _try(c: Candidate | ClusterCandidate, pod: PodInfo, raw: Mapping[str, Any], 
         return _verified(c.kind, CLUSTER, c.change, c.ops, c.size, pod, probe, c.build())
     if c.search is None:
         p = _changed(pod, raw, c.ops)
+        other = c.extra.get("chain")
+        if other is not None:  # another policy: its own chain decides
+            alt = Probe(other, probe.table, probe.nominator)
+            try:
+                return None if p is None else _verified(c.kind, POD, c.change, c.ops, c.size, p, alt)
+            finally:
+                probe.runs += alt.runs
         return None if p is None else _verified(c.kind, POD, c.change, c.ops, c.size, p, probe)
     return _search_value(c, pod, raw, probe, deadline, caps, clock)
 
