@@ -260,3 +260,24 @@ def test_a_hostile_pod_is_bounded():
     broken = parse_pod(pod("ok"))
     broken.raw = None
     assert suggest(broken, c.state, c.policy()).reason in ("no pod object to change", "it fits a node now")
+
+
+def test_the_allowance_bounds_searching_per_pod_and_per_second():
+    from policy_scheduler.remedies.allowance import Allowance
+
+    now = [0.0]
+    a = Allowance(per_second=0.05, per_pod=0.02, burst=0.1, clock=lambda: now[0])
+    grants = []
+    for _ in range(10):  # a burst of pods at one instant: the bucket's 100 ms, 20 ms each
+        g = a.grant()
+        grants.append(g)
+        a.spent(g)
+    assert grants[:5] == pytest.approx([0.02] * 5) and grants[5:] == [0.0] * 5 and a.refused == 5
+    now[0] += 1.0  # one second refills 50 ms
+    assert a.grant() == pytest.approx(0.02)
+    a.spent(0.03)  # an overrun is paid for: 20 ms left
+    assert a.grant() == pytest.approx(0.02)
+    a.spent(0.02)
+    assert a.grant() == 0.0
+    now[0] += 100.0
+    assert a.grant() == pytest.approx(0.02) and a.tokens == pytest.approx(0.1)  # never more than the burst

@@ -7,10 +7,11 @@ verified by the pod's own scheduling cycle (README.md in this folder). Pure: no 
     changed as a Pod suggestion says.
 """
 
+from .allowance import Allowance
 from .patch import PatchError, apply_pod_patch
 from .pod_changes import Caps
 from .result import CLUSTER, KINDS, POD, SCHEMA_VERSION, Remedies, Suggestion, dumps
 from .search import DEFAULT_BUDGET, suggest
 
-__all__ = ["CLUSTER", "DEFAULT_BUDGET", "KINDS", "POD", "SCHEMA_VERSION", "Caps", "PatchError", "Remedies",
+__all__ = ["Allowance", "CLUSTER", "DEFAULT_BUDGET", "KINDS", "POD", "SCHEMA_VERSION", "Caps", "PatchError", "Remedies",
            "Suggestion", "apply_pod_patch", "dumps", "suggest"]
