@@ -252,3 +252,15 @@ def test_another_policy_the_pod_may_use():
     changed = apply_pod_patch(body, use[0].patch)
     assert changed["metadata"]["labels"] == {"policy-scheduler.io/policy": "binpack"}
     assert c.decide(changed, "binpack").node == use[0].node
+
+
+def test_two_kinds_at_once_for_a_node_two_plugins_reject():
+    c = Cluster([tainted(node("n0", cpu="2"), ("dedicated", "gpu", "NoSchedule")), node("n1", cpu="1")])
+    r = run(c, pod("p", cpu="3"))
+    both = [s for s in r.suggestions if s.kind == "LowerRequest+TolerateTaint"]
+    assert [(s.change, s.node) for s in both] == [
+        ("lower the cpu request to at most 2; and tolerate taint dedicated=gpu:NoSchedule", "n0")]
+    assert both[0].patch == [
+        {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": "2"},
+        {"op": "add", "path": "/spec/tolerations", "value": [
+            {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]}]

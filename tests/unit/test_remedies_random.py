@@ -281,3 +281,26 @@ def test_the_allowance_bounds_searching_per_pod_and_per_second():
     assert a.grant() == 0.0
     now[0] += 100.0
     assert a.grant() == pytest.approx(0.02) and a.tokens == pytest.approx(0.1)  # never more than the burst
+
+
+def test_pods_blocked_by_several_kinds_get_only_suggestions_that_place_them():
+    """Clusters of one kind, pods of three kinds on each, some with a second blocker: nothing
+    returned that does not place the pod; most get one (single kinds and pairs)."""
+    total = helped = wrong = 0
+    for seed in range(24):
+        rnd = random.Random(seed)
+        kinds = rnd.sample(KINDS, 3)
+        cluster, make, policy = _case(kinds[0], rnd)
+        makers = [make] + [_case(k, random.Random(seed * 7 + i))[1] for i, k in enumerate(kinds[1:])]
+        for k in range(8):
+            body = rnd.choice(makers)(k)
+            if rnd.random() < 0.3:
+                body["spec"].setdefault("nodeSelector", {})["disk"] = rnd.choice(["ssd", "hdd"])
+            if cluster.decide(body, policy).scheduled:
+                continue
+            total += 1
+            r = suggest(parse_pod(body), cluster.state, cluster.policy(policy), budget=5.0)
+            helped += bool(r.suggestions)
+            wrong += sum(apply(cluster, body, s, policy).node != s.node for s in r.suggestions)
+    assert total >= 100 and wrong == 0
+    assert helped >= 0.7 * total, (helped, total)

@@ -35,6 +35,7 @@ from ..framework.queue.nominator import Nominator
 from .cluster_changes import ClusterCandidate, evict_lower_priority, uncordon
 from .patch import PatchError, apply_pod_patch
 from .pod_changes import POD_KINDS, Candidate, Caps, too_large
+from .combined import two_kinds
 from .policy_change import use_policy
 from .probe import Probe, Verdicts
 from .result import CLUSTER, POD, Remedies, Suggestion
@@ -102,6 +103,9 @@ def _search(out: Remedies, pod: PodInfo, state: ClusterState, policy: PolicyStat
                 continue
             if got:
                 queues.append(list(got))
+        both = two_kinds(pod, raw, table, v, caps)  # type: ignore[arg-type]
+        if both:
+            queues.append(list(both))
         found = uncordon(pod, table, v, caps)
         if found:
             queues.append(list(found))
