@@ -43,10 +43,14 @@ def two_kinds(pod: PodInfo, raw: Mapping[str, Any], table: NodeTable, v: Verdict
     rows = np.flatnonzero(count == 2)[: caps.rows]
     out: list[Candidate] = []
     pairs: dict[tuple[str, ...], int] = {}
+    tried = 0
     for row in rows.tolist():
         pair = tuple(p for p in names if v.rejected[p][row])
         if any(p not in GENERATORS for p in pair) or pairs.get(pair, 0) >= 2:
             continue
+        tried += 1
+        if tried > 2 * caps.per_kind:  # each try reads every node once per kind: a few only
+            break
         parts = []
         for p in pair:
             got = GENERATORS[p](pod, raw, table, _view(v, row, p), caps)

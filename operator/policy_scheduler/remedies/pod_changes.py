@@ -35,8 +35,8 @@ MAX_SKEW = 2**31 - 1  # maxSkew is an int32
 class Caps:
     """Bounds on what one search looks at."""
 
-    rows: int = 512  # nodes examined per kind (of those a kind could open)
-    items: int = 32  # entries of one list read (tolerations added, terms, expressions, ports, containers, taints)
+    rows: int = 256  # nodes examined per kind (of those a kind could open)
+    items: int = 16  # entries of one list read (terms, expressions, ports, containers, taints of a node, ...)
     per_kind: int = 4  # candidates of one kind simulated
     skew_steps: int = 24  # filter passes one maxSkew search may take
     pod_lists: int = 256  # a pod with a longer list (tolerations, terms, ports, ...) is not searched at all

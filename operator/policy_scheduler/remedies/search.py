@@ -103,9 +103,6 @@ def _search(out: Remedies, pod: PodInfo, state: ClusterState, policy: PolicyStat
                 continue
             if got:
                 queues.append(list(got))
-        both = two_kinds(pod, raw, table, v, caps)  # type: ignore[arg-type]
-        if both:
-            queues.append(list(both))
         found = uncordon(pod, table, v, caps)
         if found:
             queues.append(list(found))
@@ -114,6 +111,8 @@ def _search(out: Remedies, pod: PodInfo, state: ClusterState, policy: PolicyStat
         if others:
             queues.append(list(others))
         pdbs = list(state.pdbs.values())
+        # computed when their turn comes, after the single kinds' first candidates
+        queues.append([lambda: two_kinds(pod, raw, table, v, caps)])  # type: ignore[arg-type]
         queues.append([lambda: evict_lower_priority(pod, table, v, chain, nominator, pdbs, caps)])
         _run(out, queues, pod, raw, table, probe, deadline, caps, clock)  # type: ignore[arg-type]
     finally:
