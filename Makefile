@@ -128,7 +128,7 @@ cluster-status:
 
 # mypy on the pure core: the packages of TYPECHECK_PACKAGES that exist (its settings: pyproject.toml
 # [tool.mypy]); incremental, with its cache in .mypy_cache/. `make test` runs it first.
-TYPECHECK_PACKAGES := framework cache plugins scheduler policy
+TYPECHECK_PACKAGES := framework cache plugins scheduler policy remedies
 TYPECHECK_ARGS = $(foreach p,$(TYPECHECK_PACKAGES),\
 	$(if $(wildcard operator/policy_scheduler/$(p)/__init__.py),-p policy_scheduler.$(p)))
 

@@ -370,6 +370,7 @@ LAYERS = (
     ("handlers", {"handlers"}),
     ("cluster", {"cluster"}),
     ("whatif", {"whatif"}),
+    ("remedies", {"remedies"}),  # what would place a pending pod: changes verified by its own cycle (read-only)
     ("scheduler", {"scheduler"}),  # the scheduling driver: ScheduleOne, the pod-group cycle, their ports
     ("cache", {"cache"}),  # the pure ClusterState, policies, workloads, StateHandle
     ("metricsources", {"metricsources"}),
@@ -514,9 +515,10 @@ CYCLE_CALLERS = {
     "framework/": CYCLE_ENTRIES,  # the runtime itself (cycle/shadow.py: the rollout's candidate beside the chain)
     "plugins/podgroups/": frozenset({"schedule_one", "PodGroupCycle"}),  # the pod-group cycle's own family
     "whatif/drilldown.py": frozenset({"schedule_one"}),  # the explain-only re-run (post_filter=False, below)
+    "remedies/probe.py": frozenset({"schedule_one"}),  # a suggested change verified (post_filter=False, below)
     "cluster/binding_tasks.py": frozenset({"run_binding"}),  # the operator's Binder: the async binding task
 }
-EXPLAIN_ONLY = {"whatif/drilldown.py"}  # their schedule_one calls run no PostFilter (no preemption)
+EXPLAIN_ONLY = {"whatif/drilldown.py", "remedies/probe.py"}  # their schedule_one calls run no PostFilter (no preemption)
 
 
 def cycle_entry_calls(root: Path) -> dict[str, list[tuple[int, str, ast.Call]]]:

@@ -197,7 +197,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     bar = _progress_bar(not a.json, total=len(pods) * len(names), unit="pod", desc="simulating")
     try:
         sim = simulate(world, names, pods, seed=a.seed, keep_decisions=a.explain, source=source,
-                       progress=bar.update if bar is not None else None, drill=drill)
+                       progress=bar.update if bar is not None else None, drill=drill, suggestions=a.suggestions)
     finally:
         if bar is not None:
             bar.close()
@@ -383,6 +383,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
 
 DEFAULT_DRILL_PODS = 5  # whatif/drilldown.py DEFAULT_PODS (imported late: the parser stays light)
 DRILL_TOP = 5  # whatif/drilldown.py TOP
+SUGGEST_PODS = 50  # whatif/simulate.py SUGGEST_PODS
 
 
 def add_parser(sub) -> None:
@@ -432,6 +433,10 @@ def add_parser(sub) -> None:
                         "pod on (repeatable)")
     m.add_argument("--explain-top", type=int, default=DRILL_TOP, metavar="N",
                    help=f"how many of the best nodes a drill-down shows (default {DRILL_TOP}; 0: no drill-down)")
+    m.add_argument("--suggestions", type=int, default=SUGGEST_PODS, metavar="N",
+                   help="how many unschedulable pods per policy get suggestions: the changes to the pod or the cluster "
+                        "that would place each, verified by its own scheduling cycle (default "
+                        f"{SUGGEST_PODS}; 0: none)")
     cluster_flags(m, several=True)
     m.set_defaults(fn=cmd_simulate)
 

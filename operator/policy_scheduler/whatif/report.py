@@ -117,6 +117,9 @@ def write_text(sim: Simulation, out: TextIO) -> None:
                 notes = {r.note for r in run.failed if r.message == msg and r.note}
                 for n in sorted(notes)[:2]:
                     out.write(f"    {n}\n")
+                helped = next((p for p in pods if p in run.remedies and run.remedies[p].suggestions), None)
+                if helped is not None:
+                    out.write(f"    would place {helped}: {run.remedies[helped].text()}\n")
             if len(groups) > MAX_FAILURE_GROUPS:
                 out.write(f"  ... {len(groups) - MAX_FAILURE_GROUPS} more messages (--json lists every pod)\n")
     if not sim.runs:

@@ -58,12 +58,15 @@ from ..explain import decision_annotation
 from ..framework.cycle.shadow import ShadowResult
 from ..framework.model.nodetable import CPU, MEMORY, PODS, NodeTable
 from ..framework.model.podinfo import PodInfo, parse_pod
+from ..remedies import Remedies, suggest
 from . import metrics
 from .drilldown import DrillDown, DrillRun, DrillSpec
 from .queue_run import MAX_ROUNDS, PodResult, QueueRun, unique_best  # noqa: F401 (PodResult, unique_best: API)
 from .world import World
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
+SUGGEST_PODS = 50  # unschedulable pods per policy that get suggestions (remedies/), in input order
+SUGGEST_BUDGET = 0.020  # seconds per pod (remedies.DEFAULT_BUDGET)
 
 
 
@@ -126,6 +129,8 @@ class PolicyRun:
     cycles: int = 0  # scheduling cycles run
     warnings: list[str] = field(default_factory=list)  # snapshot objects skipped (each says why)
     drilldowns: list[DrillDown] = field(default_factory=list)  # drilldown.py: per pod, per node and plugin
+    # per unschedulable pod (the first SUGGEST_PODS): the verified changes that would place it (remedies/)
+    remedies: dict[str, Remedies] = field(default_factory=dict)
 
     @property
     def placed(self) -> list[PodResult]:
@@ -187,7 +192,9 @@ class PolicyRun:
                   "podsBefore": int(b.pods[i]), "podsAfter": int(a.pods[i])}
                  for i, (nm, z) in enumerate(zip(a.names, a.zones))]
         return {**self.summary(), "placements": [r.to_dict() for r in self.results],
-                "failures": [{"pod": r.pod, "message": r.message} for r in self.failed], "nodes": nodes,
+                "failures": [{"pod": r.pod, "message": r.message,
+                              **({"remedies": self.remedies[r.pod].to_json()} if r.pod in self.remedies else {})}
+                             for r in self.failed], "nodes": nodes,
                 **({"preemptions": self.preemptions} if self.preemptions else {}),
                 **({"podGroups": self.groups} if self.groups else {}),
                 **({"warnings": self.warnings} if self.warnings else {}),
@@ -232,7 +239,7 @@ def _free_for(table: NodeTable, pod: PodInfo | None) -> tuple[np.ndarray, np.nda
 async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, Any] | PodInfo], *, seed: int = 0,
                      keep_decisions: bool = False, follow: Mapping[str, str] | None = None,
                      progress: Callable[[int], None] | None = None, rounds: int = MAX_ROUNDS,
-                     drill: DrillSpec | None = None) -> PolicyRun:
+                     drill: DrillSpec | None = None, suggestions: int = SUGGEST_PODS) -> PolicyRun:
     """Place ``pod_objects`` (pod objects, or pods the engine parsed already) under ``policy`` on
     a fresh copy of the snapshot, through the operator's own queue (see the module's docstring).
 
@@ -243,6 +250,9 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
 
     ``drill``: the pods that get a drill-down (drilldown.py; PolicyRun.drilldowns), taken beside
     their cycles without changing any decision.
+
+    ``suggestions``: how many of the pods left unschedulable (in input order) get the verified
+    changes that would place them (remedies/ ``suggest``, on the state the run ended with; PolicyRun.remedies).
 
     A policy with spec.rollout has its candidate decide beside every pod, as the operator's shadow
     does (PolicyRun.shadow): the same comparison on the same state, before the pod is assumed."""
@@ -264,6 +274,9 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
            DrillRun(world, policy, st, table, seed, keep_decisions, follow, rounds, progress, spec=drill,
                     pods=drilled))
     sim.run(pods)
+    remedies: dict[str, Remedies] = {}
+    for p in [p for p in pods if p.key in sim.results and sim.results[p.key].node is None][:max(suggestions, 0)]:
+        remedies[p.key] = suggest(p, world.state, st, nominator=sim.nominator, budget=SUGGEST_BUDGET)
     after = NodeState.of(table)
     free, vec = _free_for(table, shape_pod)
     run = PolicyRun(policy, [sim.results[p.key] for p in pods], before, after, shape, fits_before,
@@ -271,7 +284,8 @@ async def run_policy(world: World, policy: str, pod_objects: list[Mapping[str, A
                     preemptions=sim.preemptions, groups=sim.group_results(pods), cycles=sim.cycles,
                     warnings=list(world.warnings),
                     drilldowns=[sim.drills.get(k) or DrillDown(k, nodes=table.n, note="never reached a scheduling "
-                                f"cycle: {sim.results[k].message}") for k in drilled if k in sim.results])
+                                f"cycle: {sim.results[k].message}") for k in drilled if k in sim.results],
+                    remedies=remedies)
     if devices_before is not None:
         now = _device_use(world) or {}
         run.devices = {"total": devices_before["total"], "allocatedBefore": devices_before["allocated"],
@@ -315,12 +329,13 @@ class Simulation:
 
 async def simulate_async(world: World, policies: Iterable[str], pod_objects: list[Mapping[str, Any]], *,
                          seed: int = 0, keep_decisions: bool = False, source: str = "",
-                         progress: Callable[[int], None] | None = None, drill: DrillSpec | None = None) -> Simulation:
+                         progress: Callable[[int], None] | None = None, drill: DrillSpec | None = None,
+                         suggestions: int = SUGGEST_PODS) -> Simulation:
     await world.prepare()
     runs = []
     for name in policies:
         runs.append(await run_policy(world, name, pod_objects, seed=seed, keep_decisions=keep_decisions,
-                                     progress=progress, drill=drill))
+                                     progress=progress, drill=drill, suggestions=suggestions))
     return Simulation(runs, len(pod_objects), len(world.node_specs), seed, world.snapshot.taken_at, source)
 
 
