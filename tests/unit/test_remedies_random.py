@@ -241,7 +241,8 @@ def test_a_hostile_pod_is_bounded():
                                ports=[{"containerPort": p, "hostPort": p} for p in range(1, 200)]) for i in range(300)]
     t0 = time.perf_counter()
     r = suggest(parse_pod(body), c.state, c.policy(), budget=0.05, caps=Caps())
-    assert time.perf_counter() - t0 < 0.5  # not even one cycle: refused on its size
+    # not even one cycle: refused on its size (the time bound is loose: a loaded 2-core machine)
+    assert r.runs == 0 and time.perf_counter() - t0 < 2.0
     assert r.suggestions == [] and r.reason.startswith("the pod is too large to search (5000 tolerations, 3000 "
                                                        "nodeSelector keys, 10000 node affinity expressions")
     # just under the caps: searched, within its budget and one simulation
