@@ -56,6 +56,7 @@ OPERATOR_CALLS = {
     ("", "persistentvolumes", "update"),  # VolumeBinding's PreBind: a static match's claimRef
     ("", "persistentvolumeclaims", "update"),  # ... and a claim to provision: selected-node
     ("", "pods", "delete"),  # DefaultPreemption's victims
+    ("", "pods", "patch"),  # the suggestions annotation of a pod that found no node (cluster/suggestions.py)
     ("", "pods/binding", "create"),
     ("", "pods/status", "patch"),
     ("events.k8s.io", "events", "create"),
