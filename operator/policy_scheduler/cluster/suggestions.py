@@ -22,7 +22,8 @@ nothing to pop (activeQ empty, no backoff due): no search ever starts while a po
 placed. One search at a time, within the per-pod budget of ``Allowance`` (default 20 ms; one
 simulation may overrun it), then the loop yields to I/O and pops again, so a pod that arrives
 during a search waits at most that one search. ``Allowance`` also caps the searches' share of the
-loop's time (default 50 ms per second, 200 ms burst). A pod bound, deleted, replaced, or back in
+loop's time (default 50 ms per second, 200 ms burst). A search the budget cut short before it
+found anything is filed again (twice at most) before it is told. A pod bound, deleted, replaced, or back in
 the active queue or in flight by its turn is skipped (``skipped-stale``); one that waited longer
 than ``stale_after`` seconds for budget is dropped (``skipped-budget``).
 
@@ -65,6 +66,7 @@ MAX_ANNOTATION_BYTES = 4096
 MAX_ALTERNATIVES = 4  # other policies tried as UsePolicy suggestions
 MAX_REMEMBERED = 65536  # pods whose last event and annotation are remembered (rate limits)
 FOUND, NONE, PARTIAL, SKIPPED_BUDGET, SKIPPED_STALE = "found", "none", "partial", "skipped-budget", "skipped-stale"
+RETRIES = 2  # a search cut short before it found anything is tried again this many times
 SECONDS_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
@@ -111,10 +113,11 @@ class SuggestionMetrics:
 
 
 class _Entry:
-    __slots__ = ("pod", "policy", "chain", "decision", "since")
+    __slots__ = ("pod", "policy", "chain", "decision", "since", "tries")
 
     def __init__(self, pod: PodInfo, policy: str, chain: Chain, decision: Decision, since: float) -> None:
         self.pod, self.policy, self.chain, self.decision, self.since = pod, policy, chain, decision, since
+        self.tries = 0
 
 
 class SuggestionWorker:
@@ -201,6 +204,14 @@ class SuggestionWorker:
                         alternatives=self._alternatives(current, entry.policy))
         self.allowance.spent(r.seconds)
         self._record(r)
+        if r.partial and not r.suggestions and entry.tries < RETRIES and not q.get(key):
+            # cut short before it found anything (a cold first search, a budget granted short):
+            # filed again at the back, told nothing yet (a partial annotation would hold the
+            # complete one back for the annotation's interval)
+            entry.tries += 1
+            entry.since = self.clock()
+            q[key] = entry
+            return True
         self.tell(current, r)
         return True
 

@@ -321,3 +321,32 @@ def test_off_by_default_in_build_engine_and_with_run_suggestions_off():
     with pytest.raises(SystemExit):
         p.parse_args(["run", "--suggestion-share", "2"])
     assert build_engine(FakeClient(), suggestions=off).suggestions is None
+
+
+def test_a_search_cut_short_before_it_found_anything_is_tried_again_before_it_is_told():
+    async def go():
+        e, _ = make()
+        w = e.suggestions
+        real = w.search
+        calls = []
+
+        def search(*a, **kw):
+            calls.append(1)
+            if len(calls) <= 2:
+                return Remedies("ns/a", partial=True, reason="time budget spent: 3 candidates not tried")
+            return real(*a, **kw)
+
+        w.search = search
+        fail(e, pod("a", cpu="3"))
+        assert w.step() and w.step() and len(w) == 1 and not patches(e)  # twice cut short: filed again
+        assert w.step() and len(w) == 0
+        await asyncio.sleep(0)
+        (p,) = patches(e)
+        assert json.loads(p.body["metadata"]["annotations"][SUGGESTIONS_ANNOTATION])["suggestions"]
+        # a third time cut short would be told as it is (partial, with its reason)
+        calls.clear()
+        w.search = lambda *a, **kw: Remedies("ns/a", partial=True, reason="time budget spent")
+        e.queue.activate(["ns/a"])
+        fail_again(e, "ns/a")
+        assert w.step() and w.step() and w.step() and len(w) == 0
+    run(go)
