@@ -350,3 +350,54 @@ def test_a_search_cut_short_before_it_found_anything_is_tried_again_before_it_is
         fail_again(e, "ns/a")
         assert w.step() and w.step() and w.step() and len(w) == 0
     run(go)
+
+
+def test_the_engine_loop_searches_only_when_no_pod_waits_to_be_placed():
+    """The scheduling loop itself (Engine.run): every pod waiting in the active queue is decided
+    before a search starts, and each search starts with the active queue empty."""
+    async def go():
+        e, _ = make()
+        w = e.suggestions
+
+        async def listed():  # the informers, listed
+            return 0.0
+
+        e.informers.run = listed
+        seen: list[tuple] = []
+        real_step, real_schedule = w.step, e.driver.schedule
+
+        def step():
+            seen.append(("step", e.queue.active_count))
+            return real_step()
+
+        def schedule(qpi):
+            seen.append(("schedule", qpi.key))
+            if qpi.key == "ns/late-0":  # a pod arrives between searches: placed before the next one
+                e.on_pod("ADDED", pod("late-1", cpu="1"))
+            return real_schedule(qpi)
+
+        w.step, e.driver.schedule = step, schedule
+        for i in range(3):
+            e.on_pod("ADDED", pod(f"big-{i}", cpu="3"))
+        e.on_pod("ADDED", pod("small", cpu="1"))
+        task = asyncio.get_running_loop().create_task(e.run())
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if any(s[0] == "step" for s in seen):
+                break
+        e.on_pod("ADDED", pod("late-0", cpu="1"))
+        e.wake()
+        for _ in range(300):
+            await asyncio.sleep(0.01)
+            if len(w) == 0 and ("schedule", "ns/late-1") in seen:
+                break
+        await e.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        first_step = next(i for i, s in enumerate(seen) if s[0] == "step")
+        assert {s[1] for s in seen[:first_step]} == {"ns/big-0", "ns/big-1", "ns/big-2", "ns/small"}
+        assert all(s[1] == 0 for s in seen if s[0] == "step"), seen
+        assert ("schedule", "ns/late-0") in seen and ("schedule", "ns/late-1") in seen and len(w) == 0
+        assert metric(e, 'policy_scheduler_suggestion_searches_total{result="found"}') == [
+            'policy_scheduler_suggestion_searches_total{result="found"} 3.0']
+    run(go)
