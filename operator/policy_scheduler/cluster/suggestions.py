@@ -200,8 +200,15 @@ class SuggestionWorker:
         if budget <= 0:
             return False
         del q[key]
-        r = self.search(current, self.state, entry.chain, entry.decision, nominator=self.nominator, budget=budget,
-                        alternatives=self._alternatives(current, entry.policy))
+        t0 = time.perf_counter()
+        try:
+            r = self.search(current, self.state, entry.chain, entry.decision, nominator=self.nominator,
+                            budget=budget, alternatives=self._alternatives(current, entry.policy))
+        except Exception as e:  # advice: never the scheduling loop's end (suggest itself does not raise)
+            self.allowance.spent(time.perf_counter() - t0)
+            log.warning("no suggestions for pod %s: %s: %s", key, type(e).__name__, e)
+            self._count(NONE)
+            return True
         self.allowance.spent(r.seconds)
         self._record(r)
         if r.partial and not r.suggestions and entry.tries < RETRIES and not q.get(key):

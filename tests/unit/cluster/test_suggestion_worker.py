@@ -401,3 +401,18 @@ def test_the_engine_loop_searches_only_when_no_pod_waits_to_be_placed():
         assert metric(e, 'policy_scheduler_suggestion_searches_total{result="found"}') == [
             'policy_scheduler_suggestion_searches_total{result="found"} 3.0']
     run(go)
+
+
+def test_a_search_that_raises_is_logged_and_the_loop_goes_on(caplog):
+    async def go():
+        e, _ = make()
+        w = e.suggestions
+
+        def boom(*a, **kw):
+            raise RuntimeError("a bug")
+
+        w.search = boom
+        fail(e, pod("a", cpu="3"))
+        assert w.step() and len(w) == 0 and not patches(e)
+        assert "no suggestions for pod ns/a: RuntimeError: a bug" in caplog.text
+    run(go)
