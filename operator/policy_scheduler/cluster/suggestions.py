@@ -29,8 +29,8 @@ than ``stale_after`` seconds for budget is dropped (``skipped-budget``).
 
 The annotation's own update does not requeue the pod: the queue turns an update of a pod in the
 unschedulable pool into TargetPod events (``Update`` for an annotation: upstream's
-UpdatePodOther), which no in-tree plugin's hint queues (tests/unit/cluster/test_suggestion_worker.py
-checks it for the default policy). Should a plugin queue it anyway, the retry's search finds the
+UpdatePodOther), on which no plugin of the example policies that can reject a pod queues
+(tests/unit/cluster/test_suggestion_worker.py checks each). Should a plugin queue it anyway, the retry's search finds the
 same text and writes nothing: it does not feed back.
 """
 

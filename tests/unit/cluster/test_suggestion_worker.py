@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
@@ -415,4 +416,45 @@ def test_a_search_that_raises_is_logged_and_the_loop_goes_on(caplog):
         fail(e, pod("a", cpu="3"))
         assert w.step() and len(w) == 0 and not patches(e)
         assert "no suggestions for pod ns/a: RuntimeError: a bug" in caplog.text
+    run(go)
+
+
+@pytest.mark.parametrize("policy_file", sorted(p.name for p in (Path(__file__).resolve().parents[3] / "policies")
+                                               .glob("*.yaml")))
+def test_no_plugin_that_can_reject_a_pod_requeues_it_for_an_annotation_update(policy_file):
+    """Every example policy, every plugin of its chain that can leave a pod unschedulable
+    (PreEnqueue, PreFilter, Filter, PostFilter, Reserve, Permit): the pod it rejected stays in the
+    unschedulable pool when only its annotations change (the suggestions' own write)."""
+    import copy
+
+    import yaml
+
+    from policy_scheduler.framework.interface import (FilterPlugin, PermitPlugin, PostFilterPlugin, PreEnqueuePlugin,
+                                                      PreFilterPlugin, ReservePlugin)
+
+    path = Path(__file__).resolve().parents[3] / "policies" / policy_file
+    body = next(d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "SchedulingPolicy")
+    name = body["metadata"]["name"]
+
+    async def go():
+        e = build_engine(FakeClient())
+        e.on_namespace("ADDED", {"metadata": {"name": "ns", "labels": {}}})
+        e.on_policy("ADDED", {"metadata": {"name": name, "generation": 1}, "spec": body["spec"]})
+        chain = e.policies[name].chain
+        assert chain is not None, e.policies[name].errors
+        kinds = (PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilterPlugin, ReservePlugin, PermitPlugin)
+        rejecting = sorted(p.NAME for p in chain.plugins if isinstance(p, kinds))
+        assert len(rejecting) >= 3
+        p = pod("a", cpu="1")
+        p["metadata"]["labels"]["policy-scheduler.io/policy"] = name
+        for plugin in rejecting:
+            e.on_pod("ADDED", p)
+            qpi = e.queue.pop()
+            e.queue.add_unschedulable(qpi, {plugin})
+            assert e.queue.state_of("ns/a") == UNSCHEDULABLE, plugin
+            annotated = copy.deepcopy(p)
+            annotated["metadata"]["annotations"] = {SUGGESTIONS_ANNOTATION: "{}", SUGGESTIONS_MAC_ANNOTATION: "v1:x"}
+            e.on_pod("MODIFIED", annotated)
+            assert e.queue.state_of("ns/a") == UNSCHEDULABLE, f"{plugin} requeued the pod for an annotation update"
+            e.on_pod("DELETED", annotated)
     run(go)
