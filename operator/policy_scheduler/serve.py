@@ -21,6 +21,7 @@ from .cluster.leader import ElectionConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache.policies import PolicyStore
+    from .cluster.suggestions import SuggestionConfig
     from .cluster.engine import Engine
     from .cluster.kubeclient import KubeClient
     from .cluster.sync import Sync
@@ -39,14 +40,27 @@ def election_config(a: argparse.Namespace) -> ElectionConfig:
                           retry_period=a.leader_elect_retry_period)
 
 
+def suggestion_config(a: argparse.Namespace) -> SuggestionConfig:
+    """The SuggestionConfig of `run`'s --suggestion* flags."""
+    from .cluster.suggestions import SuggestionConfig
+
+    per_pod = getattr(a, "suggestion_budget", 0.020)
+    per_second = getattr(a, "suggestion_share", 0.05)
+    return SuggestionConfig(enabled=getattr(a, "suggestions", "on") == "on" and per_pod > 0 and per_second > 0,
+                            per_pod=per_pod, per_second=per_second, burst=max(4 * per_second, per_pod),
+                            queue_size=getattr(a, "suggestion_queue", 1024))
+
+
 def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, namespaces: set[str] | None = None,
                  bind_concurrency: int = 64, status_interval: float = 2.0, telemetry: Telemetry | None = None,
                  rng: random.Random | None = None, sources: MetricSources | None = None,
                  registry: Registry | None = None, plugin_metrics_sample_percent: float | None = None,
                  leadership: Leadership | None = None, sync_timeout: float = 60.0, default_policy: str | None = None,
-                 revision_namespace: str | None = None, revision_history_limit: int | None = None) -> Engine:
+                 revision_namespace: str | None = None, revision_history_limit: int | None = None,
+                 suggestions: SuggestionConfig | None = None) -> Engine:
     """The engine and its parts, each handed only what it uses (unit tests pass an in-memory
-    client). The parts that call back into the loop (policy changes, requeues, routing) are
+    client). ``suggestions``: the search for what would place a pod that found no node
+    (cluster/suggestions.py; off when None or not enabled). The parts that call back into the loop (policy changes, requeues, routing) are
     handed the engine's methods once it is built."""
     from .cache.handle import StateHandle
     from .cache.policies import DEFAULT_POLICY, PolicyStore
@@ -62,6 +76,7 @@ def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, na
     from .cluster.recorder import EventRecorder
     from .cluster.revisions import Revisions
     from .cluster.rollout_controller import RolloutController
+    from .cluster.suggestions import SuggestionMetrics, SuggestionWorker
     from .cluster.sync import Sync
     from .cluster.tasks import Tasks
     from .cluster.telemetry import Telemetry
@@ -132,10 +147,23 @@ def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, na
     rollouts = RolloutController(state, store.policies, nominator, recorder, tel, api.patch_policy,
                                  lambda name: engine.requeue_policy(name), status_writer.write_soon, may_write,
                                  key=binding_tasks.key, read=lambda p: client.get(p))
-    pending = PendingPods(queue, nominator, store.policy_name, store.policies, recorder.forget, wake)
+    # what would place a pod that found no node: searched while the loop has nothing to pop
+    hints = None
+    if suggestions is not None and suggestions.enabled:
+        hints = SuggestionWorker(state, queue, nominator, policies=store.policies, namespaces=state.namespaces,
+                                 event=recorder.event, patch=api.patch_pod_annotations,
+                                 key=lambda: binding_tasks.key, spawn=spawn,
+                                 metrics=SuggestionMetrics(tel.leader_only.registry), config=suggestions)
+
+    def forget(key: str) -> None:  # a pending pod bound or gone
+        recorder.forget(key)
+        if hints is not None:
+            hints.forget(key)
+
+    pending = PendingPods(queue, nominator, store.policy_name, store.policies, forget, wake)
     # the scheduling driver (scheduler/schedule_one.py) with the operator's ports
     driver = Scheduler(state, queue, nominator, store.resolve_policy, recorder, tel, binding_tasks, preemptor,
-                       rollouts, rng or random.Random(), wake, pending_policy=pending.policy_of)
+                       rollouts, rng or random.Random(), wake, pending_policy=pending.policy_of, hints=hints)
     binding_tasks.attach(driver)
     informers = Sync(client, lambda kind: tel.timed_handler(kind, engine.route(kind)), spawn, sync_timeout, tel)
     engine = engine_module.Engine(
@@ -146,7 +174,7 @@ def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, na
         pod_group_status=PodGroupStatusWriter(state.pod_groups, handle),
         native_pod_group_status=PodGroupStatusWriter(state.native_pod_groups, handle,
                                                      patch=api.patch_native_pod_group_status),
-        informers=informers)
+        informers=informers, suggestions=hints)
     state.native_pod_groups.on_condition = engine.native_pod_group_status.kick
     return engine
 
@@ -180,7 +208,8 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
                           plugin_metrics_sample_percent=a.plugin_metrics_sample_percent, leadership=leadership,
                           sync_timeout=a.cache_sync_timeout, default_policy=a.default_policy,
                           revision_namespace=getattr(a, "revision_namespace", None),
-                          revision_history_limit=getattr(a, "revision_history_limit", 10))
+                          revision_history_limit=getattr(a, "revision_history_limit", 10),
+                          suggestions=suggestion_config(a))
     tuner = attach_tuner(engine, plugin_modules=list(getattr(a, "plugin_module", None) or []))  # spec.tuning
     if on_engine is not None:
         on_engine(engine)

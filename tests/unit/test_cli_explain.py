@@ -126,7 +126,8 @@ def served(monkeypatch):
         return answers[(ns, name)]
 
     monkeypatch.setattr(cmd, "fetch", fetch)
-    monkeypatch.setattr(cmd, "decision_trust", lambda a, pod: (None, "no key here"))
+    monkeypatch.setattr(cmd, "decision_trust", lambda a, pod, cache=None: (None, "no key here"))
+    monkeypatch.setattr(cmd, "suggestions_trust", lambda a, pod, cache=None: (None, "no key here"))
     answers["asked"] = asked
     return answers
 
@@ -158,6 +159,8 @@ def test_text_names_the_policy_an_unscheduled_pod_would_get(served, capsys):
         "pod demo/y: scheduler policy-scheduler, node (none)",
         f"  policy:    gpu   (would schedule it: the pod's label {POLICY_LABEL})",
         "  not scheduled (Unschedulable): 0/3 nodes are available: 3 Insufficient cpu.",
+        "  reasons (nodes per reason):",
+        "        3  Insufficient cpu",
         "  event Warning FailedScheduling: 0/3 nodes"]
 
 
@@ -281,3 +284,86 @@ def test_text_marks_an_unverified_decision_and_escapes_control_characters(served
         assert not any(c in out for c in "\x1b\x07\x9b\u202e"), output
         doc = (yaml.safe_load if output == "yaml" else json.loads)(out)
         assert doc["decisionVerified"] is None and doc["decisionTrust"] == "no key here"
+
+
+# ---------------------------------------------------------------------------------------------
+# a pending pod's reasons, grouped, and the scheduler's suggestions (cluster/suggestions.py)
+
+def suggested_pod(uid="u1", key=None, text=None):
+    """A pending pod with the suggestions annotation the scheduler writes, signed with ``key``."""
+    from policy_scheduler.cluster.decision_mac import SUGGESTIONS_MAC_ANNOTATION
+    from policy_scheduler.cluster.suggestions import annotation_text
+    from policy_scheduler.remedies import Remedies, Suggestion
+
+    r = Remedies("demo/y", [Suggestion("LowerRequest", "Pod", "lower the cpu request to at most 2",
+                                       [{"op": "replace", "path": "/spec/containers/0/resources/requests/cpu",
+                                         "value": "2"}], 0.33, 3, "n1", 87)],
+                 blockers={"NodeResourcesFit": 2, "NodeResourcesFit+TaintToleration": 1})
+    text = text or annotation_text(r)
+    p = pod("y", condition={**UNSCHEDULABLE, "message": "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had "
+                            "untolerated taint(s). preemption: 0/5 nodes are available: 5 Preemption is not helpful "
+                            "for scheduling."}, uid=uid)
+    p["metadata"]["annotations"] = {cmd.SUGGESTIONS: text}
+    if key is not None:
+        p["metadata"]["annotations"][SUGGESTIONS_MAC_ANNOTATION] = key.sign_suggestions(uid, text)
+    return p
+
+
+def test_grouped_reasons_of_a_failed_scheduling_message():
+    assert cmd.grouped_reasons("0/12 nodes are available: 2 Insufficient cpu, 10 node(s) didn't match Pod's node "
+                               "affinity/selector. preemption: 0/12 nodes are available: 12 Preemption is not "
+                               "helpful for scheduling.") == [
+        {"nodes": 10, "reason": "node(s) didn't match Pod's node affinity/selector"},
+        {"nodes": 2, "reason": "Insufficient cpu"}]
+    for other in (None, 3, "", 'running "X" filter plugin: boom', "0/3 nodes are available: invalid pod spec"):
+        assert cmd.grouped_reasons(other) == []
+
+
+def test_the_suggestions_and_their_verification(monkeypatch):
+    from policy_scheduler.cluster.decision_mac import DecisionKey
+
+    key = DecisionKey()
+    cache = {"key": (key, "Secret ops/policy-scheduler-decision-key")}
+    a = type("A", (), {"operator_namespace": "ops"})()
+    p = suggested_pod(key=key)
+    assert cmd.suggestions_trust(a, p, cache)[0] is True
+    doc = cmd.explanation(p, {}, [], default_policy="default", suggestions_trust=cmd.suggestions_trust(a, p, cache))
+    assert doc["reasons"] == [{"nodes": 3, "reason": "node(s) had untolerated taint(s)"},
+                              {"nodes": 2, "reason": "Insufficient cpu"}]
+    assert doc["blockers"] == {"NodeResourcesFit": 2, "NodeResourcesFit+TaintToleration": 1}
+    assert doc["suggestions"]["version"] == 1 and doc["suggestions"]["suggestions"][0]["node"] == "n1"
+    assert doc["suggestionsVerified"] is True
+    # a tenant's text, its MAC copied: does not verify; another pod's annotations: neither
+    forged = suggested_pod(key=key)
+    forged["metadata"]["annotations"][cmd.SUGGESTIONS] = forged["metadata"]["annotations"][cmd.SUGGESTIONS].replace(
+        "at most 2", "at most 1")
+    assert cmd.suggestions_trust(a, forged, cache)[0] is False
+    other = suggested_pod(uid="u2")
+    other["metadata"]["annotations"] = p["metadata"]["annotations"]
+    assert cmd.suggestions_trust(a, other, cache)[0] is False
+    unsigned = suggested_pod()
+    assert cmd.suggestions_trust(a, unsigned, cache) == (False, "it has no policy-scheduler.io/suggestions-mac")
+    assert cmd.suggestions_trust(a, pod("z"), cache) == (None, "no suggestions")
+    # a bound pod's annotation is the past's: left out
+    bound = suggested_pod(key=key)
+    bound["spec"]["nodeName"] = "n1"
+    assert cmd.explanation(bound, {}, [], default_policy="default")["suggestions"] is None
+    # not JSON: said so, nothing else read from it
+    bad = cmd.explanation(suggested_pod(text="{no"), {}, [], default_policy="default")
+    assert bad["suggestions"] == {"unreadable": "policy-scheduler.io/suggestions is not a JSON object"}
+
+
+def test_text_and_json_print_the_suggestions(served, capsys, monkeypatch):
+    monkeypatch.setattr(cmd, "suggestions_trust", lambda a, pod, cache=None: (True, "its MAC verifies"))
+    served[("demo", "y")] = suggested_pod(), {}, []
+    assert cli.main(["explain", "demo/y"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("  suggestions: verified: written by the scheduler (its MAC verifies)")
+    assert out[at + 1] == "    1. lower the cpu request to at most 2: opens 3 nodes (n1 would be chosen) [LowerRequest, Pod]"
+    assert out[at + 2].startswith('       patch: [{"op": "replace"')
+    assert "  rejected by (nodes per set of filter plugins, every node checked):" in out
+    assert "        1  NodeResourcesFit+TaintToleration" in out
+    assert cli.main(["explain", "demo/y", "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["suggestions"]["suggestions"][0]["kind"] == "LowerRequest" and doc["suggestionsVerified"] is True
+    assert doc["suggestionsTrust"] == "its MAC verifies"

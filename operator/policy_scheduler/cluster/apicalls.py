@@ -1,6 +1,6 @@
 """The scheduling writes to the API server, in one place: the Binding, the preemption victim's
-DELETE, PodGroup status patches, the binding cycle's nomination for expectation and the requests
-bind-side plugins make (VolumeBinding's PreBind).
+DELETE, PodGroup status patches, the binding cycle's nomination for expectation, the requests
+bind-side plugins make (VolumeBinding's PreBind) and a pending pod's suggestions annotation.
 
 Each write is made by the leader only: a standby, or a deposed leader, writes nothing. Each one
 is fenced when it is sent: it carries the lease's deadline (``Leadership.time_left``) through the
@@ -174,6 +174,27 @@ class ApiCalls:
                         pod.key, type(e).__name__, e)
             return UNKNOWN
         return DELETED
+
+    async def patch_pod_annotations(self, pod: PodInfo, annotations: Mapping[str, str | None]) -> bool:
+        """Merge PATCH of a pod's annotations (None removes one), with the pod's UID in the patch
+        as a precondition (a pod replaced under the same name refuses it: the UID is immutable).
+        The leader only, fenced. True when written; False otherwise (not leading, fenced, the
+        pod gone or replaced, or refused: the caller counts it). Raises nothing."""
+        if not self.leadership.valid():
+            return False
+        meta: dict[str, Any] = {"annotations": dict(annotations)}
+        if pod.uid:
+            meta["uid"] = pod.uid
+        try:
+            await self.client.merge_patch(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", {"metadata": meta},
+                                          fence=self.fence)
+        except Fenced:
+            return False
+        except REQUEST_ERRORS as e:
+            if not (isinstance(e, ApiError) and e.status in (404, 409, 422)):  # gone, or replaced
+                log.warning("annotations of pod %s not written: %s", pod.key, e)
+            return False
+        return True
 
     async def victim_state(self, pod: PodInfo) -> str | None:
         """After a DELETE that got no answer: GET the victim. DELETED when it is terminating, GONE

@@ -15,6 +15,11 @@ annotations onto a forged pod fails the UID check. Anything that reads the annot
 (the rollout counts) counts only pods whose MAC verifies; what does not verify is ignored and
 counted (``policy_scheduler_forged_decisions_total``).
 
+The suggestions annotation (``policy-scheduler.io/suggestions``, cluster/suggestions.py) is
+signed with the same key under another domain: ``policy-scheduler.io/suggestions-mac`` over the
+pod's UID and the annotation's exact text (``sign_suggestions``), so explain tells what the
+scheduler wrote from what a tenant wrote.
+
 The key lives in a Secret in the operator's namespace (``<scheduler-name>-decision-key``, the
 namespace of ``--revision-namespace``: ``POD_NAMESPACE`` in a pod). The first replica that finds
 no Secret creates it with a random key; a replica that loses the create race (409) reads the
@@ -45,6 +50,8 @@ MAC_PREFIX = "v1:"  # the scheme: a later one can be told apart and refused by a
 KEY_BYTES = 32
 SECRET_KEY = "key"  # the Secret's data item
 _DOMAIN = b"policy-scheduler.io/decision-mac/v1"
+SUGGESTIONS_MAC_ANNOTATION = "policy-scheduler.io/suggestions-mac"
+_SUGGESTIONS_DOMAIN = b"policy-scheduler.io/suggestions-mac/v1"
 
 
 def secret_name(scheduler_name: str) -> str:
@@ -65,13 +72,29 @@ class DecisionKey:
     def __repr__(self) -> str:  # never the key
         return f"DecisionKey(shared={self.shared}, where={self.where!r})"
 
-    def sign(self, uid: str, node: str, decision: str) -> str:
-        """The MAC of ``decision`` (the annotation's exact text) for the pod ``uid`` bound to ``node``."""
-        msg = bytearray(_DOMAIN)
-        for part in (uid.encode(), node.encode(), decision.encode()):  # each length-prefixed: no field
-            msg += len(part).to_bytes(8, "big") + part  # can pass text on to the next one
+    def _mac(self, domain: bytes, *parts: str) -> str:
+        msg = bytearray(domain)
+        for part in parts:  # each length-prefixed: no field can pass text on to the next one
+            b = part.encode()
+            msg += len(b).to_bytes(8, "big") + b
         digest = hmac.new(self._key, msg, hashlib.sha256).digest()
         return MAC_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def sign(self, uid: str, node: str, decision: str) -> str:
+        """The MAC of ``decision`` (the annotation's exact text) for the pod ``uid`` bound to ``node``."""
+        return self._mac(_DOMAIN, uid, node, decision)
+
+    def sign_suggestions(self, uid: str, text: str) -> str:
+        """The MAC of a suggestions annotation's exact text for the pod ``uid`` (another domain:
+        never a decision's MAC)."""
+        return self._mac(_SUGGESTIONS_DOMAIN, uid, text)
+
+    def verify_suggestions(self, uid: Any, text: Any, mac: Any) -> bool:
+        """Whether ``mac`` is this key's MAC of the suggestions text for that pod (constant time)."""
+        if not (isinstance(mac, str) and mac.startswith(MAC_PREFIX) and len(mac) < 128 and isinstance(uid, str)
+                and uid and isinstance(text, str)):
+            return False
+        return hmac.compare_digest(mac.encode(), self.sign_suggestions(uid, text).encode())
 
     def verify(self, uid: str, node: str, decision: str, mac: Any) -> bool:
         """Whether ``mac`` is this key's MAC of the decision for that pod and node (constant time)."""

@@ -27,7 +27,8 @@ A watch event becomes a binding::
             or a nomination
 
 Scheduling runs on one asyncio loop: a cycle is synchronous (pure core) and the loop yields
-between pods; bindings, events and status writes are tasks, each fenced by the Lease's deadline
+between pods; while it has no pod to pop it runs the suggestions' searches, one at a time
+(suggestions.py); bindings, events and status writes are tasks, each fenced by the Lease's deadline
 when it is sent. The Lease is renewed on its own thread and client (leader.py) and the admission
 webhooks serve on theirs (webhook_server.py), so a busy loop costs neither. Nothing is lost: a failed binding
 cycle unreserves, forgets the assumption and requeues the pod; a pod already bound or deleted is
@@ -67,6 +68,7 @@ from .preemptor import Preemptor
 from .recorder import EventRecorder
 from .revisions import Revisions
 from .rollout_controller import RolloutController
+from .suggestions import SuggestionWorker
 from .sync import COMPOSITE_PODGROUPS, NATIVE_PODGROUPS, POLICIES, Sync
 from .tasks import Tasks
 from .telemetry import Telemetry
@@ -94,7 +96,8 @@ class Engine:
                  recorder: EventRecorder, api: ApiCalls, preemptor: Preemptor, binding_tasks: BindingTasks,
                  policy_store: PolicyStore, handle: StateHandle, status_writer: PolicyStatusWriter,
                  revisions: Revisions, rollouts: RolloutController, pod_group_status: PodGroupStatusWriter,
-                 native_pod_group_status: PodGroupStatusWriter, informers: Sync) -> None:
+                 native_pod_group_status: PodGroupStatusWriter, informers: Sync,
+                 suggestions: SuggestionWorker | None = None) -> None:
         self.client, self.scheduler_name, self.leadership = client, scheduler_name, leadership
         self.scope = scope  # None: every namespace
         self.state, self.queue, self.nominator, self.pending, self.driver = state, queue, nominator, pending, driver
@@ -105,6 +108,7 @@ class Engine:
         self.status_writer, self.revisions, self.rollouts = status_writer, revisions, rollouts
         self.pod_group_status, self.native_pod_group_status = pod_group_status, native_pod_group_status
         self.informers = informers
+        self.suggestions = suggestions  # None: run --suggestions=off
         self._tasks, self._wake = tasks, wake
         self.spawn, self.wake = tasks.spawn, wake.set
         self.rng = driver.rng
@@ -336,8 +340,18 @@ class Engine:
                         self.wake()
                 qpi = self.queue.pop()
                 if qpi is None:
+                    hints = self.suggestions
+                    # no pod to place: one search for a pod that found no node (suggestions.py),
+                    # then watch events and bindings get in before the queue is asked again
+                    if hints is not None and hints.step():
+                        await asyncio.sleep(0)
+                        last_yield = time.perf_counter()
+                        continue
                     self._wake.clear()
                     delay = self.queue.next_ready_in()
+                    retry = hints.retry_in() if hints is not None else None
+                    if retry is not None:
+                        delay = retry if delay is None else min(delay, retry)
                     try:
                         await asyncio.wait_for(self._wake.wait(), timeout=min(delay if delay is not None else 5.0, 5.0))
                     except asyncio.TimeoutError:

@@ -6,9 +6,11 @@ print that document.
 The decision annotation is written by the scheduler's binder, but a pod's owner can write it too:
 explain says which, by checking its ``policy-scheduler.io/decision-mac`` with the scheduler's key
 (cluster/decision_mac.py; the Secret in --operator-namespace, when the caller may read it), and
-otherwise marks it "annotation (user-writable)". Text and YAML output print every string of the
-document with its control characters escaped (explain.printable): annotations and event messages
-are tenant text."""
+otherwise marks it "annotation (user-writable)". The same goes for a pending pod's
+``policy-scheduler.io/suggestions`` annotation (what would place it, cluster/suggestions.py),
+checked against its ``policy-scheduler.io/suggestions-mac``. Text and YAML output print every
+string of the document with its control characters escaped (explain.printable): annotations and
+event messages are tenant text."""
 
 from __future__ import annotations
 
@@ -64,9 +66,39 @@ def _event(e: dict[str, Any]) -> dict[str, Any]:
             "count": e.get("count") or (e.get("series") or {}).get("count") or 1, "time": _event_time(e) or None}
 
 
+SUGGESTIONS = "policy-scheduler.io/suggestions"
+_REASON = re.compile(r"(\d+) (.+?)(?=, \d+ |$)")
+
+
+def grouped_reasons(message: Any) -> list[dict[str, Any]]:
+    """The per-node reasons of a FailedScheduling message (``0/12 nodes are available: 2
+    Insufficient cpu, 10 node(s) didn't match ...``): [{"nodes": 2, "reason": "Insufficient cpu"}, ...],
+    most nodes first; [] for any other message."""
+    if not isinstance(message, str):
+        return []
+    m = re.match(r"0/\d+ nodes are available: (.*?)\.(?: preemption: |$)", message[:8192], re.S)
+    if m is None:
+        return []
+    out = [{"nodes": int(n), "reason": r.strip()} for n, r in _REASON.findall(m.group(1))]
+    return sorted(out, key=lambda x: -x["nodes"])
+
+
+def suggestions_of(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The suggestions annotation as JSON (None: none, or not a JSON object: ``{"unreadable": ...}``)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(SUGGESTIONS)
+    if not isinstance(raw, str):
+        return None
+    try:
+        doc = json.loads(raw[:65536])
+    except ValueError:
+        doc = None
+    return doc if isinstance(doc, dict) else {"unreadable": f"{SUGGESTIONS} is not a JSON object"}
+
+
 def explanation(pod: dict[str, Any], namespace_labels: dict[str, str] | None, events: list[dict[str, Any]], *,
                 default_policy: str, top: int | None = None,
-                trust: tuple[bool | None, str] = (None, "not checked")) -> dict[str, Any]:
+                trust: tuple[bool | None, str] = (None, "not checked"),
+                suggestions_trust: tuple[bool | None, str] = (None, "not checked")) -> dict[str, Any]:
     """The document explain prints: the pod, its scheduler and node; the policy (the decision's,
     or for a pod not bound yet the one it would be scheduled with, and where that name came from);
     the decision record (its top nodes cut to ``top``); the PodScheduled condition; the last
@@ -103,6 +135,12 @@ def explanation(pod: dict[str, Any], namespace_labels: dict[str, str] | None, ev
                  key=_event_time)
     cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
     failed = [e for e in evs if e.get("reason") == "FailedScheduling"]
+    # a pending pod: why no node (the FailedScheduling message's reasons, grouped) and what would
+    # place it (the suggestions annotation; a bound pod's is the past's and is left out)
+    sugg = suggestions_of(pod) if node is None else None
+    why = (cond or {}).get("message") if (cond or {}).get("status") == "False" else None
+    if not why and failed:
+        why = failed[-1].get("message")
     return {
         "pod": f"{meta.get('namespace')}/{meta.get('name')}", "uid": uid, "scheduler": spec.get("schedulerName"),
         "node": node, "phase": status.get("phase"), "policy": policy, "policySource": source,
@@ -116,6 +154,11 @@ def explanation(pod: dict[str, Any], namespace_labels: dict[str, str] | None, ev
         "lastFailedScheduling": _event(failed[-1]) if failed else None,
         "preemptions": [e.get("message") for e in evs if e.get("reason") == "Preempting"],
         "events": [_event(e) for e in evs[-EVENTS:]],
+        "reasons": grouped_reasons(why) if node is None else None,
+        "blockers": (sugg or {}).get("blockers") if sugg is not None else None,
+        "suggestions": sugg,
+        "suggestionsVerified": suggestions_trust[0] if sugg is not None else None,
+        "suggestionsTrust": suggestions_trust[1] if sugg is not None else None,
     }
 
 
@@ -145,8 +188,44 @@ def write_text(doc: dict[str, Any], out: TextIO) -> None:
         out.write(f"  not scheduled ({cond['reason']}): {cond['message']}\n")
     else:
         out.write("  no decision recorded by policy-scheduler for this pod\n")
+    write_suggestions_text(doc, out)
     for e in doc["events"]:
         out.write(f"  event {e['type']} {e['reason']}: {e['message']}\n")
+
+
+def _trust_line(verified: Any, how: Any) -> str:
+    return (f"verified: written by the scheduler ({how})" if verified else
+            f"annotation (user-writable), NOT written by the scheduler: {how}" if verified is False else
+            f"annotation (user-writable), not verified: {how}")
+
+
+def write_suggestions_text(doc: dict[str, Any], out: TextIO) -> None:
+    """A pending pod's reasons per node (grouped), the search's diagnosis and its suggestions."""
+    if doc.get("reasons"):
+        out.write("  reasons (nodes per reason):\n")
+        for r in doc["reasons"]:
+            out.write(f"    {r['nodes']:5d}  {r['reason']}\n")
+    blockers = doc.get("blockers")
+    if isinstance(blockers, dict) and blockers:
+        out.write("  rejected by (nodes per set of filter plugins, every node checked):\n")
+        for plugins, n in blockers.items():
+            out.write(f"    {n!s:>5}  {plugins}\n")
+    sugg = doc.get("suggestions")
+    if sugg is None:
+        return
+    out.write(f"  suggestions: {_trust_line(doc.get('suggestionsVerified'), doc.get('suggestionsTrust'))}\n")
+    items = sugg.get("suggestions") if isinstance(sugg.get("suggestions"), list) else []
+    for i, s in enumerate(items, 1):
+        if not isinstance(s, dict):
+            continue
+        n = s.get("nodesOpened")
+        out.write(f"    {i}. {s.get('change')}: opens {n} node{'' if n == 1 else 's'} ({s.get('node')} would be "
+                  f"chosen) [{s.get('kind')}, {s.get('target')}]\n")
+        out.write(f"       patch: {json.dumps(s.get('patch'))}\n")
+    if not items:
+        out.write(f"    none{': ' + str(sugg.get('reason')) if sugg.get('reason') else ''}\n")
+    elif sugg.get("partial"):
+        out.write(f"    (the search was cut short: {sugg.get('reason')})\n")
 
 
 def fetch(a: argparse.Namespace, ns: str, name: str) -> tuple[dict, dict | None, list[dict]]:
@@ -199,11 +278,34 @@ def _namespace_matters(pod: dict) -> bool:
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,200}[a-z0-9])?")
 
 
-def decision_trust(a: argparse.Namespace, pod: dict[str, Any]) -> tuple[bool | None, str]:
+def _scheduler_key(a: argparse.Namespace, pod: dict[str, Any], cache: dict[str, Any]) -> tuple[Any, str]:
+    """(DecisionKey, where it is) of the pod's scheduler, or (None, why not); read once per call
+    of explain (``cache``)."""
+    if "key" in cache:
+        return cache["key"]
+    from ..cluster.decision_mac import DecisionKey, decode_key, secret_name
+
+    sched = (pod.get("spec") or {}).get("schedulerName") or "policy-scheduler"
+    ns = getattr(a, "operator_namespace", None)
+    if not isinstance(sched, str) or not _NAME.fullmatch(sched) or not ns:
+        got: tuple[Any, str] = (None, "no scheduler name or operator namespace to find its key")
+    else:
+        where = f"Secret {ns}/{secret_name(sched)}"
+        try:
+            key = decode_key(read_secret(a, ns, secret_name(sched)))
+            got = (DecisionKey(key), where) if key is not None else (None, f"{where} holds no usable key")
+        except ExplainError as e:
+            got = (None, f"cannot read the key in {where}: {e}")
+    cache["key"] = got
+    return got
+
+
+def decision_trust(a: argparse.Namespace, pod: dict[str, Any], cache: dict[str, Any] | None = None
+                   ) -> tuple[bool | None, str]:
     """Whether the pod's decision annotation is one the scheduler's binder signed for this pod and
     node: (True, where the key is), (False, why not), or (None, why it could not be checked: no
     decision, or the key's Secret cannot be read by the caller)."""
-    from ..cluster.decision_mac import MAC_ANNOTATION, DecisionKey, decode_key, secret_name
+    from ..cluster.decision_mac import MAC_ANNOTATION
     from ..explain import DECISION_ANNOTATION
 
     anns = (pod.get("metadata") or {}).get("annotations") or {}
@@ -211,21 +313,31 @@ def decision_trust(a: argparse.Namespace, pod: dict[str, Any]) -> tuple[bool | N
         return None, "no decision"
     if MAC_ANNOTATION not in anns:
         return False, f"it has no {MAC_ANNOTATION}"
-    sched = (pod.get("spec") or {}).get("schedulerName") or "policy-scheduler"
-    ns = getattr(a, "operator_namespace", None)
-    if not isinstance(sched, str) or not _NAME.fullmatch(sched) or not ns:
-        return None, "no scheduler name or operator namespace to find its key"
-    where = f"Secret {ns}/{secret_name(sched)}"
-    try:
-        secret = read_secret(a, ns, secret_name(sched))
-    except ExplainError as e:
-        return None, f"cannot read the key in {where}: {e}"
-    key = decode_key(secret)
+    key, where = _scheduler_key(a, pod, {} if cache is None else cache)
     if key is None:
-        return None, f"{where} holds no usable key"
-    if DecisionKey(key).verify_pod(pod):
+        return None, where
+    if key.verify_pod(pod):
         return True, f"its {MAC_ANNOTATION} verifies with the key in {where}"
     return False, f"its {MAC_ANNOTATION} does not verify with the key in {where} (another pod's, node's or text)"
+
+
+def suggestions_trust(a: argparse.Namespace, pod: dict[str, Any], cache: dict[str, Any] | None = None
+                      ) -> tuple[bool | None, str]:
+    """Whether the pod's suggestions annotation is the scheduler's, for this pod (as decision_trust)."""
+    from ..cluster.decision_mac import SUGGESTIONS_MAC_ANNOTATION as MAC
+
+    meta = pod.get("metadata") or {}
+    anns = meta.get("annotations") or {}
+    if SUGGESTIONS not in anns:
+        return None, "no suggestions"
+    if MAC not in anns:
+        return False, f"it has no {MAC}"
+    key, where = _scheduler_key(a, pod, {} if cache is None else cache)
+    if key is None:
+        return None, where
+    if key.verify_suggestions(meta.get("uid"), anns.get(SUGGESTIONS), anns.get(MAC)):
+        return True, f"its {MAC} verifies with the key in {where}"
+    return False, f"its {MAC} does not verify with the key in {where} (another pod's, or other text)"
 
 
 def read_secret(a: argparse.Namespace, ns: str, name: str) -> Any:
@@ -329,8 +441,9 @@ def cmd_explain(a: argparse.Namespace) -> int:
             doc = workload_explanation(wl, events)
         else:
             pod, labels, events = fetch(a, ns, name)
+            cache: dict[str, Any] = {}  # the key's Secret, read once
             doc = explanation(pod, labels, events, default_policy=a.default_policy, top=a.top,
-                              trust=decision_trust(a, pod))
+                              trust=decision_trust(a, pod, cache), suggestions_trust=suggestions_trust(a, pod, cache))
     except (ExplainError, ValueError) as e:
         print(f"policy-scheduler explain: {e}", file=sys.stderr)
         return 1
@@ -360,7 +473,9 @@ def add_parser(sub) -> None:
                        description="Shows the latest decision for a pod: the chosen node, per-plugin weighted "
                                    "scores of the top nodes, and how many nodes each filter reason removed. For a "
                                    "pod without one: the policy it would be scheduled with, why it is not "
-                                   "scheduled (its PodScheduled condition) and its last events.")
+                                   "scheduled (its PodScheduled condition, the reasons per node grouped), the "
+                                   "scheduler's verified suggestions of what would place it (the "
+                                   "policy-scheduler.io/suggestions annotation) and its last events.")
     e.add_argument("pod", metavar="POD", help="NAME (in --namespace) or NAMESPACE/NAME")
     e.add_argument("--namespace", "-n", default=None, help="the pod's namespace (default: default)")
     e.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)

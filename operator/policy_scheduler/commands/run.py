@@ -72,6 +72,17 @@ def cmd_run(a: argparse.Namespace) -> int:
     return exit_now_if_children_linger(code)
 
 
+def share(v: str) -> float:
+    """A fraction of time, 0 to 1."""
+    try:
+        f = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+    if not 0.0 <= f <= 1.0:
+        raise argparse.ArgumentTypeError(f"{v!r} is not between 0 and 1")
+    return f
+
+
 def exit_now_if_children_linger(code: int) -> int:
     """``code``, or the process ends here with it while a child process is still alive: the
     tuner's worker, terminated when the operator stopped, runs under SCHED_IDLE (idle.py) and on
@@ -263,6 +274,19 @@ def add_parser(sub) -> None:
                         "unseeded; ties between nodes are never drawn, as kube-scheduler's). Makes group "
                         "tie-breaks reproducible, for tests and for comparing with `policy-scheduler simulate "
                         "--seed N`, which draws them the same way (docs/whatif.md)")
+    sg = r.add_argument_group(
+        "suggestions", "for a pod that found no node, what would place it (docs/operations.md, \"Suggestions\"): "
+                       "a SchedulingHint event and the policy-scheduler.io/suggestions annotation, searched only "
+                       "while no pod waits to be placed")
+    sg.add_argument("--suggestions", choices=("on", "off"), default="on",
+                    help="search for verified suggestions for pods that cannot be placed (default on)")
+    sg.add_argument("--suggestion-budget", type=duration, default=0.020, metavar="DURATION",
+                    help="search time per pod (default 20ms; one simulation may overrun it)")
+    sg.add_argument("--suggestion-share", type=share, default=0.05, metavar="FRACTION",
+                    help="search time per second of the scheduling loop, 0 to 1 (default 0.05: 50ms a second, in "
+                         "bursts of at most 200ms)")
+    sg.add_argument("--suggestion-queue", type=positive, default=1024, metavar="N",
+                    help="pods waiting for a search at most (default 1024); past it the oldest is dropped")
     mk = r.add_argument_group("MultiKueue", "run in a MultiKueue manager cluster as the cluster chooser of Kueue's "
                                             "External dispatcher (docs/multicluster.md)")
     mk.add_argument("--multikueue-dispatcher", default=None, metavar="NAME",

@@ -1,6 +1,7 @@
 """What the scheduling driver (schedule_one.py, group_cycle.py) asks of the world around it. The
-operator answers with its event recorder, telemetry, binding tasks and preemptor (cluster/); the
-what-if run with in-memory stand-ins on its virtual clock (whatif/queue_run.py).
+operator answers with its event recorder, telemetry, binding tasks, preemptor and suggestions
+worker (cluster/); the what-if run with in-memory stand-ins on its virtual clock
+(whatif/queue_run.py).
 """
 
 from __future__ import annotations
@@ -82,6 +83,21 @@ class NoAttempts:
         pass
 
     def pod_group_preemption(self, code: Code, seconds: float, victims: int | None) -> None:
+        pass
+
+
+class Hints(Protocol):
+    """A pod found no node (its FailedScheduling recorded already): what would place it may be
+    searched for later (cluster/suggestions.py: off the scheduling loop's hot path, bounded).
+    Called once per failed single-pod attempt; must return at once (no search here)."""
+
+    def unschedulable(self, pod: PodInfo, policy: PolicyState, chain: Chain, decision: Decision) -> None: ...
+
+
+class NoHints:
+    """Hints that searches nothing (what-if, tests, ``run --suggestions=off``)."""
+
+    def unschedulable(self, pod: PodInfo, policy: PolicyState, chain: Chain, decision: Decision) -> None:
         pass
 
 

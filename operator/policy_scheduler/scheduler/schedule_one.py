@@ -8,11 +8,12 @@ shared by the operator (cluster/engine.py) and what-if (whatif/queue_run.py).
              --> Binder.start_binding (the operator's task, or what-if's virtual binding)
              --> ... ``bound`` (the bookkeeping) or ``failed`` (unreserve, requeue, report)
         --> not: requeue with the rejecting plugins, FailedScheduling, and the PostFilter's
-            preemption (nominations here, the victims' deletions through the Victims port)
+            preemption (nominations here, the victims' deletions through the Victims port);
+            then the Hints port hears of it (what would place the pod, searched later)
 
 It reaches the world only through the ports (ports.py): what the pods are told (Recorder), what
-is counted (Attempts), the binding (Binder), the victims' deletions (Victims) and spec.rollout
-(Rollouts). No I/O here.
+is counted (Attempts), the binding (Binder), the victims' deletions (Victims), spec.rollout
+(Rollouts) and the suggestions for pods that found no node (Hints). No I/O here.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ..logs import MAX_MESSAGE_LEN, decision_fields, failure_fields, fields, tru
 from ..plugins.default_preemption import NAME as PREEMPTION, RESULT_KEY as PREEMPTION_RESULT
 from ..timefmt import now_rfc3339
 from .group_cycle import GroupCycles
-from .ports import Attempts, Binder, Recorder, Rollouts, Victims
+from .ports import Attempts, Binder, Hints, NoHints, Recorder, Rollouts, Victims
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..framework.cycle.chain import Chain
@@ -67,13 +68,15 @@ class Scheduler:
     """The driver. ``resolve_policy(pod) -> (PolicyState | None, why)``; ``wake()``: the loop has
     pods to pop again; ``clock``: the queue's; ``pending_policy``: pending pod key -> its policy
     (the pending pods' bookkeeping, pending.py; a bound pod leaves it); ``placement_listeners``:
-    called with (pod, policy, node) for every pod bound."""
+    called with (pod, policy, node) for every pod bound; ``hints``: told of each single pod that
+    found no node, after its FailedScheduling (none by default)."""
 
     def __init__(self, state: ClusterState, queue: SchedulingQueue, nominator: Nominator,
                  resolve_policy: ResolvePolicy, recorder: Recorder, attempts: Attempts, binder: Binder,
                  victims: Victims, rollouts: Rollouts, rng: random.Random, wake: Callable[[], None], *,
                  clock: Callable[[], float] = time.monotonic, pending_policy: dict[str, str] | None = None,
-                 logger: logging.Logger = log) -> None:
+                 logger: logging.Logger = log, hints: Hints | None = None) -> None:
+        self.hints: Hints = hints if hints is not None else NoHints()
         self.state, self.queue, self.nominator, self.resolve_policy = state, queue, nominator, resolve_policy
         self.recorder, self.attempts, self.binder, self.victims = recorder, attempts, binder, victims
         self.rollouts, self.rng, self.wake, self.clock, self.log = rollouts, rng, wake, clock, logger
@@ -123,12 +126,13 @@ class Scheduler:
             follow = self.follow
             self.submit(qpi, st, chain, state, decision, None if follow is None else follow.get(pod.key))
             return decision
-        self.unschedulable(qpi, st, state, decision)
+        self.unschedulable(qpi, st, state, decision, chain)
         return decision
 
-    def unschedulable(self, qpi: QueuedPodInfo, st: PolicyState, state: CycleState, decision: Decision) -> None:
+    def unschedulable(self, qpi: QueuedPodInfo, st: PolicyState, state: CycleState, decision: Decision,
+                      chain: Chain | None = None) -> None:
         """No node: requeue with the rejecting plugins, FailedScheduling, and the PostFilter's
-        preemption or nomination."""
+        preemption or nomination; then the Hints port (``chain``: the one that decided)."""
         pod = qpi.pod
         error = decision.status.code == Code.ERROR
         result = state.read(PREEMPTION_RESULT)
@@ -147,6 +151,8 @@ class Scheduler:
             self.preempt(pod, result, victims)
         elif decision.nominated_node:
             self.nominate(pod, decision.nominated_node)
+        if not error and chain is not None:  # an error is no question of what to change
+            self.hints.unschedulable(pod, st, chain, decision)
 
     # ------------------------------------------------------------------ preemption: the decision half
     def victims_to_delete(self, result: PreemptionResult) -> list[PodInfo]:

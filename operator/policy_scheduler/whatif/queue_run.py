@@ -385,11 +385,12 @@ class _SimDriver(Scheduler):
         finally:
             deciding.pop(qpi.key, None)
 
-    def unschedulable(self, qpi: QueuedPodInfo, st: PolicyState, state: CycleState, decision: Decision) -> None:
+    def unschedulable(self, qpi: QueuedPodInfo, st: PolicyState, state: CycleState, decision: Decision,
+                      chain: Chain | None = None) -> None:
         deciding = self.sim.deciding
         deciding[qpi.key] = decision
         try:
-            super().unschedulable(qpi, st, state, decision)
+            super().unschedulable(qpi, st, state, decision, chain)
         finally:
             deciding.pop(qpi.key, None)
 
