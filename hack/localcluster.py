@@ -109,6 +109,19 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def wait_started(proc: subprocess.Popen, check, timeout: float, fail, interval: float = 0.2) -> None:
+    """Until ``check()`` is true: raise ``fail(why)`` when ``proc`` exits first or ``timeout``
+    passes (``fail`` makes the error, with the component's log)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise fail(f"exited with code {proc.returncode} during start-up")
+        if check():
+            return
+        time.sleep(interval)
+    raise fail(f"was not ready after {timeout:.0f}s")
+
+
 def _openssl(*args: str, cwd: Path) -> None:
     res = subprocess.run(["openssl", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if res.returncode != 0:
@@ -232,14 +245,7 @@ class LocalCluster:
         return ClusterError(f"{name} {why}. Last lines of {logp}:\n{tail(logp)}")
 
     def _wait(self, name: str, proc: subprocess.Popen, check, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise self._fail(name, f"exited with code {proc.returncode} during start-up")
-            if check():
-                return
-            time.sleep(0.2)
-        raise self._fail(name, f"was not ready after {timeout:.0f}s")
+        wait_started(proc, check, timeout, lambda why: self._fail(name, why))
 
     def _take_port(self, preferred: int | None = None) -> int:
         if preferred:

@@ -48,7 +48,7 @@ from pathlib import Path
 
 HACK = Path(__file__).resolve().parent
 sys.path.insert(0, str(HACK))
-from localcluster import ClusterError, bin_dir, pid_alive, tail  # noqa: E402
+from localcluster import ClusterError, bin_dir, pid_alive, tail, wait_started  # noqa: E402
 
 DEFAULT_STATE = Path(os.environ.get("POLICY_SCHEDULER_NODE_DIR", "/tmp/policy-scheduler-node"))
 NODE_NAME = "real-node-0"
@@ -183,14 +183,7 @@ class RealNode:
         return ClusterError(f"{name} {why}. Last lines of {logp}:\n{tail(logp, 30)}")
 
     def _wait(self, name: str, proc: subprocess.Popen, check, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise self._fail(name, f"exited with code {proc.returncode} during start-up")
-            if check():
-                return
-            time.sleep(0.3)
-        raise self._fail(name, f"was not ready after {timeout:.0f}s")
+        wait_started(proc, check, timeout, lambda why: self._fail(name, why), interval=0.3)
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return run("ctr", f"--address={self.sock}", "--namespace=k8s.io", *args, check=check)

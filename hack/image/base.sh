@@ -20,12 +20,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-case "${1:-}" in
-    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    --force) force=1 ;;
-    "") force= ;;
-    *) die "unknown argument '$1' (try --help)" ;;
-esac
+parse_force_arg "$@"
 
 SUITE=bookworm
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}

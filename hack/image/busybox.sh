@@ -7,12 +7,7 @@
 # Needs root, buildah and busybox-static (installed from Debian when missing).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
-case "${1:-}" in
-    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    --force) force=1 ;;
-    "") force= ;;
-    *) die "unknown argument '$1' (try --help)" ;;
-esac
+parse_force_arg "$@"
 need_root
 need buildah buildah
 need_pkg busybox-static

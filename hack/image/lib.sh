@@ -69,3 +69,14 @@ need_pkg() {
              && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" >/dev/null; } \
         || die "could not install the Debian package '$1'"
 }
+
+# parse_force_arg "$@": a script's one optional argument: --help prints its header comment (up to
+# `set -e`) and exits; --force sets force=1 (rebuild even when cached); nothing else is accepted.
+parse_force_arg() {
+    case "${1:-}" in
+        -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        --force) force=1 ;;
+        "") force= ;;
+        *) die "unknown argument '$1' (try --help)" ;;
+    esac
+}
