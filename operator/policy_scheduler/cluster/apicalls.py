@@ -175,11 +175,12 @@ class ApiCalls:
             return UNKNOWN
         return DELETED
 
-    async def patch_pod_annotations(self, pod: PodInfo, annotations: Mapping[str, str | None]) -> bool:
+    async def patch_pod_annotations(self, pod: PodInfo, annotations: Mapping[str, str | None]) -> bool | None:
         """Merge PATCH of a pod's annotations (None removes one), with the pod's UID in the patch
         as a precondition (a pod replaced under the same name refuses it: the UID is immutable).
-        The leader only, fenced. True when written; False otherwise (not leading, fenced, the
-        pod gone or replaced, or refused: the caller counts it). Raises nothing."""
+        The leader only, fenced. True when written; None when the API server forbids it (403:
+        the shipped ClusterRole grants no ``patch`` on pods); False otherwise (not leading,
+        fenced, the pod gone or replaced, or refused: the caller counts it). Raises nothing."""
         if not self.leadership.valid():
             return False
         meta: dict[str, Any] = {"annotations": dict(annotations)}
@@ -191,6 +192,8 @@ class ApiCalls:
         except Fenced:
             return False
         except REQUEST_ERRORS as e:
+            if isinstance(e, ApiError) and e.status == 403:
+                return None
             if not (isinstance(e, ApiError) and e.status in (404, 409, 422)):  # gone, or replaced
                 log.warning("annotations of pod %s not written: %s", pod.key, e)
             return False

@@ -14,7 +14,10 @@ ClusterState with the failure's chain and the scheduler's nominator) and tells i
   with the diagnosis, at most 4 KiB) and ``policy-scheduler.io/suggestions-mac`` (its HMAC under
   the decision key, cluster/decision_mac.py), one merge PATCH (apicalls.py: leader only, fenced),
   only when the text changed and not more often than every ``annotation_min_interval`` seconds
-  per pod.
+  per pod. The PATCH needs ``patch`` on pods, which the shipped ClusterRole does not grant
+  (kube-scheduler's does not either: with it, the scheduler's account could change any pod's
+  spec). On the first 403 the annotation is switched off, said once in the log and counted
+  (``forbidden``); the events go on.
 
 How it never delays a placement: nothing is searched when the failure is reported (the port only
 files the pod, O(1)). The engine calls ``step`` from its scheduling loop only when the queue has
@@ -105,7 +108,7 @@ class SuggestionMetrics:
         self.dropped = Counter("policy_scheduler_suggestion_queue_dropped", "Pods dropped from the full search "
                                "queue (the oldest first).", registry=r)
         self.writes = Counter("policy_scheduler_suggestion_writes", "What was told, by what (event, annotation) "
-                              "and result (written, unchanged, rate-limited, failed).", ["what", "result"],
+                              "and result (written, unchanged, rate-limited, failed, forbidden).", ["what", "result"],
                               registry=r)
 
     def search(self, result: str) -> None:
@@ -144,6 +147,7 @@ class SuggestionWorker:
         self._told: OrderedDict[str, tuple[str, str, float]] = OrderedDict()  # key -> (uid, sentence, when)
         self._written: OrderedDict[str, tuple[str, str, float]] = OrderedDict()  # key -> (uid, text, when)
         self.dropped = 0
+        self.annotations_forbidden = False  # the API server answered 403 to the annotation's PATCH
         if metrics is not None:
             metrics.queue.set_function(lambda: len(self._queue))
 
@@ -279,6 +283,9 @@ class SuggestionWorker:
                 _remember(self._told, pod.key, (pod.uid, sentence, now))
                 self.event(pod, "Normal", HINT_EVENT, "Scheduling", sentence)
                 self._wrote("event", "written")
+        if self.annotations_forbidden:
+            self._wrote("annotation", "forbidden")
+            return
         text = annotation_text(r)
         last = self._written.get(pod.key)
         if last is not None and last[0] == pod.uid:
@@ -298,7 +305,13 @@ class SuggestionWorker:
 
     async def _write(self, pod: PodInfo, anns: dict[str, str]) -> None:
         ok = await self.patch(pod, anns)
-        self._wrote("annotation", "written" if ok else "failed")
+        if ok is None:
+            if not self.annotations_forbidden:
+                log.warning("the suggestions annotation is off: this ServiceAccount may not patch pods (the shipped "
+                            "ClusterRole does not grant it; docs/operations.md#suggestions-what-would-place-a-"
+                            "pending-pod says how); the SchedulingHint events go on")
+            self.annotations_forbidden = True
+        self._wrote("annotation", "written" if ok else "forbidden" if ok is None else "failed")
         if not ok:
             w = self._written.get(pod.key)
             if w is not None and w[1] == anns[SUGGESTIONS_ANNOTATION]:

@@ -458,3 +458,23 @@ def test_no_plugin_that_can_reject_a_pod_requeues_it_for_an_annotation_update(po
             assert e.queue.state_of("ns/a") == UNSCHEDULABLE, f"{plugin} requeued the pod for an annotation update"
             e.on_pod("DELETED", annotated)
     run(go)
+
+
+def test_a_forbidden_annotation_is_switched_off_and_the_events_go_on():
+    """The shipped ClusterRole grants no patch on pods: the first 403 turns the annotation off
+    (counted, logged once), and later searches still send their SchedulingHint events."""
+    async def go():
+        e, clock = make()
+        w = e.suggestions
+        fail(e, pod("a", cpu="3"))
+        fail(e, pod("b", cpu="3"))
+        e.client.fail("merge_patch", 403, path_contains="/pods/")
+        w.tell(e.queue.get("ns/a").pod, remedies("ns/a", "x"))
+        await asyncio.sleep(0)
+        assert w.annotations_forbidden and len(patches(e)) == 1
+        w.tell(e.queue.get("ns/b").pod, remedies("ns/b", "y"))
+        await asyncio.sleep(0)
+        assert len(patches(e)) == 1  # not tried again
+        assert [r for _, _, r, _ in events(e) if r == HINT_EVENT] == [HINT_EVENT, HINT_EVENT]
+        assert metric(e, 'policy_scheduler_suggestion_writes_total{result="forbidden",what="annotation"} 2.0')
+    run(go)
