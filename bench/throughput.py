@@ -240,14 +240,17 @@ OURS, KUBE, KUBE_SAME, CEILING = "policy-scheduler", "kube-scheduler", "kube-sam
 OURS_TUNING = "policy-scheduler-tuning"  # --tuning: the default policy with spec.tuning on (Recommend)
 OURS_SHADOW = "policy-scheduler-shadow"  # --shadow: the default policy with a Shadow rollout (other weights)
 OURS_SHADOW_FULL = "policy-scheduler-shadow-full"  # --shadow-full: a Shadow rollout whose candidate changes an arg
+OURS_NO_HINTS = "policy-scheduler-no-suggestions"  # --no-suggestions: run --suggestions=off (what the searches cost)
 SHADOWS = (OURS_SHADOW, OURS_SHADOW_FULL)
-OURS_ALL = (OURS, OURS_TUNING, *SHADOWS)  # every policy-scheduler process
-OPTIONAL = {OURS_TUNING: "tuning", OURS_SHADOW: "shadow", OURS_SHADOW_FULL: "shadow_full"}  # added by their option
-SCHEDULERS = (OURS, OURS_TUNING, OURS_SHADOW, OURS_SHADOW_FULL, KUBE, KUBE_SAME, CEILING)  # run order
+OURS_ALL = (OURS, OURS_TUNING, *SHADOWS, OURS_NO_HINTS)  # every policy-scheduler process
+OPTIONAL = {OURS_TUNING: "tuning", OURS_SHADOW: "shadow", OURS_SHADOW_FULL: "shadow_full",
+            OURS_NO_HINTS: "no_suggestions"}  # added by their option
+SCHEDULERS = (OURS, OURS_NO_HINTS, OURS_TUNING, OURS_SHADOW, OURS_SHADOW_FULL, KUBE, KUBE_SAME, CEILING)  # run order
 SCHEDULER_NAME = {**{o: "policy-scheduler" for o in OURS_ALL}, KUBE: "default-scheduler",
                   KUBE_SAME: "default-scheduler", CEILING: "bench-binder"}
 LABEL = {OURS: "policy-scheduler", OURS_TUNING: "policy-scheduler, tuning on", OURS_SHADOW: "policy-scheduler (shadow)",
-         OURS_SHADOW_FULL: "policy-scheduler (shadow full)", KUBE: "kube-scheduler",
+         OURS_SHADOW_FULL: "policy-scheduler (shadow full)", OURS_NO_HINTS: "policy-scheduler, suggestions off",
+         KUBE: "kube-scheduler",
          KUBE_SAME: "kube-scheduler (same plugins)", CEILING: "bare binder (ceiling)"}
 # what --tuning adds to the default policy: the tuner evaluates every 3 s over the last 500 pods,
 # in Recommend mode, so that the weights stay as they are and any change in pods/s is its cost
@@ -424,6 +427,17 @@ class Workload:
         return {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": f"{phase}-{i:06d}", "namespace": NAMESPACE, "labels": labels},
                 "spec": spec}
+
+    def unplaceable_pod(self, i: int, scheduler_name: str) -> dict:
+        """--unplaceable: a pod asking for more cpu than any node has (1000 cores), so it stays
+        pending; the scheduler tries it, reports it, and (policy-scheduler) searches what would
+        place it. Lowest priority, as the measured pods'."""
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"x-{i:06d}", "namespace": NAMESPACE,
+                             "labels": {"app": "unplaceable", ROLE: UNSCHEDULABLE}},
+                "spec": {"schedulerName": scheduler_name, "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
+                                         "resources": {"requests": {"cpu": "1000", "memory": POD_MEM}}}]}}
 
     def gated_pod(self, i: int, scheduler_name: str) -> dict:
         """scheduler_perf's gated-pod.yaml: a gate nobody lifts, no requests."""
@@ -977,7 +991,7 @@ async def start_scheduler(which: str, plan: RunPlan, cluster: localcluster.Local
                 "--burst", str(a.burst), "--bind-concurrency", str(a.bind_concurrency),
                 "--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--health-port", "0",
                 # kube-scheduler runs with leaderElect: false here (hack/localcluster.py): so do we
-                "--leader-elect=false", *a.operator_arg]
+                "--leader-elect=false", *(["--suggestions=off"] if which == OURS_NO_HINTS else []), *a.operator_arg]
         p = start_popen(args, run_dir / "policy-scheduler.log")
         return Proc(p.pid, run_dir / "policy-scheduler.log", lambda: terminate(p),
                     f"http://127.0.0.1:{port}/metrics", "scheduler_schedule_attempts_total")
@@ -1122,6 +1136,7 @@ class RunPlan:
     dra_devices: int = 0  # DRA: devices per node (one ResourceSlice each)
     dra_init: int = 0  # DRA: pods scheduled before the measured ones, not measured
     gated: int = 0  # pods gated for good, created before the measured ones
+    unplaceable: int = 0  # --unplaceable: pods that fit no node, created before the measured ones
 
 
 async def run_latency(client: KubeClient, watch: PodWatch, plan: RunPlan, which: str, proc: Proc, prefix: str,
@@ -1296,6 +1311,11 @@ async def measure(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
             await create_all(client, pod_path, [wl.gated_pod(i, sched_name) for i in range(plan.gated)],
                              a.create_concurrency)
             progress(f"  {plan.gated} gated pods created in {time.monotonic() - t0:.0f}s")
+        if plan.unplaceable:  # before the measured pods: tried first, then pending for good
+            t0 = time.monotonic()
+            await create_all(client, pod_path, [wl.unplaceable_pod(i, sched_name) for i in range(plan.unplaceable)],
+                             a.create_concurrency)
+            progress(f"  {plan.unplaceable} pods that fit no node created in {time.monotonic() - t0:.0f}s")
         if wl.gangs:  # the groups first, as a job controller would make them
             await create_all(client, f"/apis/scheduling.k8s.io/{localcluster.GANG_API_VERSION}/namespaces/"
                              f"{NAMESPACE}/podgroups", wl.pod_groups("t", plan.pods), 8)
@@ -1837,6 +1857,10 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
               f"{r['other_cores_in_window']:>5.2f} {r['peak_rss_mb']:>6.0f} "
               f"{dec['mean_ms'] if dec else '-':>9}")
     rat = {k: "-" if v is None else v for k, v in wl_result["ratios"].items()}
+    if OURS_NO_HINTS in runs:
+        print(f"suggestions on / off, pods/s: {rat['suggestions_on_vs_off']} (10-90%), "
+              f"{rat['suggestions_on_vs_off_avg']} (whole run); {wl_result.get('unplaceable_pods', 0)} pods "
+              "that fit no node pending")
     tun = (runs.get(OURS_TUNING) or {}).get("tuning")
     if tun is not None:
         done, first = tun.get("evaluations") or 0, tun.get("first") or {}
@@ -2036,6 +2060,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shadow-full", action="store_true",
                     help="also run policy-scheduler with a Shadow rollout whose candidate's NodeResourcesFit "
                          f"scores {SHADOW_FULL_STRATEGY} (a cycle of its own per pod): that cost too")
+    ap.add_argument("--no-suggestions", action="store_true",
+                    help="also run policy-scheduler with --suggestions=off: what the searches for pending pods "
+                         "cost in pods/s, same run (with --unplaceable 2000: their cost with 2,000 pods pending)")
+    ap.add_argument("--unplaceable", type=int, default=0,
+                    help="pods that fit no node (1000 cpu), created before the measured pods and left pending, "
+                         "for every scheduler")
     ap.add_argument("--operator-arg", action="append", default=[],
                     help="extra argument for `policy-scheduler run` (repeatable), "
                          "e.g. --operator-arg=--log-level=warning")
@@ -2091,7 +2121,7 @@ def main(argv: list[str] | None = None) -> int:
                     m = n
                 no_latency = wl.preempts or wl.gangs or wl.init_per_node or wl.dra or not wl.latency
                 plan = RunPlan(wl, n, m, 0 if no_latency else min(latency_pods, m), init, out,
-                               gated=wl.quick_gated if a.quick else wl.gated)
+                               gated=wl.quick_gated if a.quick else wl.gated, unplaceable=a.unplaceable)
                 wl_order, skipped = order, {}
                 if wl.dra:
                     try:
@@ -2115,6 +2145,8 @@ def main(argv: list[str] | None = None) -> int:
                       "description": WORKLOAD_NOTES.get(name, "")}
                 if plan.gated:
                     wr["gated_pods"] = plan.gated
+                if plan.unplaceable:
+                    wr["unplaceable_pods"] = plan.unplaceable
                 if wl.churn:
                     wr["churn"] = {"mode": wl.churn, "interval_s": CHURN_INTERVAL[wl.churn]}
                 if wl.dra:
@@ -2131,6 +2163,9 @@ def main(argv: list[str] | None = None) -> int:
                                 "kube_vs_ceiling": ratio(pps.get(KUBE), pps.get(CEILING)),
                                 "kube_same_vs_ceiling": ratio(pps.get(KUBE_SAME), pps.get(CEILING)),
                                 "tuning_vs_ours": ratio(pps.get(OURS_TUNING), pps.get(OURS)),
+                                # --no-suggestions: on / off, in the window and over the whole run
+                                "suggestions_on_vs_off": ratio(pps.get(OURS), pps.get(OURS_NO_HINTS)),
+                                "suggestions_on_vs_off_avg": ratio(avg.get(OURS), avg.get(OURS_NO_HINTS)),
                                 # --shadow, --shadow-full: pods/s, and the scheduler's CPU per pod in the window
                                 "shadow_vs_ours": ratio(pps.get(OURS_SHADOW), pps.get(OURS)),
                                 "shadow_cpu_per_pod_vs_ours": ratio(cpu.get(OURS_SHADOW), cpu.get(OURS)),
