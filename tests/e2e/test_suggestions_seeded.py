@@ -47,7 +47,8 @@ import pytest
 from kubernetes import client
 
 from conftest import OperatorProcess
-from helpers import FAST_ELECTION, apply_policy, example_plugins, node, pod, priority_classes, wait_for
+from helpers import (FAST_ELECTION, apply_policy, example_plugins, node, pod, priority_classes, ready_condition,
+                     wait_for)
 from policy_scheduler import cli
 from policy_scheduler.remedies import apply_pod_patch
 
@@ -55,7 +56,8 @@ SCHED = POLICY = "seeded"
 ANNOTATION = "policy-scheduler.io/suggestions"
 DECISION = "policy-scheduler.io/decision"
 CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-GUARD, LOW, NEVER = "e2e-seeded-guard", "e2e-seeded-low", "e2e-seeded-never"
+NO_PREEMPTION = "seeded-no-preemption"  # the same plugins without DefaultPreemption
+GUARD, LOW, NEVER, HIGH = "e2e-seeded-guard", "e2e-seeded-low", "e2e-seeded-never", "e2e-seeded-high"
 
 SEED = int(os.environ.get("SUGGESTIONS_SEED", "44"))
 COUNT = max(int(os.environ.get("SUGGESTIONS_COUNT", "60")), 1)
@@ -196,11 +198,17 @@ def priorities(c: Cell, rng: random.Random) -> set[str]:
     # node NodeAffinity rejects (unresolvable). With guards, every node of the kind would be a
     # preemption candidate, and the dry run re-runs PreFilter per candidate (InterPodAffinity
     # over every guard): at 60 cells the search outgrows the 20 ms budget before its turn.
+    # Half the pods: preemptionPolicy: Never under the policy; the others may preempt, under a
+    # policy without DefaultPreemption.
     victims = rng.randrange(1, 4)
     n = c.add_node(pods=str(victims), guard=False)
     for k in range(victims):
         c.place(f"v{k}", n["metadata"]["name"], cpu=f"{rng.randrange(1, 10) * 100}m", priorityClassName=LOW)
-    c.pending(cpu=f"{rng.randrange(1, 20) * 100}m", priorityClassName=NEVER, nodeSelector={"e2e-cell": c.name})
+    never = rng.random() < 0.5
+    c.pending(cpu=f"{rng.randrange(1, 20) * 100}m", priorityClassName=NEVER if never else HIGH,
+              nodeSelector={"e2e-cell": c.name})
+    if not never:
+        c.pod["metadata"]["labels"]["policy-scheduler.io/policy"] = NO_PREEMPTION
     return {"EvictLowerPriority"}
 
 
@@ -279,7 +287,8 @@ def percentile(xs: list[float], q: float) -> float:
 # ----------------------------------------------------------------------------- the test
 @pytest.fixture
 def seeded_classes(api):
-    yield from priority_classes(api, {GUARD: (1_000_000, None), LOW: (10, None), NEVER: (1000, "Never")})
+    yield from priority_classes(api, {GUARD: (1_000_000, None), LOW: (10, None), NEVER: (1000, "Never"),
+                                      HIGH: (1000, None)})
 
 
 def test_seeded_pending_pods_get_a_suggestion_that_places_them(cluster, core, namespace, crd, policies,
@@ -296,12 +305,18 @@ def test_seeded_pending_pods_get_a_suggestion_that_places_them(cluster, core, na
             p["args"] = {"addedAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                 {"matchExpressions": [{"key": "e2e-seeded", "operator": "In", "values": [run]}]}]}}}
     apply_policy(policies, POLICY, plugins, schedulerName=SCHED)
+    # also a second policy every pod of the namespace may use: UsePolicy is tried for every pod
+    # (it never places one here: the same filters)
+    apply_policy(policies, NO_PREEMPTION, [p for p in plugins if p["name"] != "DefaultPreemption"],
+                 schedulerName=SCHED)
     op = OperatorProcess(cluster, SCHED, extra=["--default-policy", POLICY, "--revision-namespace", ops,
                                                 "--suggestion-share", "0.5", *FAST_ELECTION]).start()
     print(f"\nseed {SEED}, {count} pods per kind, kinds {','.join(kinds)}")
     figures: dict[str, dict] = {}
     try:
         wait_for(lambda: "successfully acquired lease" in op.log(), 30, what="the operator leads")
+        wait_for(lambda: all((ready_condition(policies, n) or {}).get("status") == "True"
+                             for n in (POLICY, NO_PREEMPTION)), 30, what="the policies Ready")
         for kind in kinds:
             rng = random.Random(f"{SEED}-{kind}")
             figures[kind] = one_kind(cluster, core, namespace, ops, run, kind, count, rng)
@@ -311,7 +326,8 @@ def test_seeded_pending_pods_get_a_suggestion_that_places_them(cluster, core, na
         core.delete_collection_node(label_selector=f"e2e-seeded={run}")
         core.delete_collection_namespaced_persistent_volume_claim(namespace)
         core.delete_namespace(ops)
-        policies.delete_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", POLICY)
+        for name in (POLICY, NO_PREEMPTION):
+            policies.delete_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", name)
         report(figures)
     for kind, f in figures.items():
         assert f["with"] >= SHARE * f["pods"], (kind, f, "pods without a suggestion", f["missing"][:10])
@@ -393,7 +409,10 @@ def one_kind(cluster, core, namespace: str, ops: str, run: str, kind: str, count
 
     for name in with_sugg:
         k = docs[name]["suggestions"][0]["kind"]
-        tops[k] = tops.get(k, 0) + 1
+        change = docs[name]["suggestions"][0]["change"]
+        label = k + ("/no-DefaultPreemption" if "no DefaultPreemption" in change else
+                     "/Never" if "preemptionPolicy: Never" in change else "")
+        tops[label] = tops.get(label, 0) + 1
         if k not in expected[name]:
             unexpected.append((name, docs[name]["suggestions"][0]))
     pmap(apply, [n for n in with_sugg if n not in sample])
