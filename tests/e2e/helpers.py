@@ -199,3 +199,14 @@ def arms(core, namespace: str, names) -> dict[str, int]:
             arm = (d.get("rollout") or {}).get("arm", "none")
             out[arm] = out.get(arm, 0) + 1
     return out
+
+
+def recreated(body: dict, patch: list, name: str) -> dict:
+    """The pod as a Pod suggestion says, as a new object named ``name``."""
+    from policy_scheduler.remedies import apply_pod_patch
+
+    changed = apply_pod_patch(body, patch)
+    meta = changed["metadata"]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": meta["namespace"], "labels": meta.get("labels") or {}},
+            "spec": {k: v for k, v in changed["spec"].items() if k != "nodeName"}}

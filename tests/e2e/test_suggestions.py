@@ -17,8 +17,7 @@ import time
 from kubernetes import client
 
 from conftest import OperatorProcess
-from helpers import FAST_ELECTION, apply_policy, example_plugins, node, pod, wait_for
-from policy_scheduler.remedies import apply_pod_patch
+from helpers import FAST_ELECTION, apply_policy, example_plugins, node, pod, recreated, wait_for
 
 SCHED = POLICY = "hints"
 ANNOTATION = "policy-scheduler.io/suggestions"
@@ -39,15 +38,6 @@ def explain(cluster, namespace: str, name: str, ops: str) -> dict:
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
-
-
-def recreated(body: dict, patch: list, name: str) -> dict:
-    """The pod as a Pod suggestion says, as a new object named ``name``."""
-    changed = apply_pod_patch(body, patch)
-    meta = changed["metadata"]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": meta["namespace"], "labels": meta.get("labels") or {}},
-            "spec": {k: v for k, v in changed["spec"].items() if k != "nodeName"}}
 
 
 def apply_cluster(core, patch: list) -> None:

@@ -47,9 +47,8 @@ from kubernetes import client
 
 from conftest import OperatorProcess
 from helpers import (FAST_ELECTION, apply_policy, example_plugins, node, pod, priority_classes, ready_condition,
-                     wait_for)
+                     recreated, wait_for)
 from policy_scheduler import cli
-from policy_scheduler.remedies import apply_pod_patch
 
 SCHED = POLICY = "seeded"
 ANNOTATION = "policy-scheduler.io/suggestions"
@@ -244,14 +243,6 @@ def explain_here(cluster, namespace: str, name: str, ops: str) -> dict:
         code = cli.main(explain_args(cluster, namespace, name, ops))
     assert code == 0, (name, out.getvalue()[-2000:])
     return json.loads(out.getvalue())
-
-
-def recreated(body: dict, patch: list, name: str) -> dict:
-    changed = apply_pod_patch(body, patch)
-    meta = changed["metadata"]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": meta["namespace"], "labels": meta.get("labels") or {}},
-            "spec": {k: v for k, v in changed["spec"].items() if k != "nodeName"}}
 
 
 def apply_cluster(core, cell: Cell, patch: list) -> None:
