@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -132,6 +133,22 @@ class OperatorProcess:
         wait_for(lambda: "cache synced in" in self.log() or self.proc.poll() is not None, timeout,
                  what=f"operator {self.scheduler_name} to sync")
         assert self.proc.poll() is None, f"operator exited:\n{self.log()[-3000:]}"
+
+    def assert_running(self) -> None:
+        """Fail with the log's tail if the process has exited (a lost lease, a crash): a test that
+        waits for the operator's work then says why, instead of timing out."""
+        assert self.proc is not None and self.proc.poll() is None, \
+            f"operator {self.scheduler_name} exited ({self.proc and self.proc.returncode}):\n{self.log()[-3000:]}"
+
+    def stacks(self, wait: float = 1.0) -> str:
+        """Every thread's stack of the running process (SIGUSR1, which `run` answers with a dump to
+        its log), for a test's failure message: where an operator that does nothing is waiting."""
+        if not self.proc or self.proc.poll() is not None:
+            return ""
+        before = len(self.log())
+        self.proc.send_signal(signal.SIGUSR1)
+        time.sleep(wait)
+        return self.log()[before:]
 
     def log(self) -> str:
         """What the current process logged (earlier runs with the same log file are skipped)."""

@@ -17,7 +17,7 @@ import time
 from kubernetes import client
 
 from conftest import OperatorProcess
-from helpers import FAST_ELECTION, apply_policy, example_plugins, node, pod, recreated, wait_for
+from helpers import apply_policy, example_plugins, node, pod, recreated, wait_for
 
 SCHED = POLICY = "hints"
 ANNOTATION = "policy-scheduler.io/suggestions"
@@ -85,8 +85,7 @@ def test_pods_that_cannot_be_placed_get_a_hint_an_annotation_and_a_suggestion_th
             p["args"] = {"addedAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                 {"matchExpressions": [{"key": "e2e-hints", "operator": "Exists"}]}]}}}
     apply_policy(policies, POLICY, plugins, schedulerName=SCHED)
-    op = OperatorProcess(cluster, SCHED, extra=["--default-policy", POLICY, "--revision-namespace", ops,
-                                                *FAST_ELECTION]).start()
+    op = OperatorProcess(cluster, SCHED, extra=["--default-policy", POLICY, "--revision-namespace", ops]).start()
     made: list[str] = []
     try:
         wait_for(lambda: "successfully acquired lease" in op.log(), 30, what="the operator leads")

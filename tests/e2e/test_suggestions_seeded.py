@@ -46,7 +46,7 @@ import pytest
 from kubernetes import client
 
 from conftest import OperatorProcess
-from helpers import (FAST_ELECTION, apply_policy, example_plugins, node, pod, priority_classes, ready_condition,
+from helpers import (apply_policy, example_plugins, node, pod, priority_classes, ready_condition,
                      recreated, wait_for)
 from policy_scheduler import cli
 
@@ -303,7 +303,7 @@ def test_seeded_pending_pods_get_a_suggestion_that_places_them(cluster, core, na
     # the search's share of the loop raised from 5 % (hundreds of pods fail within a second here);
     # its per-pod budget is the default's
     op = OperatorProcess(cluster, SCHED, extra=["--default-policy", POLICY, "--revision-namespace", ops,
-                                                "--suggestion-share", "0.5", *FAST_ELECTION])
+                                                "--suggestion-share", "0.5"])
     print(f"\nseed {SEED}, {count} pods per kind, kinds {','.join(kinds)}")
     figures: dict[str, dict] = {}
     try:
@@ -313,7 +313,7 @@ def test_seeded_pending_pods_get_a_suggestion_that_places_them(cluster, core, na
                              for n in (POLICY, NO_PREEMPTION)), 30, what="the policies Ready")
         for kind in kinds:
             rng = random.Random(f"{SEED}-{kind}")
-            figures[kind] = one_kind(cluster, core, namespace, ops, run, kind, count, rng)
+            figures[kind] = one_kind(cluster, core, op, namespace, ops, run, kind, count, rng)
     finally:
         op.stop()
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
@@ -339,7 +339,7 @@ def report(figures: dict[str, dict]) -> None:
         print(f"{'':<11} phases (s since the kind began): {f['marks']}")
 
 
-def one_kind(cluster, core, namespace: str, ops: str, run: str, kind: str, count: int, rng: random.Random) -> dict:
+def one_kind(cluster, core, op, namespace: str, ops: str, run: str, kind: str, count: int, rng: random.Random) -> dict:
     t_kind = time.monotonic()
     cells = [Cell(kind, i, run, namespace) for i in range(count)]
     expected = {c.name: KINDS[kind](c, rng) for c in cells}
@@ -368,6 +368,7 @@ def one_kind(cluster, core, namespace: str, ops: str, run: str, kind: str, count
     explained: dict = {}
     deadline = time.monotonic() + WAIT_SUGGESTIONS
     while len(seen) < count and time.monotonic() < deadline:
+        op.assert_running()
         for body in raw_list(core, namespace, f"e2e-kind={kind}"):
             name = body["metadata"]["name"]
             ann = (body["metadata"].get("annotations") or {}).get(ANNOTATION)
@@ -427,10 +428,14 @@ def one_kind(cluster, core, namespace: str, ops: str, run: str, kind: str, count
     bound: dict[str, dict] = {}
     deadline = time.monotonic() + WAIT_BOUND
     while len(bound) < len(fixed) and time.monotonic() < deadline:
+        op.assert_running()
         for body in raw_list(core, namespace, f"e2e-kind={kind}"):
             if body["metadata"]["name"] in fixed and body["spec"].get("nodeName"):
                 bound[body["metadata"]["name"]] = body
         time.sleep(0.25)
+    if len(bound) < len(fixed):  # where the operator is, for the failure below
+        print(f"\n{kind}: {len(fixed) - len(bound)} pods not bound in {WAIT_BOUND:.0f}s; the operator's stacks:\n"
+              f"{op.stacks()[-8000:]}\nits log's tail:\n{op.log()[-4000:]}")
     failed = []
     for watched, name in fixed.items():
         top = docs[name]["suggestions"][0]

@@ -103,3 +103,20 @@ def test_a_port_taken_after_the_check_is_reported_the_same_way(kubeconfig, monke
     assert a.fn(a) == 1
     assert capsys.readouterr().err == ("policy-scheduler: --metrics-port 9: cannot listen on 0.0.0.0:9: "
                                        "address already in use\n")
+
+
+def test_sigusr1_dumps_every_threads_stack_and_the_process_goes_on():
+    code = ("import os, signal, sys, threading, time\n"
+            "from policy_scheduler.commands.run import dump_stacks_on_sigusr1\n"
+            "dump_stacks_on_sigusr1()\n"
+            "def parked_in_a_worker(): time.sleep(30)\n"
+            "threading.Thread(target=parked_in_a_worker, daemon=True).start()\n"
+            "time.sleep(0.2)\n"
+            "os.kill(os.getpid(), signal.SIGUSR1)\n"
+            "time.sleep(0.2)\n"
+            "print('still running')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "still running"
+    assert "parked_in_a_worker" in out.stderr  # the other thread's stack too
+    assert "Current thread" in out.stderr

@@ -41,6 +41,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     from ..plugins import registry_with
 
     _setup_logging(a.log_level, a.log_format)
+    dump_stacks_on_sigusr1()
     if a.leader_elect:
         problems = election_config(a).check()
         if problems:
@@ -70,6 +71,16 @@ def cmd_run(a: argparse.Namespace) -> int:
         _startup_error(a, port_problem(a) or f"cannot listen: {e.strerror or e}")
         return 1
     return exit_now_if_children_linger(code)
+
+
+def dump_stacks_on_sigusr1() -> None:
+    """``kill -USR1 <pid>`` writes every thread's Python stack to stderr (the container's log),
+    and the operator goes on: where a scheduler that binds nothing is waiting, without a debugger."""
+    import faulthandler
+    import signal
+
+    if hasattr(signal, "SIGUSR1"):  # file descriptor 2: sys.stderr may be replaced (and have none)
+        faulthandler.register(signal.SIGUSR1, file=2, all_threads=True, chain=False)
 
 
 def share(v: str) -> float:
