@@ -47,6 +47,9 @@ class BindingTasks:
         self.state = state
         self.spawn = spawn
         self._sem = asyncio.Semaphore(concurrency)
+        # bindings started and not yet ended (a pod waiting at Permit counted once it is allowed):
+        # while any is, the suggestions' search waits (its writes would compete at the API server)
+        self.binding = 0
         # signs each decision annotation (decision_mac.py): the rollout counts only pods it verifies.
         # Random until the operator sets the shared one (serve.py, from the Secret)
         self.key = DecisionKey()
@@ -63,28 +66,38 @@ class BindingTasks:
         ann = decision_annotation(st.name, decision, state.read(GROUP_PLACEMENT), rollout=state.read(ROLLOUT_KEY),
                                   devices=state.read(DEVICE_ALLOCATION))
         state.write(BINDING_ANNOTATIONS, {DECISION_ANNOTATION: ann, MAC_ANNOTATION: self.key.sign(pod.uid, node, ann)})
-        self.spawn(self._bind(qpi, st, chain, state, assumed))
+        wp = self.state.waiting.get(pod.uid)
+        ready = wp is None or wp.decided
+        if ready:  # counted from now, not from when the task first runs: the loop looks at once
+            self.binding += 1
+        self.spawn(self._bind(qpi, st, chain, state, assumed, counted=ready))
         return True
 
     # ------------------------------------------------------------------ the binding task
     async def _bind(self, qpi: QueuedPodInfo, st: "PolicyState", chain: "Chain", state: CycleState,
-                    assumed: PodInfo) -> None:
+                    assumed: PodInfo, counted: bool = False) -> None:
         pod, node = qpi.pod, assumed.node_name
         waiting = self.state.waiting
         try:
-            wp = waiting.get(pod.uid)
-            if wp is None or wp.decided:
+            if counted:
                 # nothing to wait for (e.g. a pod group's members all allowed in one cycle): the
                 # nomination and the binding in one slot, so the pods decided first bind first
-                async with self._sem:
-                    status = await self._nominate_and_wait(chain, state, pod, node)
-                    if status.is_success:
-                        status = await run_binding(chain, state, pod, node, waiting)
+                try:
+                    async with self._sem:
+                        status = await self._nominate_and_wait(chain, state, pod, node)
+                        if status.is_success:
+                            status = await run_binding(chain, state, pod, node, waiting)
+                finally:
+                    self.binding -= 1
             else:
                 status = await self._nominate_and_wait(chain, state, pod, node)  # outside the bind slots
                 if status.is_success:
-                    async with self._sem:
-                        status = await run_binding(chain, state, pod, node, waiting)
+                    self.binding += 1
+                    try:
+                        async with self._sem:
+                            status = await run_binding(chain, state, pod, node, waiting)
+                    finally:
+                        self.binding -= 1
         except PodGone as gone:
             log.info("binding %s to %s not needed: %s", pod.key, node, gone)
             self.driver.not_needed(qpi, chain, state, node)

@@ -78,6 +78,7 @@ __all__ = ["DECISION_ANNOTATION", "Engine"]
 log = logging.getLogger("policy_scheduler")
 
 YIELD_EVERY_S = 0.008  # the scheduling loop lets I/O in after at most this much of cycles
+QUIET_POLL_S = 0.05  # how soon a search waiting for the bindings in flight to end looks again
 
 
 def policy_change_event(name: str) -> ClusterEvent:
@@ -341,15 +342,19 @@ class Engine:
                 qpi = self.queue.pop()
                 if qpi is None:
                     hints = self.suggestions
-                    # no pod to place: one search for a pod that found no node (suggestions.py),
-                    # then watch events and bindings get in before the queue is asked again
-                    if hints is not None and hints.step():
+                    # no pod to place, none being bound, no victim being deleted: one search for a
+                    # pod that found no node (suggestions.py), then watch events and bindings get
+                    # in before the queue is asked again
+                    quiet = self.binding_tasks.binding == 0 and not self.preemptor.preempting
+                    if hints is not None and quiet and hints.step():
                         await asyncio.sleep(0)
                         last_yield = time.perf_counter()
                         continue
                     self._wake.clear()
                     delay = self.queue.next_ready_in()
                     retry = hints.retry_in() if hints is not None else None
+                    if retry is not None and not quiet:  # look again soon: the bindings end in ms
+                        retry = min(retry, QUIET_POLL_S)
                     if retry is not None:
                         delay = retry if delay is None else min(delay, retry)
                     try:

@@ -21,8 +21,9 @@ ClusterState with the failure's chain and the scheduler's nominator) and tells i
 
 How it never delays a placement: nothing is searched when the failure is reported (the port only
 files the pod, O(1)). The engine calls ``step`` from its scheduling loop only when the queue has
-nothing to pop (activeQ empty, no backoff due): no search ever starts while a pod waits to be
-placed. One search at a time, within the per-pod budget of ``Allowance`` (default 20 ms; one
+nothing to pop (activeQ empty, no backoff due), no binding is in flight and no preemption's
+victims are being deleted: no search ever starts while a pod waits to be placed or bound, and
+its event and annotation never compete with a Binding at the API server. One search at a time, within the per-pod budget of ``Allowance`` (default 20 ms; one
 simulation may overrun it), then the loop yields to I/O and pops again, so a pod that arrives
 during a search waits at most that one search. ``Allowance`` also caps the searches' share of the
 loop's time (default 50 ms per second, 200 ms burst). A search the budget cut short before it
@@ -116,10 +117,14 @@ class SuggestionMetrics:
 
 
 class _Entry:
-    __slots__ = ("pod", "policy", "chain", "decision", "since", "tries")
+    """A pod to search: what the queue holds anyway (the pod, its policy's chain) and two numbers.
+    Not the attempt's Decision: the search computes its own verdicts on the state of its turn,
+    and a thousand pending pods' per-node diagnoses are not kept for it."""
 
-    def __init__(self, pod: PodInfo, policy: str, chain: Chain, decision: Decision, since: float) -> None:
-        self.pod, self.policy, self.chain, self.decision, self.since = pod, policy, chain, decision, since
+    __slots__ = ("pod", "policy", "chain", "since", "tries")
+
+    def __init__(self, pod: PodInfo, policy: str, chain: Chain, since: float) -> None:
+        self.pod, self.policy, self.chain, self.since = pod, policy, chain, since
         self.tries = 0
 
 
@@ -159,7 +164,7 @@ class SuggestionWorker:
         q = self._queue
         key = pod.key
         q.pop(key, None)  # the latest attempt wins, and goes to the back
-        q[key] = _Entry(pod, policy.name, chain, decision, self.clock())
+        q[key] = _Entry(pod, policy.name, chain, self.clock())
         while len(q) > max(self.config.queue_size, 1):
             q.popitem(last=False)
             self.dropped += 1
@@ -206,7 +211,7 @@ class SuggestionWorker:
         del q[key]
         t0 = time.perf_counter()
         try:
-            r = self.search(current, self.state, entry.chain, entry.decision, nominator=self.nominator,
+            r = self.search(current, self.state, entry.chain, None, nominator=self.nominator,
                             budget=budget, alternatives=self._alternatives(current, entry.policy))
         except Exception as e:  # advice: never the scheduling loop's end (suggest itself does not raise)
             self.allowance.spent(time.perf_counter() - t0)

@@ -172,10 +172,12 @@ def test_one_entry_per_pod_the_latest_attempt_wins_and_the_oldest_is_dropped_whe
     async def go():
         e, _ = make(queue_size=2)
         w = e.suggestions
-        d1 = fail(e, pod("a", cpu="3"))
+        fail(e, pod("a", cpu="3"))
+        first = w._queue["ns/a"]
+        assert not hasattr(first, "decision")  # the attempt's per-node diagnosis is not kept
         e.queue.activate(["ns/a"])
-        d2 = fail_again(e, "ns/a")
-        assert len(w) == 1 and w._queue["ns/a"].decision is d2 and d2 is not d1
+        fail_again(e, "ns/a")
+        assert len(w) == 1 and w._queue["ns/a"] is not first
         fail(e, pod("b", cpu="3"))
         fail(e, pod("c", cpu="3"))
         assert list(w._queue) == ["ns/b", "ns/c"] and w.dropped == 1
@@ -355,7 +357,8 @@ def test_a_search_cut_short_before_it_found_anything_is_tried_again_before_it_is
 
 def test_the_engine_loop_searches_only_when_no_pod_waits_to_be_placed():
     """The scheduling loop itself (Engine.run): every pod waiting in the active queue is decided
-    before a search starts, and each search starts with the active queue empty."""
+    and bound before a search starts, and each search starts with the active queue empty and no
+    binding in flight."""
     async def go():
         e, _ = make()
         w = e.suggestions
@@ -368,7 +371,8 @@ def test_the_engine_loop_searches_only_when_no_pod_waits_to_be_placed():
         real_step, real_schedule = w.step, e.driver.schedule
 
         def step():
-            seen.append(("step", e.queue.active_count))
+            seen.append(("step", e.queue.active_count, e.binding_tasks.binding,
+                         len(e.client.calls_of("bind"))))
             return real_step()
 
         def schedule(qpi):
@@ -397,7 +401,8 @@ def test_the_engine_loop_searches_only_when_no_pod_waits_to_be_placed():
         await asyncio.gather(task, return_exceptions=True)
         first_step = next(i for i, s in enumerate(seen) if s[0] == "step")
         assert {s[1] for s in seen[:first_step]} == {"ns/big-0", "ns/big-1", "ns/big-2", "ns/small"}
-        assert all(s[1] == 0 for s in seen if s[0] == "step"), seen
+        assert all(s[1] == 0 and s[2] == 0 for s in seen if s[0] == "step"), seen
+        assert seen[first_step][3] == 1  # small's Binding was posted before the first search
         assert ("schedule", "ns/late-0") in seen and ("schedule", "ns/late-1") in seen and len(w) == 0
         assert metric(e, 'policy_scheduler_suggestion_searches_total{result="found"}') == [
             'policy_scheduler_suggestion_searches_total{result="found"} 3.0']
