@@ -19,6 +19,7 @@ from .snapshot import rfc3339
 MAX_NODE_ROWS = 30  # the terminal lists nodes one by one up to this many
 MAX_FAILURE_GROUPS = 5
 MAX_GROUP_ROWS = 20  # PodGroups listed one by one in the text output
+MAX_SUGGESTION_ROWS = 50  # pods whose suggestions the HTML report lists (simulate searches 50 per policy)
 
 
 def _pct(v: float) -> str:
@@ -239,6 +240,35 @@ def _failures_html(run: PolicyRun) -> str:
     out.append("</table>")
     if len(groups) > 20:
         out.append(f"<p class=\"small\">... {len(groups) - 20} more messages (--json lists every pod)</p>")
+    out.append(_suggestions_html(run))
+    return "".join(out)
+
+
+def _suggestions_html(run: PolicyRun) -> str:
+    """The verified changes that would place the unschedulable pods searched (the first
+    SUGGEST_PODS of them): per pod, its suggestions best first, or why there are none."""
+    searched = list(run.remedies.items())
+    if not searched:
+        return ""
+    helped = sum(1 for _, r in searched if r.suggestions)
+    out = [f"<h3>{_esc(run.policy)}: what would place them</h3><p class=\"small\">{helped} of the "
+           f"{len(searched)} pods searched have a suggestion; each was verified by the pod's own scheduling "
+           "cycle on the state the run ended with (the node it would get, its score). --json has each "
+           "change's patch.</p><table class=\"fixed\"><colgroup><col style=\"width:22%\"><col style=\"width:16%\">"
+           "<col style=\"width:40%\"><col style=\"width:8%\"><col style=\"width:14%\"></colgroup><tr><th>pod</th>"
+           "<th>kind</th><th>change</th><th class=\"num\">nodes opened</th><th>node (score)</th></tr>"]
+    for key, r in searched[:MAX_SUGGESTION_ROWS]:
+        if not r.suggestions:
+            why = r.reason or ("the time budget ran out" if r.partial else "none found")
+            out.append(f"<tr><td>{_esc(key)}</td><td>-</td><td class=\"small\">{_esc(why)}</td><td></td><td></td></tr>")
+            continue
+        for i, sg in enumerate(r.suggestions[:3]):
+            score = "" if sg.score is None else f" ({sg.score})"
+            out.append(f"<tr><td>{_esc(key) if i == 0 else ''}</td><td>{_esc(sg.kind)}</td><td>{_esc(sg.change)}</td>"
+                       f"<td class=\"num\">{sg.nodes_opened}</td><td>{_esc(sg.node)}{score}</td></tr>")
+    out.append("</table>")
+    if len(searched) > MAX_SUGGESTION_ROWS:
+        out.append(f"<p class=\"small\">... {len(searched) - MAX_SUGGESTION_ROWS} more pods (--json lists each)</p>")
     return "".join(out)
 
 

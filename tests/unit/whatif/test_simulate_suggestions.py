@@ -8,7 +8,7 @@ import io
 
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.remedies import apply_pod_patch
-from policy_scheduler.whatif.report import write_text
+from policy_scheduler.whatif.report import html_report, write_text
 from policy_scheduler.whatif.simulate import simulate
 from policy_scheduler.whatif.world import World
 from support.whatif import DEFAULT, node, pod, snap
@@ -48,3 +48,19 @@ def test_suggestions_can_be_turned_off():
     sim, _ = _sim(suggestions=0)
     assert sim.runs[0].remedies == {}
     assert all("remedies" not in f for f in sim.runs[0].to_dict()["failures"])
+
+
+def test_the_html_report_lists_each_searched_pods_suggestions_and_why_none():
+    nodes = [node(f"n{i}", cpu="4") for i in range(3)]
+    pods = [pod("fits", cpu="1"), pod("huge", cpu="6"), pod("picky", cpu="100m", nodeSelector={"disk": "ssd"}),
+            pod("<b>odd</b>", cpu="100m", tolerations="not a list")]
+    sim = simulate(World(snap(nodes, policies=(DEFAULT,))), ["default"], pods)
+    html = html_report(sim)
+    section = html.split("default: what would place them", 1)[1].split("</table>", 1)[0]
+    assert "2 of the 3 pods searched have a suggestion" in html
+    huge = sim.runs[0].remedies["default/huge"].best
+    assert f"<td>LowerRequest</td><td>{huge.change}</td><td class=\"num\">{huge.nodes_opened}</td>" \
+           f"<td>{huge.node} ({huge.score})</td>" in section
+    assert "<td>DropNodeSelector</td><td>drop nodeSelector disk=ssd</td>" in section
+    assert "<b>odd</b>" not in html  # pod names are escaped; a pod without a suggestion says why
+    assert "<tr><td>default/&lt;b&gt;odd&lt;/b&gt;</td><td>-</td><td class=\"small\">its spec cannot be read: " in section
