@@ -7,9 +7,10 @@ RESULT is the run's result.json, its run directory (holding result.json), or a f
 benchmark's stdout (its last line that is a JSON object is the result). Printed: the run's date,
 commit, sizes (quick or full), the machine's cores and load averages at its start and end, then
 one row per workload in the run's order with, per scheduler that ran (policy-scheduler,
-kube-scheduler with the same plugins, kube-scheduler with its default profile, the bare binder):
-pods/s between the 10% and the 90% pod scheduled; the ratios policy-scheduler / kube-scheduler
-(same plugins) and policy-scheduler / bare binder; the start-up (process start to the first pod
+kube-scheduler with the same plugins, kube-scheduler with its default profile, kube-scheduler with
+a minimal profile, the bare binder): pods/s between the 10% and the 90% pod scheduled; the ratios
+policy-scheduler / kube-scheduler (same plugins), / bare binder and / minimal kube-scheduler, and
+over the whole run / kube-scheduler (same plugins); the start-up (process start to the first pod
 scheduled) and the scheduler's CPU per pod in the measured window of each; and the most cores the
 rest of the machine used in a measured window (the noise). Then what each workload is (the
 workload's description from the result) and the run's errors. Every figure is read from the JSON:
@@ -26,8 +27,14 @@ from typing import Any
 
 # throughput.py's scheduler keys, in the table's order, with their column heads
 COLUMNS = (("policy-scheduler", "policy-scheduler"), ("kube-same", "kube-scheduler (same plugins)"),
-           ("kube-scheduler", "kube-scheduler (default)"), ("ceiling", "bare binder"))
-SHORT = {"policy-scheduler": "ours", "kube-same": "same", "kube-scheduler": "kube", "ceiling": "binder"}
+           ("kube-scheduler", "kube-scheduler (default)"), ("kube-minimal", "kube-scheduler (minimal)"),
+           ("ceiling", "bare binder"))
+SHORT = {"policy-scheduler": "ours", "kube-same": "same", "kube-scheduler": "kube", "kube-minimal": "min",
+         "ceiling": "binder"}
+# ratio column -> (head, the scheduler it divides by)
+RATIOS = (("ours_vs_kube", "ours / kube-same", "kube-same"), ("ours_vs_ceiling", "ours / binder", "ceiling"),
+          ("ours_vs_kube_minimal", "ours / kube-min", "kube-minimal"),
+          ("ours_vs_kube_avg", "whole run: ours / kube-same", "kube-same"))
 DASH = "–"
 
 
@@ -82,10 +89,7 @@ def render(result: dict, notes: bool = True) -> str:
            else "; INCOMPLETE: the run had not finished (or was stopped) when this JSON was written"),
         "",
     ]
-    ratio_cols = [("ours_vs_kube", "ours / kube-same"), ("ours_vs_ceiling", "ours / binder"),
-                  ("ours_vs_kube_avg", "whole run: ours / kube-same")]
-    ratio_cols = [(k, h) for k, h in ratio_cols
-                  if "policy-scheduler" in keys and ("ceiling" if k == "ours_vs_ceiling" else "kube-same") in keys]
+    ratio_cols = [(k, h) for k, h, by in RATIOS if "policy-scheduler" in keys and by in keys]
     who = " / ".join(SHORT[k] for k in keys)
     head = ["Workload", "nodes × pods", *(f"{h} pods/s" for _, h in cols), *(h for _, h in ratio_cols),
             f"start-up s ({who})", f"CPU ms/pod ({who})", f"CPU ms/pod, whole run ({who})", "other cores"]

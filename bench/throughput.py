@@ -171,7 +171,7 @@ the pods it scheduled (throughput and latency phases) plus the failed attempts i
 count; ``changed`` and the plugins that moved the changed decisions are reported.
 
     .venv/bin/python bench/throughput.py [--quick] [--workload NAME[,NAME...] ... | --workload all]
-        [--nodes N] [--pods M] [--schedulers policy-scheduler kube-scheduler kube-same ceiling]
+        [--nodes N] [--pods M] [--schedulers policy-scheduler kube-scheduler kube-same kube-minimal ceiling]
         [--qps 5000] [--burst 10000] [--bind-concurrency 64] [--latency-pods L]
         [--latency-load F] [--latency-rate R] [--repeat N] [--kwok] [--tuning] [--shadow]
         [--shadow-full] [--operator-arg=--flag=value] [--dra-devices 10] [--dra-init N]
@@ -187,6 +187,8 @@ SchedulingWithMixedChurn 200 x 2000, SchedulingGatedPods 1 x 2000 with 1000 gate
 pods/s. Tables go to stdout, progress to stderr; the last line of stdout is one JSON object with
 every figure and the ratios of pods/s (``ratios.ours_vs_kube``: policy-scheduler / kube-scheduler
 with the same plugins; ``ours_vs_kube_full``: against its default profile; ``ours_vs_ceiling``;
+``ours_vs_kube_minimal`` (and ``_avg``, and ``ceiling_vs_kube_minimal``): against kube-minimal,
+kube-scheduler with only PrioritySort and DefaultBinder, the API server's ceiling through client-go;
 ``tuning_vs_ours``, ``shadow_vs_ours``, ``shadow_full_vs_ours``: a variant / plain policy-scheduler,
 and ``shadow_cpu_per_pod_vs_ours``, ``shadow_full_cpu_per_pod_vs_ours``: the same for its CPU per
 pod in the window), also saved as result.json in the run directory next to each run's logs (written
@@ -237,6 +239,10 @@ import dra_workload as dra  # noqa: E402
 import localcluster  # noqa: E402
 
 OURS, KUBE, KUBE_SAME, CEILING = "policy-scheduler", "kube-scheduler", "kube-same", "ceiling"
+# kube-scheduler with a minimal profile (PrioritySort, DefaultBinder, nothing else): the API
+# server's ceiling through client-go, beside the bare binder's through our own Python client
+KUBE_MIN = "kube-minimal"
+KUBES = (KUBE, KUBE_SAME, KUBE_MIN)
 OURS_TUNING = "policy-scheduler-tuning"  # --tuning: the default policy with spec.tuning on (Recommend)
 OURS_SHADOW = "policy-scheduler-shadow"  # --shadow: the default policy with a Shadow rollout (other weights)
 OURS_SHADOW_FULL = "policy-scheduler-shadow-full"  # --shadow-full: a Shadow rollout whose candidate changes an arg
@@ -245,13 +251,15 @@ SHADOWS = (OURS_SHADOW, OURS_SHADOW_FULL)
 OURS_ALL = (OURS, OURS_TUNING, *SHADOWS, OURS_NO_HINTS)  # every policy-scheduler process
 OPTIONAL = {OURS_TUNING: "tuning", OURS_SHADOW: "shadow", OURS_SHADOW_FULL: "shadow_full",
             OURS_NO_HINTS: "no_suggestions"}  # added by their option
-SCHEDULERS = (OURS, OURS_NO_HINTS, OURS_TUNING, OURS_SHADOW, OURS_SHADOW_FULL, KUBE, KUBE_SAME, CEILING)  # run order
+SCHEDULERS = (OURS, OURS_NO_HINTS, OURS_TUNING, OURS_SHADOW, OURS_SHADOW_FULL, KUBE, KUBE_SAME, KUBE_MIN,
+              CEILING)  # run order
 SCHEDULER_NAME = {**{o: "policy-scheduler" for o in OURS_ALL}, KUBE: "default-scheduler",
-                  KUBE_SAME: "default-scheduler", CEILING: "bench-binder"}
+                  KUBE_SAME: "default-scheduler", KUBE_MIN: "default-scheduler", CEILING: "bench-binder"}
 LABEL = {OURS: "policy-scheduler", OURS_TUNING: "policy-scheduler, tuning on", OURS_SHADOW: "policy-scheduler (shadow)",
          OURS_SHADOW_FULL: "policy-scheduler (shadow full)", OURS_NO_HINTS: "policy-scheduler, suggestions off",
          KUBE: "kube-scheduler",
-         KUBE_SAME: "kube-scheduler (same plugins)", CEILING: "bare binder (ceiling)"}
+         KUBE_SAME: "kube-scheduler (same plugins)", KUBE_MIN: "kube-scheduler (minimal, ceiling)",
+         CEILING: "bare binder (ceiling)"}
 # what --tuning adds to the default policy: the tuner evaluates every 3 s over the last 500 pods,
 # in Recommend mode, so that the weights stay as they are and any change in pods/s is its cost
 TUNING = {"mode": "Recommend", "interval": "3s", "window": {"pods": 500},
@@ -973,12 +981,25 @@ def same_plugins_config(gangs: bool) -> str:
     return yaml.safe_dump({"profiles": [profile]}, sort_keys=False)
 
 
+def minimal_config() -> str:
+    """A KubeSchedulerConfiguration profile with only what kube-scheduler cannot run without: the
+    queue's sort (PrioritySort) and the binder (DefaultBinder). No PreFilter, Filter or Score:
+    every node is feasible (it still stops at numFeasibleNodesToFind) and any is chosen. What is
+    left is the queue, the cache, the Binding and the Scheduled event through client-go: the
+    fastest any scheduler binds against this API server."""
+    profile = {"schedulerName": SCHEDULER_NAME[KUBE_MIN],
+               "plugins": {"multiPoint": {"enabled": [{"name": "PrioritySort"}, {"name": "DefaultBinder"}],
+                                          "disabled": [{"name": "*"}]}}}
+    return yaml.safe_dump({"profiles": [profile]}, sort_keys=False)
+
+
 async def start_scheduler(which: str, plan: RunPlan, cluster: localcluster.LocalCluster,
                           a: argparse.Namespace) -> Proc:
     kc = str(cluster.admin_kubeconfig)
     run_dir = plan.run_dir
-    if which in (KUBE, KUBE_SAME):
-        extra = same_plugins_config(plan.workload.gangs) if which == KUBE_SAME else ""
+    if which in KUBES:
+        extra = (same_plugins_config(plan.workload.gangs) if which == KUBE_SAME else
+                 minimal_config() if which == KUBE_MIN else "")
         await asyncio.to_thread(cluster.start_scheduler, a.qps, a.burst, None, extra)
         info = cluster.state["procs"]["kube-scheduler"]
         cmdline = Path(f"/proc/{info['pid']}/cmdline").read_bytes().decode().split("\0")
@@ -1034,7 +1055,7 @@ def log_findings(which: str, log: Path) -> dict[str, Any]:
     if which in OURS_ALL:
         bad = [x for x in lines if " WARNING " in x or " ERROR " in x or "Traceback" in x]
         conflicts = sum(1 for x in lines if "not needed" in x and "HTTP 409" in x)
-    elif which in (KUBE, KUBE_SAME):
+    elif which in KUBES:
         bad = [x for x in lines if x[:1] in ("E", "W") and x[1:5].isdigit()]  # klog severity prefix
         conflicts = sum(1 for x in lines if "already assigned" in x)
     else:
@@ -1843,7 +1864,7 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
             f"{'ms/pod':>6} {'run ms/pod':>10} {'api+etcd s':>10} {'other':>5} {'RSS MB':>6} {'decide ms':>9}")
     print(head)
     print("-" * len(head))
-    for which in (CEILING, KUBE, KUBE_SAME, *OURS_ALL):
+    for which in (CEILING, KUBE_MIN, KUBE, KUBE_SAME, *OURS_ALL):
         r = runs.get(which)
         if r is None:
             continue
@@ -1887,7 +1908,9 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
               + (f" (moved by {movers})" if movers else ""))
     print(f"ratios of pods/s: policy-scheduler / kube-scheduler (same plugins) = {rat['ours_vs_kube']}, "
           f"/ kube-scheduler (default profile) = {rat['ours_vs_kube_full']}, / bare binder = {rat['ours_vs_ceiling']}; "
-          f"avg / kube-scheduler (same plugins) = {rat.get('ours_vs_kube_avg', '-')}")
+          f"avg / kube-scheduler (same plugins) = {rat.get('ours_vs_kube_avg', '-')}"
+          + (f"; / minimal kube-scheduler = {rat['ours_vs_kube_minimal']} (avg {rat['ours_vs_kube_minimal_avg']}), "
+             f"bare binder / minimal kube-scheduler = {rat['ceiling_vs_kube_minimal']}" if KUBE_MIN in runs else ""))
     print("pods/s: between the 10% and the 90% pod scheduled (bound, and its Scheduled event posted); avg: pods "
           "over the time from the scheduler's start to the last pod (scheduler_perf's average); start s: "
           "process start to the first; last ev s: to the last Scheduled event; p99 own / common: creation to "
@@ -1941,7 +1964,7 @@ def print_table(name: str, wl_result: dict, cores: int) -> None:
               f"{c['scheduled_events']}; 'scheduled' attempts {c['scheduled_attempts']}, 'unschedulable' "
               f"{c.get('unschedulable_attempts')}{held}; log warnings/errors {c['log_warnings_or_errors']}"
               + (f"; churn {r['churn']}" if r.get("churn") else ""))
-        for line in c["log_first"][:3] if which not in (KUBE, KUBE_SAME) else ():  # kube's: start-up noise here
+        for line in c["log_first"][:3] if which not in KUBES else ():  # kube's: start-up noise here
             print(f"      {line[:200]}")
 
 
@@ -1960,7 +1983,7 @@ def print_dra_table(name: str, wl_result: dict, cores: int) -> None:
     def pq(q: dict) -> str:
         return f"{q['p50_ms']:.0f}/{q['p99_ms']:.0f}" if q else "-"
 
-    for which in (CEILING, KUBE, KUBE_SAME, *OURS_ALL):
+    for which in (CEILING, KUBE_MIN, KUBE, KUBE_SAME, *OURS_ALL):
         r = runs.get(which)
         if r is None:
             continue
@@ -1998,7 +2021,7 @@ def print_dra_table(name: str, wl_result: dict, cores: int) -> None:
               f"{c['devices_allocated']} devices, none twice, each reserved for its pod alone; 'scheduled' "
               f"attempts {c['scheduled_attempts']}, 'unschedulable' {c['unschedulable_attempts']}; log "
               f"warnings/errors {c['log_warnings_or_errors']}; cleanup {c['cleanup_s']}s")
-        for line in c["log_first"][:3] if which not in (KUBE, KUBE_SAME) else ():
+        for line in c["log_first"][:3] if which not in KUBES else ():
             print(f"      {line[:200]}")
 
 
@@ -2132,9 +2155,11 @@ def main(argv: list[str] | None = None) -> int:
                     if not policy_has("DynamicResources"):  # neither would allocate a device
                         why = "the default policy has no DynamicResources (policies/default.yaml)"
                         skipped = {w: why for w in order if w in (*OURS_ALL, KUBE_SAME)}
-                        wl_order = [w for w in order if w not in skipped]
-                        for w in skipped:
-                            progress(f"{name}: {LABEL[w]} left out: {why}")
+                    if KUBE_MIN in order:  # it would bind the pods without their devices
+                        skipped[KUBE_MIN] = "the minimal profile has no DynamicResources: it allocates no device"
+                    wl_order = [w for w in order if w not in skipped]
+                    for w, why in skipped.items():
+                        progress(f"{name}: {LABEL[w]} left out: {why}")
                 for rep in range(a.repeat):  # interleaved, so slow drifts of the machine hit all alike
                     for which in wl_order:
                         plan.run_dir = out / (f"{name}-{which}" + (f"-{rep + 1}" if a.repeat > 1 else ""))
@@ -2162,6 +2187,10 @@ def main(argv: list[str] | None = None) -> int:
                                 "ours_vs_ceiling": ratio(pps.get(OURS), pps.get(CEILING)),
                                 "kube_vs_ceiling": ratio(pps.get(KUBE), pps.get(CEILING)),
                                 "kube_same_vs_ceiling": ratio(pps.get(KUBE_SAME), pps.get(CEILING)),
+                                # the second ceiling: kube-scheduler's minimal profile (client-go)
+                                "ours_vs_kube_minimal": ratio(pps.get(OURS), pps.get(KUBE_MIN)),
+                                "ours_vs_kube_minimal_avg": ratio(avg.get(OURS), avg.get(KUBE_MIN)),
+                                "ceiling_vs_kube_minimal": ratio(pps.get(CEILING), pps.get(KUBE_MIN)),
                                 "tuning_vs_ours": ratio(pps.get(OURS_TUNING), pps.get(OURS)),
                                 # --no-suggestions: on / off, in the window and over the whole run
                                 "suggestions_on_vs_off": ratio(pps.get(OURS), pps.get(OURS_NO_HINTS)),

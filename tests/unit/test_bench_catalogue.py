@@ -171,3 +171,25 @@ def test_table_columns_follow_the_schedulers_that_ran(tmp_path):
     assert "bare binder" not in out and "ours / binder" not in out and "ours / kube-same" in out
     (tmp_path / "out.txt").write_text("table\n" + __import__("json").dumps(res) + "\n")
     assert table.load(tmp_path / "out.txt")["commit"] == "abc1234"
+
+
+def test_the_minimal_kube_profile_keeps_only_the_queue_sort_and_the_binder():
+    profile = yaml.safe_load(tp.minimal_config())["profiles"][0]
+    assert profile["schedulerName"] == tp.SCHEDULER_NAME[tp.KUBE_MIN] == "default-scheduler"
+    mp = profile["plugins"]["multiPoint"]
+    assert mp["enabled"] == [{"name": "PrioritySort"}, {"name": "DefaultBinder"}]
+    assert mp["disabled"] == [{"name": "*"}] and "pluginConfig" not in profile
+
+
+def test_table_shows_ours_over_the_minimal_kube_scheduler_when_it_ran():
+    res = result(config={"quick": True, "schedulers": ["policy-scheduler", "kube-same", "kube-minimal", "ceiling"]})
+    res["workloads"] = {"SchedulingBasic": res["workloads"]["SchedulingBasic"]}
+    basic = res["workloads"]["SchedulingBasic"]
+    basic["runs"]["kube-minimal"] = {**basic["runs"]["kube-same"], "pods_per_s": 200.0}
+    basic["ratios"]["ours_vs_kube_minimal"] = 0.75
+    lines = table.render(res, notes=False).splitlines()
+    head = [h.strip() for h in lines[2].split("|")[1:-1]]
+    row = [c.strip() for c in lines[4].split("|")[1:-1]]
+    assert "kube-scheduler (minimal) pods/s" in head and row[head.index("kube-scheduler (minimal) pods/s")] == "200.0"
+    assert row[head.index("ours / kube-min")] == "0.75"
+    assert "ours / kube-min" not in table.render(result(), notes=False)  # not run: no column
