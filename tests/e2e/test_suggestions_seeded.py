@@ -8,7 +8,8 @@ required node affinity term no node matches [DropNodeSelector / WidenNodeAffinit
 DoNotSchedule topology spread constraint [RelaxTopologySpread], a host port taken on the node
 [DropHostPort], a claim that blocks (missing, or unbound with immediate binding and no volume to
 bind) [DropVolume], a cordoned node [UncordonNode], no pod slot left and preemptionPolicy: Never
-[EvictLowerPriority]. Not covered: DRA (a DeviceClass or claim that is missing) and UsePolicy,
+[EvictLowerPriority], a required pod affinity term no pod matches or an anti-affinity term the
+pod on the node matches [DropPodAffinityTerm]. Not covered: DRA (a DeviceClass or claim that is missing) and UsePolicy,
 which the core has no remedy kind for (DRA) or which needs a second policy (UsePolicy, covered by
 unit tests).
 
@@ -211,8 +212,24 @@ def priorities(c: Cell, rng: random.Random) -> set[str]:
     return {"EvictLowerPriority"}
 
 
+def podaffinity(c: Cell, rng: random.Random) -> set[str]:
+    # a required pod affinity term no pod matches, or a required anti-affinity term the pod
+    # already on the node matches (the node's only pod of that label: a filler of this cell)
+    n = c.add_node(labels={"e2e-zone": f"z{rng.randrange(4)}"})
+    key = rng.choice(("kubernetes.io/hostname", "e2e-zone"))
+    if rng.random() < 0.5:
+        c.pending(affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": key, "labelSelector": {"matchLabels": {"e2e-missing": c.name}}}]}})
+    else:
+        app = {"e2e-app": c.name}
+        c.place("peer", n["metadata"]["name"], labels=app, priorityClassName=GUARD)
+        c.pending(affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": key, "labelSelector": {"matchLabels": app}}]}})
+    return {"DropPodAffinityTerm"}
+
+
 KINDS = {"resources": resources, "taints": taints, "affinity": affinity, "spread": spread, "ports": ports,
-         "volumes": volumes, "cordoned": cordoned, "priorities": priorities}
+         "volumes": volumes, "cordoned": cordoned, "priorities": priorities, "podaffinity": podaffinity}
 
 
 # ----------------------------------------------------------------------------- API helpers

@@ -264,3 +264,46 @@ def test_two_kinds_at_once_for_a_node_two_plugins_reject():
         {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": "2"},
         {"op": "add", "path": "/spec/tolerations", "value": [
             {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]}]
+
+
+def test_drop_a_required_pod_affinity_term_no_pod_matches():
+    c = Cluster([node("n0", zone="a"), node("n1", zone="b")],
+                [bound("web-0", "n0", labels={"app": "web"})])
+    body = pod("p", cpu="100m")
+    body["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": ZONE},
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOSTNAME}]}}
+    r = run(c, body)
+    # both dropped opens both nodes: first by nodes opened
+    assert r.best.kind == "DropPodAffinityTerm" and r.best.target == "Pod"
+    assert r.best.change == "drop the pod's 2 required pod affinity terms" and r.best.nodes_opened == 2
+    assert r.best.patch == [{"op": "remove", "path": "/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution"}]
+    # term 1 (no db pod anywhere) alone: term 0 stays, so only zone a's n0, where web-0 runs
+    one = [s for s in r.suggestions if s.patch == [
+        {"op": "remove", "path": "/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution/1"}]]
+    assert len(one) == 1 and one[0].nodes_opened == 1 and one[0].node == "n0"
+    assert one[0].change == ('drop required pod affinity term 1 (topologyKey kubernetes.io/hostname, '
+                             'labelSelector {"matchLabels": {"app": "db"}})')
+    # term 0 alone places nothing (the db term still matches no pod): never shown
+    assert not any(s.patch[0]["path"].endswith("/0") for s in r.suggestions if s.kind == "DropPodAffinityTerm")
+
+
+def test_drop_a_required_pod_anti_affinity_term_every_node_violates():
+    c = Cluster([node("n0"), node("n1")], [bound("db-0", "n0", labels={"app": "db"}),
+                                           bound("db-1", "n1", labels={"app": "db"})])
+    body = pod("p", cpu="100m")
+    body["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOSTNAME}]}}
+    r = run(c, body)
+    assert r.best.kind == "DropPodAffinityTerm" and r.best.nodes_opened == 2
+    assert r.best.change.startswith("drop required pod anti-affinity term 0 (topologyKey kubernetes.io/hostname")
+
+
+def test_existing_pods_anti_affinity_gets_no_pod_affinity_change():
+    guard = bound("guard", "n0", labels={"app": "guard"})
+    guard["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": HOSTNAME}]}}
+    c = Cluster([node("n0")], [guard])
+    r = run(c, pod("p", cpu="100m", labels={"app": "web"}))
+    assert all(s.kind != "DropPodAffinityTerm" for s in r.suggestions)
+    assert r.blockers == {"InterPodAffinity": 1}

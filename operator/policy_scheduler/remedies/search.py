@@ -34,6 +34,7 @@ from ..framework.model.podinfo import PodInfo, parse_pod
 from ..framework.queue.nominator import Nominator
 from .cluster_changes import ClusterCandidate, evict_lower_priority, uncordon
 from .patch import PatchError, apply_pod_patch
+from .pod_affinity import drop_pod_affinity
 from .pod_changes import POD_KINDS, Candidate, Caps, too_large
 from .combined import two_kinds
 from .policy_change import use_policy
@@ -96,7 +97,7 @@ def _search(out: Remedies, pod: PodInfo, state: ClusterState, policy: PolicyStat
             out.reason = "it fits a node now"
             return
         queues: list[list[Any]] = []
-        for gen in POD_KINDS:
+        for gen in (*POD_KINDS, drop_pod_affinity):
             try:
                 got = gen(pod, raw, table, v, caps)  # type: ignore[arg-type]
             except (TypeError, ValueError, AttributeError, KeyError, IndexError):  # a spec too odd to change
