@@ -151,7 +151,7 @@ def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, na
     hints = None
     if suggestions is not None and suggestions.enabled:
         hints = SuggestionWorker(state, queue, nominator, policies=store.policies, namespaces=state.namespaces,
-                                 event=recorder.event, patch=api.patch_pod_annotations,
+                                 event=recorder.event, patch=api.patch_pod_condition,
                                  key=lambda: binding_tasks.key, spawn=spawn,
                                  metrics=SuggestionMetrics(tel.leader_only.registry), config=suggestions)
 

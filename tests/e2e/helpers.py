@@ -210,3 +210,17 @@ def recreated(body: dict, patch: list, name: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": meta["namespace"], "labels": meta.get("labels") or {}},
             "spec": {k: v for k, v in changed["spec"].items() if k != "nodeName"}}
+
+
+SUGGESTIONS_CONDITION = "policy-scheduler.io/Suggestions"
+
+
+def suggestions_condition(body: dict) -> tuple[dict, dict] | None:
+    """A pod's suggestions condition and its document (the message's JSON without its mac), or
+    None while it has none."""
+    for c in (body.get("status") or {}).get("conditions") or []:
+        if c.get("type") == SUGGESTIONS_CONDITION:
+            doc = json.loads(c["message"])
+            doc.pop("mac", None)
+            return c, doc
+    return None

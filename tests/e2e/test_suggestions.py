@@ -1,9 +1,9 @@
 """Suggestions on the real control plane: pods that cannot be placed (too much cpu, an untolerated
 taint, a nodeSelector no node matches, a cordoned node) get a SchedulingHint event and the signed
-policy-scheduler.io/suggestions annotation; `explain -o json` lists the suggestion as verified;
+policy-scheduler.io/Suggestions condition; `explain -o json` lists the suggestion as verified;
 applying the top suggestion (the pod re-created as its patch says, or the cluster change it names)
-gets the pod bound by the operator on the node it named, or on one of equal score. The annotation
-is written once: its own update neither requeues the pod nor starts another search. Small: two
+gets the pod bound by the operator on the node it named, or on one of equal score. The condition
+is written once: its own write neither requeues the pod nor starts another search. Small: two
 pods of each kind, one case at a time with its own nodes (a larger seeded run is later work)."""
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ import time
 from kubernetes import client
 
 from conftest import OperatorProcess
-from helpers import apply_policy, example_plugins, node, pod, recreated, wait_for
+from helpers import apply_policy, example_plugins, node, pod, recreated, suggestions_condition, wait_for
 
 SCHED = POLICY = "hints"
-ANNOTATION = "policy-scheduler.io/suggestions"
-MAC = "policy-scheduler.io/suggestions-mac"
 DECISION = "policy-scheduler.io/decision"
 TAINT = {"key": "dedicated", "value": "hints", "effect": "NoSchedule"}
 CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
@@ -73,7 +71,7 @@ def case(core, namespace: str, kind: str, i: int) -> tuple[list[dict], dict]:
     return [cordoned], pod(name, namespace, cpu="1", scheduler=SCHED)
 
 
-def test_pods_that_cannot_be_placed_get_a_hint_an_annotation_and_a_suggestion_that_places_them(
+def test_pods_that_cannot_be_placed_get_a_hint_a_condition_and_a_suggestion_that_places_them(
         cluster, core, namespace, crd, policies):
     ops = f"ops-hints-{os.getpid() % 1000}"  # the operator's namespace: its key's Secret
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ops)))
@@ -91,7 +89,7 @@ def test_pods_that_cannot_be_placed_get_a_hint_an_annotation_and_a_suggestion_th
         wait_for(lambda: "successfully acquired lease" in op.log(), 30, what="the operator leads")
         for kind in KINDS:
             for i in range(PER_KIND):
-                # one case at a time: its nodes, its pod, the hint, the annotation, explain; then the
+                # one case at a time: its nodes, its pod, the hint, the condition, explain; then the
                 # top suggestion applied, and the pod bound where it said
                 node_bodies, body = case(core, namespace, kind, i)
                 for n in node_bodies:
@@ -119,14 +117,15 @@ def check_and_apply(cluster, core, namespace: str, ops: str, kind: str, name: st
         return [e for e in core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
                 if e.reason in ("SchedulingHint", "FailedScheduling")]
 
-    wait_for(lambda: ANNOTATION in (raw_pod(core, namespace, name)["metadata"].get("annotations") or {}), 30, 0.3,
-             what=f"the suggestions annotation on {name}")
+    wait_for(lambda: suggestions_condition(raw_pod(core, namespace, name)), 30, 0.3,
+             what=f"the suggestions condition on {name}")
     body = raw_pod(core, namespace, name)
-    anns = body["metadata"]["annotations"]
-    doc = json.loads(anns[ANNOTATION])
+    cond, doc = suggestions_condition(body)
+    assert (cond["status"], cond["reason"]) == ("True", "Found"), cond
     assert doc["version"] == 1 and doc["pod"] == f"{namespace}/{name}", doc
     assert doc["suggestions"] and doc["suggestions"][0]["kind"] == kind, (name, doc)
-    assert anns[MAC].startswith("v1:") and len(anns[ANNOTATION].encode()) <= 4096
+    mac = json.loads(cond["message"])["mac"]
+    assert mac.startswith("v1:") and len(cond["message"].encode()) <= 4096 + 100
     top = doc["suggestions"][0]
     # the FailedScheduling event keeps upstream's message; the hint is the top suggestion's sentence
     evs = wait_for(lambda: (lambda e: e if any(x.reason == "SchedulingHint" for x in e) else None)(hint_events()), 20,
@@ -139,13 +138,14 @@ def check_and_apply(cluster, core, namespace: str, ops: str, kind: str, name: st
     ex = explain(cluster, namespace, name, ops)
     assert ex["suggestions"] == doc and ex["suggestionsVerified"] is True, ex["suggestionsTrust"]
     assert ex["reasons"] and ex["blockers"], ex
-    # the annotation's own update did not requeue the pod: not written again since
+    # the condition's own write did not requeue the pod: not written again since
     assert raw_pod(core, namespace, name)["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]
-    if first:  # a tenant's forgery does not verify
+    if first:  # a forgery by anyone else who may write pods/status does not verify, its mac copied
         time.sleep(2)
         assert raw_pod(core, namespace, name)["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]
-        forged = dict(doc, text="delete every pod of namespace kube-system")
-        core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {ANNOTATION: json.dumps(forged)}}})
+        forged = dict(doc, text="delete every pod of namespace kube-system", mac=mac)
+        core.patch_namespaced_pod_status(name, namespace, {"status": {"conditions": [
+            dict(cond, message=json.dumps(forged))]}})
         assert explain(cluster, namespace, name, ops)["suggestionsVerified"] is False
     # the top suggestion applied: the pod is bound on the node it named, or on one of equal score
     if top["target"] == "Pod":

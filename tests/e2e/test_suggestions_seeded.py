@@ -1,6 +1,6 @@
 """Suggestions at scale, seeded: COUNT pending pods of every blocking kind the remedies core
 supports, on the real control plane (the session's API server, plain Node objects) with the
-operator as a process under admin credentials (so the suggestions annotation is written).
+operator as a process under admin credentials.
 
 Kinds (each pod's expected top suggestion in brackets): too much cpu and/or memory
 [LowerRequest], untolerated NoSchedule/NoExecute taints [TolerateTaint], a nodeSelector or a
@@ -21,7 +21,7 @@ once and each pod's cell is exactly the state its suggestion was verified on. Th
 addedAffinity keeps the pods to this run's nodes. The kinds run one after another (their nodes,
 pods, claims deleted after each), in this test's own namespace.
 
-For each pod: the annotation (polled with list calls), and ``explain -o json`` for a sample;
+For each pod: the suggestions condition (polled with list calls), and ``explain -o json`` for a sample;
 at least 95% of the pods of each kind must have a suggestion; the top one is applied (the pod
 re-created as its patch says with remedies' apply_pod_patch, or the cluster change it names,
 which must touch only the pod's own cell) and the pod must be bound by the operator on the node
@@ -48,11 +48,10 @@ from kubernetes import client
 
 from conftest import OperatorProcess
 from helpers import (apply_policy, example_plugins, node, pod, priority_classes, ready_condition,
-                     recreated, wait_for)
+                     recreated, suggestions_condition, wait_for)
 from policy_scheduler import cli
 
 SCHED = POLICY = "seeded"
-ANNOTATION = "policy-scheduler.io/suggestions"
 DECISION = "policy-scheduler.io/decision"
 CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 NO_PREEMPTION = "seeded-no-preemption"  # the same plugins without DefaultPreemption
@@ -373,12 +372,12 @@ def one_kind(cluster, core, op, namespace: str, ops: str, run: str, kind: str, c
 
     marks = {"setup": time.monotonic() - t_kind}
     pmap(create, cells)
-    # the annotation of every pod, polled with list calls
+    # the suggestions condition of every pod, polled with list calls
     seen: dict[str, float] = {}
     docs: dict[str, dict] = {}
     bodies: dict[str, dict] = {}
     # explain -o json for a sample: the first as a command of its own (in the background, started
-    # once its annotation is there), the others through the command's entry point in this process
+    # once its condition is there), the others through the command's entry point in this process
     order = rng.sample([c.name for c in cells], min(EXPLAIN, count))
     sample, first = set(order), order[:1]
     explaining = ThreadPoolExecutor(1)
@@ -388,11 +387,11 @@ def one_kind(cluster, core, op, namespace: str, ops: str, run: str, kind: str, c
         op.assert_running()
         for body in raw_list(core, namespace, f"e2e-kind={kind}"):
             name = body["metadata"]["name"]
-            ann = (body["metadata"].get("annotations") or {}).get(ANNOTATION)
-            if name in seen or ann is None:
+            got = suggestions_condition(body)
+            if name in seen or got is None:
                 continue
             seen[name] = time.monotonic()
-            docs[name] = json.loads(ann)
+            docs[name] = got[1]
             bodies[name] = body
             if name in first:
                 explained[name] = explaining.submit(explain, cluster, namespace, name, ops)
@@ -400,7 +399,7 @@ def one_kind(cluster, core, op, namespace: str, ops: str, run: str, kind: str, c
     with_sugg = [n for n in docs if docs[n].get("suggestions")]
     missing = sorted(({c.name for c in cells} - set(with_sugg)),
                      key=lambda n: int(n.rsplit("-", 1)[1]))
-    missing_why = [(n, {k: docs[n].get(k) for k in ("reason", "partial", "blockers")} if n in docs else "no annotation")
+    missing_why = [(n, {k: docs[n].get(k) for k in ("reason", "partial", "blockers")} if n in docs else "no condition")
                    for n in missing]
     marks["suggested"] = time.monotonic() - t_kind
     # the top suggestion of each applied (the cells are independent): the sampled pods' once
@@ -434,7 +433,7 @@ def one_kind(cluster, core, op, namespace: str, ops: str, run: str, kind: str, c
             explained[name] = explain_here(cluster, namespace, name, ops)
     marks["explained here"] = time.monotonic() - t_kind
     explaining.shutdown(wait=True)
-    for name, got in explained.items():  # the same suggestions as the annotation's, verified
+    for name, got in explained.items():  # the same suggestions as the condition's, verified
         ex = got if isinstance(got, dict) else got.result()
         assert ex["suggestionsVerified"] is True, (name, ex.get("suggestionsTrust"))
         assert ex["suggestions"] == docs[name], (name, ex["suggestions"], docs[name])

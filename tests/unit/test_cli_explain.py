@@ -290,23 +290,31 @@ def test_text_marks_an_unverified_decision_and_escapes_control_characters(served
 # a pending pod's reasons, grouped, and the scheduler's suggestions (cluster/suggestions.py)
 
 def suggested_pod(uid="u1", key=None, text=None):
-    """A pending pod with the suggestions annotation the scheduler writes, signed with ``key``."""
-    from policy_scheduler.cluster.decision_mac import SUGGESTIONS_MAC_ANNOTATION
-    from policy_scheduler.cluster.suggestions import annotation_text
+    """A pending pod with the suggestions condition the scheduler writes, signed with ``key`` (no
+    key: the document without a mac; ``text``: the message as it is)."""
+    from policy_scheduler.cluster.suggestions import condition, document_text
     from policy_scheduler.remedies import Remedies, Suggestion
 
     r = Remedies("demo/y", [Suggestion("LowerRequest", "Pod", "lower the cpu request to at most 2",
                                        [{"op": "replace", "path": "/spec/containers/0/resources/requests/cpu",
                                          "value": "2"}], 0.33, 3, "n1", 87)],
                  blockers={"NodeResourcesFit": 2, "NodeResourcesFit+TaintToleration": 1})
-    text = text or annotation_text(r)
+    doc_text = document_text(r)
     p = pod("y", condition={**UNSCHEDULABLE, "message": "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had "
                             "untolerated taint(s). preemption: 0/5 nodes are available: 5 Preemption is not helpful "
                             "for scheduling."}, uid=uid)
-    p["metadata"]["annotations"] = {cmd.SUGGESTIONS: text}
-    if key is not None:
-        p["metadata"]["annotations"][SUGGESTIONS_MAC_ANNOTATION] = key.sign_suggestions(uid, text)
+    if text is not None:
+        cond = {"type": cmd.SUGGESTIONS, "status": "True", "reason": "Found", "message": text}
+    elif key is not None:
+        cond = condition(r, doc_text, key.sign_suggestions(uid, doc_text))
+    else:
+        cond = {"type": cmd.SUGGESTIONS, "status": "True", "reason": "Found", "message": doc_text}
+    p["status"]["conditions"].append(cond)
     return p
+
+
+def suggestions_message(p):
+    return next(c for c in p["status"]["conditions"] if c["type"] == cmd.SUGGESTIONS)
 
 
 def test_grouped_reasons_of_a_failed_scheduling_message():
@@ -333,24 +341,26 @@ def test_the_suggestions_and_their_verification(monkeypatch):
     assert doc["blockers"] == {"NodeResourcesFit": 2, "NodeResourcesFit+TaintToleration": 1}
     assert doc["suggestions"]["version"] == 1 and doc["suggestions"]["suggestions"][0]["node"] == "n1"
     assert doc["suggestionsVerified"] is True
-    # a tenant's text, its MAC copied: does not verify; another pod's annotations: neither
+    # someone else's text, the mac copied: does not verify; another pod's condition: neither
     forged = suggested_pod(key=key)
-    forged["metadata"]["annotations"][cmd.SUGGESTIONS] = forged["metadata"]["annotations"][cmd.SUGGESTIONS].replace(
-        "at most 2", "at most 1")
+    c = suggestions_message(forged)
+    c["message"] = c["message"].replace("at most 2", "at most 1")
     assert cmd.suggestions_trust(a, forged, cache)[0] is False
     other = suggested_pod(uid="u2")
-    other["metadata"]["annotations"] = p["metadata"]["annotations"]
+    other["status"]["conditions"] = p["status"]["conditions"]
     assert cmd.suggestions_trust(a, other, cache)[0] is False
     unsigned = suggested_pod()
-    assert cmd.suggestions_trust(a, unsigned, cache) == (False, "it has no policy-scheduler.io/suggestions-mac")
+    assert cmd.suggestions_trust(a, unsigned, cache) == (False, "its policy-scheduler.io/Suggestions condition has "
+                                                                "no mac")
     assert cmd.suggestions_trust(a, pod("z"), cache) == (None, "no suggestions")
-    # a bound pod's annotation is the past's: left out
+    # a bound pod's condition is the past's: left out
     bound = suggested_pod(key=key)
     bound["spec"]["nodeName"] = "n1"
     assert cmd.explanation(bound, {}, [], default_policy="default")["suggestions"] is None
     # not JSON: said so, nothing else read from it
     bad = cmd.explanation(suggested_pod(text="{no"), {}, [], default_policy="default")
-    assert bad["suggestions"] == {"unreadable": "policy-scheduler.io/suggestions is not a JSON object"}
+    assert bad["suggestions"] == {"unreadable": "the policy-scheduler.io/Suggestions condition's message is not a "
+                                                "JSON object"}
 
 
 def test_text_and_json_print_the_suggestions(served, capsys, monkeypatch):

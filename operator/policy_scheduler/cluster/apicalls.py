@@ -1,6 +1,6 @@
 """The scheduling writes to the API server, in one place: the Binding, the preemption victim's
 DELETE, PodGroup status patches, the binding cycle's nomination for expectation, the requests
-bind-side plugins make (VolumeBinding's PreBind) and a pending pod's suggestions annotation.
+bind-side plugins make (VolumeBinding's PreBind) and a pending pod's suggestions condition.
 
 Each write is made by the leader only: a standby, or a deposed leader, writes nothing. Each one
 is fenced when it is sent: it carries the lease's deadline (``Leadership.time_left``) through the
@@ -175,27 +175,28 @@ class ApiCalls:
             return UNKNOWN
         return DELETED
 
-    async def patch_pod_annotations(self, pod: PodInfo, annotations: Mapping[str, str | None]) -> bool | None:
-        """Merge PATCH of a pod's annotations (None removes one), with the pod's UID in the patch
-        as a precondition (a pod replaced under the same name refuses it: the UID is immutable).
-        The leader only, fenced. True when written; None when the API server forbids it (403:
-        the shipped ClusterRole grants no ``patch`` on pods); False otherwise (not leading,
-        fenced, the pod gone or replaced, or refused: the caller counts it). Raises nothing."""
+    async def patch_pod_condition(self, pod: PodInfo, condition: Mapping[str, Any]) -> bool | None:
+        """Strategic-merge PATCH of one condition of a pod's status (merged by its type), with the
+        pod's UID in the patch as a precondition (a pod replaced under the same name refuses it:
+        the UID is immutable). Through pods/status, which the shipped ClusterRole grants (as
+        kube-scheduler's does, for PodScheduled). The leader only, fenced. True when written;
+        None when the API server forbids it (403); False otherwise (not leading, fenced, the pod
+        gone, replaced or bound meanwhile, or refused: the caller counts it). Raises nothing."""
         if not self.leadership.valid():
             return False
-        meta: dict[str, Any] = {"annotations": dict(annotations)}
+        body: dict[str, Any] = {"status": {"conditions": [dict(condition)]}}
         if pod.uid:
-            meta["uid"] = pod.uid
+            body["metadata"] = {"uid": pod.uid}
         try:
-            await self.client.merge_patch(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", {"metadata": meta},
-                                          fence=self.fence)
+            await self.client.strategic_patch(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", body,
+                                              fence=self.fence)
         except Fenced:
             return False
         except REQUEST_ERRORS as e:
             if isinstance(e, ApiError) and e.status == 403:
                 return None
             if not (isinstance(e, ApiError) and e.status in (404, 409, 422)):  # gone, or replaced
-                log.warning("annotations of pod %s not written: %s", pod.key, e)
+                log.warning("condition %s of pod %s not written: %s", condition.get("type"), pod.key, e)
             return False
         return True
 

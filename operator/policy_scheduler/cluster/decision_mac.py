@@ -15,10 +15,10 @@ annotations onto a forged pod fails the UID check. Anything that reads the annot
 (the rollout counts) counts only pods whose MAC verifies; what does not verify is ignored and
 counted (``policy_scheduler_forged_decisions_total``).
 
-The suggestions annotation (``policy-scheduler.io/suggestions``, cluster/suggestions.py) is
-signed with the same key under another domain: ``policy-scheduler.io/suggestions-mac`` over the
-pod's UID and the annotation's exact text (``sign_suggestions``), so explain tells what the
-scheduler wrote from what a tenant wrote.
+The suggestions condition (``policy-scheduler.io/Suggestions``, cluster/suggestions.py) is
+signed with the same key under another domain: its ``mac`` over the pod's UID and the exact text
+of the JSON form without it (``sign_suggestions``), so explain tells what the scheduler wrote
+from what anyone else with pods/status wrote.
 
 The key lives in a Secret in the operator's namespace (``<scheduler-name>-decision-key``, the
 namespace of ``--revision-namespace``: ``POD_NAMESPACE`` in a pod). The first replica that finds
@@ -50,7 +50,6 @@ MAC_PREFIX = "v1:"  # the scheme: a later one can be told apart and refused by a
 KEY_BYTES = 32
 SECRET_KEY = "key"  # the Secret's data item
 _DOMAIN = b"policy-scheduler.io/decision-mac/v1"
-SUGGESTIONS_MAC_ANNOTATION = "policy-scheduler.io/suggestions-mac"
 _SUGGESTIONS_DOMAIN = b"policy-scheduler.io/suggestions-mac/v1"
 
 
@@ -85,7 +84,7 @@ class DecisionKey:
         return self._mac(_DOMAIN, uid, node, decision)
 
     def sign_suggestions(self, uid: str, text: str) -> str:
-        """The MAC of a suggestions annotation's exact text for the pod ``uid`` (another domain:
+        """The MAC of a suggestions document's exact text for the pod ``uid`` (another domain:
         never a decision's MAC)."""
         return self._mac(_SUGGESTIONS_DOMAIN, uid, text)
 

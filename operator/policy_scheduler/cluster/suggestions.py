@@ -10,36 +10,37 @@ ClusterState with the failure's chain and the scheduler's nominator) and tells i
 - a ``SchedulingHint`` event (type Normal; the best suggestion in one sentence) through the event
   recorder, not again for the same pod within ``event_repeat_after`` seconds unless the sentence
   changes;
-- the ``policy-scheduler.io/suggestions`` annotation (the remedies JSON form, schema version 1,
-  with the diagnosis, at most 4 KiB) and ``policy-scheduler.io/suggestions-mac`` (its HMAC under
-  the decision key, cluster/decision_mac.py), one merge PATCH (apicalls.py: leader only, fenced),
-  only when the text changed and not more often than every ``annotation_min_interval`` seconds
-  per pod. The PATCH needs ``patch`` on pods, which the shipped ClusterRole does not grant
-  (kube-scheduler's does not either: with it, the scheduler's account could change any pod's
-  spec). On the first 403 the annotation is switched off, said once in the log and counted
-  (``forbidden``); the events go on.
+- the ``policy-scheduler.io/Suggestions`` condition of the pod's status: its message the remedies
+  JSON form (schema version 1, with the diagnosis, at most 4 KiB) with ``mac``, its HMAC under the
+  decision key (cluster/decision_mac.py) over the form without it; one strategic-merge PATCH of
+  pods/status (apicalls.py: leader only, fenced, the pod's UID as precondition), only when the
+  text changed and not more often than every ``condition_min_interval`` seconds per pod.
+  pods/status is what the shipped ClusterRole grants (kube-scheduler's too, for PodScheduled), so
+  tools read it on every install. A 403 (an RBAC without it) switches it off, said once in the
+  log and counted (``forbidden``); the events go on.
 
 How it never delays a placement: nothing is searched when the failure is reported (the port only
 files the pod, O(1)). The engine calls ``step`` from its scheduling loop only when the queue has
 nothing to pop (activeQ empty, no backoff due), no binding is in flight and no preemption's
 victims are being deleted: no search ever starts while a pod waits to be placed or bound, and
-its event and annotation never compete with a Binding at the API server. One search at a time, within the per-pod budget of ``Allowance`` (default 20 ms; one
-simulation may overrun it), then the loop yields to I/O and pops again, so a pod that arrives
-during a search waits at most that one search. ``Allowance`` also caps the searches' share of the
-loop's time (default 50 ms per second, 200 ms burst). A search the budget cut short before it
-found anything is filed again (twice at most) before it is told. A pod bound, deleted, replaced, or back in
-the active queue or in flight by its turn is skipped (``skipped-stale``); one that waited longer
+its event and condition never compete with a Binding at the API server. One search at a time,
+within the per-pod budget of ``Allowance`` (default 20 ms; one simulation may overrun it), then
+the loop yields to I/O and pops again, so a pod that arrives during a search waits at most that
+one search. ``Allowance`` also caps the searches' share of the loop's time (default 50 ms per
+second, 200 ms burst). A search the budget cut short before it found anything is filed again
+(twice at most) before it is told. A pod bound, deleted, replaced, or back in the active queue or
+in flight by its turn is skipped (``skipped-stale``); one that waited longer
 than ``stale_after`` seconds for budget is dropped (``skipped-budget``).
 
-The annotation's own update does not requeue the pod: the queue turns an update of a pod in the
-unschedulable pool into TargetPod events (``Update`` for an annotation: upstream's
-UpdatePodOther), on which no plugin of the example policies that can reject a pod queues
-(tests/unit/cluster/test_suggestion_worker.py checks each). Should a plugin queue it anyway, the retry's search finds the
+The condition's own write does not requeue the pod: a status-only update is no update to the
+scheduling queue (upstream's isPodUpdated strips the status; tests/unit/cluster/
+test_suggestion_worker.py checks it). Should a pod be retried anyway, the retry's search finds the
 same text and writes nothing: it does not feed back.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -50,7 +51,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..framework.queue.scheduling_queue import ACTIVE
 from ..remedies import DEFAULT_BUDGET, Allowance, Remedies, dumps, suggest
-from .decision_mac import SUGGESTIONS_MAC_ANNOTATION
+from ..timefmt import now_rfc3339
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..cache.policies import PolicyState
@@ -65,10 +66,10 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("policy_scheduler")
 
 HINT_EVENT = "SchedulingHint"
-SUGGESTIONS_ANNOTATION = "policy-scheduler.io/suggestions"
-MAX_ANNOTATION_BYTES = 4096
+SUGGESTIONS_CONDITION = "policy-scheduler.io/Suggestions"
+MAX_DOCUMENT_BYTES = 4096  # the JSON form, before its mac
 MAX_ALTERNATIVES = 4  # other policies tried as UsePolicy suggestions
-MAX_REMEMBERED = 65536  # pods whose last event and annotation are remembered (rate limits)
+MAX_REMEMBERED = 65536  # pods whose last event and condition are remembered (rate limits)
 FOUND, NONE, PARTIAL, SKIPPED_BUDGET, SKIPPED_STALE = "found", "none", "partial", "skipped-budget", "skipped-stale"
 RETRIES = 2  # a search cut short before it found anything is tried again this many times
 SECONDS_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -85,7 +86,7 @@ class SuggestionConfig:
     queue_size: int = 1024
     stale_after: float = 120.0  # an entry waiting longer for budget is dropped
     event_repeat_after: float = 300.0
-    annotation_min_interval: float = 30.0
+    condition_min_interval: float = 30.0
 
 
 class SuggestionMetrics:
@@ -108,7 +109,7 @@ class SuggestionMetrics:
         self.queue = Gauge("policy_scheduler_suggestion_queue_length", "Pods waiting for a search.", registry=r)
         self.dropped = Counter("policy_scheduler_suggestion_queue_dropped", "Pods dropped from the full search "
                                "queue (the oldest first).", registry=r)
-        self.writes = Counter("policy_scheduler_suggestion_writes", "What was told, by what (event, annotation) "
+        self.writes = Counter("policy_scheduler_suggestion_writes", "What was told, by what (event, condition) "
                               "and result (written, unchanged, rate-limited, failed, forbidden).", ["what", "result"],
                               registry=r)
 
@@ -130,8 +131,8 @@ class _Entry:
 
 class SuggestionWorker:
     """The Hints port of the operator. ``event(pod, type, reason, action, note)``: the recorder's;
-    ``patch(pod, annotations) -> awaitable``: ApiCalls.patch_pod_annotations; ``key()``: the
-    decision key (None: not loaded yet, the annotation is not written); ``spawn``: the engine's
+    ``patch(pod, condition) -> awaitable``: ApiCalls.patch_pod_condition; ``key()``: the
+    decision key (None: not loaded yet, the condition is not written); ``spawn``: the engine's
     tasks; ``policies``, ``namespaces``: the policy store's (UsePolicy's alternatives)."""
 
     def __init__(self, state: ClusterState, queue: SchedulingQueue, nominator: Nominator, *,
@@ -152,7 +153,7 @@ class SuggestionWorker:
         self._told: OrderedDict[str, tuple[str, str, float]] = OrderedDict()  # key -> (uid, sentence, when)
         self._written: OrderedDict[str, tuple[str, str, float]] = OrderedDict()  # key -> (uid, text, when)
         self.dropped = 0
-        self.annotations_forbidden = False  # the API server answered 403 to the annotation's PATCH
+        self.conditions_forbidden = False  # the API server answered 403 to the condition's PATCH
         if metrics is not None:
             metrics.queue.set_function(lambda: len(self._queue))
 
@@ -222,8 +223,8 @@ class SuggestionWorker:
         self._record(r)
         if r.partial and not r.suggestions and entry.tries < RETRIES and not q.get(key):
             # cut short before it found anything (a cold first search, a budget granted short):
-            # filed again at the back, told nothing yet (a partial annotation would hold the
-            # complete one back for the annotation's interval)
+            # filed again at the back, told nothing yet (a partial condition would hold the
+            # complete one back for the condition's interval)
             entry.tries += 1
             entry.since = self.clock()
             q[key] = entry
@@ -276,7 +277,7 @@ class SuggestionWorker:
 
     # ------------------------------------------------------------------ telling
     def tell(self, pod: PodInfo, r: Remedies) -> None:
-        """The SchedulingHint event and the annotation, each rate-limited per pod."""
+        """The SchedulingHint event and the condition, each rate-limited per pod."""
         now = self.clock()
         sentence = r.text()
         if sentence:
@@ -288,44 +289,69 @@ class SuggestionWorker:
                 _remember(self._told, pod.key, (pod.uid, sentence, now))
                 self.event(pod, "Normal", HINT_EVENT, "Scheduling", sentence)
                 self._wrote("event", "written")
-        if self.annotations_forbidden:
-            self._wrote("annotation", "forbidden")
+        if self.conditions_forbidden:
+            self._wrote("condition", "forbidden")
             return
-        text = annotation_text(r)
+        text = document_text(r)
         last = self._written.get(pod.key)
         if last is not None and last[0] == pod.uid:
             if last[1] == text:
-                self._wrote("annotation", "unchanged")
+                self._wrote("condition", "unchanged")
                 return
-            if now - last[2] < self.config.annotation_min_interval:
-                self._wrote("annotation", "rate-limited")
+            if now - last[2] < self.config.condition_min_interval:
+                self._wrote("condition", "rate-limited")
                 return
         key = self.key()
         if key is None:
-            self._wrote("annotation", "failed")
+            self._wrote("condition", "failed")
             return
         _remember(self._written, pod.key, (pod.uid, text, now))
-        anns = {SUGGESTIONS_ANNOTATION: text, SUGGESTIONS_MAC_ANNOTATION: key.sign_suggestions(pod.uid, text)}
-        self.spawn(self._write(pod, anns))
+        self.spawn(self._write(pod, text, condition(r, text, key.sign_suggestions(pod.uid, text))))
 
-    async def _write(self, pod: PodInfo, anns: dict[str, str]) -> None:
-        ok = await self.patch(pod, anns)
+    async def _write(self, pod: PodInfo, text: str, cond: dict[str, str]) -> None:
+        ok = await self.patch(pod, cond)
         if ok is None:
-            if not self.annotations_forbidden:
-                log.warning("the suggestions annotation is off: this ServiceAccount may not patch pods (the shipped "
-                            "ClusterRole does not grant it; docs/operations.md#suggestions-what-would-place-a-"
-                            "pending-pod says how); the SchedulingHint events go on")
-            self.annotations_forbidden = True
-        self._wrote("annotation", "written" if ok else "forbidden" if ok is None else "failed")
+            if not self.conditions_forbidden:
+                log.warning("the suggestions condition is off: this ServiceAccount may not patch pods/status (the "
+                            "shipped ClusterRole grants it; docs/operations.md#suggestions-what-would-place-a-"
+                            "pending-pod); the SchedulingHint events go on")
+            self.conditions_forbidden = True
+        self._wrote("condition", "written" if ok else "forbidden" if ok is None else "failed")
         if not ok:
             w = self._written.get(pod.key)
-            if w is not None and w[1] == anns[SUGGESTIONS_ANNOTATION]:
+            if w is not None and w[1] == text:
                 del self._written[pod.key]  # not written: the next search may try again
 
 
-def annotation_text(r: Remedies) -> str:
-    """The annotation's value: the JSON form with the diagnosis, compact, at most 4 KiB."""
-    return dumps(r.to_json(max_bytes=MAX_ANNOTATION_BYTES, blockers=True))
+def document_text(r: Remedies) -> str:
+    """The JSON form with the diagnosis, compact, at most 4 KiB: what the mac signs."""
+    return dumps(r.to_json(max_bytes=MAX_DOCUMENT_BYTES, blockers=True))
+
+
+def condition(r: Remedies, text: str, mac: str) -> dict[str, str]:
+    """The pod condition: status True with suggestions (reason Found), False without (reason
+    Partial when the budget cut the search short, else NoneFound); its message the form of
+    ``text`` with ``mac`` added (``split_message`` takes them apart again)."""
+    doc = json.loads(text)
+    doc["mac"] = mac
+    return {"type": SUGGESTIONS_CONDITION, "status": "True" if r.suggestions else "False",
+            "reason": "Found" if r.suggestions else "Partial" if r.partial else "NoneFound",
+            "message": dumps(doc), "lastTransitionTime": now_rfc3339()}
+
+
+def split_message(message: Any) -> tuple[dict[str, Any] | None, str, Any]:
+    """A condition's message as (the JSON form without its mac, the exact text the mac signs,
+    the mac); (None, "", None) when it is no JSON object."""
+    if not isinstance(message, str) or len(message) > 2 * MAX_DOCUMENT_BYTES:
+        return None, "", None
+    try:
+        doc = json.loads(message)
+    except ValueError:
+        return None, "", None
+    if not isinstance(doc, dict):
+        return None, "", None
+    mac = doc.pop("mac", None)
+    return doc, dumps(doc), mac
 
 
 def _remember(d: OrderedDict, key: str, value: Any) -> None:

@@ -7,8 +7,8 @@ The decision annotation is written by the scheduler's binder, but a pod's owner 
 explain says which, by checking its ``policy-scheduler.io/decision-mac`` with the scheduler's key
 (cluster/decision_mac.py; the Secret in --operator-namespace, when the caller may read it), and
 otherwise marks it "annotation (user-writable)". The same goes for a pending pod's
-``policy-scheduler.io/suggestions`` annotation (what would place it, cluster/suggestions.py),
-checked against its ``policy-scheduler.io/suggestions-mac``. Text and YAML output print every
+``policy-scheduler.io/Suggestions`` condition (what would place it, cluster/suggestions.py),
+checked against the ``mac`` in its message. Text and YAML output print every
 string of the document with its control characters escaped (explain.printable): annotations and
 event messages are tenant text."""
 
@@ -66,7 +66,7 @@ def _event(e: dict[str, Any]) -> dict[str, Any]:
             "count": e.get("count") or (e.get("series") or {}).get("count") or 1, "time": _event_time(e) or None}
 
 
-SUGGESTIONS = "policy-scheduler.io/suggestions"
+SUGGESTIONS = "policy-scheduler.io/Suggestions"  # the pod condition (cluster/suggestions.py)
 _REASON = re.compile(r"(\d+) (.+?)(?=, \d+ |$)")
 
 
@@ -83,16 +83,23 @@ def grouped_reasons(message: Any) -> list[dict[str, Any]]:
     return sorted(out, key=lambda x: -x["nodes"])
 
 
-def suggestions_of(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The suggestions annotation as JSON (None: none, or not a JSON object: ``{"unreadable": ...}``)."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(SUGGESTIONS)
-    if not isinstance(raw, str):
+def _suggestions_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
+    conds = (pod.get("status") or {}).get("conditions")
+    if not isinstance(conds, list):
         return None
-    try:
-        doc = json.loads(raw[:65536])
-    except ValueError:
-        doc = None
-    return doc if isinstance(doc, dict) else {"unreadable": f"{SUGGESTIONS} is not a JSON object"}
+    return next((c for c in conds[:64] if isinstance(c, dict) and c.get("type") == SUGGESTIONS), None)
+
+
+def suggestions_of(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The suggestions condition's document (its message, the JSON form, without its mac). None:
+    none; not a JSON object: ``{"unreadable": ...}``."""
+    from ..cluster.suggestions import split_message
+
+    cond = _suggestions_condition(pod)
+    if cond is None:
+        return None
+    doc, _, _ = split_message(cond.get("message"))
+    return doc if doc is not None else {"unreadable": f"the {SUGGESTIONS} condition's message is not a JSON object"}
 
 
 def explanation(pod: dict[str, Any], namespace_labels: dict[str, str] | None, events: list[dict[str, Any]], *,
@@ -136,7 +143,7 @@ def explanation(pod: dict[str, Any], namespace_labels: dict[str, str] | None, ev
     cond = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
     failed = [e for e in evs if e.get("reason") == "FailedScheduling"]
     # a pending pod: why no node (the FailedScheduling message's reasons, grouped) and what would
-    # place it (the suggestions annotation; a bound pod's is the past's and is left out)
+    # place it (the suggestions condition; a bound pod's is the past's and is left out)
     sugg = suggestions_of(pod) if node is None else None
     why = (cond or {}).get("message") if (cond or {}).get("status") == "False" else None
     if not why and failed:
@@ -323,21 +330,23 @@ def decision_trust(a: argparse.Namespace, pod: dict[str, Any], cache: dict[str, 
 
 def suggestions_trust(a: argparse.Namespace, pod: dict[str, Any], cache: dict[str, Any] | None = None
                       ) -> tuple[bool | None, str]:
-    """Whether the pod's suggestions annotation is the scheduler's, for this pod (as decision_trust)."""
-    from ..cluster.decision_mac import SUGGESTIONS_MAC_ANNOTATION as MAC
+    """Whether the pod's suggestions condition is the scheduler's, for this pod (as decision_trust)."""
+    from ..cluster.suggestions import split_message
 
     meta = pod.get("metadata") or {}
-    anns = meta.get("annotations") or {}
-    if SUGGESTIONS not in anns:
+    cond = _suggestions_condition(pod)
+    if cond is None:
         return None, "no suggestions"
-    if MAC not in anns:
-        return False, f"it has no {MAC}"
+    doc, text, mac = split_message(cond.get("message"))
+    if doc is None or mac is None:
+        return False, f"its {SUGGESTIONS} condition has no mac"
     key, where = _scheduler_key(a, pod, {} if cache is None else cache)
     if key is None:
         return None, where
-    if key.verify_suggestions(meta.get("uid"), anns.get(SUGGESTIONS), anns.get(MAC)):
-        return True, f"its {MAC} verifies with the key in {where}"
-    return False, f"its {MAC} does not verify with the key in {where} (another pod's, or other text)"
+    if key.verify_suggestions(meta.get("uid"), text, mac):
+        return True, f"its {SUGGESTIONS} condition's mac verifies with the key in {where}"
+    return False, (f"its {SUGGESTIONS} condition's mac does not verify with the key in {where} (another pod's, "
+                   "or other text)")
 
 
 def read_secret(a: argparse.Namespace, ns: str, name: str) -> Any:
@@ -475,7 +484,7 @@ def add_parser(sub) -> None:
                                    "pod without one: the policy it would be scheduled with, why it is not "
                                    "scheduled (its PodScheduled condition, the reasons per node grouped), the "
                                    "scheduler's verified suggestions of what would place it (the "
-                                   "policy-scheduler.io/suggestions annotation) and its last events.")
+                                   "policy-scheduler.io/Suggestions condition) and its last events.")
     e.add_argument("pod", metavar="POD", help="NAME (in --namespace) or NAMESPACE/NAME")
     e.add_argument("--namespace", "-n", default=None, help="the pod's namespace (default: default)")
     e.add_argument("--kubeconfig", default=None, metavar="FILE", help=KUBECONFIG_HELP)

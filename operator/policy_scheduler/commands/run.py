@@ -287,8 +287,8 @@ def add_parser(sub) -> None:
                         "--seed N`, which draws them the same way (docs/whatif.md)")
     sg = r.add_argument_group(
         "suggestions", "for a pod that found no node, what would place it (docs/operations.md, \"Suggestions\"): "
-                       "a SchedulingHint event and the policy-scheduler.io/suggestions annotation, searched only "
-                       "while no pod waits to be placed")
+                       "a SchedulingHint event and the pod's policy-scheduler.io/Suggestions condition, searched "
+                       "only while no pod waits to be placed or bound")
     sg.add_argument("--suggestions", choices=("on", "off"), default="on",
                     help="search for verified suggestions for pods that cannot be placed (default on)")
     sg.add_argument("--suggestion-budget", type=duration, default=0.020, metavar="DURATION",

@@ -1,8 +1,8 @@
 """cluster/suggestions.py with the real engine parts (build_engine on the in-memory client, the
 default policy of policies/default.yaml): a pod that found no node is filed, not searched, at its
-failure; ``step`` searches it and tells the SchedulingHint event and the signed annotation; the
-queue is deduplicated, capped and skips pods no longer waiting; the event and the annotation are
-rate-limited per pod; the annotation's own update neither requeues the pod nor starts a search."""
+failure; ``step`` searches it and tells the SchedulingHint event and the signed condition; the
+queue is deduplicated, capped and skips pods no longer waiting; the event and the condition are
+rate-limited per pod; the condition's own write neither requeues the pod nor starts a search."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from prometheus_client import generate_latest
 from support.fakeclient import FakeClient
 from support.whatif import DEFAULT
 
-from policy_scheduler.cluster.decision_mac import SUGGESTIONS_MAC_ANNOTATION, DecisionKey
-from policy_scheduler.cluster.suggestions import (HINT_EVENT, SUGGESTIONS_ANNOTATION, SuggestionConfig,
-                                                  annotation_text)
+from policy_scheduler.cluster.decision_mac import DecisionKey
+from policy_scheduler.cluster.suggestions import (HINT_EVENT, SUGGESTIONS_CONDITION, SuggestionConfig,
+                                                  document_text, split_message)
 from policy_scheduler.framework.queue.scheduling_queue import BACKOFF, UNSCHEDULABLE
 from policy_scheduler.remedies import Remedies, Suggestion
 from policy_scheduler.serve import build_engine
@@ -78,7 +78,22 @@ def events(e):
 
 
 def patches(e):
-    return [c for c in e.client.calls_of("merge_patch") if c.path.startswith("/api/v1/namespaces/ns/pods/")]
+    """The suggestions condition's PATCHes (pods/status; the PodScheduled ones left out)."""
+    return [c for c in e.client.calls_of("strategic_patch") if c.path.startswith("/api/v1/namespaces/ns/pods/")
+            and any(x.get("type") == SUGGESTIONS_CONDITION for x in c.body["status"].get("conditions", []))]
+
+
+def written(p):
+    """A condition PATCH's (condition, document, the text the mac signs, mac)."""
+    (cond,) = [x for x in p.body["status"]["conditions"] if x["type"] == SUGGESTIONS_CONDITION]
+    doc, text, mac = split_message(cond["message"])
+    return cond, doc, text, mac
+
+
+async def flush(e):
+    """Let the recorder's PodScheduled PATCHes of the failures go out first."""
+    for _ in range(3):
+        await asyncio.sleep(0)
 
 
 def metric(e, text):
@@ -89,7 +104,7 @@ def run(coro_fn):
     return asyncio.run(coro_fn())
 
 
-def test_a_failure_is_filed_not_searched_then_step_tells_the_hint_and_the_signed_annotation():
+def test_a_failure_is_filed_not_searched_then_step_tells_the_hint_and_the_signed_condition():
     async def go():
         e, _ = make()
         fail(e, pod("big", cpu="3"))
@@ -105,16 +120,14 @@ def test_a_failure_is_filed_not_searched_then_step_tells_the_hint_and_the_signed
         assert [(r, t) for _, t, r, _ in evs] == [(HINT_EVENT, "Normal")]
         assert evs[0][3] == "lower the cpu request to at most 2: opens 3 nodes (n1 would be chosen)"
         (p,) = patches(e)
-        assert p.path == "/api/v1/namespaces/ns/pods/big"
-        meta = p.body["metadata"]
-        assert meta["uid"] == "uid-big" and set(meta["annotations"]) == {SUGGESTIONS_ANNOTATION,
-                                                                          SUGGESTIONS_MAC_ANNOTATION}
-        text = meta["annotations"][SUGGESTIONS_ANNOTATION]
-        doc = json.loads(text)
+        assert p.path == "/api/v1/namespaces/ns/pods/big/status"  # pods/status: the shipped RBAC grants it
+        assert p.body["metadata"] == {"uid": "uid-big"}  # the precondition
+        cond, doc, text, mac = written(p)
+        assert (cond["status"], cond["reason"]) == ("True", "Found") and cond["lastTransitionTime"]
+        assert json.loads(cond["message"])["mac"] == mac and json.loads(text) == doc
         assert doc["version"] == 1 and doc["pod"] == "ns/big" and len(text.encode()) <= 4096
         assert doc["suggestions"][0]["kind"] == "LowerRequest" and doc["blockers"] == {"NodeResourcesFit": 3}
         key = e.binding_tasks.key
-        mac = meta["annotations"][SUGGESTIONS_MAC_ANNOTATION]
         assert key.verify_suggestions("uid-big", text, mac)
         assert not key.verify_suggestions("uid-other", text, mac)  # another pod's copy does not verify
         assert not key.verify_suggestions("uid-big", text.replace("at most 2", "at most 1"), mac)
@@ -128,20 +141,21 @@ def test_a_failure_is_filed_not_searched_then_step_tells_the_hint_and_the_signed
     run(go)
 
 
-def test_the_annotation_update_does_not_requeue_the_pod_nor_start_a_search():
-    """upstream: an update of a pod in the unschedulable pool that only changes its annotations is
-    the TargetPod Update event (UpdatePodOther), which none of the default policy's plugins
-    queue on: the pod stays where it is, and no new attempt means no new search."""
+def test_the_condition_write_does_not_requeue_the_pod_nor_start_a_search():
+    """upstream isPodUpdated ignores the status: the pod's update that only adds the condition
+    leaves it in the unschedulable pool, and no new attempt means no new search."""
     async def go():
         e, _ = make()
         fail(e, pod("big", cpu="3"))
         assert e.suggestions.step()
         await asyncio.sleep(0)
-        ann = patches(e)[0].body["metadata"]["annotations"]
+        cond = written(patches(e)[0])[0]
         assert e.queue.state_of("ns/big") == UNSCHEDULABLE
-        e.on_pod("MODIFIED", pod("big", cpu="3", annotations=ann))
+        updated = pod("big", cpu="3")
+        updated["status"]["conditions"] = [cond]
+        e.on_pod("MODIFIED", updated)
         assert e.queue.state_of("ns/big") == UNSCHEDULABLE  # not moved
-        assert e.queue.get("ns/big").pod.raw["metadata"]["annotations"] == ann  # the update was seen
+        assert e.queue.get("ns/big").pod.raw["status"]["conditions"] == [cond]  # the update was seen
         assert e.queue.pop() is None and len(e.suggestions) == 0 and not e.suggestions.step()
     run(go)
 
@@ -158,12 +172,12 @@ def test_a_requeued_pod_whose_search_finds_the_same_writes_nothing_again():
         e.queue.activate(["ns/big"])
         qpi = e.queue.pop()
         e.schedule(qpi)
-        clock.t += 100  # past the annotation interval, within the event's
+        clock.t += 100  # past the condition's interval, within the event's
         assert e.suggestions.step()
         await asyncio.sleep(0)
         assert len(patches(e)) == 1
         assert [r for _, _, r, _ in events(e)] == []  # FailedScheduling deduplicated too (same message)
-        assert metric(e, 'policy_scheduler_suggestion_writes_total{result="unchanged",what="annotation"}')
+        assert metric(e, 'policy_scheduler_suggestion_writes_total{result="unchanged",what="condition"}')
         assert metric(e, 'policy_scheduler_suggestion_writes_total{result="rate-limited",what="event"}')
     run(go)
 
@@ -273,11 +287,11 @@ def test_the_event_is_not_repeated_within_five_minutes_unless_the_sentence_chang
         notes = [n[len("lower the cpu request to at most "):][0] for _, _, r, n in events(e) if r == HINT_EVENT]
         assert notes == ["2", "1", "3", "1", "1"]
         await asyncio.sleep(0)
-        # the annotation: written when its text changes, at most every 30 s (not "at most 3")
-        texts = [json.loads(c.body["metadata"]["annotations"][SUGGESTIONS_ANNOTATION])["text"] for c in patches(e)]
+        # the condition: written when its text changes, at most every 30 s (not "at most 3")
+        texts = [written(c)[1]["text"] for c in patches(e)]
         assert texts == ["lower the cpu request to at most 2: opens 1 node (n1 would be chosen)",
                          "lower the cpu request to at most 1: opens 1 node (n1 would be chosen)"]
-        assert metric(e, 'policy_scheduler_suggestion_writes_total{result="rate-limited",what="annotation"}')
+        assert metric(e, 'policy_scheduler_suggestion_writes_total{result="rate-limited",what="condition"}')
         w.forget("ns/a")  # bound or gone: everything starts over
         w.tell(p, remedies("ns/a", "lower the cpu request to at most 1"))
         await asyncio.sleep(0)
@@ -291,20 +305,21 @@ def test_a_failed_write_is_tried_again_by_the_next_search():
         w = e.suggestions
         fail(e, pod("a", cpu="3"))
         p = e.queue.get("ns/a").pod
-        e.client.fail("merge_patch", 500, path_contains="/pods/a", times=1)
+        await flush(e)
+        e.client.fail("strategic_patch", 500, path_contains="/pods/a/status", times=1)
         w.tell(p, remedies("ns/a", "x"))
         await asyncio.sleep(0)
         w.tell(p, remedies("ns/a", "x"))
         await asyncio.sleep(0)
         assert len(patches(e)) == 2
-        assert metric(e, 'policy_scheduler_suggestion_writes_total{result="failed",what="annotation"}')
+        assert metric(e, 'policy_scheduler_suggestion_writes_total{result="failed",what="condition"}')
     run(go)
 
 
-def test_the_annotation_is_at_most_4_kib_whatever_the_suggestions_say():
+def test_the_condition_document_is_at_most_4_kib_whatever_the_suggestions_say():
     r = Remedies("ns/a", [Suggestion("LowerRequest", "Pod", "x" * 2000, [{"op": "add", "path": "/a", "value": "y" * 900}],
                                      0.5, 1, "n1", None) for _ in range(9)], blockers={"A" * 300: 1})
-    text = annotation_text(r)
+    text = document_text(r)
     assert len(text.encode()) <= 4096 and json.loads(text)["truncated"] is True
 
 
@@ -345,7 +360,7 @@ def test_a_search_cut_short_before_it_found_anything_is_tried_again_before_it_is
         assert w.step() and len(w) == 0
         await asyncio.sleep(0)
         (p,) = patches(e)
-        assert json.loads(p.body["metadata"]["annotations"][SUGGESTIONS_ANNOTATION])["suggestions"]
+        assert written(p)[1]["suggestions"]
         # a third time cut short would be told as it is (partial, with its reason)
         calls.clear()
         w.search = lambda *a, **kw: Remedies("ns/a", partial=True, reason="time budget spent")
@@ -426,10 +441,10 @@ def test_a_search_that_raises_is_logged_and_the_loop_goes_on(caplog):
 
 @pytest.mark.parametrize("policy_file", sorted(p.name for p in (Path(__file__).resolve().parents[3] / "policies")
                                                .glob("*.yaml")))
-def test_no_plugin_that_can_reject_a_pod_requeues_it_for_an_annotation_update(policy_file):
+def test_no_plugin_that_can_reject_a_pod_requeues_it_for_a_condition_update(policy_file):
     """Every example policy, every plugin of its chain that can leave a pod unschedulable
     (PreEnqueue, PreFilter, Filter, PostFilter, Reserve, Permit): the pod it rejected stays in the
-    unschedulable pool when only its annotations change (the suggestions' own write)."""
+    unschedulable pool when only its suggestions condition changes (the suggestions' own write)."""
     import copy
 
     import yaml
@@ -458,28 +473,30 @@ def test_no_plugin_that_can_reject_a_pod_requeues_it_for_an_annotation_update(po
             e.queue.add_unschedulable(qpi, {plugin})
             assert e.queue.state_of("ns/a") == UNSCHEDULABLE, plugin
             annotated = copy.deepcopy(p)
-            annotated["metadata"]["annotations"] = {SUGGESTIONS_ANNOTATION: "{}", SUGGESTIONS_MAC_ANNOTATION: "v1:x"}
+            annotated["status"]["conditions"] = [{"type": SUGGESTIONS_CONDITION, "status": "True", "reason": "Found",
+                                                  "message": '{"mac":"v1:x"}'}]
             e.on_pod("MODIFIED", annotated)
-            assert e.queue.state_of("ns/a") == UNSCHEDULABLE, f"{plugin} requeued the pod for an annotation update"
+            assert e.queue.state_of("ns/a") == UNSCHEDULABLE, f"{plugin} requeued the pod for a condition update"
             e.on_pod("DELETED", annotated)
     run(go)
 
 
-def test_a_forbidden_annotation_is_switched_off_and_the_events_go_on():
-    """The shipped ClusterRole grants no patch on pods: the first 403 turns the annotation off
-    (counted, logged once), and later searches still send their SchedulingHint events."""
+def test_a_forbidden_condition_is_switched_off_and_the_events_go_on():
+    """An RBAC without pods/status (the shipped ClusterRole grants it): the first 403 turns the
+    condition off (counted, logged once), and later searches still send their SchedulingHint events."""
     async def go():
         e, clock = make()
         w = e.suggestions
         fail(e, pod("a", cpu="3"))
         fail(e, pod("b", cpu="3"))
-        e.client.fail("merge_patch", 403, path_contains="/pods/")
+        await flush(e)
+        e.client.fail("strategic_patch", 403, path_contains="/pods/")
         w.tell(e.queue.get("ns/a").pod, remedies("ns/a", "x"))
         await asyncio.sleep(0)
-        assert w.annotations_forbidden and len(patches(e)) == 1
+        assert w.conditions_forbidden and len(patches(e)) == 1
         w.tell(e.queue.get("ns/b").pod, remedies("ns/b", "y"))
         await asyncio.sleep(0)
         assert len(patches(e)) == 1  # not tried again
         assert [r for _, _, r, _ in events(e) if r == HINT_EVENT] == [HINT_EVENT, HINT_EVENT]
-        assert metric(e, 'policy_scheduler_suggestion_writes_total{result="forbidden",what="annotation"} 2.0')
+        assert metric(e, 'policy_scheduler_suggestion_writes_total{result="forbidden",what="condition"} 2.0')
     run(go)
