@@ -84,14 +84,15 @@ def test_create_the_missing_device_class_for_the_driver_that_serves_the_claim():
                           {"op": "remove", "path": "/spec/resourceClaims/0"}]
 
 
-def test_a_tie_ranks_the_class_before_dropping_the_claim():
-    # every node but g0 is full: both changes open g0 alone, of size 1; the class comes first
+def test_the_class_ranks_before_dropping_the_claim_when_both_open_as_many_nodes():
+    # every node but g0 is full: both changes open g0 alone; the class (size 1) before the claim dropped
+    # (size 2: the claim and its one request)
     c = Cluster([node("g0"), node("g1", cpu="100m")], resourceSlices=[resource_slice("g0", [gpu("d0")]),
                                                                       resource_slice("g1", [gpu("d0")])],
                 resourceClaims=[claim("big", [request(cls="missing")])])
     r = run(c, with_claims(pod("p", cpu="1"), ("gpu", {"resourceClaimName": "big"})))
-    assert [(s.kind, s.nodes_opened, s.node) for s in r.suggestions] == [("CreateDeviceClass", 1, "g0"),
-                                                                          ("DropResourceClaim", 1, "g0")]
+    assert [(s.kind, s.nodes_opened, s.node, s.size) for s in r.suggestions] == [
+        ("CreateDeviceClass", 1, "g0", 1.0), ("DropResourceClaim", 1, "g0", 2.0)]
     assert r.text() == (f'create DeviceClass missing selecting the devices of driver {DRIVER} (selector '
                         f'device.driver == "{DRIVER}"): opens 1 node (g0 would be chosen)')
 

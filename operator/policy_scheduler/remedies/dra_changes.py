@@ -148,20 +148,21 @@ def _missing_classes(claim: ResourceClaim, cache: DraCache) -> list[str]:
     return out
 
 
-def _blocked(pod: PodInfo, cache: DraCache, caps: Caps) -> tuple[list[tuple[int, str, str]], list[str]]:
-    """The pod's blocking claims ((index in spec.resourceClaims, name, why)) and the missing
-    DeviceClasses its claims name."""
-    claims: list[tuple[int, str, str]] = []
+def _blocked(pod: PodInfo, cache: DraCache, caps: Caps) -> tuple[list[tuple[str, str, int]], list[str]]:
+    """The pod's blocking claims ((name, why, device requests of the claim: 0 when it does not
+    exist)) and the missing DeviceClasses its claims name."""
+    claims: list[tuple[str, str, int]] = []
     classes: list[str] = []
-    for i, (name, claim_name, template) in enumerate(pod.resource_claims[: caps.pod_lists]):
+    for name, claim_name, template in pod.resource_claims[: caps.pod_lists]:
         why, claim = _claim_problem(pod, cache, name, claim_name, template)
         if why:
-            claims.append((i, name, why))
+            claims.append((name, why, len(claim.requests) if claim is not None else 0))
             continue
         missing = _missing_classes(claim, cache) if claim is not None else []
-        if missing:
-            claims.append((i, name, f"its DeviceClass{'es' if len(missing) > 1 else ''} "
-                                    f"{', '.join(missing)} do{'' if len(missing) > 1 else 'es'} not exist"))
+        if missing and claim is not None:
+            claims.append((name, f"its DeviceClass{'es' if len(missing) > 1 else ''} "
+                                 f"{', '.join(missing)} do{'' if len(missing) > 1 else 'es'} not exist",
+                           len(claim.requests)))
             classes += [c for c in missing if c not in classes]
     return claims, classes
 
@@ -212,13 +213,14 @@ def drop_resource_claims(pod: PodInfo, raw: Mapping[str, Any], chain: Chain, v: 
     blocked, _ = _blocked(pod, cache, caps)
     if not blocked:
         return []
-    ops = drop_claim_ops(raw, {name for _, name, _ in blocked}, caps)
+    ops = drop_claim_ops(raw, {name for name, _, _ in blocked}, caps)
     if not ops:
         return []
-    words = "; ".join(f"{name} ({why})" for _, name, why in blocked[: caps.items])
+    words = "; ".join(f"{name} ({why})" for name, why, _ in blocked[: caps.items])
     change = (f"drop resource claim{'s' if len(blocked) > 1 else ''} {words} from the pod and its containers: "
               f"the pod gets no devices for {'them' if len(blocked) > 1 else 'it'}")
-    return [Candidate(DROP_RESOURCE_CLAIM, change, ops, float(len(blocked)))]
+    # 1 per claim and 1 per device request it had: the devices the pod goes without
+    return [Candidate(DROP_RESOURCE_CLAIM, change, ops, float(sum(1 + n for _, _, n in blocked)))]
 
 
 # ---------------------------------------------------------------------------------- CreateDeviceClass
@@ -252,7 +254,7 @@ def create_device_classes(pod: PodInfo, table: NodeTable, chain: Chain, v: Verdi
     if cache is None or not _dra_rejected(v) or not pod.resource_claims:
         return []
     blocked, classes = _blocked(pod, cache, caps)
-    if not classes or any(not why.startswith("its DeviceClass") for _, _, why in blocked):
+    if not classes or any(not why.startswith("its DeviceClass") for _, why, _ in blocked):
         return []
     classes = classes[: caps.items]
     out = []
