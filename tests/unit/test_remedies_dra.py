@@ -179,3 +179,9 @@ def test_too_many_claims_stop_the_search_early():
     r = suggest(parse_pod(body), c.state, c.policy(), caps=Caps(pod_lists=4), budget=1.0)
     assert r.reason.startswith("the pod is too large to search (5 resource claims")
     assert copy.deepcopy(body) == body
+
+
+def test_a_class_name_the_api_would_refuse_is_not_created():
+    c = gpu_cluster([claim("odd", [request(cls="Not_A-Name")])], nic_node=False)
+    r = run(c, with_claims(pod("p"), ("gpu", {"resourceClaimName": "odd"})))
+    assert [s.kind for s in r.suggestions] == ["DropResourceClaim"]

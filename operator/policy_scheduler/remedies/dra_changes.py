@@ -47,6 +47,11 @@ MAX_SLICES_READ = 4096  # slices read to find the drivers
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
+def _name(s: str) -> bool:
+    """A DNS subdomain (a DeviceClass's name, a driver's)."""
+    return len(s) <= 253 and _DNS_SUBDOMAIN.match(s) is not None
+
+
 # ---------------------------------------------------------------------------------- the overlay
 class _DraHandle:
     """A plugin's handle that answers ``dra()`` with an overlay cache, everything else as the
@@ -228,7 +233,7 @@ def _drivers(cache: DraCache, caps: Caps) -> list[str]:
     """The drivers publishing slices (at most MAX_SLICES_READ read), the most slices first."""
     count: Counter = Counter(s.driver for s in islice(iter(cache.slices.values()), MAX_SLICES_READ))
     out = [d for d, _ in sorted(count.items(), key=lambda x: (-x[1], x[0]))
-           if isinstance(d, str) and len(d) <= 253 and _DNS_SUBDOMAIN.match(d)]
+           if isinstance(d, str) and _name(d)]
     return out[: caps.per_kind]
 
 
@@ -257,6 +262,8 @@ def create_device_classes(pod: PodInfo, table: NodeTable, chain: Chain, v: Verdi
     if not classes or any(not why.startswith("its DeviceClass") for _, why, _ in blocked):
         return []
     classes = classes[: caps.items]
+    if not all(_name(c) for c in classes):  # not a name the API would take: nothing to create
+        return []
     out = []
     for driver in _drivers(cache, caps):
         objects = tuple(class_object(c, driver) for c in classes)
