@@ -154,6 +154,7 @@ def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, na
                                  event=recorder.event, patch=api.patch_pod_condition,
                                  key=lambda: binding_tasks.key, spawn=spawn,
                                  metrics=SuggestionMetrics(tel.leader_only.registry), config=suggestions)
+        queue.on_gated = hints.gated  # pods DynamicResources holds at PreEnqueue: no attempt, no Hints call
 
     def forget(key: str) -> None:  # a pending pod bound or gone
         recorder.forget(key)

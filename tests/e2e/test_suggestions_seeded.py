@@ -9,9 +9,11 @@ DoNotSchedule topology spread constraint [RelaxTopologySpread], a host port take
 [DropHostPort], a claim that blocks (missing, or unbound with immediate binding and no volume to
 bind) [DropVolume], a cordoned node [UncordonNode], no pod slot left and preemptionPolicy: Never
 [EvictLowerPriority], a required pod affinity term no pod matches or an anti-affinity term the
-pod on the node matches [DropPodAffinityTerm]. Not covered: DRA (a DeviceClass or claim that is missing) and UsePolicy,
-which the core has no remedy kind for (DRA) or which needs a second policy (UsePolicy, covered by
-unit tests).
+pod on the node matches [DropPodAffinityTerm], a ResourceClaim that does not exist (named, a
+template's never made, or one of two claims) [DropResourceClaim; DynamicResources holds such a
+pod at PreEnqueue: no attempt, searched once held 5 s], a claim naming DeviceClasses that do not
+exist (the node publishing devices of the run's driver in a ResourceSlice) [CreateDeviceClass].
+Not covered: UsePolicy, which needs a second policy that places the pod (covered by unit tests).
 
 Isolation: every pod has its own cell (one node) that only it can use. Each node holds a guard
 pod (no requests, highest priority, tolerates everything) with a required anti-affinity against
@@ -19,7 +21,9 @@ every pod of this test of another cell: no suggestion can open another cell's no
 changes a pod's labels, preemption cannot evict the guard), so suggestions can be applied all at
 once and each pod's cell is exactly the state its suggestion was verified on. The policy's
 addedAffinity keeps the pods to this run's nodes. The kinds run one after another (their nodes,
-pods, claims deleted after each), in this test's own namespace.
+pods, claims, slices and classes deleted after each), in this test's own namespace. DRA: every
+node of a DRA kind publishes devices of DRIVER; a DeviceClass a suggestion creates must be one its
+cell's claim names.
 
 For each pod: the suggestions condition (polled with list calls), and ``explain -o json`` for a sample;
 at least 95% of the pods of each kind must have a suggestion; the top one is applied (the pod
@@ -47,6 +51,7 @@ import pytest
 from kubernetes import client
 
 from conftest import OperatorProcess
+from dra_world import Raw
 from helpers import (apply_policy, example_plugins, node, pod, priority_classes, ready_condition,
                      recreated, suggestions_condition, wait_for)
 from policy_scheduler import cli
@@ -57,6 +62,8 @@ CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule
 NO_PREEMPTION = "seeded-no-preemption"  # the same plugins without DefaultPreemption
 GUARD, LOW, NEVER, HIGH = "e2e-seeded-guard", "e2e-seeded-low", "e2e-seeded-never", "e2e-seeded-high"
 
+DRIVER = "seeded.example.com"
+RESOURCE = "/apis/resource.k8s.io/v1"
 SEED = int(os.environ.get("SUGGESTIONS_SEED", "44"))
 COUNT = max(int(os.environ.get("SUGGESTIONS_COUNT", "60")), 1)
 EXPLAIN = int(os.environ.get("SUGGESTIONS_EXPLAIN", "10"))
@@ -75,6 +82,8 @@ class Cell:
         self.nodes: list[dict] = []
         self.placed: list[dict] = []  # pods created with spec.nodeName (guards, fillers, victims)
         self.claims: list[dict] = []
+        self.dra: list[tuple[str, dict]] = []  # (collection path, body): ResourceSlices, ResourceClaims
+        self.classes: set[str] = set()  # the DeviceClasses this cell's claims name (and may be created)
         self.pod: dict = {}
 
     def add_node(self, suffix: str = "", guard: bool = True, **kw) -> dict:
@@ -227,8 +236,70 @@ def podaffinity(c: Cell, rng: random.Random) -> set[str]:
     return {"DropPodAffinityTerm"}
 
 
+def devices(c: Cell, node_name: str, count: int, rng: random.Random) -> None:
+    """A ResourceSlice of DRIVER for the node: ``count`` devices, model a100 or t4."""
+    c.dra.append((f"{RESOURCE}/resourceslices", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": f"{node_name}-devices", "labels": {"e2e-seeded": c.labels["e2e-seeded"]}},
+        "spec": {"driver": DRIVER, "nodeName": node_name,
+                 "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": f"dev{i}", "attributes": {"model": {"string": rng.choice(("a100", "t4"))}}}
+                             for i in range(count)]}}))
+
+
+def resource_claim(c: Cell, name: str, requests: list[dict]) -> None:
+    c.dra.append((f"{RESOURCE}/namespaces/{c.namespace}/resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": c.namespace, "labels": {"e2e-seeded": c.labels["e2e-seeded"]}},
+        "spec": {"devices": {"requests": requests}}}))
+
+
+def with_claims(c: Cell, entries: list[dict]) -> None:
+    c.pod["spec"]["resourceClaims"] = entries
+    c.pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": e["name"]} for e in entries]
+
+
+def claims(c: Cell, rng: random.Random) -> set[str]:
+    # a claim that does not exist: named, or a template's (no controller makes it), or one of two
+    # (the other exists, through the run's class, and is allocated on the cell's node once applied)
+    n = c.add_node()
+    devices(c, n["metadata"]["name"], rng.choice((1, 2)), rng)
+    c.pending(cpu=f"{rng.randrange(1, 20) * 100}m")
+    how = rng.choice(("named", "template", "one of two"))
+    if how == "template":
+        with_claims(c, [{"name": "gpu", "resourceClaimTemplateName": f"tmpl-{c.name}"}])
+    elif how == "named":
+        with_claims(c, [{"name": "gpu", "resourceClaimName": f"rc-{c.name}-missing"}])
+    else:
+        resource_claim(c, f"rc-{c.name}", [{"name": "gpu", "exactly": {"deviceClassName": run_class(c)}}])
+        with_claims(c, [{"name": "gpu", "resourceClaimName": f"rc-{c.name}"},
+                        {"name": "extra", "resourceClaimName": f"rc-{c.name}-missing"}])
+    return {"DropResourceClaim"}
+
+
+def run_class(c: Cell) -> str:
+    return f"sd{c.labels['e2e-seeded']}-devices"
+
+
+def deviceclass(c: Cell, rng: random.Random) -> set[str]:
+    # the claim's requests name classes that do not exist (one or two): creating them, selecting
+    # DRIVER's devices, places the pod; dropping the claim would too, but ranks after
+    n = c.add_node()
+    names = [f"sd{c.labels['e2e-seeded']}-{c.name}-a"] + ([f"sd{c.labels['e2e-seeded']}-{c.name}-b"]
+                                                           if rng.random() < 0.3 else [])
+    devices(c, n["metadata"]["name"], max(len(names), rng.choice((1, 2, 3))), rng)
+    c.classes = set(names)
+    resource_claim(c, f"rc-{c.name}", [{"name": f"r{j}", "exactly": {"deviceClassName": cls}}
+                                       for j, cls in enumerate(names)])
+    c.pending(cpu=f"{rng.randrange(1, 20) * 100}m")
+    with_claims(c, [{"name": "gpu", "resourceClaimName": f"rc-{c.name}"}])
+    return {"CreateDeviceClass"}
+
+
+
 KINDS = {"resources": resources, "taints": taints, "affinity": affinity, "spread": spread, "ports": ports,
-         "volumes": volumes, "cordoned": cordoned, "priorities": priorities, "podaffinity": podaffinity}
+         "volumes": volumes, "cordoned": cordoned, "priorities": priorities, "podaffinity": podaffinity,
+         "claims": claims, "deviceclass": deviceclass}
 
 
 # ----------------------------------------------------------------------------- API helpers
@@ -267,7 +338,10 @@ def apply_cluster(core, cell: Cell, patch: list) -> None:
     own_pods = {p["metadata"]["name"] for p in cell.placed}
     by_node: dict[str, list] = {}
     for op in patch:
-        if op.get("kind") == "Node":
+        if op.get("kind") == "DeviceClass" and op.get("op") == "create":
+            assert op["name"] in cell.classes and op["value"]["metadata"]["name"] == op["name"], (cell.name, op)
+            Raw(core.api_client).create(f"{RESOURCE}/deviceclasses", op["value"])
+        elif op.get("kind") == "Node":
             assert op["name"] in own_nodes, (cell.name, op)
             by_node.setdefault(op["name"], []).append({k: op[k] for k in ("op", "path", "value") if k in op})
         elif op.get("kind") == "Pod" and op.get("op") == "delete":
@@ -277,6 +351,21 @@ def apply_cluster(core, cell: Cell, patch: list) -> None:
             raise AssertionError(f"{cell.name}: an operation this test does not apply: {op}")
     for name, ops in by_node.items():
         core.patch_node(name, ops)
+
+
+def dra_cleanup(core, namespace: str, run: str, classes: set[str]) -> None:
+    """The run's ResourceClaims (their delete-protection finalizer stripped: PreBind added it),
+    ResourceSlices and the DeviceClasses named (those a suggestion created)."""
+    raw = Raw(core.api_client)
+    sel = {"labelSelector": f"e2e-seeded={run}"}
+    for c in (raw.req("GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims", query=sel) or {}).get("items", []):
+        if c["metadata"].get("finalizers"):
+            raw.req("PATCH", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{c['metadata']['name']}",
+                    {"metadata": {"finalizers": None}}, patch=True, missing_ok=True)
+    raw.req("DELETE", f"{RESOURCE}/namespaces/{namespace}/resourceclaims", query=sel)
+    raw.req("DELETE", f"{RESOURCE}/resourceslices", query=sel)
+    for name in sorted(classes):
+        raw.req("DELETE", f"{RESOURCE}/deviceclasses/{name}", missing_ok=True)
 
 
 def pmap(fn, items, workers: int = 8) -> list:
@@ -316,6 +405,11 @@ def test_seeded_pending_pods_get_a_suggestion_that_places_them(cluster, core, na
     # (it never places one here: the same filters)
     apply_policy(policies, NO_PREEMPTION, [p for p in plugins if p["name"] != "DefaultPreemption"],
                  schedulerName=SCHED)
+    # the DeviceClass of the claims kind's claims that exist (DRIVER's devices)
+    classes = {f"sd{run}-devices"}
+    Raw(core.api_client).create(f"{RESOURCE}/deviceclasses", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": f"sd{run}-devices"},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
     # the search's share of the loop raised from 5 % (hundreds of pods fail within a second here);
     # its per-pod budget is the default's
     op = OperatorProcess(cluster, SCHED, extra=["--default-policy", POLICY, "--revision-namespace", ops,
@@ -329,12 +423,13 @@ def test_seeded_pending_pods_get_a_suggestion_that_places_them(cluster, core, na
                              for n in (POLICY, NO_PREEMPTION)), 30, what="the policies Ready")
         for kind in kinds:
             rng = random.Random(f"{SEED}-{kind}")
-            figures[kind] = one_kind(cluster, core, op, namespace, ops, run, kind, count, rng)
+            figures[kind] = one_kind(cluster, core, op, namespace, ops, run, kind, count, rng, classes)
     finally:
         op.stop()
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
         core.delete_collection_node(label_selector=f"e2e-seeded={run}")
         core.delete_collection_namespaced_persistent_volume_claim(namespace)
+        dra_cleanup(core, namespace, run, classes)
         core.delete_namespace(ops)
         for name in (POLICY, NO_PREEMPTION):
             policies.delete_cluster_custom_object("policy-scheduler.io", "v1alpha1", "schedulingpolicies", name)
@@ -355,13 +450,17 @@ def report(figures: dict[str, dict]) -> None:
         print(f"{'':<11} phases (s since the kind began): {f['marks']}")
 
 
-def one_kind(cluster, core, op, namespace: str, ops: str, run: str, kind: str, count: int, rng: random.Random) -> dict:
+def one_kind(cluster, core, op, namespace: str, ops: str, run: str, kind: str, count: int, rng: random.Random,
+             classes: set[str]) -> dict:
     t_kind = time.monotonic()
     cells = [Cell(kind, i, run, namespace) for i in range(count)]
     expected = {c.name: KINDS[kind](c, rng) for c in cells}
     by_name = {c.name: c for c in cells}
+    classes.update(n for c in cells for n in c.classes)  # cleaned up at the end whatever happens
     pmap(core.create_node, [n for c in cells for n in c.nodes])
     pmap(lambda b: core.create_namespaced_persistent_volume_claim(namespace, b), [b for c in cells for b in c.claims])
+    raw = Raw(core.api_client)
+    pmap(lambda pb: raw.create(*pb), [pb for c in cells for pb in c.dra])
     pmap(lambda b: core.create_namespaced_pod(namespace, b), [p for c in cells for p in c.placed])
 
     created: dict[str, float] = {}
@@ -477,6 +576,8 @@ def one_kind(cluster, core, op, namespace: str, ops: str, run: str, kind: str, c
     if any(c.claims for c in cells):
         core.delete_collection_namespaced_persistent_volume_claim(namespace)
     wait_for(lambda: not core.list_namespaced_pod(namespace, limit=1).items, 60, 0.5, what="the kind's pods gone")
+    if any(c.dra for c in cells):
+        dra_cleanup(core, namespace, run, {n for c in cells for n in c.classes})
     return {"pods": count, "with": len(with_sugg), "explained": len(explained), "applied": len(fixed),
             "ok": len(fixed) - len(failed),
             "p50": percentile(delays, 0.5), "p95": percentile(delays, 0.95), "seconds": time.monotonic() - t_kind,

@@ -48,15 +48,21 @@ class Cluster:
     def changed(self, suggestion) -> "Cluster":
         """A new cluster with a Cluster suggestion's operations applied through the state."""
         nodes, pods = copy.deepcopy(self.nodes), copy.deepcopy(self.pods)
+        extra = copy.deepcopy(self.extra)
         for op in suggestion.patch:
             if op["kind"] == "Node":
                 body = nodes[op["name"]]
                 nodes[op["name"]] = apply_pod_patch(body, [{k: v for k, v in op.items() if k in ("op", "path", "value")}])
             elif op["kind"] == "Pod" and op["op"] == "delete":
                 del pods[f"{op['namespace']}/{op['name']}"]
+            elif op["kind"] == "DeviceClass" and op["op"] == "create":
+                assert op["value"]["metadata"]["name"] == op["name"]
+                assert all(c["metadata"]["name"] != op["name"] for c in extra.get("deviceClasses", ()))
+                extra.setdefault("deviceClasses", []).append(dict(op["value"], metadata=dict(
+                    op["value"]["metadata"], resourceVersion="1")))
             else:
                 raise AssertionError(f"unknown operation {op}")
-        return Cluster(list(nodes.values()), list(pods.values()), self.policies, **self.extra)
+        return Cluster(list(nodes.values()), list(pods.values()), self.policies, **extra)
 
 
 def apply(cluster: Cluster, pod_body, suggestion, policy="default"):

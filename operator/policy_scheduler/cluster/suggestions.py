@@ -19,6 +19,13 @@ ClusterState with the failure's chain and the scheduler's nominator) and tells i
   tools read it on every install. A 403 (an RBAC without it) switches it off, said once in the
   log and counted (``forbidden``); the events go on.
 
+A pod DynamicResources holds at PreEnqueue (a ResourceClaim that does not exist: upstream gives
+it no attempt and posts no FailedScheduling, and neither does the driver) is filed by the queue's
+``on_gated`` hook instead (``gated``, O(1); nothing else changes in the queue), in a second bounded
+queue, and searched like the others once it has been held ``gated_after`` seconds (5 s: a
+template's claim is normally made by the resourceclaim controller within moments) and is still
+held then, under its policy's chain; the failed attempts' queue goes first.
+
 How it never delays a placement: nothing is searched when the failure is reported (the port only
 files the pod, O(1)). The engine calls ``step`` from its scheduling loop only when the queue has
 nothing to pop (activeQ empty, no backoff due), no binding is in flight and no preemption's
@@ -49,7 +56,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ..framework.queue.scheduling_queue import ACTIVE
+from ..framework.queue.scheduling_queue import ACTIVE, GATED
+from ..plugins.dynamicresources.dynamic_resources import NAME as DYNAMIC_RESOURCES
 from ..remedies import DEFAULT_BUDGET, Allowance, Remedies, dumps, suggest
 from ..timefmt import now_rfc3339
 
@@ -61,6 +69,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..framework.model.podinfo import PodInfo
     from ..framework.queue.nominator import Nominator
     from ..framework.queue.scheduling_queue import SchedulingQueue
+    from ..framework.queue.subqueues import QueuedPodInfo
     from .decision_mac import DecisionKey
 
 log = logging.getLogger("policy_scheduler")
@@ -87,6 +96,7 @@ class SuggestionConfig:
     stale_after: float = 120.0  # an entry waiting longer for budget is dropped
     event_repeat_after: float = 300.0
     condition_min_interval: float = 30.0
+    gated_after: float = 5.0  # a pod DynamicResources holds at PreEnqueue is searched once held this long
 
 
 class SuggestionMetrics:
@@ -124,7 +134,7 @@ class _Entry:
 
     __slots__ = ("pod", "policy", "chain", "since", "tries")
 
-    def __init__(self, pod: PodInfo, policy: str, chain: Chain, since: float) -> None:
+    def __init__(self, pod: PodInfo, policy: str, chain: Chain | None, since: float) -> None:
         self.pod, self.policy, self.chain, self.since = pod, policy, chain, since
         self.tries = 0
 
@@ -150,22 +160,45 @@ class SuggestionWorker:
         self.allowance = Allowance(per_second=c.per_second, per_pod=c.per_pod, burst=c.burst, clock=clock)
         self.metrics = metrics
         self._queue: OrderedDict[str, _Entry] = OrderedDict()
+        # pods DynamicResources holds at PreEnqueue (a claim that does not exist): no attempt, so no
+        # ``unschedulable``; filed by the queue's hook (``gated``), searched from ``since`` on
+        self._gated: OrderedDict[str, _Entry] = OrderedDict()
         self._told: OrderedDict[str, tuple[str, str, float]] = OrderedDict()  # key -> (uid, sentence, when)
         self._written: OrderedDict[str, tuple[str, str, float]] = OrderedDict()  # key -> (uid, text, when)
         self.dropped = 0
         self.conditions_forbidden = False  # the API server answered 403 to the condition's PATCH
         if metrics is not None:
-            metrics.queue.set_function(lambda: len(self._queue))
+            metrics.queue.set_function(lambda: len(self))
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + len(self._gated)
 
     # ------------------------------------------------------------------ the port (the hot path: O(1))
     def unschedulable(self, pod: PodInfo, policy: PolicyState, chain: Chain, decision: Decision) -> None:
         q = self._queue
         key = pod.key
         q.pop(key, None)  # the latest attempt wins, and goes to the back
+        self._gated.pop(key, None)
         q[key] = _Entry(pod, policy.name, chain, self.clock())
+        self._bound(q)
+
+    def gated(self, qpi: QueuedPodInfo) -> None:
+        """The queue's ``on_gated`` hook (O(1)): a pod a PreEnqueue plugin holds. Upstream posts
+        no FailedScheduling for it and it has no attempt; one DynamicResources holds (a
+        ResourceClaim that does not exist, or not yet: a template's claim is made by the
+        resourceclaim controller within moments) is filed to be searched once it has been held
+        ``gated_after`` seconds, under its policy's chain of then. Filed already: its wait goes on."""
+        if qpi.gating_plugin != DYNAMIC_RESOURCES:
+            return
+        key = qpi.key
+        old = self._gated.get(key)
+        if key in self._queue or (old is not None and old.pod.uid == qpi.pod.uid):
+            return
+        self._gated.pop(key, None)
+        self._gated[key] = _Entry(qpi.pod, qpi.policy, None, self.clock() + max(self.config.gated_after, 0.0))
+        self._bound(self._gated)
+
+    def _bound(self, q: OrderedDict[str, _Entry]) -> None:
         while len(q) > max(self.config.queue_size, 1):
             q.popitem(last=False)
             self.dropped += 1
@@ -175,30 +208,45 @@ class SuggestionWorker:
     def forget(self, key: str) -> None:
         """The pod is bound or gone: no search, and its rate limits start over."""
         self._queue.pop(key, None)
+        self._gated.pop(key, None)
         self._told.pop(key, None)
         self._written.pop(key, None)
 
     # ------------------------------------------------------------------ the search, off the hot path
     def retry_in(self) -> float | None:
         """Seconds until the allowance holds a whole search again (None: nothing to search)."""
-        if not self._queue:
+        if not self._queue and not self._gated:
             return None
         a = self.allowance
-        if a.per_second <= 0:
-            return 1.0
-        return min(1.0, max(0.01, (a.per_pod - a.tokens) / a.per_second))
+        wait = 1.0 if a.per_second <= 0 else min(1.0, max(0.01, (a.per_pod - a.tokens) / a.per_second))
+        if not self._queue:  # the first held pod's turn
+            due = next(iter(self._gated.values())).since - self.clock()
+            wait = max(wait, min(due, max(self.config.gated_after, 0.01)))
+        return wait
+
+    def _head(self) -> tuple[OrderedDict[str, _Entry], str, _Entry] | None:
+        """The next entry: the failed attempts' first, then the first held pod whose turn came."""
+        for q in (self._queue, self._gated):
+            if q:
+                key, entry = next(iter(q.items()))
+                if q is self._queue or self.clock() >= entry.since:
+                    return q, key, entry
+        return None
 
     def step(self) -> bool:
         """One search (or one stale entry dropped), when the allowance grants it. Call only while
         no pod waits to be placed. True: something was done (call again after yielding); False:
         nothing to search, or no search time now (``retry_in``)."""
-        q = self._queue
-        if not q:
+        head = self._head()
+        if head is None:
             return False
-        key, entry = next(iter(q.items()))
+        q, key, entry = head
         now = self.clock()
-        current = self._current(key, entry)
-        if current is None:
+        held = q is self._gated
+        current = self._current(key, entry, held)
+        st = self.policies.get(entry.policy) if held else None
+        chain = entry.chain if not held else st.chain if st is not None else None
+        if current is None or chain is None:
             del q[key]
             self._count(SKIPPED_STALE)
             return True
@@ -212,7 +260,7 @@ class SuggestionWorker:
         del q[key]
         t0 = time.perf_counter()
         try:
-            r = self.search(current, self.state, entry.chain, None, nominator=self.nominator,
+            r = self.search(current, self.state, chain, None, nominator=self.nominator,
                             budget=budget, alternatives=self._alternatives(current, entry.policy))
         except Exception as e:  # advice: never the scheduling loop's end (suggest itself does not raise)
             self.allowance.spent(time.perf_counter() - t0)
@@ -232,13 +280,17 @@ class SuggestionWorker:
         self.tell(current, r)
         return True
 
-    def _current(self, key: str, entry: _Entry) -> PodInfo | None:
+    def _current(self, key: str, entry: _Entry, held: bool = False) -> PodInfo | None:
         """The pod as the queue holds it now, if it is still the same pod, waiting in the
-        unschedulable pool or in backoff (not bound, deleted, replaced, active or in flight)."""
+        unschedulable pool or in backoff (not bound, deleted, replaced, active or in flight);
+        ``held``: still held by DynamicResources at PreEnqueue."""
         qpi = self.queue.get(key)
-        if qpi is None or qpi.pod.uid != entry.pod.uid or self.queue.state_of(key) == ACTIVE:
+        if qpi is None or qpi.pod.uid != entry.pod.uid:
             return None
-        return qpi.pod
+        where = self.queue.state_of(key)
+        if held and (where != GATED or qpi.gating_plugin != DYNAMIC_RESOURCES):
+            return None
+        return None if where == ACTIVE else qpi.pod
 
     def _alternatives(self, pod: PodInfo, current: str) -> dict[str, Chain]:
         labels = self.namespaces.get(pod.namespace)

@@ -40,6 +40,8 @@ class ClusterCandidate:
     ops: list[dict[str, Any]]  # operations naming their object (patch.py)
     size: float
     build: Callable[[], NodeTable]  # the overlay with the change made
+    # a change outside the node table (a DeviceClass): the chain whose plugins read it (dra_changes.py)
+    chain: Callable[[], Chain] | None = None
 
 
 def _uncordoned(table: NodeTable, row: int) -> NodeTable:

@@ -1,6 +1,6 @@
 """What the remedies search returns: ``Suggestion`` (one verified change), ``Remedies`` (a pod's
 ranked suggestions, and whether the search was cut short), and their JSON form, a small stable
-schema for an annotation, a condition or an event (README.md in this folder documents it).
+schema for a condition, an annotation or an event (README.md in this folder documents it).
 
 JSON form (``Remedies.to_json``), version 1::
 
@@ -36,11 +36,13 @@ RELAX_SPREAD = "RelaxTopologySpread"
 DROP_HOST_PORT = "DropHostPort"
 DROP_VOLUME = "DropVolume"
 DROP_POD_AFFINITY = "DropPodAffinityTerm"
+CREATE_DEVICE_CLASS = "CreateDeviceClass"
+DROP_RESOURCE_CLAIM = "DropResourceClaim"
 UNCORDON = "UncordonNode"
 PREEMPT = "EvictLowerPriority"
 USE_POLICY = "UsePolicy"
 KINDS = (LOWER_REQUEST, TOLERATE_TAINT, DROP_NODE_SELECTOR, WIDEN_NODE_AFFINITY, RELAX_SPREAD, DROP_HOST_PORT,
-         DROP_VOLUME, DROP_POD_AFFINITY, UNCORDON, PREEMPT, USE_POLICY)
+         DROP_VOLUME, DROP_POD_AFFINITY, CREATE_DEVICE_CLASS, DROP_RESOURCE_CLAIM, UNCORDON, PREEMPT, USE_POLICY)
 
 MAX_STRING = 512
 MAX_PATCH = 32

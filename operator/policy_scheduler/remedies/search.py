@@ -37,6 +37,7 @@ from .patch import PatchError, apply_pod_patch
 from .pod_affinity import drop_pod_affinity
 from .pod_changes import POD_KINDS, Candidate, Caps, too_large
 from .combined import two_kinds
+from .dra_changes import create_device_classes, drop_resource_claims
 from .policy_change import use_policy
 from .probe import Probe, Verdicts
 from .result import CLUSTER, POD, Remedies, Suggestion
@@ -107,6 +108,10 @@ def _search(out: Remedies, pod: PodInfo, state: ClusterState, policy: PolicyStat
         found = uncordon(pod, table, v, caps)
         if found:
             queues.append(list(found))
+        for dra in (create_device_classes(pod, table, chain, v, caps),
+                    drop_resource_claims(pod, raw, chain, v, caps)):  # type: ignore[arg-type]
+            if dra:
+                queues.append(list(dra))
         others = use_policy(pod, raw, v, "" if isinstance(policy, Chain) else policy.name,  # type: ignore[arg-type]
                             alternatives, caps)
         if others:
@@ -197,6 +202,12 @@ def _verified(kind: str, target: str, change: str, ops: list[dict[str, Any]], si
 def _try(c: Candidate | ClusterCandidate, pod: PodInfo, raw: Mapping[str, Any], table: NodeTable, probe: Probe,
          deadline: float, caps: Caps, clock: Callable[[], float]) -> Suggestion | None:
     if isinstance(c, ClusterCandidate):
+        if c.chain is not None:  # the change is read by the plugins (a DeviceClass): their own copies
+            alt = Probe(c.chain(), probe.table, probe.nominator)
+            try:
+                return _verified(c.kind, CLUSTER, c.change, c.ops, c.size, pod, alt, c.build())
+            finally:
+                probe.runs += alt.runs
         return _verified(c.kind, CLUSTER, c.change, c.ops, c.size, pod, probe, c.build())
     if c.search is None:
         p = _changed(pod, raw, c.ops)

@@ -90,6 +90,10 @@ class SchedulingQueue:
         self.skipped_by_hint: dict[str, int] = {}  # event label -> pool pods it left in place
         # (sub-queue, event label) -> pods that entered it (upstream scheduler_queue_incoming_pods_total)
         self.incoming: dict[tuple[str, str], int] = {}
+        # told of each pod a PreEnqueue plugin holds (entering the pool or staying there), after the
+        # move: must return at once and change nothing here (the operator files the pod for a
+        # search of what would place it: cluster/suggestions.py)
+        self.on_gated: Callable[[QueuedPodInfo], None] | None = None
 
     def _count_in(self, queue: str, event: str) -> None:
         key = (queue, event)
@@ -128,6 +132,8 @@ class SchedulingQueue:
         self._active.remove(qpi.key, qpi.policy)
         self._gated.add(qpi)
         log.debug("pod %s gated by %s: %s", qpi.key, qpi.gating_plugin, qpi.gating_message)
+        if self.on_gated is not None:
+            self.on_gated(qpi)
         return GATED
 
     # ---- moves between sub-queues ------------------------------------------------------

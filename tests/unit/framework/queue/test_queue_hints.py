@@ -84,6 +84,22 @@ def test_gated_pod_never_enters_the_active_queue_until_its_last_gate_goes():
     assert got.initial_attempt_timestamp == clock.t  # latency counts from ungating
 
 
+def test_the_on_gated_hook_hears_each_gating_after_the_move_and_changes_nothing():
+    """The operator's suggestions worker files held pods through it (cluster/suggestions.py);
+    the queue's own moves are the same with or without it."""
+    told = []
+    q, clock = queue({"p": gated_profile()})
+    q.on_gated = lambda qpi: told.append((qpi.key, qpi.gating_plugin, q.state_of(qpi.key)))
+    assert q.add(pod("a", gates=("x",)), "p") == GATED
+    assert q.add(pod("b"), "p") == ACTIVE
+    assert told == [("ns/a", "SchedulingGates", GATED)]
+    clock.t += 301
+    assert q.flush_unschedulable_leftover() == 0  # PreEnqueue ran again: still held, told again
+    assert told[1:] == [("ns/a", "SchedulingGates", GATED)]
+    q.update(pod("a", rv="2"))
+    assert q.state_of("ns/a") == ACTIVE and len(told) == 2
+
+
 def test_pods_without_a_usable_policy_are_gated_by_the_fallback():
     q, _ = queue({})
     assert q.add(pod("a", gates=("x",)), "missing") == GATED
