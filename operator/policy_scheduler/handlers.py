@@ -4,8 +4,9 @@ kopf watches nothing. Every object, SchedulingPolicies included, reaches the cac
 engine's own LIST+WATCH informers (cluster/informer.py): they give the sync point a scheduler
 needs before its first decision, and they read objects no JSON parser of kopf's reads (nested
 deeper than its recursion limit) without stopping, where one such policy made kopf's watch, and
-the process, exit. The engine (informers and the scheduling loop) runs as a task started at
-startup.
+the process, exit. The engine (informers and the scheduling loop) runs as a task serve.py starts
+before kopf is imported (kopf and its dependencies take a few hundred milliseconds to import: not
+on the way to the first decision); kopf's cleanup stops it.
 """
 
 from __future__ import annotations
@@ -19,17 +20,10 @@ from .cluster.engine import Engine
 from .cluster.credentials import load_credentials
 
 
-def _report_engine_exit(task: asyncio.Task) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logging.getLogger("policy_scheduler").critical(
-            "the scheduling loop died; /healthz now fails so the operator is restarted",
-            exc_info=task.exception())
-
-
-def build_registry(engine: Engine, kubeconfig: str | None = None,
+def build_registry(engine: Engine, task: asyncio.Task, kubeconfig: str | None = None,
                    context: str | None = None) -> kopf.OperatorRegistry:
+    """``task``: the engine's, already running (serve.py)."""
     registry = kopf.OperatorRegistry()
-    state: dict = {}
 
     @kopf.on.login(registry=registry)
     async def login(**_):
@@ -50,25 +44,21 @@ def build_registry(engine: Engine, kubeconfig: str | None = None,
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.error_backoffs = [1, 1, 2, 3, 5]
-        task = state["loop"] = asyncio.get_running_loop().create_task(engine.run())
-        task.add_done_callback(_report_engine_exit)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):
         await engine.stop()
-        task = state.get("loop")
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
         await engine.client.close()
 
     return registry
 
 
-async def run_operator(engine: Engine, *, kubeconfig: str | None = None, context: str | None = None,
-                       stop_flag=None, ready_flag=None) -> None:
-    """Run kopf with our registry until ``stop_flag`` (or cancellation). The probes are served
-    by health.py, not by kopf."""
+async def run_operator(engine: Engine, task: asyncio.Task, *, kubeconfig: str | None = None,
+                       context: str | None = None, stop_flag=None, ready_flag=None) -> None:
+    """Run kopf with our registry until ``stop_flag`` (or cancellation); its cleanup stops the
+    engine's ``task``. The probes are served by health.py, not by kopf."""
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    await kopf.operator(registry=build_registry(engine, kubeconfig, context), clusterwide=True, standalone=True,
-                        stop_flag=stop_flag, ready_flag=ready_flag)
+    await kopf.operator(registry=build_registry(engine, task, kubeconfig, context), clusterwide=True,
+                        standalone=True, stop_flag=stop_flag, ready_flag=ready_flag)

@@ -189,7 +189,6 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
     sees the engine."""
     from prometheus_client import start_http_server
 
-    from .handlers import run_operator
     from .health import HealthServer
     from .metricsources.prometheus import PrometheusMetricSources
     from .cluster.kubeclient import KubeClient
@@ -283,11 +282,25 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
     ready_flag = asyncio.Event()
     stopping: list[tuple[str, float]] = []  # the signal that stopped the operator, and when
     signals = loop.create_task(stop_on_signals(ready_flag, stop_flag, stopping))
+    # the engine first (informers, then the scheduling loop), kopf once the first pods are decided:
+    # importing kopf is not on the way to the first decision; a signal meanwhile sets the stop flag
+    engine_task = loop.create_task(engine.run())
+    engine_task.add_done_callback(_report_engine_exit)
+    early_signals(loop, stop_flag, stopping)
     try:
-        # a stop (a signal, or the stop flag) runs kopf's cleanup: it stops the engine, which
-        # releases the Lease
-        await run_operator(engine, kubeconfig=a.kubeconfig, context=a.context, stop_flag=stop_flag,
-                           ready_flag=ready_flag)
+        await until_first_decisions(engine, engine_task, stop_flag)
+        if stop_flag.is_set():
+            await engine.stop()  # what kopf's cleanup would do: the Lease released
+            engine_task.cancel()
+            await asyncio.gather(engine_task, return_exceptions=True)
+            await engine.client.close()
+        else:
+            from .handlers import run_operator
+
+            # a stop (a signal, or the stop flag) runs kopf's cleanup: it stops the engine, which
+            # releases the Lease
+            await run_operator(engine, engine_task, kubeconfig=a.kubeconfig, context=a.context,
+                               stop_flag=stop_flag, ready_flag=ready_flag)
     finally:
         signals.cancel()
         await asyncio.gather(signals, return_exceptions=True)
@@ -309,6 +322,48 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _report_engine_exit(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger("policy_scheduler").critical(
+            "the scheduling loop died; /healthz now fails so the operator is restarted",
+            exc_info=task.exception())
+
+
+FIRST_DECISIONS_WAIT = 3.0  # seconds kopf's start waits at most for the engine's first decisions
+
+
+async def until_first_decisions(engine: Engine, task: asyncio.Task, stop_flag: asyncio.Event,
+                                limit: float = FIRST_DECISIONS_WAIT) -> None:
+    """Until the engine has bound its first pod, has no pod to place, or stands by (another
+    replica leads), at most ``limit`` seconds; at once on a stop or when the engine ended."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and not stop_flag.is_set() and not task.done():
+        if engine.scheduling and (engine.bound_by_us > 0 or not len(engine.queue)):
+            return
+        if engine.synced and not engine.scheduling and not engine.leadership.leading:
+            return  # a standby: nothing to decide until it leads
+        await asyncio.sleep(0.01)
+
+
+def early_signals(loop: asyncio.AbstractEventLoop, stop_flag: asyncio.Event,
+                  stopping: list[tuple[str, float]]) -> None:
+    """SIGTERM and SIGINT set ``stop_flag`` before kopf runs (kopf installs its own handlers when
+    it starts, and ``stop_on_signals`` replaces those once it is ready). Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    log = logging.getLogger("policy_scheduler")
+
+    def received(sig: signal.Signals) -> None:
+        if stop_flag.is_set():
+            return
+        stopping.append((sig.name, time.monotonic()))
+        log.info("%s received: stopping", sig.name)
+        stop_flag.set()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, received, sig)
 
 
 async def stop_on_signals(ready_flag: asyncio.Event, stop_flag: asyncio.Event,
