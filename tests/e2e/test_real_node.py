@@ -30,7 +30,7 @@ from kubernetes import client, config
 import localcluster
 import realnode
 from conftest import STATE
-from helpers import GROUP, PLURAL, VERSION, apply_policy, wait_for
+from helpers import GROUP, PLURAL, VERSION, apply_policy, suggestions_condition, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "policy-scheduler"
@@ -245,6 +245,19 @@ def test_the_chart_runs_on_the_real_node_and_fails_over(world):
     health = json.loads(core.connect_get_namespaced_pod_proxy_with_path(
         f"{standby}:8080", NS, "readyz", _preload_content=False).data)
     assert health["leader"] and health["ready"] and health["webhooks"]["serving"], health
+
+    # a pod no node fits gets its suggestions condition under the shipped RBAC (pods/status), signed
+    big = workload_pod("too-big", ns, False)
+    big["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1000"
+    core.create_namespaced_pod(ns, big)
+    got = wait_for(lambda: suggestions_condition(json.loads(core.read_namespaced_pod(
+        "too-big", ns, _preload_content=False).data)), 30, interval=0.5,
+                   what="the suggestions condition on a pod no node fits")
+    cond, doc = got
+    assert (cond["status"], cond["reason"]) == ("True", "Found"), cond
+    assert any("LowerRequest" in s["kind"] for s in doc["suggestions"]), doc  # with the nodeSelector too, or alone
+    assert json.loads(cond["message"])["mac"].startswith("v1:")
+    print(f"suggestions condition of too-big: {doc['text']}")
 
     # helm upgrade and uninstall leave the user's policy and its revisions
     mine = "mine"
