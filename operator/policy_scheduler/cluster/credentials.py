@@ -26,9 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes.client import Configuration
-from kubernetes.config import incluster_config
-from kubernetes.config.config_exception import ConfigException
+from .kubelib import install as _light_kubernetes
+
+_light_kubernetes()  # the loaders without the rest of the library (kubelib.py): start-up time
+
+from kubernetes.client import Configuration  # noqa: E402
+from kubernetes.config import incluster_config  # noqa: E402
+from kubernetes.config.config_exception import ConfigException  # noqa: E402
 from kubernetes.config.kube_config import (ENV_KUBECONFIG_PATH_SEPARATOR, FileOrData, KubeConfigLoader,
                                            KubeConfigMerger)
 
