@@ -325,7 +325,7 @@ def test_service_account_is_granted_exactly_that(api, installed):
     for verb in ALL_VERBS:
         assert allowed("", "pods/status", verb) is (verb == "patch"), verb
     assert not allowed("", "pods/finalizers", "update")  # upstream's grant; our claims block no deletion
-    # no patch on pods (the suggestions annotation needs it: an opt-in grant, docs/operations.md)
+    # no patch on pods (the suggestions go into a pods/status condition instead)
     for call in [("", "pods", "get"), ("", "pods", "create"), ("", "pods", "patch"), ("", "pods", "update"),
                  ("", "nodes", "patch"),
                  ("", "secrets", "list"), ("", "events", "create"), ("events.k8s.io", "events", "patch"),
