@@ -254,8 +254,8 @@ def _suggestions_html(run: PolicyRun) -> str:
     out = [f"<h3>{_esc(run.policy)}: what would place them</h3><p class=\"small\">{helped} of the "
            f"{len(searched)} pods searched have a suggestion; each was verified by the pod's own scheduling "
            "cycle on the state the run ended with (the node it would get, its score). --json has each "
-           "change's patch.</p><table class=\"fixed\"><colgroup><col style=\"width:22%\"><col style=\"width:16%\">"
-           "<col style=\"width:40%\"><col style=\"width:8%\"><col style=\"width:14%\"></colgroup><tr><th>pod</th>"
+           "change's patch.</p><table class=\"fixed\"><colgroup><col style=\"width:21%\"><col style=\"width:15%\">"
+           "<col style=\"width:37%\"><col style=\"width:11%\"><col style=\"width:16%\"></colgroup><tr><th>pod</th>"
            "<th>kind</th><th>change</th><th class=\"num\">nodes opened</th><th>node (score)</th></tr>"]
     for key, r in searched[:MAX_SUGGESTION_ROWS]:
         if not r.suggestions:
