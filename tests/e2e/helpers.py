@@ -212,15 +212,14 @@ def recreated(body: dict, patch: list, name: str) -> dict:
             "spec": {k: v for k, v in changed["spec"].items() if k != "nodeName"}}
 
 
-SUGGESTIONS_CONDITION = "policy-scheduler.io/Suggestions"
-
-
 def suggestions_condition(body: dict) -> tuple[dict, dict] | None:
-    """A pod's suggestions condition and its document (the message's JSON without its mac), or
-    None while it has none."""
+    """A pod's suggestions condition and its document (the message's JSON without its mac, read
+    as explain reads it), or None while it has none."""
+    from policy_scheduler.cluster.suggestions import SUGGESTIONS_CONDITION, split_message
+
     for c in (body.get("status") or {}).get("conditions") or []:
         if c.get("type") == SUGGESTIONS_CONDITION:
-            doc = json.loads(c["message"])
-            doc.pop("mac", None)
+            doc, _, _ = split_message(c.get("message"))
+            assert doc is not None, c
             return c, doc
     return None
