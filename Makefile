@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER_FLAGS := $(if $(KWOK),--kwok,) $(if $(CONTROLLER_MANAGER),--controller-manager,) $(if $(GANGS),--gangs,)
 
-.PHONY: help venv build prometheus chromium zsh cluster-up cluster-down cluster-status node-up node-down test typecheck unit e2e demo playground playground-down crd bench-decide bench-load-aware bench clean
+.PHONY: help venv build prometheus chromium zsh cluster-up cluster-down cluster-status node-up node-down test typecheck unit e2e demo playground playground-down crd bench-decide bench-load-aware bench bench-client clean
 
 help:
 	@echo "make demo          run the scheduler on a local control plane with simulated nodes and print placements"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-decide  decision time per pod at 1,000 and 5,000 nodes"
 	@echo "make bench-load-aware  extra decision time per pod that LoadAware adds at 1,000 nodes"
 	@echo "make bench         pods/s against kube-scheduler and a bare binder (BENCH_ARGS=--quick)"
+	@echo "make bench-client  Bindings + Events per second and CPU per bind through aiohttp and HTTP/2 clients (CLIENT_ARGS=...)"
 	@echo "make lock          regenerate requirements/*.txt, the hash-checked locks (UPGRADE=1: newest releases)"
 	@echo "make image         build the image policy-scheduler:<version> with docker, podman or buildah (BASE=official|local|auto)"
 	@echo "make images        the image, a pause and a busybox image as archives for containerd (ctr -n k8s.io images import)"
@@ -61,6 +62,7 @@ lock: $(UV)
 	$(PYTHON) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], 'pip', sep='\n')" \
 	  | $(UV) pip compile pyproject.toml - --extra test -c $(LOCK) $(LOCK_FLAGS) -o $(TEST_LOCK)
 	echo pip | $(UV) pip compile - -c $(TEST_LOCK) $(LOCK_FLAGS) -o $(PIP_LOCK)
+	$(UV) pip compile requirements/bench-client.in -c $(LOCK) $(LOCK_FLAGS) -o $(BENCH_CLIENT_LOCK)
 
 # The image, with the first builder found: docker (with a reachable daemon), podman, buildah;
 # BUILDER=podman (say) picks one, IMAGE_FLAGS passes options (e.g. --build-arg PYTHON_IMAGE=...).
@@ -164,6 +166,19 @@ bench-load-aware: venv
 
 bench: venv build
 	$(PY) bench/throughput.py $(BENCH_ARGS)
+
+# bench/client.py compares HTTP clients that are not the operator's dependencies: they get a virtual
+# environment of their own (niquests brings urllib3-future, which takes over the urllib3 name).
+BENCH_CLIENT_LOCK := requirements/bench-client.txt
+BENCH_CLIENT_VENV := .local/bench-client-venv
+$(BENCH_CLIENT_VENV)/.installed: $(BENCH_CLIENT_LOCK) $(PIP_LOCK)
+	$(PYTHON) -m venv $(BENCH_CLIENT_VENV)
+	$(BENCH_CLIENT_VENV)/bin/python -m pip install -q --require-hashes -r $(PIP_LOCK)
+	$(BENCH_CLIENT_VENV)/bin/python -m pip install -q --require-hashes -r $(BENCH_CLIENT_LOCK)
+	@touch $@
+
+bench-client: build $(BENCH_CLIENT_VENV)/.installed
+	$(BENCH_CLIENT_VENV)/bin/python bench/client.py $(CLIENT_ARGS)
 
 clean: cluster-down
 	rm -rf .local $(VENV)
