@@ -9,8 +9,9 @@ commit, sizes (quick or full), the machine's cores and load averages at its star
 one row per workload in the run's order with, per scheduler that ran (policy-scheduler,
 kube-scheduler with the same plugins, kube-scheduler with its default profile, kube-scheduler with
 a minimal profile, the bare binder): pods/s between the 10% and the 90% pod scheduled; the ratios
-policy-scheduler / kube-scheduler (same plugins), / bare binder and / minimal kube-scheduler, and
-over the whole run / kube-scheduler (same plugins); the start-up (process start to the first pod
+policy-scheduler / kube-scheduler (same plugins), / bare binder and / minimal kube-scheduler, with
+first, after the sizes, the whole run's: pods over the time from start to the last pod, and CPU
+per pod over that time, each ours / kube-scheduler (same plugins); the start-up (process start to the first pod
 scheduled) and the scheduler's CPU per pod in the measured window of each; and the most cores the
 rest of the machine used in a measured window (the noise). Then what each workload is (the
 workload's description from the result) and the run's errors. Every figure is read from the JSON:
@@ -31,10 +32,11 @@ COLUMNS = (("policy-scheduler", "policy-scheduler"), ("kube-same", "kube-schedul
            ("ceiling", "bare binder"))
 SHORT = {"policy-scheduler": "ours", "kube-same": "same", "kube-scheduler": "kube", "kube-minimal": "min",
          "ceiling": "binder"}
-# ratio column -> (head, the scheduler it divides by)
+# ratio column -> (head, the scheduler it divides by); the whole run's come first, after the sizes
+WHOLE_RUN = (("ours_vs_kube_avg", "whole run: ours / kube-same", "kube-same"),
+             ("cpu_run_ours_vs_kube", "CPU/pod, whole run: ours / kube-same", "kube-same"))
 RATIOS = (("ours_vs_kube", "ours / kube-same", "kube-same"), ("ours_vs_ceiling", "ours / binder", "ceiling"),
-          ("ours_vs_kube_minimal", "ours / kube-min", "kube-minimal"),
-          ("ours_vs_kube_avg", "whole run: ours / kube-same", "kube-same"))
+          ("ours_vs_kube_minimal", "ours / kube-min", "kube-minimal"))
 DASH = "–"
 
 
@@ -90,8 +92,10 @@ def render(result: dict, notes: bool = True) -> str:
         "",
     ]
     ratio_cols = [(k, h) for k, h, by in RATIOS if "policy-scheduler" in keys and by in keys]
+    whole_cols = [(k, h) for k, h, by in WHOLE_RUN if "policy-scheduler" in keys and by in keys]
     who = " / ".join(SHORT[k] for k in keys)
-    head = ["Workload", "nodes × pods", *(f"{h} pods/s" for _, h in cols), *(h for _, h in ratio_cols),
+    head = ["Workload", "nodes × pods", *(h for _, h in whole_cols), *(f"{h} pods/s" for _, h in cols),
+            *(h for _, h in ratio_cols),
             f"start-up s ({who})", f"CPU ms/pod ({who})", f"CPU ms/pod, whole run ({who})", "other cores"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join([":---", ":---"] + ["---:"] * (len(head) - 2)) + "|")
@@ -103,7 +107,8 @@ def render(result: dict, notes: bool = True) -> str:
             errors.append((name, wr["error"]))
             # the schedulers run in the config's order: the first without figures failed, the rest never ran
             failed = next((k for k in ran if k not in runs), None)
-            cells = [name, DASH, *(num(runs[k]["pods_per_s"]) if k in runs else "failed" if k == failed
+            cells = [name, DASH, *(DASH for _ in whole_cols),
+                     *(num(runs[k]["pods_per_s"]) if k in runs else "failed" if k == failed
                                    else "not run" for k in keys),
                      *(DASH for _ in ratio_cols),
                      " / ".join(num(startup(runs.get(k)), 2) for k in keys),
@@ -117,11 +122,11 @@ def render(result: dict, notes: bool = True) -> str:
             footnotes.add("†")
         if wr.get("skipped"):
             footnotes.add("left out")
-        cells = [f"{name}{mark}", size(wr)]
+        rat = wr.get("ratios") or {}
+        cells = [f"{name}{mark}", size(wr), *(num(rat.get(k), 2) for k, _ in whole_cols)]
         for k in keys:
             r = runs.get(k)
             cells.append(num(r["pods_per_s"]) if r else ("left out" if k in (wr.get("skipped") or {}) else DASH))
-        rat = wr.get("ratios") or {}
         cells += [num(rat.get(k), 2) for k, _ in ratio_cols]
         cells.append(" / ".join(num(startup(runs.get(k)), 2) for k in keys))
         cells.append(" / ".join(num((runs.get(k) or {}).get("cpu_ms_per_pod"), 2) for k in keys))

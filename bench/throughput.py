@@ -2182,6 +2182,7 @@ def main(argv: list[str] | None = None) -> int:
                 pps = {k: v["pods_per_s"] for k, v in runs.items()}
                 avg = {k: v["pods_per_s_overall"] for k, v in runs.items()}
                 cpu = {k: v["cpu_ms_per_pod"] for k, v in runs.items()}
+                cpu_run = {k: v.get("cpu_ms_per_pod_run") for k, v in runs.items()}
                 wr["ratios"] = {"ours_vs_kube": ratio(pps.get(OURS), pps.get(KUBE_SAME)),  # like for like
                                 "ours_vs_kube_full": ratio(pps.get(OURS), pps.get(KUBE)),
                                 "ours_vs_ceiling": ratio(pps.get(OURS), pps.get(CEILING)),
@@ -2201,7 +2202,9 @@ def main(argv: list[str] | None = None) -> int:
                                 "shadow_full_vs_ours": ratio(pps.get(OURS_SHADOW_FULL), pps.get(OURS)),
                                 "shadow_full_cpu_per_pod_vs_ours": ratio(cpu.get(OURS_SHADOW_FULL), cpu.get(OURS)),
                                 # scheduler_perf's own figure: pods over the whole run
-                                "ours_vs_kube_avg": ratio(avg.get(OURS), avg.get(KUBE_SAME))}
+                                "ours_vs_kube_avg": ratio(avg.get(OURS), avg.get(KUBE_SAME)),
+                                # CPU per pod from start to last pod (the goal: at most 0.5)
+                                "cpu_run_ours_vs_kube": ratio(cpu_run.get(OURS), cpu_run.get(KUBE_SAME))}
                 if wl.gangs:  # kube-scheduler's time over ours: above 1, ours made the last group whole sooner
                     lg = {k: v.get("last_group_whole_s") for k, v in runs.items()}
                     wr["ratios"]["ours_vs_kube_last_group"] = ratio(lg.get(KUBE_SAME) or lg.get(KUBE), lg.get(OURS))

@@ -128,7 +128,8 @@ def result(**over):
                                    "runs": {"policy-scheduler": {**run, "pods_per_s": 150.0},
                                             "kube-same": run, "kube-scheduler": run,
                                             "ceiling": {**run, "pods_per_s": 300.0}},
-                                   "ratios": {"ours_vs_kube": 1.5, "ours_vs_ceiling": 0.5, "ours_vs_kube_avg": 1.25}},
+                                   "ratios": {"ours_vs_kube": 1.5, "ours_vs_ceiling": 0.5, "ours_vs_kube_avg": 1.25,
+                                              "cpu_run_ours_vs_kube": 0.4}},
                "DRA": {"nodes": 100, "pods": 500, "init_pods": 500, "devices_per_node": 10, "repeat": 1,
                        "runs": {"ceiling": {"pods_per_s": 80.0, "cpu_ms_per_pod": 1.0,
                                             "other_cores_in_window": 0.3}},
@@ -151,13 +152,16 @@ def test_table_has_one_row_per_workload_with_the_jsons_figures():
     rows = [x for x in lines if x.startswith("| ") and not x.startswith("| Workload")]
     assert [r.split(" | ")[0][2:] for r in rows] == ["SchedulingBasic", "DRA †", "Unschedulable"]
     basic = rows[0].split(" | ")
-    assert basic[1:7] == ["200 × 2,000", "150.0", "100.0", "100.0", "300.0", "1.50"] and basic[7:9] == ["0.50", "1.25"]
-    assert basic[11] == "3.00 / 3.00 / 3.00 / 3.00"  # CPU per pod over the whole run
+    # the whole run's ratios first (pods/s, CPU per pod), then pods/s per scheduler, then the window's ratios
+    assert basic[1:4] == ["200 × 2,000", "1.25", "0.40"]
+    assert basic[4:9] == ["150.0", "100.0", "100.0", "300.0", "1.50"] and basic[9] == "0.50"
+    assert basic[12] == "3.00 / 3.00 / 3.00 / 3.00"  # CPU per pod over the whole run
     assert "1.50 / 1.50 / 1.50 / 1.50" in rows[0]
-    assert rows[1].split(" | ")[9:11] == ["– / – / – / –", "– / – / – / 1.00"]  # DRA: no start-up
+    assert rows[1].split(" | ")[2:4] == ["–", "–"]  # DRA: no ratios
+    assert rows[1].split(" | ")[10:12] == ["– / – / – / –", "– / – / – / 1.00"]  # DRA: no start-up
     assert "left out" in rows[1]
     # ran in the config's order: policy-scheduler failed, the two kube-schedulers never ran, the binder had
-    assert rows[2].split(" | ")[2:6] == ["failed", "not run", "not run", "250.0"]
+    assert rows[2].split(" | ")[2:8] == ["–", "–", "failed", "not run", "not run", "250.0"]
     assert "- Unschedulable failed: policy-scheduler on Unschedulable: 3 pods not bound" in out
     assert "- **SchedulingBasic**: plain" in out
     head = lines[2]
