@@ -44,9 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # no pydantic plugins in the command's process: looking for them scans every installed
-    # package's entry points when the first model is built (about 0.1 s of each start-up)
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     a = build_parser().parse_args(argv)
     try:
         code = a.fn(a)
