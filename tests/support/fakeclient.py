@@ -169,9 +169,6 @@ class FakeClient:
                      {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                       "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
 
-    async def open_connections(self, n: int, path: str = "/version") -> int:
-        return 0  # no connections to open: recorded as nothing, so that tests counting calls see none
-
     async def close(self) -> None:
         self._record("close", "")
         self.closed = True

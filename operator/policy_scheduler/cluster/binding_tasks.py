@@ -47,7 +47,6 @@ class BindingTasks:
         self.state = state
         self.spawn = spawn
         self._sem = asyncio.Semaphore(concurrency)
-        self.concurrency = concurrency
         # bindings started and not yet ended (a pod waiting at Permit counted once it is allowed):
         # while any is, the suggestions' search waits (its writes would compete at the API server)
         self.binding = 0

@@ -295,9 +295,6 @@ class Engine:
         # cache again and again while nothing of it is garbage (a third of the sync at 50,000
         # pods); it waits until the cache is built
         gc.disable()
-        # the first Bindings' connections, opened while the API server answers the LISTs: their
-        # TLS handshakes would otherwise come all at once before the first pod is bound
-        self.spawn(self.client.open_connections(self.binding_tasks.concurrency))
         try:
             await self.sync()
         finally:

@@ -183,17 +183,6 @@ class KubeClient:
                 raise e.__cause__ from None
             raise
 
-    async def open_connections(self, n: int, path: str = "/version") -> int:
-        """Open up to ``n`` connections before the first writes need them: ``n`` GETs of ``path``
-        at once, each on a connection of its own (none is free), which then stay in the pool
-        (kept alive for aiohttp's 15 s). The scheduler calls it while the informers' first LISTs
-        are in flight, so that the TLS handshakes of its first Bindings are done while the API
-        server prepares those answers. Returns how many answered; a failure only means the
-        Bindings open their connections themselves."""
-        results = await asyncio.gather(*(self.request("GET", path, timeout=10.0) for _ in range(max(0, n))),
-                                       return_exceptions=True)
-        return sum(1 for r in results if not isinstance(r, BaseException))
-
     def _fenced(self, method: str) -> None:
         self.fenced += 1
         now = time.monotonic()
