@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import random
@@ -284,11 +283,7 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
     stopping: list[tuple[str, float]] = []  # the signal that stopped the operator, and when
     signals = loop.create_task(stop_on_signals(ready_flag, stop_flag, stopping))
     # the engine first (informers, then the scheduling loop), kopf once the first pods are decided:
-    # importing kopf is not on the way to the first decision; a signal meanwhile sets the stop flag.
-    # kopf is imported in a thread meanwhile, which runs when the loop waits (on the LISTs, on the
-    # first Bindings): imported on the loop, it held the first Bindings' answers for its 0.2-0.3 s
-    kopf_import = threading.Thread(target=_import_handlers, name="import-kopf", daemon=True)
-    kopf_import.start()
+    # importing kopf is not on the way to the first decision; a signal meanwhile sets the stop flag
     engine_task = loop.create_task(engine.run())
     engine_task.add_done_callback(_report_engine_exit)
     early_signals(loop, stop_flag, stopping)
@@ -300,7 +295,6 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
             await asyncio.gather(engine_task, return_exceptions=True)
             await engine.client.close()
         else:
-            await asyncio.to_thread(kopf_import.join)  # not on the loop: it goes on binding meanwhile
             from .handlers import run_operator
 
             # a stop (a signal, or the stop flag) runs kopf's cleanup: it stops the engine, which
@@ -328,15 +322,6 @@ async def serve(a: argparse.Namespace, creds, registry, *, stop_flag: asyncio.Ev
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-def _import_handlers() -> None:
-    """Import the kopf wiring (handlers.py, kopf with it) off the loop. A failure is left to the
-    import where it is used, which raises it again with its traceback."""
-    try:
-        importlib.import_module(f"{__package__}.handlers")
-    except BaseException:  # noqa: BLE001 -- raised again by the import in serve()
-        pass
 
 
 def _report_engine_exit(task: asyncio.Task) -> None:
