@@ -79,9 +79,10 @@ class Hints:
     def pre_enqueue(self, qpi: QueuedPodInfo) -> Status | None:
         """upstream runPreEnqueuePlugins: the recorded gating plugin first, then the others in
         order; the first non-success gates the pod. Returns that status, or None (may go)."""
-        plugins = list(self._profile(qpi.policy).pre_enqueue)
-        if qpi.gating_plugin is not None:
-            plugins.sort(key=lambda p: p.NAME != qpi.gating_plugin)
+        plugins: Sequence[Any] = self._profile(qpi.policy).pre_enqueue
+        gating = qpi.gating_plugin
+        if gating is not None and len(plugins) > 1 and plugins[0].NAME != gating:
+            plugins = [p for p in plugins if p.NAME == gating] + [p for p in plugins if p.NAME != gating]
         for p in plugins:
             try:
                 st = call(NOOP, p.NAME, PRE_ENQUEUE, PRE_ENQUEUE, status_code, p.pre_enqueue, qpi.pod, log_key=qpi.key)
