@@ -367,6 +367,8 @@ class SchedulingQueue:
             if strategy == SKIP:
                 skipped += 1
                 continue
+            if qpi.gating_plugin is not None and qpi.key in self._gated and self._hints.still_gated(qpi):
+                continue  # PreEnqueue would gate it again as it is (e.g. its preemption still runs)
             if self._requeue(qpi, strategy == IMMEDIATELY, event.label) != GATED:
                 moved += 1
         label = event.label
