@@ -62,15 +62,17 @@ class Preemptor:
     def is_running(self, uid: str) -> bool:
         """upstream Executor.IsPodRunningPreemption: the preemptor's victims are still being
         deleted. Once only the last victim is left, the preemption counts as done as soon as the
-        state no longer holds that victim (or holds it terminating), so the victim's deletion
-        event, which may arrive before the DELETE call returns, can let the preemptor go. Once
-        the DELETEs returned, the preemptor is held until the state no longer holds any of its
-        victims (their DELETED events), VICTIMS_WAIT seconds at most: upstream lets it go when
-        the deletions are sent, and a preemptor tried while its victims still count on the node
-        finds no room and is not eligible to preempt again (a terminating pod on the nominated
-        node), so it would only wait again, once per victim's event (a futile cycle, a
-        FailedScheduling event and a status patch each). The last victim's DELETED event moves
-        it (DefaultPreemption registers AssignedPod Delete)."""
+        state no longer holds that victim, so the victim's deletion event, which may arrive
+        before the DELETE call returns, can let the preemptor go. Once the DELETEs returned, the
+        preemptor is held until the state no longer holds any of its victims (their DELETED
+        events), VICTIMS_WAIT seconds at most. Upstream lets it go as soon as the last victim
+        has a deletionTimestamp (its DELETE sent), at the next pod deletion event of any pod;
+        but a preemptor tried while its victims still count on the node finds no room and is
+        not eligible to preempt again (a terminating pod on the nominated node), so it would
+        only wait again, once per victim's event (a futile cycle, a FailedScheduling event and
+        a status patch each), and in a burst our watch lags the API by up to seconds. The last
+        victim's DELETED event moves it (DefaultPreemption registers AssignedPod Delete); a
+        victim stuck terminating (a grace period) lets it go at the deadline, as not eligible."""
         waiting = self.waits.get(uid)
         if waiting is not None:  # until every victim is gone from the state
             if time.monotonic() < waiting[1] and any(self.state.table.pod(k) is not None for k in waiting[0]):
@@ -80,7 +82,7 @@ class Preemptor:
         if uid not in self.preempting:
             return False
         last = self.preempting[uid]
-        return last is None or not self.state.victim_gone(last)
+        return last is None or self.state.table.pod(last) is not None
 
     def delete(self, pod: PodInfo, result: PreemptionResult, victims: list[PodInfo]) -> None:
         """The Victims port (scheduler/ports.py): DefaultPreemption's choice, decided by the

@@ -47,8 +47,8 @@ def test_a_preemptor_runs_preemption_until_its_last_victim_leaves_the_cache():
     assert e.preemptor.is_running("uid-hi")
     e.preemptor.preempting["uid-hi"] = "ns/v2"  # only the last is left, still in the cache
     assert e.preemptor.is_running("uid-hi")
-    e.on_pod("MODIFIED", pod("v2", "n1", terminating=True))  # its deletion has started
-    assert not e.preemptor.is_running("uid-hi")
+    e.on_pod("MODIFIED", pod("v2", "n1", terminating=True))  # its deletion has started: it still counts
+    assert e.preemptor.is_running("uid-hi")
     e.on_pod("DELETED", pod("v2", "n1", terminating=True))
     assert not e.preemptor.is_running("uid-hi")
 
