@@ -422,14 +422,23 @@ def dry_run(pod: PodInfo, nodes: NodeTable, potential: Sequence[int], pdbs: Sequ
 
     n = len(potential)
     tried = 0
-    # the arithmetic's rows, read out of the table at once (columnar), in the compared columns
-    lists = fast.rows(nodes, [r for r in potential if r in by_fit]) \
-        if fast is not None and fast.independent_first and by_fit else {}
+    # the arithmetic's rows, read out of the table (columnar, in the compared columns) a chunk of
+    # the rows to try at a time: most dry runs stop after ``wanted`` of them
+    arith = fast is not None and fast.independent_first and bool(by_fit)
+    lists: dict[int, tuple[list[int], list[int]]] = {}
+    chunk = max(wanted, 64)
     for i in range(n):
         row = potential[(offset + i) % n]
         tried += 1
+        rl = None
+        if arith and row in by_fit:
+            rl = lists.get(row)
+            if rl is None:
+                ahead = (potential[(offset + j) % n] for j in range(i, min(n, i + chunk)))
+                lists.update(fast.rows(nodes, [r for r in ahead if r in by_fit]))  # type: ignore[union-attr]
+                rl = lists[row]
         victims, n_viol, st = select_victims_on_node(pod, nodes, row, pdbs, node_filter, fast,
-                                                     row in by_fit, defer=True, row_lists=lists.get(row))
+                                                     row in by_fit, defer=True, row_lists=rl)
         if st is DEFERRED:
             deferred.append(row)
         elif record(row, victims, n_viol, st) and good and len(good) + len(violating) >= wanted:
