@@ -19,7 +19,7 @@ from ..cache.state import ClusterState
 from ..framework.cycle.podgroup_result import PodGroupInfo
 from ..framework.model.podinfo import PodInfo
 from ..framework.preemption import PreemptionResult
-from ..framework.queue.scheduling_queue import GATED, SchedulingQueue
+from ..framework.queue.scheduling_queue import SchedulingQueue
 from ..logs import MAX_MESSAGE_LEN, fields, truncate
 from ..plugins.default_preemption import NAME as PREEMPTION
 from .apicalls import GONE, UNKNOWN, ApiCalls
