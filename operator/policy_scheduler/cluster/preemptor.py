@@ -30,7 +30,6 @@ log = logging.getLogger("policy_scheduler")
 
 VICTIMS_WAIT = 10.0  # seconds a preemptor (or a pod group's members) waits for its victims to be gone, at most
 GROUP_VICTIMS_WAIT = VICTIMS_WAIT
-VICTIM_DELETES = 16  # victims whose DisruptionTarget patch and DELETE are in flight at once, at most
 
 
 class Preemptor:
@@ -49,7 +48,6 @@ class Preemptor:
         self.wake = wake
         self.scheduler_name = scheduler_name
         self.preempting: dict[str, str | None] = {}
-        self._slots = asyncio.Semaphore(VICTIM_DELETES)
         # a preemptor (or a pod group's member) after its victims' DELETEs returned, until the
         # state no longer holds them: uid -> (victim keys, deadline)
         self.waits: dict[str, tuple[list[str], float]] = {}
@@ -203,14 +201,13 @@ class Preemptor:
         Both writes are fenced by the lease when they are sent (apicalls.py). A DELETE that got
         no answer is not taken as failed: the victim is read back first, so a victim deleted
         after all is not followed by new victims for the same preemptor."""
-        async with self._slots:
-            if not self.api.leadership.valid():
-                return False
-            await self.recorder.disruption_target(
-                victim, f"{self.scheduler_name}: preempting to accommodate a higher priority {preemptor_kind}")
-            done = await self.api.delete_pod(victim)
-            if done == UNKNOWN:
-                done = await self.api.victim_state(victim)
+        if not self.api.leadership.valid():
+            return False
+        await self.recorder.disruption_target(
+            victim, f"{self.scheduler_name}: preempting to accommodate a higher priority {preemptor_kind}")
+        done = await self.api.delete_pod(victim)
+        if done == UNKNOWN:
+            done = await self.api.victim_state(victim)
         if done is None:
             return False
         self.state.mark_terminating(victim)

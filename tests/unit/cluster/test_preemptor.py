@@ -266,35 +266,3 @@ def test_a_preemptor_whose_victims_stay_is_released_at_the_deadline(monkeypatch)
         assert not e.preemptor.is_running(hi.uid)
 
     asyncio.run(go())
-
-
-def test_victim_deletions_in_flight_are_bounded(monkeypatch):
-    """Each victim's DisruptionTarget patch and DELETE take one of VICTIM_DELETES slots: a burst
-    of preemptions does not open a connection per victim."""
-    from policy_scheduler.cluster import preemptor as mod
-
-    monkeypatch.setattr(mod, "VICTIM_DELETES", 2)
-    e, victims = engine_with_victims(6)
-    hi = e.queue.pop().pod
-    e.preemptor.preempting[hi.uid] = None
-    now = [0]
-    most = [0]
-
-    async def go():
-        real = e.client.request
-
-        async def spy(method, path, body=None, **kw):
-            now[0] += 1
-            most[0] = max(most[0], now[0])
-            try:
-                await asyncio.sleep(0.001)
-                return await real(method, path, body, **kw)
-            finally:
-                now[0] -= 1
-
-        e.client.request = spy
-        await e.preemptor._delete_victims(hi, victims, "n1")
-
-    asyncio.run(go())
-    assert len(e.client.calls_of("delete")) == 6
-    assert most[0] <= 2
