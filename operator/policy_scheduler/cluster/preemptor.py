@@ -19,7 +19,7 @@ from ..cache.state import ClusterState
 from ..framework.cycle.podgroup_result import PodGroupInfo
 from ..framework.model.podinfo import PodInfo
 from ..framework.preemption import PreemptionResult
-from ..framework.queue.scheduling_queue import GATED, SchedulingQueue
+from ..framework.queue.scheduling_queue import SchedulingQueue
 from ..logs import MAX_MESSAGE_LEN, fields, truncate
 from ..plugins.default_preemption import NAME as PREEMPTION
 from .apicalls import GONE, UNKNOWN, ApiCalls
@@ -28,7 +28,8 @@ from .telemetry import Telemetry
 
 log = logging.getLogger("policy_scheduler")
 
-GROUP_VICTIMS_WAIT = 10.0  # seconds a pod group's members wait for its victims to be gone, at most
+VICTIMS_WAIT = 10.0  # seconds a preemptor (or a pod group's members) waits for its victims to be gone, at most
+GROUP_VICTIMS_WAIT = VICTIMS_WAIT
 
 
 class Preemptor:
@@ -47,8 +48,9 @@ class Preemptor:
         self.wake = wake
         self.scheduler_name = scheduler_name
         self.preempting: dict[str, str | None] = {}
-        # a pod group's members after its victims' deletions: uid -> (victim keys, deadline)
-        self.group_waits: dict[str, tuple[list[str], float]] = {}
+        # a preemptor (or a pod group's member) after its victims' DELETEs returned, until the
+        # state no longer holds them: uid -> (victim keys, deadline)
+        self.waits: dict[str, tuple[list[str], float]] = {}
 
     def start(self, pod: PodInfo, victims: list[PodInfo]) -> None:
         """Mark ``pod`` as preempting before it is requeued: its PreEnqueue must see it so."""
@@ -58,18 +60,27 @@ class Preemptor:
     def is_running(self, uid: str) -> bool:
         """upstream Executor.IsPodRunningPreemption: the preemptor's victims are still being
         deleted. Once only the last victim is left, the preemption counts as done as soon as the
-        state no longer holds that victim (or holds it terminating), so the victim's deletion
-        event, which may arrive before the DELETE call returns, can let the preemptor go."""
-        waiting = self.group_waits.get(uid)
-        if waiting is not None:  # a pod group's member: until every victim is gone from the state
+        state no longer holds that victim, so the victim's deletion event, which may arrive
+        before the DELETE call returns, can let the preemptor go. Once the DELETEs returned, the
+        preemptor is held until the state no longer holds any of its victims (their DELETED
+        events), VICTIMS_WAIT seconds at most. Upstream lets it go as soon as the last victim
+        has a deletionTimestamp (its DELETE sent), at the next pod deletion event of any pod;
+        but a preemptor tried while its victims still count on the node finds no room and is
+        not eligible to preempt again (a terminating pod on the nominated node), so it would
+        only wait again, once per victim's event (a futile cycle, a FailedScheduling event and
+        a status patch each), and in a burst our watch lags the API by up to seconds. The last
+        victim's DELETED event moves it (DefaultPreemption registers AssignedPod Delete); a
+        victim stuck terminating (a grace period) lets it go at the deadline, as not eligible."""
+        waiting = self.waits.get(uid)
+        if waiting is not None:  # until every victim is gone from the state
             if time.monotonic() < waiting[1] and any(self.state.table.pod(k) is not None for k in waiting[0]):
                 return True
-            del self.group_waits[uid]
+            del self.waits[uid]
             return False
         if uid not in self.preempting:
             return False
         last = self.preempting[uid]
-        return last is None or not self.state.victim_gone(last)
+        return last is None or self.state.table.pod(last) is not None
 
     def delete(self, pod: PodInfo, result: PreemptionResult, victims: list[PodInfo]) -> None:
         """The Victims port (scheduler/ports.py): DefaultPreemption's choice, decided by the
@@ -121,34 +132,44 @@ class Preemptor:
     async def _delete_group_victims(self, info: PodGroupInfo, members: list[PodInfo], victims: list[PodInfo]) -> None:
         """The victims' deletions, in parallel. The members stay held at PreEnqueue until every
         victim is gone from the state (its DELETED event, which moves them), at most
-        GROUP_VICTIMS_WAIT seconds: tried before, they would find the victims still counted and
+        VICTIMS_WAIT seconds: tried before, they would find the victims still counted and
         wait again (``ongoing preemption``), once per victim's event. On a failure they go at once."""
         ok = False
         try:
             ok = all(await asyncio.gather(*(self._delete_group_victim(v, info) for v in victims)))
         finally:
-            keys = [v.key for v in victims]
-            deadline = time.monotonic() + GROUP_VICTIMS_WAIT
             for m in members:
                 self.preempting.pop(m.uid, None)
-                if ok and m.uid:
-                    self.group_waits[m.uid] = (keys, deadline)
-            if not ok or all(self.state.table.pod(k) is None for k in keys):
-                self._release_group(members)
-            else:
-                self.spawn(self._release_group_later(members, deadline))
+            self._wait_for_victims(members, [v.key for v in victims], ok)
 
-    def _release_group(self, members: list[PodInfo]) -> None:
+    def _wait_for_victims(self, pods: list[PodInfo], keys: list[str], ok: bool) -> None:
+        """The DELETEs returned: ``pods`` stay held (``is_running``) until every victim in
+        ``keys`` is gone from the state (the last one's DELETED event moves them), VICTIMS_WAIT
+        seconds at most. On a failure, or when the victims are gone already (their deletion
+        events came while the pods were still held, and no later event will look at the gate
+        again), they go now."""
+        deadline = time.monotonic() + VICTIMS_WAIT
+        if ok:
+            for m in pods:
+                if m.uid:
+                    self.waits[m.uid] = (keys, deadline)
+        table = self.state.table
+        if not ok or all(table.pod(k) is None for k in keys):
+            self._release(pods)
+        else:
+            self.spawn(self._release_later(pods, deadline))
+
+    def _release(self, members: list[PodInfo]) -> None:
         for m in members:
-            self.group_waits.pop(m.uid, None)
+            self.waits.pop(m.uid, None)
         if self.queue.activate([m.key for m in members]):
             self.wake()
 
-    async def _release_group_later(self, members: list[PodInfo], deadline: float) -> None:
+    async def _release_later(self, members: list[PodInfo], deadline: float) -> None:
         """A victim still not gone at the deadline (stuck terminating): the members go anyway."""
         await asyncio.sleep(max(deadline - time.monotonic(), 0.0))
-        if any(m.uid in self.group_waits and self.group_waits[m.uid][1] == deadline for m in members):
-            self._release_group(members)
+        if any(m.uid in self.waits and self.waits[m.uid][1] == deadline for m in members):
+            self._release(members)
 
     async def _delete_group_victim(self, victim: PodInfo, info: PodGroupInfo) -> bool:
         return await self._delete(victim, "podgroup", f"Preempted by podgroup {info.uid} on node cluster")
@@ -169,14 +190,7 @@ class Preemptor:
                 ok = await self._delete_victim(last, pod, node)
         finally:
             self.preempting.pop(pod.uid, None)
-            # on a failure; or when the last victim left the state before it was registered as
-            # the last (its deletion event found the preemptor still held, and no later event
-            # will look at the gate again): the preemptor goes now. A victim still there,
-            # terminating, has its DELETED event to come, which moves the preemptor (tried now,
-            # it would find the victim still counted on the node, and wait anyway)
-            if not ok or (self.state.table.pod(victims[-1].key) is None and self.queue.state_of(pod.key) == GATED):
-                if self.queue.activate([pod.key]):
-                    self.wake()
+            self._wait_for_victims([pod], [v.key for v in victims], ok)
 
     async def _delete_victim(self, victim: PodInfo, preemptor: PodInfo, node: str) -> bool:
         return await self._delete(victim, "pod", f"Preempted by pod {preemptor.uid} on node {node}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from .model.labels import NOTHING, LabelSelector, SelectorError
-from .model.nodetable import NodeTable
+from .model.nodetable import PODS, NodeTable
 from .model.podinfo import PodInfo
 from .status import Code, Status
 
@@ -146,6 +146,8 @@ def charge_pdbs(p: PodInfo, pdbs: Sequence[PDB], allowed: list[int], first_only:
 
 def filter_pods_with_pdb_violation(pods: Sequence[PodInfo], pdbs: Sequence[PDB]) -> tuple[list[PodInfo], list[PodInfo]]:
     """upstream filterPodsWithPDBViolation: (violating, non-violating), order kept."""
+    if not pdbs:
+        return [], list(pods)
     allowed = [b.disruptions_allowed for b in pdbs]
     violating: list[PodInfo] = []
     ok: list[PodInfo] = []
@@ -163,7 +165,9 @@ _POD_INDEPENDENT_FILTERS = frozenset({"NodeUnschedulable", "NodeName", "TaintTol
 class ResourceFit:
     """The reprieve check when only NodeResourcesFit depends on the victims (``resource_only``):
     does the pod fit a row whose requested vector is ``used``, as NodeResourcesFit's Filter
-    decides in a dry run (real allocatable, the same resources checked)."""
+    decides in a dry run (real allocatable, the same resources checked). The arithmetic runs on
+    plain lists of the compared columns only (``cols``: the pods column, then each checked
+    resource), read out of the table once per preemption for every candidate row at once."""
 
     def __init__(self, checks: list[tuple[int | None, int, str]], independent_first: bool = False) -> None:
         self.checks = [(col, want) for col, want, _ in checks]
@@ -171,16 +175,36 @@ class ResourceFit:
         # NodeResourcesFit rejected in the cycle passed them all, so with its victims gone it
         # passes the chain exactly when the arithmetic says it fits (no dry run on the table)
         self.independent_first = independent_first
+        # a resource no node has (column None) fits nowhere
+        self.possible = all(col is not None for col, _ in self.checks)
+        self.cols: list[int] = [PODS] + [col for col, _ in self.checks if col is not None]
+        self.wants: list[int] = [1] + [want for col, want in self.checks if col is not None]
 
     def fits(self, alloc: np.ndarray, used: np.ndarray) -> bool:
-        from .model.nodetable import PODS
+        """On whole rows of the table (allocatable, requested)."""
+        return self.fits_list(alloc[self.cols].tolist(), used[self.cols].tolist())
 
-        if used[PODS] + 1 > alloc[PODS]:
+    def fits_list(self, alloc: list[int], used: list[int]) -> bool:
+        """On the compared columns (``cols``) only."""
+        if not self.possible:
             return False
-        for col, want in self.checks:
-            if col is None or want > alloc[col] - used[col]:
+        for a, u, w in zip(alloc, used, self.wants):
+            if w > a - u:
                 return False
         return True
+
+    def vector(self, p: PodInfo, nodes: NodeTable) -> list[int]:
+        """``p``'s true requests in the compared columns (NodeTable.request_vector's values)."""
+        req = p.requests
+        names = nodes.resources
+        return [1 if c == PODS else req.get(names[c], 0) for c in self.cols]
+
+    def rows(self, nodes: NodeTable, rows: Sequence[int]) -> dict[int, tuple[list[int], list[int]]]:
+        """row -> (allocatable, requested) in the compared columns, for ``rows`` at once."""
+        if not rows:
+            return {}
+        idx = np.ix_(np.asarray(rows, dtype=np.intp), np.asarray(self.cols, dtype=np.intp))
+        return dict(zip(rows, zip(nodes.allocatable[idx].tolist(), nodes.requested[idx].tolist())))
 
 
 _VOLUME_FILTERS = frozenset(("VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone"))
@@ -233,17 +257,19 @@ def resource_only(pod: PodInfo, nodes: NodeTable, node_filter: Any) -> ResourceF
     return ResourceFit(fit._checks(pod, nodes), independent_first)
 
 
-def _reprieve(fast: ResourceFit, alloc: np.ndarray, used: np.ndarray, violating: list[PodInfo],
-              non_violating: list[PodInfo], vector: Callable[[PodInfo], np.ndarray]) -> tuple[list[PodInfo], int]:
+def _reprieve(fast: ResourceFit, alloc: list[int], used: list[int], violating: list[PodInfo],
+              non_violating: list[PodInfo], vector: Callable[[PodInfo], list[int]]) -> tuple[list[PodInfo], int]:
     """SelectVictimsOnNode's reprieve by NodeResourcesFit's arithmetic: ``used`` is the row's
-    requested vector with every potential victim gone; each pod, PDB-violating ones first, stays
-    if the preemptor still fits with it. Returns (victims most important first, PDB violations)."""
+    requested vector (``fast.cols``) with every potential victim gone; each pod, PDB-violating
+    ones first, stays if the preemptor still fits with it. Returns (victims most important
+    first, PDB violations)."""
     victims: list[PodInfo] = []
     n_violating = 0
+    fits = fast.fits_list
     for group, counts in ((violating, True), (non_violating, False)):
         for p in group:
-            with_p = used + vector(p)
-            if fast.fits(alloc, with_p):
+            with_p = [u + x for u, x in zip(used, vector(p))]
+            if fits(alloc, with_p):
                 used = with_p  # reprieved
             else:
                 victims.append(p)
@@ -261,24 +287,27 @@ DEFERRED = Status(Code.UNSCHEDULABLE, ("deferred",))
 
 def select_victims_on_node(pod: PodInfo, nodes: NodeTable, row: int, pdbs: Sequence[PDB],
                            node_filter: NodeFilterFn, fast: ResourceFit | None = None,
-                           rejected_by_fit: bool = False, defer: bool = False) -> tuple[list[PodInfo], int, Status]:
+                           rejected_by_fit: bool = False, defer: bool = False,
+                           row_lists: tuple[list[int], list[int]] | None = None) -> tuple[list[PodInfo], int, Status]:
     """upstream SelectVictimsOnNode on the live table; the table is restored before returning.
     With ``fast``, the full chain runs once (every potential victim removed) and each reprieve
     is NodeResourcesFit's arithmetic on the row's requested vector; when moreover the node was
     rejected by NodeResourcesFit in the cycle and the chain checks pod-independent filters first
     (``fast.independent_first``), the chain does not run at all unless the arithmetic says the
     pod does not fit even without every potential victim (then its status is the chain's, or
-    DEFERRED when ``defer``: the caller runs the chain for it later if it needs the status)."""
+    DEFERRED when ``defer``: the caller runs the chain for it later if it needs the status).
+    ``row_lists``: the row's (allocatable, requested) in ``fast.cols`` (``ResourceFit.rows``)."""
     prio = pod.priority
     row_pods = nodes.pods[row]
     potential = [p for p in row_pods.values() if p.priority < prio]
     if not potential:
         return [], 0, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (MSG_NO_VICTIMS,))
     if fast is not None and fast.independent_first and rejected_by_fit:
-        alloc = nodes.allocatable[row]
-        vecs = {p.key: nodes.request_vector(p) for p in potential}
-        used = nodes.requested[row] - sum(vecs.values())
-        if fast.fits(alloc, used):
+        alloc, used = row_lists if row_lists is not None else fast.rows(nodes, [row])[row]
+        vecs = {p.key: fast.vector(p, nodes) for p in potential}
+        for v in vecs.values():
+            used = [u - x for u, x in zip(used, v)]
+        if fast.fits_list(alloc, used):
             potential.sort(key=importance)
             victims, n_violating = _reprieve(fast, alloc, used, *filter_pods_with_pdb_violation(potential, pdbs),
                                              lambda p: vecs[p.key])
@@ -303,8 +332,9 @@ def select_victims_on_node(pod: PodInfo, nodes: NodeTable, row: int, pdbs: Seque
         victims = []
         n_violating = 0
         if fast is not None:  # the table keeps every potential victim out; restored below
-            victims, n_violating = _reprieve(fast, nodes.allocatable[row], nodes.requested[row].copy(), violating,
-                                             non_violating, nodes.request_vector)
+            alloc, used = fast.rows(nodes, [row])[row]
+            victims, n_violating = _reprieve(fast, alloc, used, violating, non_violating,
+                                             lambda p: fast.vector(p, nodes))
             return victims, n_violating, Status.success()
         for group, counts in ((violating, True), (non_violating, False)):
             for p in group:
@@ -392,11 +422,23 @@ def dry_run(pod: PodInfo, nodes: NodeTable, potential: Sequence[int], pdbs: Sequ
 
     n = len(potential)
     tried = 0
+    # the arithmetic's rows, read out of the table (columnar, in the compared columns) a chunk of
+    # the rows to try at a time: most dry runs stop after ``wanted`` of them
+    arith = fast is not None and fast.independent_first and bool(by_fit)
+    lists: dict[int, tuple[list[int], list[int]]] = {}
+    chunk = max(wanted, 64)
     for i in range(n):
         row = potential[(offset + i) % n]
         tried += 1
+        rl = None
+        if arith and row in by_fit:
+            rl = lists.get(row)
+            if rl is None:
+                ahead = (potential[(offset + j) % n] for j in range(i, min(n, i + chunk)))
+                lists.update(fast.rows(nodes, [r for r in ahead if r in by_fit]))  # type: ignore[union-attr]
+                rl = lists[row]
         victims, n_viol, st = select_victims_on_node(pod, nodes, row, pdbs, node_filter, fast,
-                                                     row in by_fit, defer=True)
+                                                     row in by_fit, defer=True, row_lists=rl)
         if st is DEFERRED:
             deferred.append(row)
         elif record(row, victims, n_viol, st) and good and len(good) + len(violating) >= wanted:

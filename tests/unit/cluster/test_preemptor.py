@@ -47,8 +47,8 @@ def test_a_preemptor_runs_preemption_until_its_last_victim_leaves_the_cache():
     assert e.preemptor.is_running("uid-hi")
     e.preemptor.preempting["uid-hi"] = "ns/v2"  # only the last is left, still in the cache
     assert e.preemptor.is_running("uid-hi")
-    e.on_pod("MODIFIED", pod("v2", "n1", terminating=True))  # its deletion has started
-    assert not e.preemptor.is_running("uid-hi")
+    e.on_pod("MODIFIED", pod("v2", "n1", terminating=True))  # its deletion has started: it still counts
+    assert e.preemptor.is_running("uid-hi")
     e.on_pod("DELETED", pod("v2", "n1", terminating=True))
     assert not e.preemptor.is_running("uid-hi")
 
@@ -223,3 +223,46 @@ def test_a_victim_already_gone_from_the_api_is_terminating_in_the_cache_too():
     assert e.state.table.pod("ns/v2").terminating_by_preemption
     e.on_pod("DELETED", pod("v2", "n1", terminating=True))
     assert e.state.table.pod("ns/v2") is None and not e.state.deleted_victims - {("ns/v0", "uid-v0"), ("ns/v1", "uid-v1")}
+
+
+def test_a_preemptor_stays_held_until_every_victim_left_the_state():
+    """The DELETEs returned while the watch lags: another pod's deletion event does not release
+    the preemptor (tried now, it would find its victims still counted on the node and wait
+    again); nor do its first victims' events; the last one's does."""
+
+    async def go():
+        e, victims = engine_with_victims(4)
+        hi = preempting(e)
+        await e.preemptor._delete_victims(hi, victims[:3], "n1")
+        assert hi.uid not in e.preemptor.preempting and e.preemptor.is_running(hi.uid)
+        e.on_pod("DELETED", pod("v3", "n1"))  # not one of its victims
+        assert e.queue.state_of(hi.key) == GATED
+        e.on_pod("DELETED", pod("v0", "n1", terminating=True))
+        e.on_pod("DELETED", pod("v1", "n1", terminating=True))
+        assert e.queue.state_of(hi.key) == GATED
+        e.on_pod("DELETED", pod("v2", "n1", terminating=True))
+        assert e.queue.state_of(hi.key) not in (GATED, UNSCHEDULABLE)
+        assert not e.preemptor.is_running(hi.uid) and hi.uid not in e.preemptor.waits
+
+    asyncio.run(go())
+
+
+def test_a_preemptor_whose_victims_stay_is_released_at_the_deadline(monkeypatch):
+    """A victim stuck terminating (a long grace period): the preemptor goes after VICTIMS_WAIT
+    seconds anyway, as upstream would let it go, and waits for the victims as not eligible."""
+    from policy_scheduler.cluster import preemptor as mod
+
+    monkeypatch.setattr(mod, "VICTIMS_WAIT", 0.01)
+
+    async def go():
+        e, victims = engine_with_victims(2)
+        hi = preempting(e)
+        e.on_pod("DELETED", pod("v1", "n1"))  # some event gates it
+        assert e.queue.state_of(hi.key) == GATED
+        await e.preemptor._delete_victims(hi, victims[:1], "n1")
+        assert e.preemptor.is_running(hi.uid)
+        await asyncio.sleep(0.05)
+        assert e.queue.state_of(hi.key) == ACTIVE
+        assert not e.preemptor.is_running(hi.uid)
+
+    asyncio.run(go())

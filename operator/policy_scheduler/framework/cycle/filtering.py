@@ -256,7 +256,10 @@ class FilterCycle:
         names = self.nodes.names
         order = scan.order
         statuses: dict[str, Status] = {}
+        # the nodes of one plugin share few distinct statuses (frozen): one object each
+        made: dict[tuple[int, tuple[str, ...]], Status] = {}
         for plugin, pos, codes, reasons in scan.failures.records:
+            made.clear()
             keep = pos if scan.cutoff is None else pos[pos <= scan.cutoff]
             if not len(keep):
                 continue
@@ -265,8 +268,12 @@ class FilterCycle:
                 for x in rpos.tolist():
                     per_pos.setdefault(x, []).append(reason)
             code_of = dict(zip(pos.tolist(), codes.tolist()))
-            for x in keep.tolist():
-                statuses[names[int(order[x])]] = Status(Code(code_of[x]), tuple(per_pos.get(x, ())), plugin)
+            for x, row in zip(keep.tolist(), order[keep].tolist()):
+                k = (code_of[x], tuple(per_pos.get(x, ())))
+                st = made.get(k)
+                if st is None:
+                    st = made[k] = Status(Code(k[0]), k[1], plugin)
+                statuses[names[row]] = st
         absent = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (scan.absent_reason,) if scan.absent_reason else ())
         return NodeToStatus(statuses, absent)
 

@@ -69,6 +69,8 @@ class Hints:
                  pseudo: Mapping[str, Sequence[ClusterEventWithHint]]) -> None:
         self._profile = profile
         self._pseudo = pseudo
+        # (id of a chain's PreEnqueue plugins, gating plugin) -> (those plugins, gating one first)
+        self._orders: dict[tuple[int, str], tuple[Sequence[Any], list[Any]]] = {}
 
     def _registrations(self, qpi: QueuedPodInfo, plugin: str) -> Sequence[ClusterEventWithHint]:
         regs = self._profile(qpi.policy).events.get(plugin)
@@ -79,9 +81,10 @@ class Hints:
     def pre_enqueue(self, qpi: QueuedPodInfo) -> Status | None:
         """upstream runPreEnqueuePlugins: the recorded gating plugin first, then the others in
         order; the first non-success gates the pod. Returns that status, or None (may go)."""
-        plugins = list(self._profile(qpi.policy).pre_enqueue)
-        if qpi.gating_plugin is not None:
-            plugins.sort(key=lambda p: p.NAME != qpi.gating_plugin)
+        plugins: Sequence[Any] = self._profile(qpi.policy).pre_enqueue
+        gating = qpi.gating_plugin
+        if gating is not None and len(plugins) > 1 and plugins[0].NAME != gating:
+            plugins = self._gating_first(plugins, gating)
         for p in plugins:
             try:
                 st = call(NOOP, p.NAME, PRE_ENQUEUE, PRE_ENQUEUE, status_code, p.pre_enqueue, qpi.pod, log_key=qpi.key)
@@ -95,6 +98,34 @@ class Hints:
         qpi.gating_plugin = None
         qpi.gating_message = ""
         return None
+
+    def _gating_first(self, plugins: Sequence[Any], gating: str) -> Sequence[Any]:
+        """``plugins`` with the one named ``gating`` first (kept per chain and plugin)."""
+        k = (id(plugins), gating)
+        hit = self._orders.get(k)
+        if hit is not None and hit[0] is plugins:
+            return hit[1]
+        if len(self._orders) > 256:
+            self._orders.clear()
+        order = [p for p in plugins if p.NAME == gating] + [p for p in plugins if p.NAME != gating]
+        self._orders[k] = (plugins, order)
+        return order
+
+    def still_gated(self, qpi: QueuedPodInfo) -> bool:
+        """The plugin that gates ``qpi`` still rejects it, with the same message: running
+        ``pre_enqueue`` would gate it again exactly as it is (that plugin runs first)."""
+        gating = qpi.gating_plugin
+        if gating is None:
+            return False
+        for p in self._profile(qpi.policy).pre_enqueue:
+            if p.NAME != gating:
+                continue
+            try:
+                st = call(NOOP, p.NAME, PRE_ENQUEUE, PRE_ENQUEUE, status_code, p.pre_enqueue, qpi.pod, log_key=qpi.key)
+            except Abort as a:
+                st = a.status
+            return not st.is_success and st.message() == qpi.gating_message
+        return False
 
     def _matching(self, qpi: QueuedPodInfo, plugin: str, event: ClusterEvent,
                   cache: dict | None) -> Sequence[ClusterEventWithHint]:

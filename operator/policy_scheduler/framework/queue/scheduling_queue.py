@@ -125,12 +125,14 @@ class SchedulingQueue:
         return self._backoff.duration(count)
 
     def _gate(self, qpi: QueuedPodInfo, event: str) -> str:
-        if qpi.key not in self._gated:  # a gated pod that stays gated did not enter anything
-            self._count_in(GATED, event)
-        self._drop_from_pool(qpi.key)
-        self._backoff.remove(qpi.key)
-        self._active.remove(qpi.key, qpi.policy)
-        self._gated.add(qpi)
+        gated = self._gated
+        if not gated.holds(qpi):  # a gated pod that stays gated (same group) stays where it is
+            if qpi.key not in gated:  # ... and did not enter anything
+                self._count_in(GATED, event)
+            self._drop_from_pool(qpi.key)
+            self._backoff.remove(qpi.key)
+            self._active.remove(qpi.key, qpi.policy)
+            gated.add(qpi)
         log.debug("pod %s gated by %s: %s", qpi.key, qpi.gating_plugin, qpi.gating_message)
         if self.on_gated is not None:
             self.on_gated(qpi)
@@ -365,6 +367,8 @@ class SchedulingQueue:
             if strategy == SKIP:
                 skipped += 1
                 continue
+            if qpi.gating_plugin is not None and qpi.key in self._gated and self._hints.still_gated(qpi):
+                continue  # PreEnqueue would gate it again as it is (e.g. its preemption still runs)
             if self._requeue(qpi, strategy == IMMEDIATELY, event.label) != GATED:
                 moved += 1
         label = event.label

@@ -402,6 +402,12 @@ class GatedPool:
     def __len__(self) -> int:
         return len(self._group_of)
 
+    def holds(self, qpi: QueuedPodInfo) -> bool:
+        """``qpi`` itself is here, in the group of its policy and gating plugin."""
+        group = self._group_of.get(qpi.key)
+        return group is not None and group == (qpi.policy, qpi.gating_plugin or "") \
+            and self._groups[group][qpi.key] is qpi
+
     def add(self, qpi: QueuedPodInfo) -> None:
         self.pop(qpi.key)
         group = (qpi.policy, qpi.gating_plugin or "")

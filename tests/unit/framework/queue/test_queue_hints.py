@@ -374,3 +374,41 @@ def test_a_bound_pods_status_scale_down_requeues_a_pod_node_resources_fit_reject
     # actuated: 2 cpu freed
     assert deliver(big(labels={"x": "y"}, cpu="1", mem="1Gi", alloc={"cpu": "1", "memory": "1Gi"})) == 1
     assert q.state_of("ns/w") == ACTIVE and s.table.requested[0, 0] == 1000
+
+
+def test_an_event_asks_only_the_gating_plugin_of_a_pod_it_keeps_gated():
+    """A pod that its gating plugin still holds, as it is, stays where it is on an event that
+    plugin registered (no PreEnqueue of the others, no move within the pool); once that plugin
+    lets it go, the event moves it."""
+    from policy_scheduler.framework.status import Code, Status
+
+    class Hold:
+        NAME = "Hold"
+
+        def __init__(self):
+            self.held = {"ns/a", "ns/b"}
+            self.calls = 0
+
+        def pre_enqueue(self, p):
+            self.calls += 1
+            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, ("held",)) if p.key in self.held else Status.success()
+
+    class CountingGates(SchedulingGates):
+        calls = 0
+
+        def pre_enqueue(self, p):
+            CountingGates.calls += 1
+            return super().pre_enqueue(p)
+
+    hold, gates = Hold(), CountingGates(None, None)
+    profile = Profile(pre_enqueue=[gates, hold], events={"Hold": [ClusterEventWithHint(NODE_ADD)]})
+    q, _ = queue({"p": profile})
+    assert q.add(pod("a"), "p") == GATED and q.add(pod("b"), "p") == GATED
+    assert q.get("ns/a").gating_plugin == "Hold"
+    hold.calls = CountingGates.calls = 0
+    assert q.move_all_to_active_or_backoff(NODE_ADD) == 0
+    assert (hold.calls, CountingGates.calls) == (2, 0)
+    assert [x.key for m in q._gated.groups() for x in m] == ["ns/a", "ns/b"]
+    hold.held.discard("ns/a")
+    assert q.move_all_to_active_or_backoff(NODE_ADD) == 1
+    assert q.state_of("ns/a") == ACTIVE and q.state_of("ns/b") == GATED
