@@ -285,8 +285,9 @@ def _node_local(chain: Any, members: list[PodInfo], victims: list[Victim]) -> bo
 
 def _fits(nodes: NodeTable, proposed: list[tuple[PodInfo, str]], node_filter) -> bool:
     """Every proposed member passes the filters on its node (with the nominated pods of equal or
-    higher priority counted: upstream RunFilterPluginsWithNominatedPods), each counted there for
-    the next."""
+    higher priority on that node counted: upstream RunFilterPluginsWithNominatedPods), each
+    counted there for the next. Only that node's: adding every nominated pod of the cluster for
+    each member made GangPreemption's 50 groups of 10 take 80-96 s instead of 37 s."""
     added: list[str] = []
     nominated = getattr(node_filter, "add_nominated", None)
     try:
@@ -294,7 +295,7 @@ def _fits(nodes: NodeTable, proposed: list[tuple[PodInfo, str]], node_filter) ->
             row = nodes.index.get(node)
             if row is None:
                 return False
-            extra = nominated(pod, nodes) if nominated is not None else []
+            extra = nominated(pod, nodes, node) if nominated is not None else []
             try:
                 ok = node_filter(pod, nodes, row).is_success
             finally:

@@ -278,15 +278,19 @@ class FilterCycle:
         return NodeToStatus(statuses, absent)
 
 
-def add_nominated(nominator: Nominator | None, pod: PodInfo, nodes: NodeTable) -> list[str]:
+def add_nominated(nominator: Nominator | None, pod: PodInfo, nodes: NodeTable, only: str | None = None) -> list[str]:
     """Count the nominated pods of equal or higher priority on their nodes while filtering.
     Upstream adds them per node inside Filter (PreFilter state updated through AddPod); here
     they are in the table from PreFilter on, which gives PreFilter-computed state (spread
-    counts, affinity terms) the same view, and taken out again before scoring."""
+    counts, affinity terms) the same view, and taken out again before scoring. ``only``: those
+    nominated to that node alone (upstream's RunFilterPluginsWithNominatedPods for one node:
+    a pod group's reprieve check, one member on one node at a time)."""
     if not nominator:
         return []
     added = []
     for p, node in nominator.pods_for(pod):
+        if only is not None and node != only:
+            continue
         if p.key in nodes.pod_node or node not in nodes.index:
             continue  # bound (or assumed) already, or the node is gone
         nodes.add_pod(p, node)

@@ -190,8 +190,8 @@ class NodeFilter:
         self._rows = np.zeros(1, dtype=np.int64)
         self._pos = np.zeros(1, dtype=np.int64)
 
-    def add_nominated(self, pod: PodInfo, nodes: NodeTable) -> list[str]:
-        return add_nominated(self.nominator, pod, nodes)
+    def add_nominated(self, pod: PodInfo, nodes: NodeTable, only: str | None = None) -> list[str]:
+        return add_nominated(self.nominator, pod, nodes, only)
 
     def __call__(self, pod: PodInfo, nodes: NodeTable, row: int) -> Status:
         """Success, the status of the plugin that rejected the node (its code and reasons), or
