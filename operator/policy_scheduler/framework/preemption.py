@@ -180,10 +180,6 @@ class ResourceFit:
         self.cols: list[int] = [PODS] + [col for col, _ in self.checks if col is not None]
         self.wants: list[int] = [1] + [want for col, want in self.checks if col is not None]
 
-    def fits(self, alloc: np.ndarray, used: np.ndarray) -> bool:
-        """On whole rows of the table (allocatable, requested)."""
-        return self.fits_list(alloc[self.cols].tolist(), used[self.cols].tolist())
-
     def fits_list(self, alloc: list[int], used: list[int]) -> bool:
         """On the compared columns (``cols``) only."""
         if not self.possible:
