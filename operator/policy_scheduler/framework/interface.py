@@ -46,7 +46,9 @@ class PluginArgs(BaseModel):
     coerced (``"5"`` is not an integer, ``1`` is not a boolean), as upstream's strict decoding of
     a KubeSchedulerConfiguration; integers are accepted where a number is expected."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+    # defer_build: validators are built on first use, not at import (the operator's start-up)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, defer_build=True)
 
 
 class CycleState:

@@ -45,7 +45,9 @@ IMPLICIT_LAST = ("DefaultBinder",)
 class PluginRef(BaseModel):
     """One entry of a policy's plugin list."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # defer_build: validators are built on first use, not at import (the operator's start-up)
+
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
     name: str = Field(min_length=1, max_length=MAX_PLUGIN_NAME,
                       description="Registry name of the plugin, e.g. NodeResourcesFit.")
@@ -56,14 +58,14 @@ class PluginRef(BaseModel):
 class DisabledRef(BaseModel):
     """Opt a listed plugin out of one extension point ("*" for all)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
     name: str = Field(min_length=1, max_length=MAX_PLUGIN_NAME)
     point: PointName = "*"
 
 
 class ChainSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, defer_build=True)
 
     plugins: list[PluginRef] = Field(default_factory=list, max_length=MAX_PLUGINS)
     disabled: list[DisabledRef] = Field(default_factory=list, max_length=MAX_DISABLED)

@@ -15,7 +15,8 @@ class Model(BaseModel):
     """The base of the SchedulingPolicy models."""
 
     # strict: values are not coerced ("5" is not an integer), as the CRD's schema
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+    # defer_build: validators are built on first use, not at import (the operator's start-up)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, defer_build=True)
 
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"

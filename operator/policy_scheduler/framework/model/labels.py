@@ -432,7 +432,8 @@ def preferred_terms_errors(terms: list[Mapping[str, Any]], path: str) -> list[st
 
 # ---------------------------------------------------------------------------------------- models
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+    # defer_build: validators are built on first use, not at import (the operator's start-up)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, defer_build=True)
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True)
