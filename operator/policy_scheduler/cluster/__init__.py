@@ -7,3 +7,7 @@ and the health probes' view (engine_health.py); the tuner (tuner.py); the admiss
 (admission.py, webhook_server.py, webhook_configs.py, certs.py) and the CRD check (crdcheck.py);
 the MultiKueue cluster chooser (multikueue.py, multikueue_workers.py, kubeconfig_guard.py); the
 metrics (telemetry.py, telemetry_collectors.py). The cluster state they feed is cache/'s."""
+
+from .aiohttp_import import import_aiohttp
+
+import_aiohttp()  # before any module here imports aiohttp: its import-time CA loading off the start-up path
