@@ -48,3 +48,30 @@ print(kubelib.install(), credentials.Configuration is kubernetes.client.Configur
 print(kubernetes.client.ApiClient.__module__)
 """)
     assert got == ["False", "True", "kubernetes.client.api_client"]
+
+
+def test_the_oidc_refresh_modules_come_when_used_and_the_real_ones_for_everyone_else():
+    got = run("""
+import sys
+from policy_scheduler.cluster import credentials
+from kubernetes.config import kube_config as k
+print([m for m in sys.modules if m.split('.')[0] in ('oauthlib', 'requests_oauthlib', 'requests')])
+import oauthlib.oauth2, requests_oauthlib  # another importer: the real modules
+print(type(sys.modules['oauthlib']).__name__, hasattr(requests_oauthlib, '__file__'), hasattr(oauthlib, '__file__'))
+# kube_config's names: what it reaches when refreshing an OIDC token
+e = k.oauthlib.oauth2.rfc6749.errors.InvalidClientIdError
+print(e is oauthlib.oauth2.rfc6749.errors.InvalidClientIdError)
+s = k.OAuth2Session(client_id='c')
+print(type(s) is requests_oauthlib.OAuth2Session)
+""")
+    assert got == ["[]", "module", "True", "True", "True", "True"]
+
+
+def test_oidc_modules_imported_first_are_used_as_they_are():
+    got = run("""
+import requests_oauthlib, oauthlib.oauth2
+from policy_scheduler.cluster import credentials
+from kubernetes.config import kube_config as k
+print(k.OAuth2Session is requests_oauthlib.OAuth2Session, k.oauthlib is oauthlib)
+""")
+    assert got == ["True", "True"]
