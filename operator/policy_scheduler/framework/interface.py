@@ -47,7 +47,6 @@ class PluginArgs(BaseModel):
     a KubeSchedulerConfiguration; integers are accepted where a number is expected."""
 
     # defer_build: validators are built on first use, not at import (the operator's start-up)
-
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, defer_build=True)
 
 

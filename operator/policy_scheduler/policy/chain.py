@@ -46,7 +46,6 @@ class PluginRef(BaseModel):
     """One entry of a policy's plugin list."""
 
     # defer_build: validators are built on first use, not at import (the operator's start-up)
-
     model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
     name: str = Field(min_length=1, max_length=MAX_PLUGIN_NAME,
