@@ -116,6 +116,33 @@ def test_churn_and_gated_pods_are_marked_to_stay_unbound():
     assert wl.violations([bind(wl.pod("t", 0, "x", 2), "churn-node-000000")], nodes_of(wl, 2))
 
 
+def test_the_ceilings_placements_go_unchecked_but_their_held_gated_pods_do_not(tmp_path):
+    """kube-minimal and the bare binder decide nothing: a pod where the workload forbids it, or a
+    churn pod that fits nowhere bound by kube-minimal, fails the decision-makers' checks only."""
+    wl = tp.WORKLOADS["Unschedulable"]
+    nodes = nodes_of(wl, 2)
+    measured = bind(wl.pod("t", 0, "x", 2), "churn-node-000000")  # not one of the workload's nodes
+    churn = bind(wl.churn_objects(0, "x")[0][1], "node-00000")  # 9 cpu on a node of 4
+    plan = tp.RunPlan(wl, 2, 1, 0, 0, tmp_path)
+    watch = object.__new__(tp.PodWatch)
+    watch.node, watch.rebound = {"t-000000": "churn-node-000000"}, []
+    proc = tp.Proc(0, tmp_path / "none.log", lambda: None)
+    events = [{"regarding": {"name": "t-000000"}}]
+
+    def check(which, pods):
+        return tp.check_run(which, plan, watch, ["t-000000"], pods, nodes, events, "", proc)
+
+    for ceiling in (tp.KUBE_MIN, tp.CEILING):
+        assert check(ceiling, [measured, churn])["bound"] == 1
+    with pytest.raises(tp.BenchError, match="fit nowhere or are gated"):
+        check(tp.KUBE_SAME, [measured, churn])
+    with pytest.raises(tp.BenchError, match="not one of the workload's nodes"):
+        check(tp.OURS, [measured])
+    gated = bind(tp.WORKLOADS["SchedulingGatedPods"].gated_pod(0, "x"), "node-00001")
+    with pytest.raises(tp.BenchError, match="fit nowhere or are gated"):
+        check(tp.KUBE_MIN, [measured, gated])
+
+
 def result(**over):
     run = {"pods_per_s": 100.0, "startup_s": 1.5, "cpu_ms_per_pod": 2.0, "cpu_ms_per_pod_run": 3.0,
            "other_cores_in_window": 0.1}
@@ -177,11 +204,11 @@ def test_table_columns_follow_the_schedulers_that_ran(tmp_path):
     assert table.load(tmp_path / "out.txt")["commit"] == "abc1234"
 
 
-def test_the_minimal_kube_profile_keeps_only_the_queue_sort_and_the_binder():
+def test_the_minimal_kube_profile_keeps_only_the_queue_sort_the_gates_and_the_binder():
     profile = yaml.safe_load(tp.minimal_config())["profiles"][0]
     assert profile["schedulerName"] == tp.SCHEDULER_NAME[tp.KUBE_MIN] == "default-scheduler"
     mp = profile["plugins"]["multiPoint"]
-    assert mp["enabled"] == [{"name": "PrioritySort"}, {"name": "DefaultBinder"}]
+    assert mp["enabled"] == [{"name": "PrioritySort"}, {"name": "SchedulingGates"}, {"name": "DefaultBinder"}]
     assert mp["disabled"] == [{"name": "*"}] and "pluginConfig" not in profile
 
 
