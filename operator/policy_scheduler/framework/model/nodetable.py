@@ -106,6 +106,7 @@ class NodeTable:
         cap = max(capacity, 1)
         self.allocatable = np.zeros((cap, len(self.resources)), dtype=np.int64)
         self.requested = np.zeros((cap, len(self.resources)), dtype=np.int64)
+        self._room: tuple[np.ndarray, np.ndarray] | None = None  # the wider arrays of _widen
         self.nonzero = np.zeros((cap, 2), dtype=np.int64)
         self.unschedulable = np.zeros(cap, dtype=bool)
         # pods
@@ -150,6 +151,7 @@ class NodeTable:
         u = np.zeros(new, dtype=bool)
         u[: self.n] = self.unschedulable[: self.n]
         self.unschedulable = u
+        self._room = None  # the new arrays are exact: the next new column makes room anew
 
     def resource_column(self, name: str) -> int:
         """Column index of resource ``name``, adding a zero column if it is new."""
@@ -159,10 +161,24 @@ class NodeTable:
         i = len(self.resources)
         self.resources.append(name)
         self.res_index[name] = i
-        cap = self.allocatable.shape[0]
-        self.allocatable = np.hstack([self.allocatable, np.zeros((cap, 1), dtype=np.int64)])
-        self.requested = np.hstack([self.requested, np.zeros((cap, 1), dtype=np.int64)])
+        self._widen(i + 1)
         return i
+
+    def _widen(self, cols: int) -> None:
+        """``allocatable`` and ``requested`` to ``cols`` columns, as views of wider arrays whose
+        width doubles when full: a cluster with a resource of its own per node (scheduler_perf's
+        ExtendedResource, device plugins) adds its columns in linear time, not by copying both
+        arrays once per new column. The room is reused only while this table's arrays are views
+        of it (an overlay's or a regrown copy allocates room of its own)."""
+        room = self._room
+        if (room is None or room[0].shape[1] < cols or self.allocatable.base is not room[0]
+                or self.requested.base is not room[1]):
+            rows, have = self.allocatable.shape
+            wide = max(cols, 2 * have)
+            room = (np.zeros((rows, wide), dtype=np.int64), np.zeros((rows, wide), dtype=np.int64))
+            room[0][:, :have], room[1][:, :have] = self.allocatable, self.requested
+            self._room = room
+        self.allocatable, self.requested = room[0][:, :cols], room[1][:, :cols]
 
     def request_vector(self, pod: PodInfo) -> np.ndarray:
         """The pod's true requests as a vector aligned with the resource columns (pods column = 1)."""
