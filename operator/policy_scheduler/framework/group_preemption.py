@@ -198,9 +198,24 @@ def pod_group_post_filter(cycle: GroupCycleRunner, res: GroupResult, pods: Seque
         for p, node, assumed in reversed(removed.pop(id(v), [])):
             nodes.add_pod(p, node, assumed=assumed)
 
+    def take_off_all(vs: list[Victim]) -> None:
+        """take_off for each of ``vs``, the table's counts changed once (NodeTable.remove_pods)."""
+        keys: list[str] = []
+        seen: set[str] = set()
+        for v in vs:
+            out = removed.setdefault(id(v), [])
+            for p in v.pods:
+                key = p.key
+                node = nodes.pod_node.get(key)
+                if node is not None and key not in seen:
+                    seen.add(key)
+                    out.append((p, node, key in nodes.assumed))
+                    keys.append(key)
+        nodes.remove_pods(keys)
+
+    spared: list[list[tuple[PodInfo, str, bool]]] = []  # victims spared, not put back yet
     try:
-        for v in potential:
-            take_off(v)
+        take_off_all(potential)
         again = cycle.run(info, list(pods))
         if not again.status.is_success:
             st = again.status
@@ -217,9 +232,12 @@ def pod_group_post_filter(cycle: GroupCycleRunner, res: GroupResult, pods: Seque
         member_nodes = {node for _, node in proposed}
         fits_now = False  # the proposed members are known to pass on the table as it is now
         for v, violate_count in [*violating, *((v, 0) for v in others)]:
+            if fits_now and local and not any(node in member_nodes for _, node, _ in removed.get(id(v), ())):
+                # spared: no member's verdict can have changed, and none reads its nodes: it goes
+                # back with the others at the end, before the victims kept (the order it had)
+                spared.append(removed.pop(id(v), []))
+                continue
             put_back(v)
-            if fits_now and local and not any(nodes.pod_node.get(p.key) in member_nodes for p in v.pods):
-                continue  # spared: no member's verdict can have changed
             if _fits(nodes, proposed, node_filter):
                 fits_now = True
                 continue  # spared
@@ -231,10 +249,14 @@ def pod_group_post_filter(cycle: GroupCycleRunner, res: GroupResult, pods: Seque
         st = GroupStatus(Code.SUCCESS, [PREFIX + f"found a placement for podgroup, preempting {len(victims)} victims"])
         return GroupPreemption(st, {p.key: node for p, node in proposed}, victims, n_violations,
                                sum(1 for v in keep if v.group))
-    finally:
-        for pods_off in removed.values():
-            for p, node, assumed in reversed(pods_off):
+    finally:  # what is still off goes back, in the order taken off, victim by victim
+        back = [t for pods_off in [*spared, *removed.values()] for t in reversed(pods_off)]
+        nodes.add_pods([(p, node) for p, node, _ in back])
+        for p, node, assumed in back:
+            if node not in nodes.index:  # an orphan (add_pods adds pods of known nodes only)
                 nodes.add_pod(p, node, assumed=assumed)
+            elif assumed:
+                nodes.assumed.add(p.key)
 
 
 def filter_victims_with_pdb_violation(victims: Sequence[Victim], pdbs: Sequence[PDB]) \
@@ -299,8 +321,7 @@ def _fits(nodes: NodeTable, proposed: list[tuple[PodInfo, str]], node_filter) ->
             try:
                 ok = node_filter(pod, nodes, row).is_success
             finally:
-                for key in reversed(extra):
-                    nodes.remove_pod(key)
+                nodes.remove_pods(extra)
             if not ok:
                 return False
             assumed = copy.copy(pod)

@@ -485,8 +485,7 @@ def preempt(pod: PodInfo, nodes: NodeTable, statuses: Any, pdbs: Sequence[PDB], 
         candidates, tried_statuses, errors, tried = dry_run(pod, nodes, potential, pdbs, offset, wanted, node_filter,
                                                             fast, by_fit)
     finally:
-        for key in added:
-            nodes.remove_pod(key)
+        nodes.remove_pods(added)
     if not candidates:
         if errors:
             return PreemptionResult(Status(Code.ERROR, (", ".join(e.message() for e in errors),)), dry_runs=tried)

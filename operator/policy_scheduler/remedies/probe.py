@@ -175,8 +175,7 @@ class Probe:
                         v.first[row] = Status(code, tuple(r for r, m in out if m[row]), p.NAME)
             return v
         finally:
-            for key in added:
-                table.remove_pod(key)
+            table.remove_pods(added)
 
     def feasible(self, pod: PodInfo, table: NodeTable | None = None) -> np.ndarray:
         """The rows ``pod`` passes PreFilter and every Filter on (empty on any rejection or error)."""
@@ -204,8 +203,7 @@ class Probe:
                 rows = rows[np.asarray(res.passed, dtype=bool)]
             return rows
         finally:
-            for key in added:
-                table.remove_pod(key)
+            table.remove_pods(added)
 
     def place(self, pod: PodInfo, table: NodeTable | None = None) -> Decision:
         """The pod's cycle without PostFilter, the round-robin start put back."""

@@ -103,8 +103,7 @@ def _filter_verdicts(chain, state: CycleState, pod: PodInfo, table, row: int, no
                 out[p.NAME] = "; ".join(reasons) or "rejected"
                 verdict = f"rejected by {p.NAME}"
     finally:
-        for key in added:
-            table.remove_pod(key)
+        table.remove_pods(added)
     return out, verdict
 
 

@@ -119,3 +119,27 @@ def test_a_plugin_may_say_it_is_node_local_coscheduling_for_pods_outside_its_gro
     chain = SimpleNamespace(pre_filter=[cos], filter=[], plugin=lambda n: cos)
     assert gp._node_local(chain, [plain], v)
     assert not gp._node_local(chain, [plain, labelled], v)
+
+
+def test_the_table_holds_what_it_held_before_the_group_post_filter(monkeypatch):
+    """The victims taken off for the dry run (in one step), those spared by the shortcut (put back
+    at the end) and those kept all go back: the counts and the pods of every node are as before."""
+    seen = []
+    real = gp.pod_group_post_filter
+
+    def state(nodes):
+        return (nodes.requested[:nodes.n].tolist(), nodes.nonzero[:nodes.n].tolist(),
+                [sorted(nodes.pods[r]) for r in range(nodes.n)], dict(nodes.pod_node), set(nodes.assumed))
+
+    def checking(cycle, *a, **k):
+        before = state(cycle.nodes)
+        out = real(cycle, *a, **k)
+        seen.append((before, state(cycle.nodes), len(out.victims)))
+        return out
+
+    from policy_scheduler.plugins import default_preemption
+    monkeypatch.setattr(default_preemption, "pod_group_post_filter", checking)
+    deleted = _run(monkeypatch, local=True)[0]
+    assert seen and seen[0][2] == len(deleted) == 9
+    for before, after, _ in seen:
+        assert after == before

@@ -287,12 +287,4 @@ def add_nominated(nominator: Nominator | None, pod: PodInfo, nodes: NodeTable, o
     a pod group's reprieve check, one member on one node at a time)."""
     if not nominator:
         return []
-    added = []
-    for p, node in nominator.pods_for(pod):
-        if only is not None and node != only:
-            continue
-        if p.key in nodes.pod_node or node not in nodes.index:
-            continue  # bound (or assumed) already, or the node is gone
-        nodes.add_pod(p, node)
-        added.append(p.key)
-    return added
+    return nodes.add_pods(nominator.pods_for(pod, only))

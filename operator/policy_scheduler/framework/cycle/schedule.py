@@ -255,8 +255,7 @@ def schedule_one(chain: Chain, pod: PodInfo, nodes: NodeTable, rng: random.Rando
         st = cycle_failed("scheduling", e)
         return Decision(pod.key, None, st, n_all, message=st.message(), duration=time.perf_counter() - start)
     finally:
-        for key in added:
-            nodes.remove_pod(key)
+        nodes.remove_pods(added)
 
 
 def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
@@ -273,8 +272,7 @@ def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
     if pod.nominated_node_name:
         row = timed(cycle.rec, FILTER, cycle.evaluate_nominated_node, candidates)
         if row is not None:
-            for key in added:  # nominated pods count for filtering only
-                nodes.remove_pod(key)
+            nodes.remove_pods(added)  # nominated pods count for filtering only
             added.clear()
             top = [NodeScore(nodes.names[row], 0)]
             describe_top(chain, state, pod, nodes, top, np.array([row], dtype=np.int64))
@@ -284,8 +282,7 @@ def _schedule(cycle: _Cycle, added: list[str], start: float) -> Decision:
     scan = timed(cycle.rec, FILTER, cycle.find_feasible_nodes, candidates, narrowing)
     feasible = scan.feasible
     if len(feasible) or not post_filters:
-        for key in added:
-            nodes.remove_pod(key)
+        nodes.remove_pods(added)
         added.clear()
     # else the nominated pods stay counted through PostFilter, whose dry run counts the same ones
     # (upstream SelectVictimsOnNode filters with them); schedule_one takes them out afterwards
@@ -335,8 +332,7 @@ def _pre_filter_rejected(cycle: _Cycle, rejection: Abort, added: list[str], star
         # them out afterwards
         post_msg, nominated = cycle.post_filter(NodeToStatus({}, st))
     else:
-        for key in added:
-            nodes.remove_pod(key)
+        nodes.remove_pods(added)
         added.clear()
     msg = fit_error_message(n_all, {}, st.message(), post_msg)
     # upstream's UnschedulablePlugins: the rejecting plugin (Diagnosis.AddPluginStatus), with the

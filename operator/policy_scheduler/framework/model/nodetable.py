@@ -12,17 +12,14 @@ column is the pod count. ``nonzero`` holds cpu/memory requested with the scoring
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from .bounded import BoundedCache
+from .nodespec import MAX_DECLARED_FEATURES, NodeSpec, declared_features  # noqa: F401 (also imported from here)
 from .nodetree import NodeTree
 from .podinfo import AffinityTerm, PodInfo, WeightedAffinityTerm
-from .quantity import QuantityError, resource_value
-from .taints import Taint
 
 CPU, MEMORY, EPHEMERAL, PODS = 0, 1, 2, 3
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
@@ -33,64 +30,8 @@ TopologyPair = tuple[str, str]  # (topology key, the node's value of that label)
 # keys come from pod content (selector values, terms, tolerations, topology keys), so what a
 # tenant can add to the operator's memory through it is at most this much.
 MASK_CACHE_BYTES = 64 << 20
-# status.declaredFeatures kept per node: at most this many names (the kubelet declares a few of
-# its registry's), each at most MAX_FEATURE_NAME long (the API's limit); the rest are dropped
-MAX_DECLARED_FEATURES = 128
-MAX_FEATURE_NAME = 253
-
-
-def declared_features(status: Mapping[str, Any]) -> frozenset[str]:
-    """A node's ``status.declaredFeatures``: the strings of the list (anything else, or a list
-    that is not one, counts as none), bounded as above; names interned (every node has the same)."""
-    v = status.get("declaredFeatures") if isinstance(status, Mapping) else None
-    if not isinstance(v, list):
-        return frozenset()
-    names = (sys.intern(f) for f in v if isinstance(f, str) and len(f) <= MAX_FEATURE_NAME)
-    out: set[str] = set()
-    for f in names:
-        out.add(f)
-        if len(out) >= MAX_DECLARED_FEATURES:
-            break
-    return frozenset(out)
-
-
-@dataclass(slots=True)
-class NodeSpec:
-    """The scheduler-relevant parts of a v1.Node."""
-
-    name: str
-    labels: dict[str, str] = field(default_factory=dict)
-    taints: tuple[Taint, ...] = ()
-    unschedulable: bool = False
-    allocatable: dict[str, int] = field(default_factory=dict)
-    images: dict[str, int] = field(default_factory=dict)  # every image name -> size in bytes
-    declared_features: frozenset[str] = frozenset()  # status.declaredFeatures (NodeDeclaredFeatures)
-
-    @classmethod
-    def from_dict(cls, node: Mapping[str, Any]) -> "NodeSpec":
-        meta = node.get("metadata") or {}
-        spec = node.get("spec") or {}
-        status = node.get("status") or {}
-        alloc: dict[str, int] = {}
-        for k, v in (status.get("allocatable") or status.get("capacity") or {}).items():
-            try:
-                alloc[k] = resource_value(k, v)
-            except QuantityError:
-                alloc[k] = 0  # an unparseable allocatable counts as none of it
-        images: dict[str, int] = {}
-        for img in status.get("images") or []:
-            size = int(img.get("sizeBytes") or 0)
-            for n in img.get("names") or []:
-                images[n] = size
-        return cls(
-            name=str(meta.get("name", "")),
-            labels=dict(meta.get("labels") or {}),
-            taints=tuple(Taint.parse(t) for t in (spec.get("taints") or [])),
-            unschedulable=bool(spec.get("unschedulable", False)),
-            allocatable=alloc,
-            images=images,
-            declared_features=declared_features(status),
-        )
+# from this many pods on, add_pods/remove_pods count them with one numpy call per array
+BULK_MIN = 8
 
 
 class NodeTable:
@@ -417,6 +358,80 @@ class NodeTable:
             self._add_to_row(pod, row)
         self.version += 1
 
+    def add_pods(self, pairs: Iterable[tuple[PodInfo, str]]) -> list[str]:
+        """``add_pod`` for each (pod, node) not in the table yet whose node is (the nominated
+        pods a cycle counts): the counts of all of them added in one numpy step per array, not a
+        scalar update each. Returns the keys added, for ``remove_pods``."""
+        fresh: list[tuple[PodInfo, str, int, str]] = []
+        seen: set[str] = set()
+        for pod, node in pairs:
+            row = self.index.get(node)
+            key = pod.key
+            if row is not None and key not in self.pod_node and key not in seen:
+                seen.add(key)
+                fresh.append((pod, key, row, node))
+        if len(fresh) < BULK_MIN:
+            for pod, _, _, node in fresh:
+                self.add_pod(pod, node)
+            return [key for _, key, _, _ in fresh]
+        self._count_rows([(pod, row) for pod, _, row, _ in fresh], 1)
+        pod_node, pods = self.pod_node, self.pods
+        for pod, key, row, node in fresh:
+            pod_node[key] = node
+            pods[row][key] = pod
+            self._row_extras(pod, row, 1)
+        self.version += 1
+        return [key for _, key, _, _ in fresh]
+
+    def remove_pods(self, keys: Iterable[str]) -> None:
+        """``remove_pod`` for each key, the counts taken out in one numpy step per array."""
+        keys = list(keys)
+        if len(keys) < BULK_MIN:
+            for key in keys:
+                self.remove_pod(key)
+            return
+        gone: list[tuple[PodInfo, int]] = []
+        for key in keys:
+            node_name = self.pod_node.pop(key, None)
+            self.assumed.discard(key)
+            if node_name is None:
+                continue
+            row = self.index.get(node_name)
+            if row is None:
+                self._orphans.get(node_name, {}).pop(key, None)
+                continue
+            pod = self.pods[row].pop(key, None)
+            if pod is not None:
+                gone.append((pod, row))
+                self._row_extras(pod, row, -1)
+        self._count_rows(gone, -1)
+        self.version += 1
+
+    def _count_rows(self, pods: list[tuple[PodInfo, int]], sign: int) -> None:
+        """Add (sign 1) or take out (-1) the requests, pod counts and non-zero requests of
+        ``pods`` on their rows, with ``np.add.at`` (rows repeat)."""
+        if not pods:
+            return
+        rows: list[int] = []
+        cols: list[int] = []
+        qty: list[int] = []
+        res_index = self.res_index
+        for pod, row in pods:
+            rows.append(row)
+            cols.append(PODS)
+            qty.append(sign)
+            for r, q in pod.requests.items():
+                col = res_index.get(r)
+                if col is None:
+                    col = self.resource_column(r)  # may widen the arrays: read them after
+                rows.append(row)
+                cols.append(col)
+                qty.append(sign * q)
+        np.add.at(self.requested, (rows, cols), qty)
+        at = [row for _, row in pods]
+        np.add.at(self.nonzero, (at, [0] * len(at)), [sign * p.nonzero_cpu for p, _ in pods])
+        np.add.at(self.nonzero, (at, [1] * len(at)), [sign * p.nonzero_memory for p, _ in pods])
+
     def _add_to_row(self, pod: PodInfo, row: int, sign: int = 1) -> None:
         if sign > 0:
             self.pods[row][pod.key] = pod
@@ -430,6 +445,10 @@ class NodeTable:
         self.requested[row, PODS] += sign
         self.nonzero[row, 0] += sign * pod.nonzero_cpu
         self.nonzero[row, 1] += sign * pod.nonzero_memory
+        self._row_extras(pod, row, sign)
+
+    def _row_extras(self, pod: PodInfo, row: int, sign: int) -> None:
+        """What a pod adds to its row besides the counts: host ports, volumes, affinity terms."""
         ports = self.used_ports[row]
         for p in pod.host_ports:
             c = ports.get(p, 0) + sign

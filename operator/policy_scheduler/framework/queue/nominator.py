@@ -13,14 +13,31 @@ class Nominator:
     def __init__(self) -> None:
         self._node_of: dict[str, str] = {}  # pod key -> nominated node
         self._pods: dict[str, PodInfo] = {}  # pod key -> the pod
+        self._on: dict[str, dict[str, PodInfo]] = {}  # node -> pod key -> the pod nominated there
 
     def add(self, pod: PodInfo, node: str) -> None:
-        self._node_of[pod.key] = node
-        self._pods[pod.key] = pod
+        key = pod.key
+        was = self._node_of.get(key)
+        if was is not None and was != node:
+            self._drop(key, was)
+        self._node_of[key] = node
+        self._pods[key] = pod
+        self._on.setdefault(node, {})[key] = pod
 
     def remove(self, key: str) -> bool:
         self._pods.pop(key, None)
-        return self._node_of.pop(key, None) is not None
+        node = self._node_of.pop(key, None)
+        if node is None:
+            return False
+        self._drop(key, node)
+        return True
+
+    def _drop(self, key: str, node: str) -> None:
+        on = self._on.get(node)
+        if on is not None:
+            on.pop(key, None)
+            if not on:
+                del self._on[node]
 
     def node_of(self, key: str) -> str | None:
         return self._node_of.get(key)
@@ -31,11 +48,14 @@ class Nominator:
     def __bool__(self) -> bool:
         return bool(self._node_of)
 
-    def pods_for(self, pod: PodInfo) -> list[tuple[PodInfo, str]]:
+    def pods_for(self, pod: PodInfo, node: str | None = None) -> list[tuple[PodInfo, str]]:
         """The nominated pods that count while ``pod`` is scheduled: every other one whose
-        priority is at least ``pod``'s, with its node."""
-        return [(p, self._node_of[k]) for k, p in self._pods.items()
-                if k != pod.key and p.priority >= pod.priority]
+        priority is at least ``pod``'s, with its node (``node``: those nominated to it alone)."""
+        key, prio = pod.key, pod.priority
+        if node is not None:
+            return [(p, node) for k, p in self._on.get(node, {}).items() if k != key and p.priority >= prio]
+        node_of = self._node_of
+        return [(p, node_of[k]) for k, p in self._pods.items() if k != key and p.priority >= prio]
 
     def nominated_pods(self, node: str) -> list[PodInfo]:
-        return [self._pods[k] for k, n in self._node_of.items() if n == node]
+        return list(self._on.get(node, {}).values())

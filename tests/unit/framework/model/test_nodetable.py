@@ -494,3 +494,66 @@ def test_term_index_equals_a_recount_after_random_changes():
         else:
             t.remove_node(rng.choice(names))
         assert term_index(t) == brute_term_index(t), step
+
+
+def table_state(t: NodeTable):
+    """What a table holds, comparable between two tables built the same way."""
+    cols = sorted(t.res_index)
+    return {"requested": {(name, c): int(t.requested[t.index[name], t.res_index[c]]) for name in t.names for c in cols},
+            "nonzero": {name: tuple(int(v) for v in t.nonzero[t.index[name]]) for name in t.names},
+            "pods": {name: list(t.pods[t.index[name]]) for name in t.names},
+            "ports": {name: dict(t.used_ports[t.index[name]]) for name in t.names},
+            "pod_node": dict(t.pod_node), "terms": term_index(t),
+            "affinity": {name: list(t.pods_with_affinity[t.index[name]]) for name in t.names}}
+
+
+def test_add_pods_and_remove_pods_count_what_add_pod_and_remove_pod_count():
+    """The bulk path (one numpy call per array, for the nominated pods a cycle counts) leaves the
+    table as the pod-at-a-time path does: counts, a resource first seen in the batch, host
+    ports, affinity terms; pods already in the table, repeated or on unknown nodes are skipped."""
+    def build():
+        t = NodeTable()
+        for i in range(4):
+            t.upsert_node(node(f"n{i}", {"zone": f"z{i % 2}"}))
+        t.add_pod(pod("bound", {"cpu": "1"}), "n0")
+        return t
+
+    batch = []
+    for i in range(20):
+        req = {"cpu": f"{100 + i}m", "memory": f"{i + 1}Mi"}
+        if i % 5 == 0:
+            req["example.com/gpu"] = "1"  # a column the table does not have yet
+        batch.append((pod(f"p{i}", req, ports=[{"containerPort": 80, "hostPort": 8000 + i % 2}] if i % 3 == 0 else None,
+                          affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                              anti_term("zone", "web")]}} if i % 4 == 0 else None), f"n{i % 4}"))
+    batch += [(batch[0][0], "n1"), (pod("bound", {"cpu": "2"}), "n1"), (pod("nowhere", {"cpu": "1"}), "gone")]
+    bulk, one = build(), build()
+    before = table_state(one)
+    v0 = bulk.version
+    added = bulk.add_pods(batch)
+    assert added == [f"default/p{i}" for i in range(20)]
+    for p, n in batch[:20]:
+        one.add_pod(p, n)
+    assert bulk.version > v0
+    assert table_state(bulk) == table_state(one)
+    assert bulk.requested[:bulk.n, bulk.res_index["example.com/gpu"]].tolist() == [1, 1, 1, 1]
+    check_consistent(bulk)
+    v1 = bulk.version
+    bulk.remove_pods(added + ["default/p0", "default/unknown"])
+    for key in added:
+        one.remove_pod(key)
+    assert bulk.version > v1
+    assert table_state(bulk) == table_state(one)
+    after = table_state(bulk)
+    assert {k: v for k, v in after["requested"].items() if k[1] != "example.com/gpu"} == before["requested"]
+    assert after["pods"] == before["pods"] and after["terms"] == before["terms"] and after["ports"] == before["ports"]
+    check_consistent(bulk)
+
+
+def test_add_pods_below_the_bulk_size_adds_them_one_by_one():
+    t = NodeTable()
+    t.upsert_node(node("a"))
+    assert t.add_pods([(pod("p", {"cpu": "1"}), "a"), (pod("q", {"cpu": "1"}), "b")]) == ["default/p"]
+    assert t.requested[0, CPU] == 1000
+    t.remove_pods(["default/p"])
+    assert t.requested[0, CPU] == 0 and t.pod_node == {}
