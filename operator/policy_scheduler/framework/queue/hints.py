@@ -71,6 +71,8 @@ class Hints:
         self._pseudo = pseudo
         # (id of a chain's PreEnqueue plugins, gating plugin) -> (those plugins, gating one first)
         self._orders: dict[tuple[int, str], tuple[Sequence[Any], list[Any]]] = {}
+        # (id of a chain's PreEnqueue plugins, name) -> (those plugins, the one of that name)
+        self._named: dict[tuple[int, str], tuple[Sequence[Any], Any]] = {}
 
     def _registrations(self, qpi: QueuedPodInfo, plugin: str) -> Sequence[ClusterEventWithHint]:
         regs = self._profile(qpi.policy).events.get(plugin)
@@ -117,15 +119,27 @@ class Hints:
         gating = qpi.gating_plugin
         if gating is None:
             return False
-        for p in self._profile(qpi.policy).pre_enqueue:
-            if p.NAME != gating:
-                continue
-            try:
-                st = call(NOOP, p.NAME, PRE_ENQUEUE, PRE_ENQUEUE, status_code, p.pre_enqueue, qpi.pod, log_key=qpi.key)
-            except Abort as a:
-                st = a.status
-            return not st.is_success and st.message() == qpi.gating_message
-        return False
+        p = self._plugin(self._profile(qpi.policy).pre_enqueue, gating)
+        if p is None:
+            return False
+        try:
+            st = call(NOOP, gating, PRE_ENQUEUE, PRE_ENQUEUE, status_code, p.pre_enqueue, qpi.pod, log_key=qpi.key)
+        except Abort as a:
+            st = a.status
+        return not st.is_success and st.message() == qpi.gating_message
+
+    def _plugin(self, plugins: Sequence[Any], name: str) -> Any:
+        """The PreEnqueue plugin of ``plugins`` named ``name`` (None if none), kept per chain
+        and name: a gated pod is checked on every event its gate registered."""
+        k = (id(plugins), name)
+        hit = self._named.get(k)
+        if hit is not None and hit[0] is plugins:
+            return hit[1]
+        if len(self._named) > 256:
+            self._named.clear()
+        found = next((p for p in plugins if p.NAME == name), None)
+        self._named[k] = (plugins, found)
+        return found
 
     def _matching(self, qpi: QueuedPodInfo, plugin: str, event: ClusterEvent,
                   cache: dict | None) -> Sequence[ClusterEventWithHint]:
@@ -144,9 +158,10 @@ class Hints:
         """upstream isPodWorthRequeuing: only the hints of the plugins that rejected the pod,
         for events they registered, count. No rejector: after backoff. A wildcard event: after
         backoff. A QUEUE from a Pending plugin: immediately."""
-        rejectors = qpi.unschedulable_plugins | qpi.pending_plugins
-        if not rejectors or event.is_wildcard:
+        unschedulable, pending = qpi.unschedulable_plugins, qpi.pending_plugins
+        if (not unschedulable and not pending) or event.is_wildcard:
             return AFTER_BACKOFF
+        rejectors = unschedulable | pending if pending else unschedulable
         result = SKIP
         pod = qpi.pod
         for plugin in rejectors:
