@@ -32,6 +32,7 @@ TopologyPair = tuple[str, str]  # (topology key, the node's value of that label)
 MASK_CACHE_BYTES = 64 << 20
 # from this many pods on, add_pods/remove_pods count them with one numpy call per array
 BULK_MIN = 8
+REQUEST_COLS_KEPT = 256
 
 
 class NodeTable:
@@ -74,6 +75,8 @@ class NodeTable:
         # label index and cached masks (LRU within a byte budget: keys come from pod content)
         self._label_index: dict[str, dict[str, set[str]]] = {}
         self._mask_cache = BoundedCache(mask_cache_bytes)
+        # resource names of a pod's requests, in order -> their columns (_count_rows)
+        self._request_cols: dict[tuple[str, ...], tuple[int, ...]] = {}
         self._none: np.ndarray = _read_only(np.zeros(0, dtype=bool))  # the shared all-False mask
         self.version = 0  # bumps on every change
         self.node_version = 0  # bumps when the node set, labels or taints change
@@ -412,25 +415,38 @@ class NodeTable:
         ``pods`` on their rows, with ``np.add.at`` (rows repeat)."""
         if not pods:
             return
-        rows: list[int] = []
+        at: list[int] = []
+        per: list[int] = []  # how many requests each pod has
         cols: list[int] = []
         qty: list[int] = []
-        res_index = self.res_index
+        nz: list[tuple[int, int]] = []
+        known = self._request_cols
         for pod, row in pods:
-            rows.append(row)
-            cols.append(PODS)
-            qty.append(sign)
-            for r, q in pod.requests.items():
-                col = res_index.get(r)
-                if col is None:
-                    col = self.resource_column(r)  # may widen the arrays: read them after
-                rows.append(row)
-                cols.append(col)
-                qty.append(sign * q)
-        np.add.at(self.requested, (rows, cols), qty)
-        at = [row for _, row in pods]
-        np.add.at(self.nonzero, (at, [0] * len(at)), [sign * p.nonzero_cpu for p, _ in pods])
-        np.add.at(self.nonzero, (at, [1] * len(at)), [sign * p.nonzero_memory for p, _ in pods])
+            req = pod.requests
+            names = tuple(req)
+            cs = known.get(names)
+            if cs is None:
+                cs = self._cols_of(names)  # may widen the arrays: read them after
+            at.append(row)
+            per.append(len(cs))
+            cols.extend(cs)
+            qty.extend(req.values())
+            nz.append((pod.nonzero_cpu, pod.nonzero_memory))
+        q = np.array(qty, dtype=np.int64)
+        np.add.at(self.requested, (np.repeat(at, per), cols), q if sign > 0 else -q)
+        np.add.at(self.requested[:, PODS], at, sign)
+        n = np.array(nz, dtype=np.int64)
+        np.add.at(self.nonzero, at, n if sign > 0 else -n)
+
+    def _cols_of(self, names: tuple[str, ...]) -> tuple[int, ...]:
+        """The columns of these resource names, in order (new ones added), remembered for the
+        next pod with the same names; at most REQUEST_COLS_KEPT such lists (they come from pod
+        specs: a tenant's choice)."""
+        cs = tuple(self.resource_column(r) for r in names)
+        if len(self._request_cols) >= REQUEST_COLS_KEPT:
+            self._request_cols.clear()
+        self._request_cols[names] = cs
+        return cs
 
     def _add_to_row(self, pod: PodInfo, row: int, sign: int = 1) -> None:
         if sign > 0:
