@@ -69,10 +69,9 @@ class Hints:
                  pseudo: Mapping[str, Sequence[ClusterEventWithHint]]) -> None:
         self._profile = profile
         self._pseudo = pseudo
-        # (id of a chain's PreEnqueue plugins, gating plugin) -> (those plugins, gating one first)
-        self._orders: dict[tuple[int, str], tuple[Sequence[Any], list[Any]]] = {}
-        # (id of a chain's PreEnqueue plugins, name) -> (those plugins, the one of that name)
-        self._named: dict[tuple[int, str], tuple[Sequence[Any], Any]] = {}
+        # (what, id of a chain's PreEnqueue plugins, plugin name) -> (those plugins, the answer):
+        # "first", those plugins with that one first; "named", that plugin (None if none)
+        self._per_chain: dict[tuple[str, int, str], tuple[Sequence[Any], Any]] = {}
 
     def _registrations(self, qpi: QueuedPodInfo, plugin: str) -> Sequence[ClusterEventWithHint]:
         regs = self._profile(qpi.policy).events.get(plugin)
@@ -102,16 +101,22 @@ class Hints:
         return None
 
     def _gating_first(self, plugins: Sequence[Any], gating: str) -> Sequence[Any]:
-        """``plugins`` with the one named ``gating`` first (kept per chain and plugin)."""
-        k = (id(plugins), gating)
-        hit = self._orders.get(k)
+        """``plugins`` with the one named ``gating`` first."""
+        return self._chain_memo("first", plugins, gating, lambda: [p for p in plugins if p.NAME == gating]
+                                + [p for p in plugins if p.NAME != gating])
+
+    def _chain_memo(self, what: str, plugins: Sequence[Any], name: str, build: Callable[[], Any]) -> Any:
+        """``build()``, kept per chain's PreEnqueue plugins and plugin name (a gated pod is
+        checked on every event its gate registered); at most 256 kept."""
+        k = (what, id(plugins), name)
+        hit = self._per_chain.get(k)
         if hit is not None and hit[0] is plugins:
             return hit[1]
-        if len(self._orders) > 256:
-            self._orders.clear()
-        order = [p for p in plugins if p.NAME == gating] + [p for p in plugins if p.NAME != gating]
-        self._orders[k] = (plugins, order)
-        return order
+        if len(self._per_chain) > 256:
+            self._per_chain.clear()
+        out = build()
+        self._per_chain[k] = (plugins, out)
+        return out
 
     def still_gated(self, qpi: QueuedPodInfo) -> bool:
         """The plugin that gates ``qpi`` still rejects it, with the same message: running
@@ -129,17 +134,8 @@ class Hints:
         return not st.is_success and st.message() == qpi.gating_message
 
     def _plugin(self, plugins: Sequence[Any], name: str) -> Any:
-        """The PreEnqueue plugin of ``plugins`` named ``name`` (None if none), kept per chain
-        and name: a gated pod is checked on every event its gate registered."""
-        k = (id(plugins), name)
-        hit = self._named.get(k)
-        if hit is not None and hit[0] is plugins:
-            return hit[1]
-        if len(self._named) > 256:
-            self._named.clear()
-        found = next((p for p in plugins if p.NAME == name), None)
-        self._named[k] = (plugins, found)
-        return found
+        """The PreEnqueue plugin of ``plugins`` named ``name`` (None if none)."""
+        return self._chain_memo("named", plugins, name, lambda: next((p for p in plugins if p.NAME == name), None))
 
     def _matching(self, qpi: QueuedPodInfo, plugin: str, event: ClusterEvent,
                   cache: dict | None) -> Sequence[ClusterEventWithHint]:
