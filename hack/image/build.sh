@@ -47,6 +47,14 @@ if [ "$BUILDER" = docker ]; then
     exec docker build "${flags[@]}" -t "$IMAGE" .
 fi
 
+# buildah and podman run the Dockerfile's RUN steps through an OCI runtime, which Debian's buildah
+# only recommends: without one every RUN fails ("did not get container create message from
+# subprocess: EOF"). runc, installed when neither it nor crun is here.
+if ! command -v runc >/dev/null && ! command -v crun >/dev/null; then
+    bash "$REPO_ROOT/hack/ensure-deb.sh" runc runc \
+        || die "$BUILDER needs an OCI runtime to run the Dockerfile's RUN steps: install runc or crun"
+fi
+
 # buildah and podman share containers-storage: an image one of them has, the other sees.
 have() { "$BUILDER" image exists "$1" 2>/dev/null || buildah inspect --type image "$1" >/dev/null 2>&1; }
 if [ "$BASE" = auto ]; then
