@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .bounded import BoundedCache
+from .nodelabels import MASK_CACHE_BYTES, NodeLabels
 from .nodespec import MAX_DECLARED_FEATURES, NodeSpec, declared_features  # noqa: F401 (also imported from here)
 from .nodetree import NodeTree
 from .podinfo import AffinityTerm, PodInfo, WeightedAffinityTerm
@@ -26,16 +26,12 @@ BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 
 TopologyPair = tuple[str, str]  # (topology key, the node's value of that label)
 
-# Byte budget of the memo of masks and columns (``cached``, ``label_mask``, ``label_column``): its
-# keys come from pod content (selector values, terms, tolerations, topology keys), so what a
-# tenant can add to the operator's memory through it is at most this much.
-MASK_CACHE_BYTES = 64 << 20
 # from this many pods on, add_pods/remove_pods count them with one numpy call per array
 BULK_MIN = 8
 REQUEST_COLS_KEPT = 256
 
 
-class NodeTable:
+class NodeTable(NodeLabels):
     def __init__(self, capacity: int = 64, mask_cache_bytes: int = MASK_CACHE_BYTES) -> None:
         self.resources: list[str] = list(BASE_RESOURCES)
         self.res_index: dict[str, int] = {r: i for i, r in enumerate(self.resources)}
@@ -72,12 +68,9 @@ class NodeTable:
         self.preferred_affinity_terms: dict[WeightedAffinityTerm, dict[TopologyPair, int]] = {}
         self.preferred_anti_affinity_terms: dict[WeightedAffinityTerm, dict[TopologyPair, int]] = {}
         self.image_nodes: dict[str, int] = {}  # image name -> number of nodes having it
-        # label index and cached masks (LRU within a byte budget: keys come from pod content)
-        self._label_index: dict[str, dict[str, set[str]]] = {}
-        self._mask_cache = BoundedCache(mask_cache_bytes)
+        self._init_labels(mask_cache_bytes)
         # resource names of a pod's requests, in order -> their columns (_count_rows)
         self._request_cols: dict[tuple[str, ...], tuple[int, ...]] = {}
-        self._none: np.ndarray = _read_only(np.zeros(0, dtype=bool))  # the shared all-False mask
         self.version = 0  # bumps on every change
         self.node_version = 0  # bumps when the node set, labels or taints change
 
@@ -245,106 +238,6 @@ class NodeTable:
         else:
             self.image_nodes[img] = c
 
-    def _index_labels(self, spec: NodeSpec) -> None:
-        for k, v in spec.labels.items():
-            self._label_index.setdefault(k, {}).setdefault(v, set()).add(spec.name)
-
-    def _unindex_labels(self, spec: NodeSpec) -> None:
-        for k, v in spec.labels.items():
-            vals = self._label_index.get(k)
-            if vals and v in vals:
-                vals[v].discard(spec.name)
-                if not vals[v]:
-                    del vals[v]
-                if not vals:
-                    del self._label_index[k]
-
-    # ------------------------------------------------------------------ label masks
-    def label_values(self, key: str) -> dict[str, set[str]]:
-        """value -> names of the nodes carrying label ``key`` with that value."""
-        return self._label_index.get(key, {})
-
-    def no_nodes(self) -> np.ndarray:
-        """The shared read-only all-False mask over rows ``0..n-1`` (what a label no node carries
-        matches): one array per node count, never one per value."""
-        if len(self._none) != self.n:
-            self._none = _read_only(np.zeros(self.n, dtype=bool))
-        return self._none
-
-    def label_mask(self, key: str, value: str | None = None) -> np.ndarray:
-        """Boolean mask over rows ``0..n-1``: nodes having label ``key`` (with ``value`` if given).
-        Cached until the node set or any node's labels change; do not modify the result. A key or
-        value no node carries costs a dict lookup and returns ``no_nodes()``: nothing is cached
-        for it, so only values some node has are ever kept (a bound set by the nodes)."""
-        vals = self._label_index.get(key)
-        if vals is None:
-            return self.no_nodes()
-        groups: Iterable[set[str]] = vals.values()
-        if value is not None:
-            names = vals.get(value)
-            if names is None:
-                return self.no_nodes()
-            groups = (names,)
-        ck = ("label", key, value)
-        m = self._mask_cache.get(ck)
-        if m is not None:
-            return m
-        m = np.zeros(self.n, dtype=bool)
-        index = self.index
-        for group in groups:
-            for nm in group:
-                m[index[nm]] = True
-        self._mask_cache.put(ck, m, m.nbytes + 200 + len(key) + len(value or ""))
-        return m
-
-    def values_mask(self, key: str, values: Iterable[str]) -> np.ndarray:
-        """Mask of the nodes whose label ``key`` is one of ``values`` (a requirement's ``In``),
-        built from the label index: a value no node carries costs a set lookup, and no mask is
-        kept per value (only ``label_mask``'s for a single value some node carries). Do not
-        modify the result."""
-        vals = self._label_index.get(key)
-        if vals is None:
-            return self.no_nodes()
-        hit = [v for v in values if v in vals]
-        if not hit:
-            return self.no_nodes()
-        if len(hit) == 1:
-            return self.label_mask(key, hit[0])
-        m = np.zeros(self.n, dtype=bool)
-        index = self.index
-        for v in set(hit):
-            for nm in vals[v]:
-                m[index[nm]] = True
-        return m
-
-    def label_column(self, key: str) -> list[str | None]:
-        """Per row, the value of label ``key`` or None. Cached like ``label_mask`` (a key no node
-        has is not cached)."""
-        vals = self._label_index.get(key)
-        if vals is None:
-            return [None] * self.n
-        ck = ("col", key)
-        c = self._mask_cache.get(ck)
-        if c is not None:
-            return c
-        col: list[str | None] = [None] * self.n
-        index = self.index
-        for v, names in vals.items():
-            for nm in names:
-                col[index[nm]] = v
-        # the strings are the nodes' own: the list is what the entry adds
-        self._mask_cache.put(ck, col, 8 * self.n + 200 + len(key))
-        return col
-
-    def cached(self, key: tuple, build) -> Any:
-        """Memoize ``build()`` until the node set, labels or taints change (for plugin masks), in
-        the byte-bounded LRU: an evicted or too large result is built again when next asked."""
-        return self._mask_cache.get_or_build(key, build)
-
-    def mask_cache_stats(self) -> dict[str, int]:
-        """bytes, entries, budget, evictions, uncached of the mask memo (read by the metrics)."""
-        return self._mask_cache.stats()
-
     # ------------------------------------------------------------------ pods
     def add_pod(self, pod: PodInfo, node_name: str, assumed: bool = False) -> None:
         """Account a pod bound (or assumed) to ``node_name``. Re-adding replaces the old copy."""
@@ -395,16 +288,8 @@ class NodeTable:
             return
         gone: list[tuple[PodInfo, int]] = []
         for key in keys:
-            node_name = self.pod_node.pop(key, None)
-            self.assumed.discard(key)
-            if node_name is None:
-                continue
-            row = self.index.get(node_name)
-            if row is None:
-                self._orphans.get(node_name, {}).pop(key, None)
-                continue
-            pod = self.pods[row].pop(key, None)
-            if pod is not None:
+            pod, row = self._unlink(key)
+            if pod is not None and row is not None:
                 gone.append((pod, row))
                 self._row_extras(pod, row, -1)
         self._count_rows(gone, -1)
@@ -449,11 +334,13 @@ class NodeTable:
         self._request_cols[names] = cs
         return cs
 
-    def _add_to_row(self, pod: PodInfo, row: int, sign: int = 1) -> None:
-        if sign > 0:
-            self.pods[row][pod.key] = pod
-        else:
-            self.pods[row].pop(pod.key, None)
+    def _add_to_row(self, pod: PodInfo, row: int) -> None:
+        self.pods[row][pod.key] = pod
+        self._count_row(pod, row, 1)
+        self._row_extras(pod, row, 1)
+
+    def _count_row(self, pod: PodInfo, row: int, sign: int) -> None:
+        """``_count_rows`` for one pod: scalar updates (cheaper than ``np.add.at`` for one)."""
         for r, q in pod.requests.items():
             col = self.res_index.get(r)
             if col is None:
@@ -462,7 +349,6 @@ class NodeTable:
         self.requested[row, PODS] += sign
         self.nonzero[row, 0] += sign * pod.nonzero_cpu
         self.nonzero[row, 1] += sign * pod.nonzero_memory
-        self._row_extras(pod, row, sign)
 
     def _row_extras(self, pod: PodInfo, row: int, sign: int) -> None:
         """What a pod adds to its row besides the counts: host ports, volumes, affinity terms."""
@@ -523,20 +409,28 @@ class NodeTable:
 
     def remove_pod(self, key: str) -> PodInfo | None:
         """Forget a pod (deleted, or an assumption undone). Returns the PodInfo it had."""
+        if key not in self.pod_node:
+            self.assumed.discard(key)
+            return None
+        pod, row = self._unlink(key)
+        if pod is not None and row is not None:
+            self._count_row(pod, row, -1)
+            self._row_extras(pod, row, -1)
+        self.version += 1
+        return pod
+
+    def _unlink(self, key: str) -> tuple[PodInfo | None, int | None]:
+        """Take the pod of ``key`` out of the pod maps (its row's, or the orphans of a node not
+        in the table): (the pod, its row; None for an orphan or an unknown key). Its counts and
+        row extras are the caller's to take out."""
         node_name = self.pod_node.pop(key, None)
         self.assumed.discard(key)
         if node_name is None:
-            return None
+            return None, None
         row = self.index.get(node_name)
-        pod: PodInfo | None
         if row is None:
-            pod = self._orphans.get(node_name, {}).pop(key, None)
-        else:
-            pod = self.pods[row].get(key)
-            if pod is not None:
-                self._add_to_row(pod, row, sign=-1)
-        self.version += 1
-        return pod
+            return self._orphans.get(node_name, {}).pop(key, None), None
+        return self.pods[row].pop(key, None), row
 
     def confirm(self, key: str) -> None:
         """An assumed pod was seen bound by the API: it is no longer just assumed."""
@@ -563,7 +457,3 @@ class NodeTable:
     def __len__(self) -> int:
         return self.n
 
-
-def _read_only(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a

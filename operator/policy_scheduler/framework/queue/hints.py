@@ -60,6 +60,16 @@ def is_pod_updated(old: PodInfo, new: PodInfo) -> bool:
     return _strip(old.raw) != _strip(new.raw)
 
 
+def _first(plugins: Sequence[Any], name: str) -> list[Any]:
+    """``plugins`` with the one named ``name`` first."""
+    return [p for p in plugins if p.NAME == name] + [p for p in plugins if p.NAME != name]
+
+
+def _named(plugins: Sequence[Any], name: str) -> Any:
+    """The plugin of ``plugins`` named ``name``, or None."""
+    return next((p for p in plugins if p.NAME == name), None)
+
+
 class Hints:
     """The answers of one queue's policies. ``profile(policy)``: the policy's chain as the queue
     reads it (its PreEnqueue plugins and its plugins' event registrations); ``pseudo``: the
@@ -69,9 +79,9 @@ class Hints:
                  pseudo: Mapping[str, Sequence[ClusterEventWithHint]]) -> None:
         self._profile = profile
         self._pseudo = pseudo
-        # (what, id of a chain's PreEnqueue plugins, plugin name) -> (those plugins, the answer):
-        # "first", those plugins with that one first; "named", that plugin (None if none)
-        self._per_chain: dict[tuple[str, int, str], tuple[Sequence[Any], Any]] = {}
+        # (_first or _named, id of a chain's PreEnqueue plugins, plugin name) -> (those plugins,
+        # what the function returned for them)
+        self._per_chain: dict[tuple[Callable[..., Any], int, str], tuple[Sequence[Any], Any]] = {}
 
     def _registrations(self, qpi: QueuedPodInfo, plugin: str) -> Sequence[ClusterEventWithHint]:
         regs = self._profile(qpi.policy).events.get(plugin)
@@ -102,19 +112,18 @@ class Hints:
 
     def _gating_first(self, plugins: Sequence[Any], gating: str) -> Sequence[Any]:
         """``plugins`` with the one named ``gating`` first."""
-        return self._chain_memo("first", plugins, gating, lambda: [p for p in plugins if p.NAME == gating]
-                                + [p for p in plugins if p.NAME != gating])
+        return self._chain_memo(_first, plugins, gating)
 
-    def _chain_memo(self, what: str, plugins: Sequence[Any], name: str, build: Callable[[], Any]) -> Any:
-        """``build()``, kept per chain's PreEnqueue plugins and plugin name (a gated pod is
-        checked on every event its gate registered); at most 256 kept."""
-        k = (what, id(plugins), name)
+    def _chain_memo(self, build: Callable[[Sequence[Any], str], Any], plugins: Sequence[Any], name: str) -> Any:
+        """``build(plugins, name)``, kept per chain's PreEnqueue plugins and plugin name (a gated
+        pod is checked on every event its gate registered); at most 256 kept."""
+        k = (build, id(plugins), name)
         hit = self._per_chain.get(k)
         if hit is not None and hit[0] is plugins:
             return hit[1]
         if len(self._per_chain) > 256:
             self._per_chain.clear()
-        out = build()
+        out = build(plugins, name)
         self._per_chain[k] = (plugins, out)
         return out
 
@@ -135,7 +144,7 @@ class Hints:
 
     def _plugin(self, plugins: Sequence[Any], name: str) -> Any:
         """The PreEnqueue plugin of ``plugins`` named ``name`` (None if none)."""
-        return self._chain_memo("named", plugins, name, lambda: next((p for p in plugins if p.NAME == name), None))
+        return self._chain_memo(_named, plugins, name)
 
     def _matching(self, qpi: QueuedPodInfo, plugin: str, event: ClusterEvent,
                   cache: dict | None) -> Sequence[ClusterEventWithHint]:
