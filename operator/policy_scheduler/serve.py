@@ -153,7 +153,8 @@ def build_engine(client: KubeClient, *, scheduler_name: str = SCHEDULER_NAME, na
         hints = SuggestionWorker(state, queue, nominator, policies=store.policies, namespaces=state.namespaces,
                                  event=recorder.event, patch=api.patch_pod_condition,
                                  key=lambda: binding_tasks.key, spawn=spawn,
-                                 metrics=SuggestionMetrics(tel.leader_only.registry), config=suggestions)
+                                 metrics=SuggestionMetrics(tel.leader_only.registry), config=suggestions,
+                                 settled=recorder.status_settled)
         queue.on_gated = hints.gated  # pods DynamicResources holds at PreEnqueue: no attempt, no Hints call
 
     def forget(key: str) -> None:  # a pending pod bound or gone

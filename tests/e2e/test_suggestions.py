@@ -122,6 +122,8 @@ def check_and_apply(cluster, core, namespace: str, ops: str, kind: str, name: st
     body = raw_pod(core, namespace, name)
     cond, doc = suggestions_condition(body)
     assert (cond["status"], cond["reason"]) == ("True", "Found"), cond
+    # the advice lands after the failure it is about: PodScheduled=False is there already
+    assert any(c["type"] == "PodScheduled" and c["status"] == "False" for c in body["status"]["conditions"]), body
     assert doc["version"] == 1 and doc["pod"] == f"{namespace}/{name}", doc
     assert doc["suggestions"] and doc["suggestions"][0]["kind"] == kind, (name, doc)
     mac = json.loads(cond["message"])["mac"]
@@ -139,7 +141,8 @@ def check_and_apply(cluster, core, namespace: str, ops: str, kind: str, name: st
     assert ex["suggestions"] == doc and ex["suggestionsVerified"] is True, ex["suggestionsTrust"]
     assert ex["reasons"] and ex["blockers"], ex
     # the condition's own write did not requeue the pod: not written again since
-    assert raw_pod(core, namespace, name)["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]
+    after = raw_pod(core, namespace, name)
+    assert after["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"], (body["status"], after["status"])
     if first:  # a forgery by anyone else who may write pods/status does not verify, its mac copied
         time.sleep(2)
         assert raw_pod(core, namespace, name)["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]

@@ -6,7 +6,9 @@ pods with claims, run by kube-scheduler v1.37.1 (default profile) and by policy-
 Each case's world is built three times: twice for kube-scheduler, once for policy-scheduler. Its
 pods are created one at a time, each waiting to be bound or refused before the next. Where
 upstream's outcome agrees with itself across its two runs, ours must be the same: every pod's
-node, the volume each claim is bound to, and the FailedScheduling message of each refused pod.
+node, the volume each claim is bound to (its node and size: upstream's choice among a node's
+PVs of equal size is a Go map's order, random), and the FailedScheduling message of each
+refused pod.
 A tie for the best node is broken at random by both schedulers, and the worlds differ from then
 on: a case is compared up to its first pod whose best node was not unique in our decision (the
 decision annotation's top scores).
@@ -51,7 +53,10 @@ class Case:
 @dataclass(frozen=True)
 class Outcome:
     placements: tuple  # per pod: node index, or the FailedScheduling message
-    volumes: tuple  # per pod: the local PV index its wffc claim is bound to (None: unbound or no claim)
+    # per pod: the local PV its wffc claim is bound to, as (node index, size) (None: unbound or no
+    # claim). Not the PV's name: among PVs of equal size upstream takes the first in its cache's
+    # index, a Go map, so which of two same-size PVs of a node it binds is random from run to run
+    volumes: tuple
     ties: tuple = ()  # ours only, per pod: its best node was not unique
 
     def upto(self, n: int) -> tuple:
@@ -165,7 +170,7 @@ def run_world(api, core, namespace: str, case: Case, scheduler: str, tag: str) -
 
             if kind == "wffc" and placements[j][0] == "node":
                 c = wait_for(bound, 60, 0.3, what=f"claim {claim} Bound")
-                volumes_of.append(pv_names.index(c.spec.volume_name))
+                volumes_of.append(case.local_pvs[pv_names.index(c.spec.volume_name)])
             else:
                 volumes_of.append(None)
         return Outcome(tuple(placements), tuple(volumes_of), tuple(ties))

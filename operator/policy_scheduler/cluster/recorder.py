@@ -72,6 +72,8 @@ class EventRecorder:
         self._last_failure: dict[str, tuple[str, float]] = {}  # pod key -> (message, time posted)
         # pod key -> (pod, status fields, what) of a status write not sent yet (_queue_status)
         self._pending_status: dict[str, tuple[PodInfo, dict, list[str]]] = {}
+        # pod key -> its latest status write's task, until it ends (``status_settled``)
+        self._status_tasks: dict[str, asyncio.Task] = {}
 
     def _spawn(self, coro) -> asyncio.Task:
         return self._tasks.spawn(coro)
@@ -111,10 +113,13 @@ class EventRecorder:
         """A status write, off the loop. Writes for the same pod made before the writer runs go
         out as one patch, as upstream's updatePod writes the PodScheduled condition and the
         nomination of a failed attempt together (a later value of a field wins)."""
-        pending = self._pending_status.get(pod.key)
+        key = pod.key
+        pending = self._pending_status.get(key)
         if pending is None:
-            self._pending_status[pod.key] = (pod, dict(status), [what])
-            self._spawn(self._flush_status(pod.key))
+            self._pending_status[key] = (pod, dict(status), [what])
+            task = self._spawn(self._flush_status(key))
+            self._status_tasks[key] = task
+            task.add_done_callback(lambda t: self._status_tasks.pop(key) if self._status_tasks.get(key) is t else None)
             return
         body, whats = pending[1], pending[2]
         for k, v in status.items():
@@ -124,6 +129,14 @@ class EventRecorder:
             else:
                 body[k] = v
         whats.append(what)
+
+    async def status_settled(self, pod_key: str) -> None:
+        """Wait until the pod's latest status write (its PodScheduled condition, a nomination) has
+        been answered: a condition another component writes about the same failure (suggestions.py)
+        then lands after it, so a reader never sees the advice before the failure."""
+        task = self._status_tasks.get(pod_key)
+        if task is not None and not task.done():
+            await asyncio.wait({task})
 
     async def _flush_status(self, key: str) -> None:
         pod, status, whats = self._pending_status.pop(key)

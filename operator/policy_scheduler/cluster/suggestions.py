@@ -39,6 +39,8 @@ second, 200 ms burst). A search the budget cut short before it found anything is
 in flight by its turn is skipped (``skipped-stale``); one that waited longer
 than ``stale_after`` seconds for budget is dropped (``skipped-budget``).
 
+The condition is sent once the same failure's PodScheduled condition has been answered (the
+recorder's ``status_settled``): a reader never sees the advice before the failure it is about.
 The condition's own write does not requeue the pod: a status-only update is no update to the
 scheduling queue (upstream's isPodUpdated strips the status; tests/unit/cluster/
 test_suggestion_worker.py checks it). Should a pod be retried anyway, the retry's search finds the
@@ -52,7 +54,7 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -143,15 +145,19 @@ class SuggestionWorker:
     """The Hints port of the operator. ``event(pod, type, reason, action, note)``: the recorder's;
     ``patch(pod, condition) -> awaitable``: ApiCalls.patch_pod_condition; ``key()``: the
     decision key (None: not loaded yet, the condition is not written); ``spawn``: the engine's
-    tasks; ``policies``, ``namespaces``: the policy store's (UsePolicy's alternatives)."""
+    tasks; ``policies``, ``namespaces``: the policy store's (UsePolicy's alternatives);
+    ``settled(pod key) -> awaitable``: the recorder's ``status_settled``, awaited before the
+    condition is sent, so it lands after the same failure's PodScheduled condition."""
 
     def __init__(self, state: ClusterState, queue: SchedulingQueue, nominator: Nominator, *,
                  policies: Mapping[str, PolicyState], namespaces: Mapping[str, Mapping[str, str]],
                  event: Callable[[PodInfo, str, str, str, str], None], patch: Callable[..., Any],
                  key: Callable[[], DecisionKey | None], spawn: Callable[[Any], Any],
                  metrics: SuggestionMetrics | None = None, config: SuggestionConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic, search: Callable[..., Remedies] = suggest) -> None:
+                 clock: Callable[[], float] = time.monotonic, search: Callable[..., Remedies] = suggest,
+                 settled: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.state, self.queue, self.nominator = state, queue, nominator
+        self.settled = settled
         self.policies, self.namespaces = policies, namespaces
         self.event, self.patch, self.key, self.spawn = event, patch, key, spawn
         self.config = config or SuggestionConfig()
@@ -361,6 +367,8 @@ class SuggestionWorker:
         self.spawn(self._write(pod, text, condition(r, text, key.sign_suggestions(pod.uid, text))))
 
     async def _write(self, pod: PodInfo, text: str, cond: dict[str, str]) -> None:
+        if self.settled is not None:
+            await self.settled(pod.key)
         ok = await self.patch(pod, cond)
         if ok is None:
             if not self.conditions_forbidden:

@@ -500,3 +500,41 @@ def test_a_forbidden_condition_is_switched_off_and_the_events_go_on():
         assert [r for _, _, r, _ in events(e) if r == HINT_EVENT] == [HINT_EVENT, HINT_EVENT]
         assert metric(e, 'policy_scheduler_suggestion_writes_total{result="forbidden",what="condition"} 2.0')
     run(go)
+
+
+class HeldStatusClient(FakeClient):
+    """The PodScheduled PATCH of a failure held until ``release`` is set (a slow API server);
+    the suggestions condition's PATCH is answered at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def strategic_patch(self, path, body, fence=None):
+        if any(x.get("type") == "PodScheduled" for x in body.get("status", {}).get("conditions", [])):
+            await self.release.wait()
+        return await super().strategic_patch(path, body, fence)
+
+
+def test_the_condition_is_sent_after_the_same_failures_podscheduled_condition():
+    """A reader never sees the advice before the failure: while the failure's PodScheduled PATCH
+    is unanswered, the suggestions condition waits; it goes out once that one is answered."""
+    async def go():
+        client = HeldStatusClient()
+        e = build_engine(client, suggestions=SuggestionConfig(per_pod=1.0, per_second=1.0, burst=10.0))
+        e.on_namespace("ADDED", {"metadata": {"name": "ns", "labels": {}}})
+        e.on_policy("ADDED", {"metadata": {"name": "default", "generation": 1}, "spec": DEFAULT["spec"]})
+        for n in ("n1", "n2", "n3"):
+            e.on_node("ADDED", node(n))
+        fail(e, pod("big", cpu="3"))
+        assert e.suggestions.step()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not patches(e) and not client.calls_of("strategic_patch")  # both wait: the failure's is held
+        client.release.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        kinds = [[x["type"] for x in c.body["status"].get("conditions", [])] for c in client.calls_of("strategic_patch")]
+        assert kinds == [["PodScheduled"], [SUGGESTIONS_CONDITION]], kinds
+        assert e.recorder._status_tasks == {}  # an answered write is not kept
+    run(go)
