@@ -45,7 +45,10 @@ def import_aiohttp() -> bool:
                 os.environ[k] = v
     ctx = getattr(aiohttp.connector, "_SSL_CONTEXT_VERIFIED", None)
     if isinstance(ctx, ssl.SSLContext):
-        _loader = threading.Thread(target=ctx.load_default_certs, name="aiohttp-default-cas", daemon=True)
+        # not a daemon: the interpreter waits for it at exit (tens of ms at most). A daemon thread
+        # still inside OpenSSL when a short command exits crashed the process (SIGSEGV) in
+        # OpenSSL's own exit handlers
+        _loader = threading.Thread(target=ctx.load_default_certs, name="aiohttp-default-cas", daemon=False)
         _loader.start()
     return True
 

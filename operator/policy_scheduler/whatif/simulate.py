@@ -227,7 +227,7 @@ def _shape(pods: list[PodInfo]) -> tuple[dict[str, int], PodInfo | None]:
 
 
 def _free_for(table: NodeTable, pod: PodInfo | None) -> tuple[np.ndarray, np.ndarray]:
-    if pod is None:
+    if pod is None or table.requests_unadvertised(pod):  # fits nowhere: fits() counts 0
         return np.zeros((0, 0), dtype=np.int64), np.zeros(0, dtype=np.int64)
     vec = table.request_vector(pod)
     n = table.n

@@ -70,3 +70,15 @@ print(c._SSL_CONTEXT_VERIFIED.cert_store_stats()['x509_ca'], c._SSL_CONTEXT_UNVE
 """)
     assert got == ["0", "0"]
     assert ssl.create_default_context().cert_store_stats()["x509_ca"] > 0  # not for want of CAs here
+
+
+def test_a_command_that_exits_at_once_waits_for_the_ca_thread_and_exits_cleanly():
+    """A short command (explain, whatif) imports the package and may exit while the CAs are still
+    loading: the thread is no daemon, so the interpreter waits for it instead of exiting under it
+    (a daemon thread inside OpenSSL at exit crashed the process with SIGSEGV, about one exit in 20
+    on a busy 2-core machine)."""
+    code = ("import policy_scheduler.cluster\nfrom policy_scheduler.cluster import aiohttp_import\n"
+            "t = aiohttp_import._loader\nprint(t is not None and not t.daemon)\n")
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+            for _ in range(12)]
+    assert [(o.returncode, o.stdout.strip()) for o in outs] == [(0, "True")] * 12, [o.stderr for o in outs]

@@ -5,9 +5,17 @@ place). Resource state is numpy columns so fit checks and resource scores are ve
 Everything is updated incrementally when a node or pod changes; nothing is rebuilt per pod.
 
 Resource columns: ``cpu`` (millicores), ``memory`` (bytes), ``ephemeral-storage`` (bytes),
-``pods`` (count), then every other (scalar/extended) resource seen on a node or pod, added as
-it first appears. ``requested`` sums the true requests of the pods on each node; its ``pods``
+``pods`` (count), then every other (scalar/extended) resource a node advertises, added as it
+first appears. ``requested`` sums the true requests of the pods on each node; its ``pods``
 column is the pod count. ``nonzero`` holds cpu/memory requested with the scoring defaults.
+
+A pod's request of a resource no node advertises gets no column: resource names in pod specs
+are a tenant's choice, and a column costs every node a cell in two arrays (one pod naming ten
+thousand made-up resources would otherwise cost 160 MB at 1,000 nodes). Such requests are
+summed per row in ``loose`` (as much memory as the pods' own specs take) and become the
+column's values when a node first advertises the name. Nothing reads them before: with no node
+advertising a resource, allocatable is 0 everywhere and NodeResourcesFit refuses any positive
+request of it whatever the others hold (upstream's verdict too).
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ class NodeTable(NodeLabels):
         self.assumed: set[str] = set()
         self._orphans: dict[str, dict[str, PodInfo]] = {}  # node name not (yet) known -> pods
         self.used_ports: list[dict[tuple[str, str, int], int]] = []
+        self.loose: list[dict[str, int]] = []  # per row: requests of resources with no column (above)
         self.pods_with_affinity: list[dict[str, PodInfo]] = []  # per row: those pods (upstream PodsWithAffinity)
         # per row: the pods with volumes the volume plugins read (PodInfo.volumes non-empty)
         self.pods_with_volumes: list[dict[str, PodInfo]] = []
@@ -69,8 +78,9 @@ class NodeTable(NodeLabels):
         self.preferred_anti_affinity_terms: dict[WeightedAffinityTerm, dict[TopologyPair, int]] = {}
         self.image_nodes: dict[str, int] = {}  # image name -> number of nodes having it
         self._init_labels(mask_cache_bytes)
-        # resource names of a pod's requests, in order -> their columns (_count_rows)
-        self._request_cols: dict[tuple[str, ...], tuple[int, ...]] = {}
+        # resource names of a pod's requests, in order -> their columns (-1: none), and the
+        # positions of those that have one when some have not (_count_rows)
+        self._request_cols: dict[tuple[str, ...], tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
         self.version = 0  # bumps on every change
         self.node_version = 0  # bumps when the node set, labels or taints change
 
@@ -91,7 +101,8 @@ class NodeTable(NodeLabels):
         self._room = None  # the new arrays are exact: the next new column makes room anew
 
     def resource_column(self, name: str) -> int:
-        """Column index of resource ``name``, adding a zero column if it is new."""
+        """Column index of resource ``name``, which a node advertises; a new column's requested
+        values are the pods' requests of it summed in ``loose`` until now."""
         i = self.res_index.get(name)
         if i is not None:
             return i
@@ -99,6 +110,11 @@ class NodeTable(NodeLabels):
         self.resources.append(name)
         self.res_index[name] = i
         self._widen(i + 1)
+        self._request_cols.clear()  # lists that had no column for it
+        for row, loose in enumerate(self.loose):
+            q = loose.pop(name, 0)
+            if q:
+                self.requested[row, i] = q
         return i
 
     def _widen(self, cols: int) -> None:
@@ -118,15 +134,22 @@ class NodeTable(NodeLabels):
         self.allocatable, self.requested = room[0][:, :cols], room[1][:, :cols]
 
     def request_vector(self, pod: PodInfo) -> np.ndarray:
-        """The pod's true requests as a vector aligned with the resource columns (pods column = 1)."""
-        for r in pod.requests:
-            if r not in self.res_index:
-                self.resource_column(r)
+        """The pod's true requests as a vector aligned with the resource columns (pods column = 1).
+        A request of a resource no node advertises has no column and is not in it
+        (``requests_unadvertised`` tells)."""
         v = np.zeros(len(self.resources), dtype=np.int64)
+        index = self.res_index
         for r, q in pod.requests.items():
-            v[self.res_index[r]] = q
+            col = index.get(r)
+            if col is not None:
+                v[col] = q
         v[PODS] = 1
         return v
+
+    def requests_unadvertised(self, pod: PodInfo) -> bool:
+        """Whether the pod asks for some of a resource no node advertises."""
+        index = self.res_index
+        return any(q > 0 and r not in index for r, q in pod.requests.items())
 
     # ------------------------------------------------------------------ nodes
     def upsert_node(self, node: NodeSpec | Mapping[str, Any]) -> int:
@@ -141,6 +164,7 @@ class NodeTable(NodeLabels):
             self.specs.append(spec)
             self.pods.append({})
             self.used_ports.append({})
+            self.loose.append({})
             self.pods_with_affinity.append({})
             self.pods_with_volumes.append({})
             self.requested[row] = 0
@@ -229,7 +253,8 @@ class NodeTable(NodeLabels):
         return cached[1], cached[2]
 
     def _row_lists(self) -> tuple[list, ...]:
-        return (self.names, self.specs, self.pods, self.used_ports, self.pods_with_affinity, self.pods_with_volumes)
+        return (self.names, self.specs, self.pods, self.used_ports, self.pods_with_affinity, self.pods_with_volumes,
+                self.loose)
 
     def _dec_image(self, img: str) -> None:
         c = self.image_nodes.get(img, 0) - 1
@@ -309,14 +334,24 @@ class NodeTable(NodeLabels):
         for pod, row in pods:
             req = pod.requests
             names = tuple(req)
-            cs = known.get(names)
-            if cs is None:
-                cs = self._cols_of(names)  # may widen the arrays: read them after
+            memo = known.get(names)
+            if memo is None:
+                memo = self._cols_of(names)
+            cs, keep = memo
             at.append(row)
-            per.append(len(cs))
-            cols.extend(cs)
-            qty.extend(req.values())
             nz.append((pod.nonzero_cpu, pod.nonzero_memory))
+            if keep is None:  # every name has its column
+                per.append(len(cs))
+                cols.extend(cs)
+                qty.extend(req.values())
+                continue
+            qs = list(req.values())
+            per.append(len(keep))
+            cols.extend(cs[i] for i in keep)
+            qty.extend(qs[i] for i in keep)
+            for name, col, one in zip(names, cs, qs):
+                if col < 0:
+                    self._count_loose(row, name, sign * one)
         q = np.array(qty, dtype=np.int64)
         idx = (np.repeat(at, per), np.array(cols, dtype=np.int64))
         np.add.at(self.requested, idx, q if sign > 0 else -q)
@@ -324,15 +359,26 @@ class NodeTable(NodeLabels):
         n = np.array(nz, dtype=np.int64)
         np.add.at(self.nonzero, at, n if sign > 0 else -n)
 
-    def _cols_of(self, names: tuple[str, ...]) -> tuple[int, ...]:
-        """The columns of these resource names, in order (new ones added), remembered for the
-        next pod with the same names; at most REQUEST_COLS_KEPT such lists (they come from pod
-        specs: a tenant's choice)."""
-        cs = tuple(self.resource_column(r) for r in names)
+    def _cols_of(self, names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+        """The columns of these resource names, in order (-1: no node advertises it), and the
+        positions of the names that have one (None: all), remembered for the next pod with the
+        same names; at most REQUEST_COLS_KEPT such lists (they come from pod specs: a tenant's
+        choice)."""
+        index = self.res_index
+        cs = tuple(index.get(r, -1) for r in names)
+        keep = None if -1 not in cs else tuple(i for i, c in enumerate(cs) if c >= 0)
         if len(self._request_cols) >= REQUEST_COLS_KEPT:
             self._request_cols.clear()
-        self._request_cols[names] = cs
-        return cs
+        self._request_cols[names] = (cs, keep)
+        return cs, keep
+
+    def _count_loose(self, row: int, name: str, q: int) -> None:
+        loose = self.loose[row]
+        v = loose.get(name, 0) + q
+        if v:
+            loose[name] = v
+        else:
+            loose.pop(name, None)
 
     def _add_to_row(self, pod: PodInfo, row: int) -> None:
         self.pods[row][pod.key] = pod
@@ -341,11 +387,13 @@ class NodeTable(NodeLabels):
 
     def _count_row(self, pod: PodInfo, row: int, sign: int) -> None:
         """``_count_rows`` for one pod: scalar updates (cheaper than ``np.add.at`` for one)."""
+        index = self.res_index
         for r, q in pod.requests.items():
-            col = self.res_index.get(r)
+            col = index.get(r)
             if col is None:
-                col = self.resource_column(r)
-            self.requested[row, col] += sign * q
+                self._count_loose(row, r, sign * q)
+            else:
+                self.requested[row, col] += sign * q
         self.requested[row, PODS] += sign
         self.nonzero[row, 0] += sign * pod.nonzero_cpu
         self.nonzero[row, 1] += sign * pod.nonzero_memory

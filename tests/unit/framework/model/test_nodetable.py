@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policy_scheduler.framework.model.nodetable import CPU, EPHEMERAL, MEMORY, PODS, NodeSpec, NodeTable
+from policy_scheduler.framework.model.nodetable import (BASE_RESOURCES, CPU, EPHEMERAL, MEMORY, PODS, REQUEST_COLS_KEPT,
+                                                       NodeSpec, NodeTable)
 from policy_scheduler.framework.model.podinfo import parse_pod
 from policy_scheduler.framework.model.taints import Taint
 
@@ -57,6 +58,16 @@ def check_consistent(t: NodeTable):
         assert t.nonzero[row, 1] == sum(p.nonzero_memory for p in pods)
         assert t.allocatable[row, CPU] == t.specs[row].allocatable.get("cpu", 0)
         assert t.unschedulable[row] == t.specs[row].unschedulable
+        # every request counted once: in its column, or in ``loose`` when no node advertises it
+        names = {r for p in pods for r in p.requests}
+        for r in names:
+            total = sum(p.requests.get(r, 0) for p in pods)
+            if r in t.res_index:
+                assert t.requested[row, t.res_index[r]] == total, (name, r)
+            else:
+                assert t.loose[row].get(r, 0) == total, (name, r)
+        assert not set(t.loose[row]) & set(t.res_index) and all(t.loose[row].values())
+    assert len(t.loose) == t.n
     assert set(t.index) == set(t.names)
 
 
@@ -210,7 +221,7 @@ def test_pods_on_unknown_node_are_kept_and_applied_when_the_node_arrives():
     t.add_pod(pod("early", {"cpu": "1", "nvidia.com/gpu": "1"}), "late")
     assert t.node_of("default/early") == "late" and t.pod("default/early").name == "early"
     assert t.requested[0].sum() == 0
-    row = t.upsert_node(node("late"))
+    row = t.upsert_node(node("late", **{"nvidia.com/gpu": "4"}))
     gpu = t.res_index["nvidia.com/gpu"]
     assert t.requested[row, CPU] == 1000 and t.requested[row, gpu] == 1 and t.requested[row, PODS] == 1
     assert "default/early" in t.pods[row]
@@ -244,21 +255,51 @@ def test_remove_node_keeps_its_pods_as_orphans():
     assert t.requested[row, PODS] == 0
 
 
-def test_new_scalar_resources_add_columns():
+def test_a_resource_gets_a_column_when_a_node_advertises_it_not_when_a_pod_asks_for_it():
     t = NodeTable()
     t.upsert_node(node("n1"))
+    t.upsert_node(node("n0"))
     base = len(t.resources)
     t.add_pod(pod("g", {"example.com/fpga": "2", "hugepages-2Mi": "4Mi"}), "n1")
-    assert len(t.resources) == base + 2
-    assert t.allocatable.shape[1] == t.requested.shape[1] == len(t.resources)
-    col = t.res_index["example.com/fpga"]
-    assert t.requested[0, col] == 2 and t.allocatable[0, col] == 0  # not advertised -> 0
+    t.add_pod(pod("h", {"example.com/fpga": "1"}), "n1")
+    assert len(t.resources) == base and t.allocatable.shape[1] == t.requested.shape[1] == base
+    assert t.loose[0] == {"example.com/fpga": 3, "hugepages-2Mi": 4 * MI} and t.loose[1] == {}
+    check_consistent(t)
+    # a node advertises it: the column, with what the pods on each node asked for
     t.upsert_node(node("n2", **{"example.com/fpga": "8"}))
-    assert t.allocatable[1, col] == 8
-    # request_vector aligns the pod's requests with the columns; pods column = 1
-    v = t.request_vector(pod("v", {"cpu": "1", "example.com/new": "3"}))
-    assert len(v) == len(t.resources)
-    assert v[CPU] == 1000 and v[PODS] == 1 and v[t.res_index["example.com/new"]] == 3
+    col = t.res_index["example.com/fpga"]
+    assert t.allocatable[:3, col].tolist() == [0, 0, 8] and t.requested[:3, col].tolist() == [3, 0, 0]
+    assert t.loose[0] == {"hugepages-2Mi": 4 * MI}
+    check_consistent(t)
+    t.remove_pod("default/g")
+    assert t.requested[0, col] == 1 and t.loose[0] == {}
+    check_consistent(t)
+    # request_vector aligns the pod's requests with the columns; pods column = 1; a resource no
+    # node advertises is not in it, and requests_unadvertised says so
+    p = pod("v", {"cpu": "1", "example.com/new": "3", "example.com/fpga": "2"})
+    v = t.request_vector(p)
+    assert len(v) == len(t.resources) and "example.com/new" not in t.res_index
+    assert v[CPU] == 1000 and v[PODS] == 1 and v[col] == 2 and t.requests_unadvertised(p)
+    assert not t.requests_unadvertised(pod("w", {"cpu": "1", "example.com/fpga": "2"}))
+
+
+def test_made_up_resource_names_in_pods_cost_no_column():
+    """A tenant's pod naming thousands of resources no node has (bound by hand, or pending)
+    widens no array: a column would cost every node two cells per name."""
+    t = NodeTable()
+    for i in range(100):
+        t.upsert_node(node(f"n{i}"))
+    shape = t.requested.shape
+    many = {f"x{i}.example.com/r": "1" for i in range(5000)}
+    t.add_pod(pod("hostile", {"cpu": "1", **many}), "n7")
+    t.add_pods([(pod(f"h{i}", {f"y{i}.example.com/r": "1"}), f"n{i}") for i in range(50)])
+    assert t.requested.shape == shape and len(t.resources) == len(BASE_RESOURCES)
+    assert len(t.loose[t.index["n7"]]) == 5001 and len(t._request_cols) <= REQUEST_COLS_KEPT
+    check_consistent(t)
+    t.remove_pod("default/hostile")
+    t.remove_pods([f"default/h{i}" for i in range(50)])
+    assert all(not d for d in t.loose)
+    check_consistent(t)
 
 
 def test_a_resource_per_node_grows_the_columns_by_doubling_and_keeps_every_value():
@@ -290,9 +331,10 @@ def test_an_overlay_adds_columns_without_touching_the_live_table():
     live = (t.allocatable.copy(), t.requested.copy(), list(t.resources))
     o = overlay(t)
     o.upsert_node(node("n0", **{"foo.com/baz": "7"}))
-    o.add_pod(pod("p", {"foo.com/qux": "2"}), "n1")
+    o.add_pod(pod("p", {"foo.com/qux": "2", "foo.com/bar-2": "1"}), "n1")
     t.upsert_node(node("n1", **{"foo.com/live": "5"}))  # the live table's own new column
-    assert o.allocatable[0, o.res_index["foo.com/baz"]] == 7 and o.requested[1, o.res_index["foo.com/qux"]] == 2
+    assert o.allocatable[0, o.res_index["foo.com/baz"]] == 7 and o.requested[1, o.res_index["foo.com/bar-2"]] == 1
+    assert o.loose[1] == {"foo.com/qux": 2} and t.loose[1] == {} and "foo.com/qux" not in o.res_index
     assert t.resources == live[2] + ["foo.com/live"] and "foo.com/live" not in o.res_index
     k = len(live[2])
     assert (t.requested[:, :k] == live[1]).all() and (t.allocatable[[0, 2, 3], :k] == live[0][[0, 2, 3]]).all()
@@ -504,7 +546,8 @@ def table_state(t: NodeTable):
             "pods": {name: list(t.pods[t.index[name]]) for name in t.names},
             "ports": {name: dict(t.used_ports[t.index[name]]) for name in t.names},
             "pod_node": dict(t.pod_node), "terms": term_index(t),
-            "affinity": {name: list(t.pods_with_affinity[t.index[name]]) for name in t.names}}
+            "affinity": {name: list(t.pods_with_affinity[t.index[name]]) for name in t.names},
+            "loose": {name: dict(t.loose[t.index[name]]) for name in t.names}}
 
 
 def test_add_pods_and_remove_pods_count_what_add_pod_and_remove_pod_count():
@@ -514,7 +557,7 @@ def test_add_pods_and_remove_pods_count_what_add_pod_and_remove_pod_count():
     def build():
         t = NodeTable()
         for i in range(4):
-            t.upsert_node(node(f"n{i}", {"zone": f"z{i % 2}"}))
+            t.upsert_node(node(f"n{i}", {"zone": f"z{i % 2}"}, **({"example.com/fpga": "4"} if i == 3 else {})))
         t.add_pod(pod("bound", {"cpu": "1"}), "n0")
         return t
 
@@ -522,7 +565,9 @@ def test_add_pods_and_remove_pods_count_what_add_pod_and_remove_pod_count():
     for i in range(20):
         req = {"cpu": f"{100 + i}m", "memory": f"{i + 1}Mi"}
         if i % 5 == 0:
-            req["example.com/gpu"] = "1"  # a column the table does not have yet
+            req["example.com/gpu"] = "1"  # no node advertises it: no column
+        if i % 2 == 0:
+            req["example.com/fpga"] = "1"  # n3 advertises it
         batch.append((pod(f"p{i}", req, ports=[{"containerPort": 80, "hostPort": 8000 + i % 2}] if i % 3 == 0 else None,
                           affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                               anti_term("zone", "web")]}} if i % 4 == 0 else None), f"n{i % 4}"))
@@ -536,7 +581,8 @@ def test_add_pods_and_remove_pods_count_what_add_pod_and_remove_pod_count():
         one.add_pod(p, n)
     assert bulk.version > v0
     assert table_state(bulk) == table_state(one)
-    assert bulk.requested[:bulk.n, bulk.res_index["example.com/gpu"]].tolist() == [1, 1, 1, 1]
+    assert [d.get("example.com/gpu", 0) for d in bulk.loose] == [1, 1, 1, 1] and "example.com/gpu" not in bulk.res_index
+    assert bulk.requested[:bulk.n, bulk.res_index["example.com/fpga"]].tolist() == [5, 0, 5, 0]
     check_consistent(bulk)
     v1 = bulk.version
     bulk.remove_pods(added + ["default/p0", "default/unknown"])
@@ -545,7 +591,7 @@ def test_add_pods_and_remove_pods_count_what_add_pod_and_remove_pod_count():
     assert bulk.version > v1
     assert table_state(bulk) == table_state(one)
     after = table_state(bulk)
-    assert {k: v for k, v in after["requested"].items() if k[1] != "example.com/gpu"} == before["requested"]
+    assert after["requested"] == before["requested"] and after["loose"] == before["loose"]
     assert after["pods"] == before["pods"] and after["terms"] == before["terms"] and after["ports"] == before["ports"]
     check_consistent(bulk)
 
