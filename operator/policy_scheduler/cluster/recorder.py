@@ -3,9 +3,13 @@
 Events go through a bounded queue (when it is full they are dropped and counted, as upstream's
 recorder does) and are posted as they come by EVENT_WORKERS workers, as many as the bindings in
 flight by default: a pod's Scheduled event keeps pace with its binding, as kube-scheduler's
-does, instead of trailing behind a burst. A scheduling failure (``failure``) posts a Warning event and patches the pod's
-PodScheduled condition, once per distinct message a minute. ``policy_event`` posts an Event
-about a SchedulingPolicy (one that cannot be read). Nothing here raises into the
+does, instead of trailing behind a burst. A scheduling failure (``failure``) posts a Warning
+event (once per distinct message a minute) and patches the pod's PodScheduled condition.
+``policy_event`` posts an Event
+about a SchedulingPolicy (one that cannot be read). The condition is written only when its
+reason or message differs from the last one written for the pod, and its lastTransitionTime is
+set by the first write only (the status stays False): upstream's updatePod writes nothing for a
+condition equal to the pod's, and keeps the transition time while the status is unchanged. Nothing here raises into the
 scheduler: failed writes are logged and counted in telemetry (``events_dropped``). Nothing is
 written unless ``may_write()`` (the leader's lease is valid), and every write is fenced when it is
 sent (``fence``: the lease's time left, kubeclient's ``fence``): one queued before the lease
@@ -70,6 +74,8 @@ class EventRecorder:
         self._events: asyncio.Queue = asyncio.Queue(queue_size)
         self._tasks = Tasks()
         self._last_failure: dict[str, tuple[str, float]] = {}  # pod key -> (message, time posted)
+        # pod key -> (reason, message) of the PodScheduled=False condition last written (or being written)
+        self._condition: dict[str, tuple[str, str]] = {}
         # pod key -> (pod, status fields, what) of a status write not sent yet (_queue_status)
         self._pending_status: dict[str, tuple[PodInfo, dict, list[str]]] = {}
         # pod key -> its latest status write's task, until it ends (``status_settled``)
@@ -96,9 +102,14 @@ class EventRecorder:
         self._last_failure[pod.key] = (msg, now)
         self.event(pod, "Warning", reason, "Scheduling", msg)
         cond_reason = "SchedulerError" if code == Code.ERROR else "Unschedulable"
-        self._queue_status(pod, {"conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": cond_reason, "message": msg,
-             "lastTransitionTime": now_rfc3339()}]}, "PodScheduled condition")
+        written = self._condition.get(pod.key)
+        if written == (cond_reason, msg):
+            return  # the pod's condition says this already
+        self._condition[pod.key] = (cond_reason, msg)
+        cond = {"type": "PodScheduled", "status": "False", "reason": cond_reason, "message": msg}
+        if written is None:  # False from now on: later writes keep the transition time (a merge)
+            cond["lastTransitionTime"] = now_rfc3339()
+        self._queue_status(pod, {"conditions": [cond]}, "PodScheduled condition")
 
     def policy_event(self, name: str, uid: str | None, type_: str, reason: str, action: str, note: str) -> None:
         """An Event about a SchedulingPolicy (cluster-scoped, so in namespace default, as the
@@ -140,7 +151,12 @@ class EventRecorder:
 
     async def _flush_status(self, key: str) -> None:
         pod, status, whats = self._pending_status.pop(key)
-        await self._patch_status(pod, {"status": status}, " and ".join(whats))
+        if not await self._patch_status(pod, {"status": status}, " and ".join(whats)):
+            for c in status.get("conditions", ()):
+                if c["type"] == "PodScheduled" and self._condition.get(key) == (c["reason"], c["message"]):
+                    # not written: the next failure writes it again, with a transition time
+                    # should the pod have none
+                    self._condition.pop(key, None)
 
     async def disruption_target(self, pod: PodInfo, msg: str) -> None:
         """The DisruptionTarget condition of a pod about to be preempted (upstream, before the
@@ -153,6 +169,7 @@ class EventRecorder:
     def forget(self, pod_key: str) -> None:
         """The pod is bound or gone: its next failure, if any, is reported anew."""
         self._last_failure.pop(pod_key, None)
+        self._condition.pop(pod_key, None)
 
     def start(self) -> None:
         """Start the event workers (on the running loop)."""
@@ -215,18 +232,21 @@ class EventRecorder:
             self.telemetry.events_dropped.labels("event").inc()
             log.warning("event %s for SchedulingPolicy %s not recorded: %s", reason, name, e)
 
-    async def _patch_status(self, pod: PodInfo, body: dict, what: str) -> None:
+    async def _patch_status(self, pod: PodInfo, body: dict, what: str) -> bool:
+        """True when the API server took the patch."""
         if not self.may_write():
-            return
+            return False
         async with self._side_sem:
             try:
                 await self.client.strategic_patch(
                     f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status", body, fence=self.fence)
             except Fenced:
-                return
+                return False
             except REQUEST_ERRORS as e:
                 if isinstance(e, ApiError) and e.status == 422 and "already bound" in str(e):
-                    return  # a nomination that came after the pod was bound: nothing to say
+                    return False  # a nomination that came after the pod was bound: nothing to say
                 self.telemetry.events_dropped.labels("condition").inc()
                 if not (isinstance(e, ApiError) and e.status == 404):  # pod gone meanwhile
                     log.warning("%s for %s not written: %s", what, pod.key, e)
+                return False
+        return True

@@ -125,6 +125,47 @@ def test_the_same_failure_within_a_minute_is_reported_once():
     assert [x.body["note"] for x in c.calls_of("post")] == ["same", "different", "different", "different"]
 
 
+def test_the_condition_is_written_when_it_changes_and_keeps_its_transition_time():
+    """upstream updatePod: nothing is written for a condition equal to the pod's, and the
+    transition time stays while the status stays False. The event is repeated after a minute;
+    the condition is not. A write that failed is made again by the next failure."""
+    c = FakeClient()
+    c.fail("strategic_patch", 500, times=1)
+
+    def conds():
+        return [x["status"]["conditions"][0] for x in (p.body for p in c.calls_of("strategic_patch"))]
+
+    async def main():
+        r = recorder(c)
+        r.start()
+        r.failure(POD, "FailedScheduling", "a", Code.UNSCHEDULABLE)  # its write fails
+        await until(lambda: len(c.calls_of("strategic_patch")) == 1)
+        await asyncio.sleep(0.01)
+        msg, at = r._last_failure[POD.key]
+        r._last_failure[POD.key] = (msg, at - 61)
+        r.failure(POD, "FailedScheduling", "a", Code.UNSCHEDULABLE)  # written again: the first was not
+        await until(lambda: len(c.calls_of("strategic_patch")) == 2)
+        msg, at = r._last_failure[POD.key]
+        r._last_failure[POD.key] = (msg, at - 61)
+        r.failure(POD, "FailedScheduling", "a", Code.UNSCHEDULABLE)  # a minute later: the event only
+        await until(lambda: len(c.calls_of("post")) == 3)
+        r.failure(POD, "FailedScheduling", "b", Code.UNSCHEDULABLE)  # a new message
+        await until(lambda: len(c.calls_of("strategic_patch")) == 3)
+        r.failure(POD, "FailedScheduling", "c", Code.ERROR)  # another reason
+        await until(lambda: len(c.calls_of("strategic_patch")) == 4)
+        r.forget(POD.key)  # bound or gone: a later failure is a new transition
+        r.failure(POD, "FailedScheduling", "c", Code.ERROR)
+        await until(lambda: len(c.calls_of("strategic_patch")) == 5)
+        await asyncio.sleep(0.05)
+        await r.stop()
+
+    asyncio.run(main())
+    assert len(c.calls_of("post")) == 6 and len(c.calls_of("strategic_patch")) == 5
+    got = [(x["reason"], x["message"], "lastTransitionTime" in x) for x in conds()]
+    assert got == [("Unschedulable", "a", True), ("Unschedulable", "a", True), ("Unschedulable", "b", False),
+                   ("SchedulerError", "c", False), ("SchedulerError", "c", True)]
+
+
 def test_failed_writes_are_counted_and_do_not_raise():
     c = FakeClient()
     t = Telemetry()
