@@ -4,12 +4,12 @@ Events go through a bounded queue (when it is full they are dropped and counted,
 recorder does) and are posted as they come by EVENT_WORKERS workers, as many as the bindings in
 flight by default: a pod's Scheduled event keeps pace with its binding, as kube-scheduler's
 does, instead of trailing behind a burst. A scheduling failure (``failure``) posts a Warning
-event (once per distinct message a minute) and patches the pod's PodScheduled condition.
-``policy_event`` posts an Event
-about a SchedulingPolicy (one that cannot be read). The condition is written only when its
-reason or message differs from the last one written for the pod, and its lastTransitionTime is
-set by the first write only (the status stays False): upstream's updatePod writes nothing for a
-condition equal to the pod's, and keeps the transition time while the status is unchanged. Nothing here raises into the
+event (once per distinct message a minute) and patches the pod's PodScheduled condition, only
+when its reason or message differs from the last one written for the pod, its
+lastTransitionTime set by the first write only (the status stays False): upstream's updatePod
+writes nothing for a condition equal to the pod's, and keeps the transition time while the
+status is unchanged. ``policy_event`` posts an Event about a SchedulingPolicy (one that cannot
+be read). Nothing here raises into the
 scheduler: failed writes are logged and counted in telemetry (``events_dropped``). Nothing is
 written unless ``may_write()`` (the leader's lease is valid), and every write is fenced when it is
 sent (``fence``: the lease's time left, kubeclient's ``fence``): one queued before the lease
@@ -130,7 +130,8 @@ class EventRecorder:
             self._pending_status[key] = (pod, dict(status), [what])
             task = self._spawn(self._flush_status(key))
             self._status_tasks[key] = task
-            task.add_done_callback(lambda t: self._status_tasks.pop(key) if self._status_tasks.get(key) is t else None)
+            task.add_done_callback(lambda t: self._status_tasks.pop(key, None) if self._status_tasks.get(key) is t
+                                   else None)
             return
         body, whats = pending[1], pending[2]
         for k, v in status.items():
