@@ -93,23 +93,24 @@ class EventRecorder:
             self.telemetry.events_dropped.labels("event-queue-full").inc()
 
     def failure(self, pod: PodInfo, reason: str, msg: str, code: Code | None, once: bool = False) -> None:
-        """A Warning event and a PodScheduled=False condition, unless this pod was reported the
-        same message within the last minute (``once``: ever, while it stays pending)."""
-        last = self._last_failure.get(pod.key)
+        """A Warning event, unless this pod was reported the same message within the last minute
+        (``once``: ever, while it stays pending); and a PodScheduled=False condition when its
+        reason or message differs from the one last written for the pod."""
+        key = pod.key
+        cond_reason = "SchedulerError" if code == Code.ERROR else "Unschedulable"
+        written = self._condition.get(key)
+        if written != (cond_reason, msg):
+            self._condition[key] = (cond_reason, msg)
+            cond = {"type": "PodScheduled", "status": "False", "reason": cond_reason, "message": msg}
+            if written is None:  # False from now on: later writes keep the transition time (a merge)
+                cond["lastTransitionTime"] = now_rfc3339()
+            self._queue_status(pod, {"conditions": [cond]}, "PodScheduled condition")
+        last = self._last_failure.get(key)
         now = time.monotonic()
         if last is not None and last[0] == msg and (once or now - last[1] < FAILURE_REPEAT_AFTER):
-            return  # same message recently: no new event, no new condition write
-        self._last_failure[pod.key] = (msg, now)
+            return  # same message recently: no new event
+        self._last_failure[key] = (msg, now)
         self.event(pod, "Warning", reason, "Scheduling", msg)
-        cond_reason = "SchedulerError" if code == Code.ERROR else "Unschedulable"
-        written = self._condition.get(pod.key)
-        if written == (cond_reason, msg):
-            return  # the pod's condition says this already
-        self._condition[pod.key] = (cond_reason, msg)
-        cond = {"type": "PodScheduled", "status": "False", "reason": cond_reason, "message": msg}
-        if written is None:  # False from now on: later writes keep the transition time (a merge)
-            cond["lastTransitionTime"] = now_rfc3339()
-        self._queue_status(pod, {"conditions": [cond]}, "PodScheduled condition")
 
     def policy_event(self, name: str, uid: str | None, type_: str, reason: str, action: str, note: str) -> None:
         """An Event about a SchedulingPolicy (cluster-scoped, so in namespace default, as the

@@ -141,29 +141,33 @@ def test_the_condition_is_written_when_it_changes_and_keeps_its_transition_time(
         r.failure(POD, "FailedScheduling", "a", Code.UNSCHEDULABLE)  # its write fails
         await until(lambda: len(c.calls_of("strategic_patch")) == 1)
         await asyncio.sleep(0.01)
-        msg, at = r._last_failure[POD.key]
-        r._last_failure[POD.key] = (msg, at - 61)
-        r.failure(POD, "FailedScheduling", "a", Code.UNSCHEDULABLE)  # written again: the first was not
+        r.failure(POD, "FailedScheduling", "a", Code.UNSCHEDULABLE)  # written again (the first was not), no event
         await until(lambda: len(c.calls_of("strategic_patch")) == 2)
+        assert len(c.calls_of("post")) == 1
         msg, at = r._last_failure[POD.key]
         r._last_failure[POD.key] = (msg, at - 61)
         r.failure(POD, "FailedScheduling", "a", Code.UNSCHEDULABLE)  # a minute later: the event only
-        await until(lambda: len(c.calls_of("post")) == 3)
+        await until(lambda: len(c.calls_of("post")) == 2)
         r.failure(POD, "FailedScheduling", "b", Code.UNSCHEDULABLE)  # a new message
         await until(lambda: len(c.calls_of("strategic_patch")) == 3)
         r.failure(POD, "FailedScheduling", "c", Code.ERROR)  # another reason
         await until(lambda: len(c.calls_of("strategic_patch")) == 4)
+        r.failure(POD, "FailedScheduling", "c", Code.UNSCHEDULABLE)  # the reason alone changes: the condition
+        await until(lambda: len(c.calls_of("strategic_patch")) == 5)
+        r.failure(POD, "FailedScheduling", "c", Code.ERROR)
+        await until(lambda: len(c.calls_of("strategic_patch")) == 6)
         r.forget(POD.key)  # bound or gone: a later failure is a new transition
         r.failure(POD, "FailedScheduling", "c", Code.ERROR)
-        await until(lambda: len(c.calls_of("strategic_patch")) == 5)
+        await until(lambda: len(c.calls_of("strategic_patch")) == 7)
         await asyncio.sleep(0.05)
         await r.stop()
 
     asyncio.run(main())
-    assert len(c.calls_of("post")) == 6 and len(c.calls_of("strategic_patch")) == 5
+    assert len(c.calls_of("post")) == 5 and len(c.calls_of("strategic_patch")) == 7
     got = [(x["reason"], x["message"], "lastTransitionTime" in x) for x in conds()]
     assert got == [("Unschedulable", "a", True), ("Unschedulable", "a", True), ("Unschedulable", "b", False),
-                   ("SchedulerError", "c", False), ("SchedulerError", "c", True)]
+                   ("SchedulerError", "c", False), ("Unschedulable", "c", False), ("SchedulerError", "c", False),
+                   ("SchedulerError", "c", True)]
 
 
 def test_failed_writes_are_counted_and_do_not_raise():
