@@ -78,9 +78,9 @@ class NodeTable(NodeLabels):
         self.preferred_anti_affinity_terms: dict[WeightedAffinityTerm, dict[TopologyPair, int]] = {}
         self.image_nodes: dict[str, int] = {}  # image name -> number of nodes having it
         self._init_labels(mask_cache_bytes)
-        # resource names of a pod's requests, in order -> their columns (-1: none), and the
-        # positions of those that have one when some have not (_count_rows)
-        self._request_cols: dict[tuple[str, ...], tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
+        # resource names of a pod's requests, in order -> their columns; () when one has none
+        # (_count_rows)
+        self._request_cols: dict[tuple[str, ...], tuple[int, ...]] = {}
         self.version = 0  # bumps on every change
         self.node_version = 0  # bumps when the node set, labels or taints change
 
@@ -322,9 +322,8 @@ class NodeTable(NodeLabels):
 
     def _count_rows(self, pods: list[tuple[PodInfo, int]], sign: int) -> None:
         """Add (sign 1) or take out (-1) the requests, pod counts and non-zero requests of
-        ``pods`` on their rows, with ``np.add.at`` (rows repeat)."""
-        if not pods:
-            return
+        ``pods`` on their rows, with ``np.add.at`` (rows repeat). A pod requesting a resource no
+        node advertises (rare: a made-up name) is counted on its own by ``_count_row``."""
         at: list[int] = []
         per: list[int] = []  # how many requests each pod has
         cols: list[int] = []
@@ -334,24 +333,19 @@ class NodeTable(NodeLabels):
         for pod, row in pods:
             req = pod.requests
             names = tuple(req)
-            memo = known.get(names)
-            if memo is None:
-                memo = self._cols_of(names)
-            cs, keep = memo
+            cs = known.get(names)
+            if cs is None:
+                cs = self._cols_of(names)
+            if not cs and names:  # some name has no column
+                self._count_row(pod, row, sign)
+                continue
             at.append(row)
             nz.append((pod.nonzero_cpu, pod.nonzero_memory))
-            if keep is None:  # every name has its column
-                per.append(len(cs))
-                cols.extend(cs)
-                qty.extend(req.values())
-                continue
-            qs = list(req.values())
-            per.append(len(keep))
-            cols.extend(cs[i] for i in keep)
-            qty.extend(qs[i] for i in keep)
-            for name, col, one in zip(names, cs, qs):
-                if col < 0:
-                    self._count_loose(row, name, sign * one)
+            per.append(len(cs))
+            cols.extend(cs)
+            qty.extend(req.values())
+        if not at:
+            return
         q = np.array(qty, dtype=np.int64)
         idx = (np.repeat(at, per), np.array(cols, dtype=np.int64))
         np.add.at(self.requested, idx, q if sign > 0 else -q)
@@ -359,18 +353,18 @@ class NodeTable(NodeLabels):
         n = np.array(nz, dtype=np.int64)
         np.add.at(self.nonzero, at, n if sign > 0 else -n)
 
-    def _cols_of(self, names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
-        """The columns of these resource names, in order (-1: no node advertises it), and the
-        positions of the names that have one (None: all), remembered for the next pod with the
-        same names; at most REQUEST_COLS_KEPT such lists (they come from pod specs: a tenant's
-        choice)."""
+    def _cols_of(self, names: tuple[str, ...]) -> tuple[int, ...]:
+        """The columns of these resource names, in order; () when some name has none (no node
+        advertises it). Remembered for the next pod with the same names; at most
+        REQUEST_COLS_KEPT such lists (they come from pod specs: a tenant's choice)."""
         index = self.res_index
         cs = tuple(index.get(r, -1) for r in names)
-        keep = None if -1 not in cs else tuple(i for i, c in enumerate(cs) if c >= 0)
+        if -1 in cs:
+            cs = ()
         if len(self._request_cols) >= REQUEST_COLS_KEPT:
             self._request_cols.clear()
-        self._request_cols[names] = (cs, keep)
-        return cs, keep
+        self._request_cols[names] = cs
+        return cs
 
     def _count_loose(self, row: int, name: str, q: int) -> None:
         loose = self.loose[row]
